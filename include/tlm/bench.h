@@ -1,0 +1,68 @@
+/* bench.h — the end-to-end benchmark of SPEC.md §2.1: build the model from its
+ * hyperparameters, a random batch, `warmup` untimed steps, then `steps` timed steps, each
+ * phase (forward, backward, optimizer) synchronized and timed on the host clock; mean and
+ * population standard deviation (divide by n) per phase, in milliseconds. */
+#ifndef TLM_BENCH_H
+#define TLM_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "tlm/backend.h"
+#include "tlm/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    TLM_PASS_FORWARD = 0,          /* forward to logits and loss */
+    TLM_PASS_FORWARD_BACKWARD = 1, /* + backward to every gradient */
+    TLM_PASS_TRAIN = 2             /* + one AdamW step */
+} tlm_pass;
+
+const char *tlm_pass_name(tlm_pass p); /* "forward", "forward-backward", "train" */
+
+typedef struct {
+    char model_name[32];   /* preset name or "custom" */
+    tlm_config config;
+    int batch_size, context_length;
+    int warmup, steps;     /* steps >= 1, warmup >= 0 */
+    tlm_pass pass;
+    uint64_t seed;         /* weights and batch */
+} tlm_bench_case;
+
+typedef struct {
+    double mean_ms, std_ms; /* over the timed steps; 0 when the phase did not run */
+} tlm_timing;
+
+typedef struct {
+    tlm_status status;      /* TLM_OK, or e.g. TLM_ERR_OUT_OF_MEMORY: the row says so */
+    char error[256];        /* the message when status != TLM_OK */
+    tlm_timing forward, backward, optimizer, step; /* step = the phases run, summed per step */
+    double tokens_per_s;    /* batch_size * context_length / step mean */
+    double tflops;          /* achieved TFLOP/s of forward (+ backward as 2x forward) over their time */
+    int64_t params;
+    size_t peak_bytes;      /* tracked allocator peak: every backend byte of the run */
+    size_t peak_bytes_by_tag[TLM_MEM_NUM_TAGS];
+    float loss_first, loss_last; /* first and last timed step's loss (a sanity check) */
+} tlm_bench_result;
+
+/* Runs one case on `be`: creates and initialises the model, runs, frees it. Failures of the
+ * case (out of memory, invalid shapes) are returned in r->status with r->error; the function
+ * itself returns TLM_OK unless it could not run at all. */
+tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_result *r);
+
+typedef enum { TLM_FORMAT_TABLE = 0, TLM_FORMAT_CSV, TLM_FORMAT_JSON } tlm_format;
+
+/* Report writers. The header says device, date, versions and how FLOPs are counted;
+ * table: fixed width with a units row; csv: one header row; json: one object with "rows". */
+void tlm_bench_print_header(FILE *f, tlm_format fmt, const char *device_desc, const tlm_bench_case *first);
+void tlm_bench_print_row(FILE *f, tlm_format fmt, const tlm_bench_case *c, const tlm_bench_result *r,
+                         int index);
+void tlm_bench_print_footer(FILE *f, tlm_format fmt, int num_rows, int num_failed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,153 @@
+/* model.h — the CS336 BasicsTransformerLM: parameters, forward to logits and mean
+ * cross-entropy, backward to every parameter gradient, and the CS336 AdamW step.
+ * One model, any backend (backend.h): this code orders the ops; the backend computes them.
+ *
+ * Architecture (SPEC.md §1): token embedding -> num_layers pre-norm blocks
+ *   h = x + output_proj(attn(RoPE(q_proj(ln1(x))), RoPE(k_proj(..)), v_proj(..)))
+ *   x' = h + w2(silu(w1(ln2(h))) * w3(ln2(h)))
+ * -> ln_final -> lm_head -> logits (B,T,V). No biases, no weight tying.
+ *
+ * Memory: parameters, gradients and the two AdamW moments each live in ONE flat backend
+ * allocation, sliced per tensor in the order of tlm_model.tensors. Within a layer q, k, v
+ * are adjacent (one (3C,C) GEMM) and w1, w3 are adjacent (one (2F,C) GEMM). */
+#ifndef TLM_MODEL_H
+#define TLM_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tlm/backend.h"
+#include "tlm/config.h"
+#include "tlm/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One named tensor of the flat parameter buffer. */
+typedef struct {
+    char name[64];     /* CS336 state-dict name, e.g. "layers.0.attn.q_proj.weight" */
+    int ndim;          /* 1 or 2 */
+    int64_t shape[2];  /* as PyTorch stores it: Linear (out, in), embedding (V, C), norm (C) */
+    size_t offset;     /* in floats, into params / grads / m / v */
+    size_t numel;
+} tlm_tensor_info;
+
+/* Views into the flat buffers for one Transformer block (floats; backend memory). */
+typedef struct {
+    float *ln1;       /* (C) */
+    float *qkv;       /* (3C, C): q_proj, k_proj, v_proj stacked */
+    float *out_proj;  /* (C, C) */
+    float *ln2;       /* (C) */
+    float *w13;       /* (2F, C): w1 then w3 */
+    float *w2;        /* (C, F) */
+} tlm_layer_weights;
+
+/* Activations saved by the forward pass of one block (backend memory). N = B*T rows. */
+typedef struct {
+    float *x;        /* (N,C) block input (residual stream) */
+    float *ln1;      /* (N,C) */
+    float *ln1_rstd; /* (N) */
+    float *qkv;      /* (N,3C) q, k after RoPE; v */
+    float *probs;    /* (B,H,T,T) softmax of the masked scores */
+    float *att;      /* (N,C) merged heads, before output_proj */
+    float *h;        /* (N,C) x + attention branch */
+    float *ln2;      /* (N,C) */
+    float *ln2_rstd; /* (N) */
+    float *ab;       /* (N,2F) w1 x | w3 x */
+    float *g;        /* (N,F) silu(w1 x) * w3 x */
+} tlm_layer_acts;
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+} tlm_adamw_config;
+
+/* CS336 defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01 */
+tlm_adamw_config tlm_adamw_defaults(void);
+
+typedef struct tlm_model {
+    tlm_config config;
+    tlm_backend *backend;          /* not owned */
+
+    int num_tensors;
+    tlm_tensor_info *tensors;      /* host; state-dict names, shapes, offsets */
+    size_t num_params;             /* real parameter count (SPEC.md §1 table) */
+    size_t flat_numel;             /* floats in each flat buffer: tensors start at multiples of
+                                      64 floats (256 bytes); the padding stays zero */
+
+    float *params;                 /* (num_params) backend memory */
+    float *grads;                  /* (num_params) allocated by the first backward */
+    float *adam_m, *adam_v;        /* (num_params) allocated by the first AdamW step */
+    int adam_t;                    /* AdamW steps taken */
+
+    float *wte;                    /* (V,C) token_embeddings.weight */
+    tlm_layer_weights *layer_w;    /* [num_layers] views into params */
+    tlm_layer_weights *layer_g;    /* [num_layers] views into grads (NULL before backward) */
+    float *ln_final;               /* (C) */
+    float *lm_head;                /* (V,C) */
+
+    /* RoPE tables (context_length, d_head/2), computed in float64, stored float32 */
+    float *rope_cos, *rope_sin;
+
+    /* activations for the batch shape they were allocated for */
+    int act_B, act_T;              /* 0 before the first forward */
+    int B, T;                      /* shape of the last forward */
+    int32_t *inputs, *targets;     /* (N) backend copies of the last batch */
+    tlm_layer_acts *acts;          /* [num_layers] */
+    float *x_final;                /* (N,C) output of the last block */
+    float *ln_f, *ln_f_rstd;       /* (N,C), (N) */
+    float *logits;                 /* (N,V); overwritten by dlogits in backward */
+    float *lse, *losses;           /* (N), (N) */
+    float *host_losses;            /* (N) host copy for the mean */
+    /* backward scratch */
+    float *d_resid, *d_tmp;        /* (N,C) */
+    float *d_qkv;                  /* (N,3C) */
+    float *d_probs;                /* (B,H,T,T) */
+    float *d_ab;                   /* (N,2F) */
+    float *d_g;                    /* (N,F) */
+    int have_forward;              /* a forward ran and backward may follow */
+} tlm_model;
+
+/* Creates the model on `be` and allocates its parameters (uninitialised: call
+ * tlm_model_init_random or tlm_model_load). Errors: INVALID_ARGUMENT (config, see
+ * tlm_config_validate), OUT_OF_MEMORY. */
+tlm_status tlm_model_create(tlm_model **out, const tlm_config *cfg, tlm_backend *be);
+void tlm_model_free(tlm_model *m);
+
+/* CS336 initialisation from `seed`: Linear weights trunc_normal(0, std = sqrt(2/(d_in+d_out)),
+ * cut at +-3 std); embedding trunc_normal(0, 1, cut at +-3); RMSNorm weights 1. */
+tlm_status tlm_model_init_random(tlm_model *m, uint64_t seed);
+
+/* Loads parameters from a safetensors file with the CS336 state-dict names. Every tensor
+ * must be present with the model's shape; float dtypes are converted to float32; extra
+ * tensors are an error. Errors: IO, FORMAT, INVALID_ARGUMENT (missing/misshapen tensor). */
+tlm_status tlm_model_load(tlm_model *m, const char *path);
+
+/* Writes parameters (or gradients) as safetensors with the state-dict names, float32. */
+tlm_status tlm_model_save(const tlm_model *m, const char *path);
+tlm_status tlm_model_save_grads(const tlm_model *m, const char *path);
+
+/* Forward pass on a batch: inputs, targets (B*T int32, host memory, row-major (B,T)).
+ * targets may be NULL (logits only). Token ids must be < vocab_size (checked:
+ * INVALID_ARGUMENT); T <= context_length. Activations are (re)allocated for (B,T) when
+ * needed (OUT_OF_MEMORY). *loss (may be NULL) = mean cross-entropy; this synchronizes. */
+tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t *targets,
+                             int B, int T, float *loss);
+
+/* Backward pass from the mean loss of the last forward (which had targets): writes every
+ * parameter gradient into m->grads (overwriting). The logits of that forward are replaced
+ * by their gradient. Errors: INVALID_ARGUMENT if no forward with targets preceded. */
+tlm_status tlm_model_backward(tlm_model *m);
+
+/* One AdamW step over the flat buffers (one op launch). */
+tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt);
+
+/* Copies the logits of the last forward (before backward) to host memory (B*T*V floats). */
+tlm_status tlm_model_copy_logits(const tlm_model *m, float *host);
+
+/* Index of a tensor by state-dict name, or -1. */
+int tlm_model_find_tensor(const tlm_model *m, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

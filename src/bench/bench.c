@@ -1,0 +1,115 @@
+/* bench.c — runs one benchmark case: warm-up, then timed, synchronized steps per phase. */
+#include "tlm/bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tlm/model.h"
+#include "tlm/rng.h"
+
+const char *tlm_pass_name(tlm_pass p) {
+    switch (p) {
+    case TLM_PASS_FORWARD: return "forward";
+    case TLM_PASS_FORWARD_BACKWARD: return "forward-backward";
+    case TLM_PASS_TRAIN: return "train";
+    }
+    return "?";
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static tlm_timing summarize(const double *ms, int n) {
+    double sum = 0, sq = 0;
+    for (int i = 0; i < n; i++) sum += ms[i];
+    double mean = sum / n;
+    for (int i = 0; i < n; i++) sq += (ms[i] - mean) * (ms[i] - mean);
+    return (tlm_timing){.mean_ms = mean, .std_ms = sqrt(sq / n)};
+}
+
+static void fail_case(tlm_bench_result *r, tlm_status s) {
+    r->status = s;
+    snprintf(r->error, sizeof r->error, "%s", tlm_last_error());
+}
+
+tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_result *r) {
+    memset(r, 0, sizeof *r);
+    r->params = tlm_config_num_params(&c->config);
+    if (c->steps < 1 || c->warmup < 0 || c->batch_size < 1 || c->context_length < 1) {
+        fail_case(r, tlm_fail(TLM_ERR_INVALID_ARGUMENT, "steps, batch size and context length must be >= 1"));
+        return TLM_OK;
+    }
+    tlm_config cfg = c->config;
+    if (cfg.context_length < c->context_length) cfg.context_length = c->context_length;
+    const int B = c->batch_size, T = c->context_length;
+    const size_t N = (size_t)B * T;
+
+    tlm_mem_reset_peak(be);
+    tlm_model *m = NULL;
+    int32_t *tokens = malloc((N + 1) * sizeof(int32_t));
+    double *ms = malloc(4 * (size_t)c->steps * sizeof(double));
+    if (!tokens || !ms) {
+        free(tokens);
+        free(ms);
+        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the benchmark batch");
+    }
+    /* one random sequence; targets are the inputs shifted by one */
+    uint64_t rng = tlm_rng_stream(c->seed, 0xBA7C4);
+    for (size_t i = 0; i <= N; i++) tokens[i] = (int32_t)tlm_rng_below(&rng, (uint64_t)cfg.vocab_size);
+
+    tlm_status s = tlm_model_create(&m, &cfg, be);
+    if (s == TLM_OK) s = tlm_model_init_random(m, c->seed);
+    const tlm_adamw_config opt = tlm_adamw_defaults();
+    double *fwd = ms, *bwd = ms + c->steps, *upd = ms + 2 * c->steps, *step = ms + 3 * c->steps;
+    for (int i = 0; s == TLM_OK && i < c->warmup + c->steps; i++) {
+        const int timed = i - c->warmup; /* < 0 during warm-up */
+        float loss = 0;
+        be->synchronize(be);
+        double t0 = now_ms();
+        s = tlm_model_forward(m, tokens, tokens + 1, B, T, &loss);
+        be->synchronize(be);
+        double t1 = now_ms(), t2 = t1, t3 = t1;
+        if (s == TLM_OK && c->pass >= TLM_PASS_FORWARD_BACKWARD) {
+            s = tlm_model_backward(m);
+            be->synchronize(be);
+            t2 = t3 = now_ms();
+        }
+        if (s == TLM_OK && c->pass == TLM_PASS_TRAIN) {
+            s = tlm_model_adamw_step(m, &opt);
+            be->synchronize(be);
+            t3 = now_ms();
+        }
+        if (timed >= 0) {
+            fwd[timed] = t1 - t0;
+            bwd[timed] = t2 - t1;
+            upd[timed] = t3 - t2;
+            step[timed] = t3 - t0;
+            if (timed == 0) r->loss_first = loss;
+            r->loss_last = loss;
+        }
+    }
+    if (s == TLM_OK) {
+        r->forward = summarize(fwd, c->steps);
+        if (c->pass >= TLM_PASS_FORWARD_BACKWARD) r->backward = summarize(bwd, c->steps);
+        if (c->pass == TLM_PASS_TRAIN) r->optimizer = summarize(upd, c->steps);
+        r->step = summarize(step, c->steps);
+        r->tokens_per_s = (double)N / (r->step.mean_ms * 1e-3);
+        const double flops = tlm_config_forward_flops(&cfg, B, T);
+        const double gemm_ms = r->forward.mean_ms + r->backward.mean_ms;
+        const double counted = c->pass >= TLM_PASS_FORWARD_BACKWARD ? 3 * flops : flops;
+        r->tflops = counted / (gemm_ms * 1e-3) / 1e12;
+    } else {
+        fail_case(r, s);
+    }
+    r->peak_bytes = be->mem_peak_total;
+    memcpy(r->peak_bytes_by_tag, be->mem_peak, sizeof r->peak_bytes_by_tag);
+    tlm_model_free(m);
+    free(tokens);
+    free(ms);
+    return TLM_OK;
+}

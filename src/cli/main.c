@@ -1,0 +1,53 @@
+/* main.c — the tlm command: dispatches to the subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "tlm %s: Transformer language-model training, benchmarking and profiling (CS336 model)\n"
+            "\n"
+            "Usage: tlm <command> [options]    (tlm <command> --help for its options and defaults)\n"
+            "\n"
+            "Commands:\n"
+            "  bench     end-to-end benchmark: forward, backward and AdamW step times, tokens/s,\n"
+            "            TFLOP/s and peak memory for model sizes x context lengths\n"
+            "  step      one forward/backward on given weights and data, writing logits, loss,\n"
+            "            gradients (and the weights after N AdamW steps): compare with PyTorch\n"
+            "  compare   relative error between two .safetensors or .npy files, tensor by tensor\n"
+            "\n"
+            "Options:\n"
+            "  -h, --help      this text\n"
+            "  -V, --version   version and build (CUDA backend built or not)\n"
+            "\n"
+            "Models (--model): %s (SPEC: CS336 Assignment 2, Table 1).\n"
+            "Devices (--device): cpu (always), cuda (when built with nvcc and a GPU is present).\n",
+            TLM_VERSION, tlm_config_preset_names());
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return TLM_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return TLM_EXIT_OK;
+    }
+    if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
+#ifdef TLM_HAVE_CUDA
+        const char *cuda = "CUDA backend built";
+#else
+        const char *cuda = "built without CUDA";
+#endif
+        printf("tlm %s (%s; GPU %s)\n", TLM_VERSION, cuda, tlm_cuda_available() ? "present" : "not found");
+        return TLM_EXIT_OK;
+    }
+    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "step") == 0) return cmd_step(argc - 1, argv + 1);
+    if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 1, argv + 1);
+    fprintf(stderr, "tlm: unknown command '%s' (known: bench, step, compare; see tlm --help)\n", cmd);
+    return TLM_EXIT_USAGE;
+}

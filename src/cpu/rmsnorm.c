@@ -1,0 +1,68 @@
+/* rmsnorm.c — RMSNorm on the CPU (Zhang & Sennrich 2019, "Root Mean Square Layer
+ * Normalization", eq. 4): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps), in fp32,
+ * and its backward. Sums over d_model are accumulated in double. */
+#include "cpu/cpu_ops.h"
+
+#include <math.h>
+
+/* Columns per work item of the weight-gradient reduction (a sum over rows). */
+#define RMSNORM_COLUMN_BLOCK 64
+
+void tlm_cpu_rmsnorm_forward(tlm_backend *be, float *out, float *rstd, const float *x,
+                             const float *w, int N, int C, float eps) {
+    /* out (N,C); rstd (N); x (N,C); w (C) */
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= TLM_CPU_GRAIN)
+    for (int n = 0; n < N; n++) {
+        const float *restrict xn = x + (size_t)n * C;
+        float *restrict on = out + (size_t)n * C;
+
+        double sum_sq = 0.0;
+#pragma omp simd reduction(+ : sum_sq)
+        for (int c = 0; c < C; c++) sum_sq += (double)(xn[c] * xn[c]);
+        float r = (float)(1.0 / sqrt(sum_sq / C + (double)eps));
+
+        for (int c = 0; c < C; c++) on[c] = xn[c] * r * w[c];
+        rstd[n] = r;
+    }
+}
+
+/* With r = rstd[n], xhat = x r and g = dout w (per element of row n):
+ *   dx += r (g - xhat mean(g xhat)),    dw = sum_n dout xhat. */
+void tlm_cpu_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const float *dout,
+                              const float *x, const float *w, const float *rstd, int N, int C) {
+    /* dx (N,C) +=; dw (C) =; dout (N,C); x (N,C); w (C); rstd (N) */
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= TLM_CPU_GRAIN)
+    for (int n = 0; n < N; n++) {
+        const float *restrict xn = x + (size_t)n * C;
+        const float *restrict dn = dout + (size_t)n * C;
+        float *restrict dxn = dx + (size_t)n * C;
+        float r = rstd[n];
+
+        double sum_g_xhat = 0.0;
+#pragma omp simd reduction(+ : sum_g_xhat)
+        for (int c = 0; c < C; c++) sum_g_xhat += (double)(dn[c] * w[c] * (xn[c] * r));
+        float mean_g_xhat = (float)(sum_g_xhat / C);
+
+        for (int c = 0; c < C; c++) {
+            float g = dn[c] * w[c];
+            float xhat = xn[c] * r;
+            dxn[c] += r * (g - xhat * mean_g_xhat);
+        }
+    }
+
+    /* dw[c] = sum_n dout[n,c] x[n,c] rstd[n]: each work item sums whole columns, in row order */
+    int nblocks = (C + RMSNORM_COLUMN_BLOCK - 1) / RMSNORM_COLUMN_BLOCK;
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= TLM_CPU_GRAIN)
+    for (int blk = 0; blk < nblocks; blk++) {
+        int c0 = blk * RMSNORM_COLUMN_BLOCK;
+        int width = C - c0 < RMSNORM_COLUMN_BLOCK ? C - c0 : RMSNORM_COLUMN_BLOCK;
+        double acc[RMSNORM_COLUMN_BLOCK] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *restrict xn = x + (size_t)n * C + c0;
+            const float *restrict dn = dout + (size_t)n * C + c0;
+            float r = rstd[n];
+            for (int c = 0; c < width; c++) acc[c] += (double)(dn[c] * (xn[c] * r));
+        }
+        for (int c = 0; c < width; c++) dw[c0 + c] = (float)acc[c];
+    }
+}

@@ -1,0 +1,11 @@
+/* no_cuda.c — stands in for the CUDA backend when tlm is built without nvcc. */
+#include "tlm/backend.h"
+
+tlm_status tlm_backend_cuda_create(tlm_backend **out, int device_index) {
+    *out = NULL;
+    return tlm_fail(TLM_ERR_UNSUPPORTED,
+                    "this tlm was built without CUDA (nvcc was not found at build time); "
+                    "use --device cpu, or rebuild with the CUDA toolkit on PATH");
+}
+
+bool tlm_cuda_available(void) { return false; }

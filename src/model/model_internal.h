@@ -1,0 +1,10 @@
+/* model_internal.h — what the model's source files share and the public header does not. */
+#ifndef TLM_MODEL_INTERNAL_H
+#define TLM_MODEL_INTERNAL_H
+
+#include "tlm/model.h"
+
+void tlm_model_set_grad_views(tlm_model *m);      /* model.c: layer_g views into grads */
+void tlm_model_free_activations(tlm_model *m);    /* model_pass.c */
+
+#endif

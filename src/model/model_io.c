@@ -1,0 +1,92 @@
+/* model_io.c — the model's parameters and gradients to and from safetensors files with the
+ * CS336 state-dict names (so PyTorch loads tlm's files and tlm loads PyTorch's). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tlm/model.h"
+#include "tlm/safetensors.h"
+
+static void format_shape(char *buf, size_t n, int ndim, const int64_t *shape) {
+    size_t used = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && used < n; d++)
+        used += (size_t)snprintf(buf + used, n - used, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (used < n) snprintf(buf + used, n - used, "]");
+}
+
+tlm_status tlm_model_load(tlm_model *m, const char *path) {
+    tlm_safetensors st;
+    TLM_TRY(tlm_safetensors_read(path, &st));
+    tlm_status s = TLM_OK;
+    /* every file tensor must be one of the model's */
+    for (int i = 0; i < st.num_tensors && s == TLM_OK; i++)
+        if (tlm_model_find_tensor(m, st.tensors[i].name) < 0)
+            s = tlm_fail(TLM_ERR_INVALID_ARGUMENT,
+                         "%s: unexpected tensor '%s': not a parameter of this model "
+                         "(%d layers; names follow the CS336 state dict)",
+                         path, st.tensors[i].name, m->config.num_layers);
+    size_t max_numel = 0;
+    for (int i = 0; i < m->num_tensors; i++)
+        if (m->tensors[i].numel > max_numel) max_numel = m->tensors[i].numel;
+    float *staging = s == TLM_OK ? malloc(max_numel * sizeof(float)) : NULL;
+    if (s == TLM_OK && !staging) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory loading %s", path);
+    for (int i = 0; i < m->num_tensors && s == TLM_OK; i++) {
+        const tlm_tensor_info *t = &m->tensors[i];
+        const tlm_st_tensor *ft = tlm_safetensors_find(&st, t->name);
+        if (!ft) {
+            s = tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: missing tensor '%s'", path, t->name);
+            break;
+        }
+        int same = ft->ndim == t->ndim;
+        for (int d = 0; same && d < t->ndim; d++) same = ft->shape[d] == t->shape[d];
+        if (!same) {
+            char want[64], got[64];
+            format_shape(want, sizeof want, t->ndim, t->shape);
+            format_shape(got, sizeof got, ft->ndim, ft->shape);
+            s = tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: tensor '%s' has shape %s but the model expects %s",
+                         path, t->name, got, want);
+            break;
+        }
+        s = tlm_st_tensor_to_f32(ft, staging);
+        if (s != TLM_OK) {
+            tlm_fail(s, "%s: tensor '%s': %s", path, t->name, tlm_last_error());
+            break;
+        }
+        m->backend->copy_to_backend(m->backend, m->params + t->offset, staging, t->numel * sizeof(float));
+        m->backend->synchronize(m->backend);
+    }
+    free(staging);
+    tlm_safetensors_free(&st);
+    return s;
+}
+
+/* Writes one flat buffer (params or grads) with the state-dict names, float32. */
+static tlm_status save_flat(const tlm_model *m, const float *flat, const char *path, const char *what) {
+    if (!flat) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "no %s to save (run a backward pass first)", what);
+    float *host = malloc(m->flat_numel * sizeof(float));
+    tlm_st_entry *entries = calloc((size_t)m->num_tensors, sizeof *entries);
+    if (!host || !entries) {
+        free(host);
+        free(entries);
+        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory saving %s", path);
+    }
+    m->backend->copy_to_host(m->backend, host, flat, m->flat_numel * sizeof(float));
+    m->backend->synchronize(m->backend);
+    for (int i = 0; i < m->num_tensors; i++) {
+        const tlm_tensor_info *t = &m->tensors[i];
+        entries[i] = (tlm_st_entry){.name = t->name, .dtype = TLM_DTYPE_F32, .ndim = t->ndim,
+                                    .data = host + t->offset};
+        entries[i].shape[0] = t->shape[0];
+        entries[i].shape[1] = t->shape[1];
+    }
+    tlm_status s = tlm_safetensors_write(path, entries, m->num_tensors);
+    free(entries);
+    free(host);
+    return s;
+}
+
+tlm_status tlm_model_save(const tlm_model *m, const char *path) { return save_flat(m, m->params, path, "parameters"); }
+
+tlm_status tlm_model_save_grads(const tlm_model *m, const char *path) {
+    return save_flat(m, m->grads, path, "gradients");
+}

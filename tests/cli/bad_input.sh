@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# bad_input.sh — every kind of bad input gives a clear message and exit status 1 or 2, never a
+# crash (a signal would show as 128+n) and never a half-written output file.
+source "$(dirname "$0")/lib.bash"
+W=$FIX/tiny/weights.safetensors
+X=$FIX/tiny/inputs.npy
+Y=$FIX/tiny/targets.npy
+step() { "$TLM" step --device cpu --model tiny "$@"; }
+bench() { "$TLM" bench --device cpu --warmup 0 --steps 1 "$@"; }
+
+# unknown names
+expect_fail "unknown command 'train2'" "$TLM" train2
+expect_fail "unknown model 'huge'" bench --model huge
+expect_fail "unknown model 'huge'" step --model huge --inputs "$X" --targets "$Y"
+expect_fail "unknown device 'tpu'" bench --model tiny --device tpu
+expect_fail "unknown pass 'sideways'" bench --model tiny --pass sideways
+expect_fail "unknown format 'xml'" bench --model tiny --format xml
+# shapes that cannot work
+expect_fail "d_model 64 is not divisible by num_heads 3" bench --model tiny --num-heads 3
+expect_fail "is odd" bench --model tiny --d-model 96 --num-heads 32
+expect_fail "d_model must be at least 1" bench --model tiny --d-model 0
+expect_fail "d_ff must be at least 1" bench --model tiny --d-ff -3
+expect_fail "num_layers must be at least 1" step --num-layers 0 --inputs "$X" --targets "$Y"
+expect_fail "vocab_size must be at least 1" bench --model tiny --vocab-size 0
+expect_fail "--batch-size: 0 is out of range" bench --model tiny --batch-size 0
+expect_fail "--context-length: -5 is out of range" bench --model tiny --context-length -5
+expect_fail "--steps: 0 is out of range" bench --model tiny --steps 0
+expect_fail "--batch-size: 'four' is not an integer" bench --model tiny --batch-size four
+expect_fail "exceeds the model's context_length 8" step --max-context-length 8 --weights "$W" --inputs "$X" --targets "$Y"
+# tokens outside the vocabulary
+write_npy_i64 "$TMP/big.npy" 1 4 1 2 512 3
+write_npy_i64 "$TMP/ok.npy" 1 4 1 2 3 4
+write_npy_i64 "$TMP/neg.npy" 1 4 1 -2 3 4
+expect_fail "512" step --inputs "$TMP/big.npy" --targets "$TMP/ok.npy"
+expect_fail "outside [0, vocab_size" step --inputs "$TMP/ok.npy" --targets "$TMP/big.npy"
+expect_fail "-2" step --inputs "$TMP/neg.npy" --targets "$TMP/ok.npy"
+write_npy_i64 "$TMP/wide.npy" 1 5 1 2 3 4 5
+expect_fail "has shape [1, 5] but inputs" step --inputs "$TMP/ok.npy" --targets "$TMP/wide.npy"
+# malformed and truncated files
+head -c 200 "$W" > "$TMP/trunc.safetensors"
+expect_fail "trunc.safetensors" step --weights "$TMP/trunc.safetensors" --inputs "$X" --targets "$Y"
+printf 'not a safetensors file at all' > "$TMP/garbage.safetensors"
+expect_fail "garbage.safetensors" step --weights "$TMP/garbage.safetensors" --inputs "$X" --targets "$Y"
+: > "$TMP/empty.safetensors"
+expect_fail "empty.safetensors" step --weights "$TMP/empty.safetensors" --inputs "$X" --targets "$Y"
+head -c 100 "$X" > "$TMP/trunc.npy"
+expect_fail "trunc.npy" step --inputs "$TMP/trunc.npy" --targets "$Y"
+printf 'NUMPY garbage' > "$TMP/garbage.npy"
+expect_fail "garbage.npy" step --inputs "$TMP/garbage.npy" --targets "$Y"
+expect_fail "nonexistent.npy" step --inputs "$TMP/nonexistent.npy" --targets "$Y"
+expect_fail "nonexistent.safetensors" step --weights "$TMP/nonexistent.safetensors" --inputs "$X" --targets "$Y"
+# missing and misshapen tensors
+expect_fail "missing tensor 'layers.2." step --num-layers 3 --weights "$W" --inputs "$X" --targets "$Y"
+expect_fail "unexpected tensor 'layers.1." step --num-layers 1 --weights "$W" --inputs "$X" --targets "$Y"
+expect_fail "has shape [172, 64] but the model expects [100, 64]" step --d-ff 100 --weights "$W" --inputs "$X" --targets "$Y"
+# conflicting or missing flags
+expect_fail "--data conflicts with --inputs" step --data "$X" --inputs "$X" --targets "$Y"
+expect_fail "give both --inputs and --targets" step --inputs "$X"
+# an output that cannot be written leaves nothing behind
+expect_fail "nodir" bench --model tiny --context-length 8 --out "$TMP/nodir/out.json"
+check "no file left in a directory that does not exist" test ! -e "$TMP/nodir"
+expect_fail "nodir" step --weights "$W" --inputs "$X" --targets "$Y" --out-grads "$TMP/nodir/g.safetensors"
+finish

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# bench_smoke.sh — `tlm bench` runs a tiny sweep on the CPU in each output format.
+source "$(dirname "$0")/lib.bash"
+B=("$TLM" bench --device cpu --model tiny --context-length 8,16 --batch-size 2 --warmup 1 --steps 2)
+out=$("${B[@]}" 2>&1)
+check "table run exits 0" test $? -eq 0
+echo "$out"
+check "table has a row per context length" test "$(grep -cE '^tiny +(8|16) ' <<<"$out")" -eq 2
+check "table header names the device" grep -q '^# device: cpu' <<<"$out"
+expect_ok "csv to a file" "${B[@]}" --format csv --out "$TMP/r.csv"
+check "csv has a header and 2 rows" test "$(wc -l < "$TMP/r.csv")" -eq 3
+expect_ok "json to a file" "${B[@]}" --format json --out "$TMP/r.json" --pass forward
+check "json has 2 rows" test "$(grep -c '"model": "tiny"' "$TMP/r.json")" -eq 2
+if command -v python3 >/dev/null; then
+  check "json parses" python3 -c "import json,sys; d=json.load(open('$TMP/r.json')); assert len(d['rows'])==2"
+fi
+expect_ok "help lists every flag" "$TLM" bench --help
+check "help names the defaults" grep -q 'default: 5' <<<"$("$TLM" bench --help)"
+finish
