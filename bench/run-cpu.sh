@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
 # run-cpu.sh — tlm's CPU backend next to PyTorch on the same CPU, in one run, same model,
-# batch, context, warm-up and steps. Writes a markdown table to bench/results/ (or $1).
-# Usage: bench/run-cpu.sh [OUT.md]  (env: MODEL=small CTX=128 BATCH=4 WARMUP=1 STEPS=3 THREADS=nproc)
+# batch, context, warm-up and steps. The two alternate for ROUNDS rounds (a shared or virtual
+# CPU drifts by 10-20% over minutes; alternating exposes both to the same drift); the table
+# gives each round and the median over rounds. Writes markdown to bench/results/ (or $1).
+# Usage: bench/run-cpu.sh [OUT.md]
+#        (env: MODEL=small CTX=128 BATCH=4 WARMUP=1 STEPS=3 ROUNDS=3 THREADS=nproc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-small} CTX=${CTX:-128} BATCH=${BATCH:-4} WARMUP=${WARMUP:-1} STEPS=${STEPS:-3}
-THREADS=${THREADS:-$(nproc)}
+THREADS=${THREADS:-$(nproc)} ROUNDS=${ROUNDS:-3}
 out=${1:-bench/results/cpu-$(date -u +%Y-%m-%d).md}
 make -s build >/dev/null
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 common=(--model "$MODEL" --context-length "$CTX" --batch-size "$BATCH" --warmup "$WARMUP" --steps "$STEPS"
         --pass train --threads "$THREADS" --format json)
-echo "tlm bench ${common[*]}" >&2
-OMP_NUM_THREADS=$THREADS ./build/tlm bench --device cpu "${common[@]}" --out "$tmp/tlm.json" >/dev/null
-echo "pytorch_lm.py ${common[*]}" >&2
-OMP_NUM_THREADS=$THREADS python3 bench/peers/pytorch_lm.py --device cpu "${common[@]}" --out "$tmp/torch.json" >/dev/null
-python3 - "$tmp/tlm.json" "$tmp/torch.json" "$out" "$THREADS" <<'PY'
-import json, os, platform, subprocess, sys, datetime
-tlm, torch_, out, threads = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3], sys.argv[4]
-t = tlm["rows"][0]
-p = torch_["rows"][0]
+for r in $(seq 1 "$ROUNDS"); do
+  echo "round $r: tlm bench ${common[*]}" >&2
+  OMP_NUM_THREADS=$THREADS ./build/tlm bench --device cpu "${common[@]}" --out "$tmp/tlm.$r.json" >/dev/null
+  echo "round $r: pytorch_lm.py ${common[*]}" >&2
+  OMP_NUM_THREADS=$THREADS python3 bench/peers/pytorch_lm.py --device cpu "${common[@]}" --out "$tmp/torch.$r.json" >/dev/null
+done
+python3 - "$tmp" "$ROUNDS" "$out" "$THREADS" <<'PY'
+import json, os, statistics, sys, datetime
+tmp, rounds, out, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+tlms = [json.load(open(f"{tmp}/tlm.{r}.json")) for r in range(1, rounds + 1)]
+torches = [json.load(open(f"{tmp}/torch.{r}.json")) for r in range(1, rounds + 1)]
+tlm = tlms[0]
+def med(rows, key):
+    return statistics.median(r["rows"][0][key] for r in rows)
+t = {k: med(tlms, k) for k in ("fwd_ms_mean", "bwd_ms_mean", "opt_ms_mean", "peak_bytes")}
+p = {k: med(torches, k) for k in ("fwd_ms_mean", "bwd_ms_mean", "opt_ms_mean", "peak_mib")}
+t.update({k: tlm["rows"][0][k] for k in ("model", "context_length", "batch_size")})
 cpu = "unknown CPU"
 try:
     for line in open("/proc/cpuinfo"):
@@ -34,16 +45,24 @@ lines = [f"# tlm vs PyTorch on the CPU: {t['model']}, context {t['context_length
          f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
          f"- machine: {cpu}, {threads} threads ({os.cpu_count()} visible)",
          f"- tlm {tlm['version']} (OpenBLAS, OpenMP); PyTorch {torch.__version__} eager, fp32",
-         f"- {tlm['warmup']} warm-up + {tlm['steps']} timed steps, each phase synchronized; mean ± population std",
+         f"- {tlm['warmup']} warm-up + {tlm['steps']} timed steps per round, each phase synchronized; "
+         f"{rounds} rounds, tlm and PyTorch alternating; the table gives the median over rounds of each round's mean",
          f"- command: `bench/run-cpu.sh` (MODEL={t['model']} CTX={t['context_length']} BATCH={t['batch_size']})",
          "",
          "| phase | tlm ms | PyTorch ms | PyTorch / tlm |",
          "|---|---:|---:|---:|"]
 for key, name in (("fwd", "forward"), ("bwd", "backward"), ("opt", "AdamW step")):
     a, b = t[f"{key}_ms_mean"], p[f"{key}_ms_mean"]
-    lines.append(f"| {name} | {a:.1f} ± {t[f'{key}_ms_std']:.1f} | {b:.1f} ± {p[f'{key}_ms_std']:.1f} | {b / a:.2f}x |")
+    lines.append(f"| {name} | {a:.1f} | {b:.1f} | {b / a:.2f}x |")
 fb_t, fb_p = t["fwd_ms_mean"] + t["bwd_ms_mean"], p["fwd_ms_mean"] + p["bwd_ms_mean"]
 lines.append(f"| forward+backward | {fb_t:.1f} | {fb_p:.1f} | {fb_p / fb_t:.2f}x |")
+lines += ["", "Each round (mean ± population std over its timed steps, ms):", "",
+          "| round | tlm forward | tlm backward | tlm AdamW | PyTorch forward | PyTorch backward | PyTorch AdamW |",
+          "|---|---:|---:|---:|---:|---:|---:|"]
+for r in range(rounds):
+    a, b = tlms[r]["rows"][0], torches[r]["rows"][0]
+    cells = [f"{x[k + '_ms_mean']:.1f} ± {x[k + '_ms_std']:.1f}" for x in (a, b) for k in ("fwd", "bwd", "opt")]
+    lines.append(f"| {r + 1} | " + " | ".join(cells) + " |")
 lines += ["", f"Peak memory: tlm {t['peak_bytes'] / 2**30:.2f} GiB (tracked allocator); "
           f"PyTorch {p['peak_mib'] / 1024:.2f} GiB (process max RSS).", ""]
 tmp = out + ".tmp"

@@ -27,6 +27,11 @@ extern "C" {
 
 typedef enum { TLM_DEVICE_CPU = 0, TLM_DEVICE_CUDA = 1 } tlm_device;
 
+/* How GEMMs compute (PyTorch semantics). fp32: strict IEEE fp32 (PyTorch's default, no
+ * TF32); tf32: fp32 storage, TF32 tensor-core GEMMs with fp32 accumulation (the CPU backend
+ * computes tf32 as fp32). bf16/fp16 (autocast) come with the mixed-precision work. */
+typedef enum { TLM_PRECISION_FP32 = 0, TLM_PRECISION_TF32 = 1 } tlm_precision;
+
 /* What an allocation holds; memory is accounted per tag (current and peak bytes). */
 typedef enum {
     TLM_MEM_PARAMETERS = 0,
@@ -129,6 +134,11 @@ struct tlm_backend {
     tlm_device device;
     const tlm_ops *ops;
     void *impl;        /* backend-private state (cuBLAS handle, stream, ...) */
+    tlm_precision precision; /* read by the GEMMs at each call; default TLM_PRECISION_FP32 */
+
+    /* profiler ranges (NVTX on CUDA); NULL where the backend has none. Names are copied. */
+    void (*range_push)(tlm_backend *be, const char *name);
+    void (*range_pop)(tlm_backend *be);
 
     /* raw memory: the allocator below calls these; never call them directly */
     void *(*raw_alloc)(tlm_backend *be, size_t bytes); /* NULL when out of memory */
@@ -157,6 +167,7 @@ tlm_status tlm_backend_cuda_create(tlm_backend **out, int device_index);
 
 /* True when tlm was built with CUDA and at least one GPU is visible. */
 bool tlm_cuda_available(void);
+const char *tlm_cuda_device_name(tlm_backend *be); /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" */
 
 void tlm_backend_destroy(tlm_backend *be); /* frees every allocation still live, then the backend */
 

@@ -22,6 +22,7 @@ typedef enum {
 } tlm_pass;
 
 const char *tlm_pass_name(tlm_pass p); /* "forward", "forward-backward", "train" */
+const char *tlm_precision_name(tlm_precision p); /* "fp32", "tf32" */
 
 typedef struct {
     char model_name[32];   /* preset name or "custom" */
@@ -29,6 +30,7 @@ typedef struct {
     int batch_size, context_length;
     int warmup, steps;     /* steps >= 1, warmup >= 0 */
     tlm_pass pass;
+    tlm_precision precision; /* set on the backend for the run */
     uint64_t seed;         /* weights and batch */
 } tlm_bench_case;
 

@@ -18,6 +18,14 @@ const char *tlm_pass_name(tlm_pass p) {
     return "?";
 }
 
+const char *tlm_precision_name(tlm_precision p) {
+    switch (p) {
+    case TLM_PRECISION_FP32: return "fp32";
+    case TLM_PRECISION_TF32: return "tf32";
+    }
+    return "?";
+}
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -49,6 +57,7 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     const int B = c->batch_size, T = c->context_length;
     const size_t N = (size_t)B * T;
 
+    be->precision = c->precision;
     tlm_mem_reset_peak(be);
     tlm_model *m = NULL;
     int32_t *tokens = malloc((N + 1) * sizeof(int32_t));
@@ -70,6 +79,8 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
         const int timed = i - c->warmup; /* < 0 during warm-up */
         float loss = 0;
         be->synchronize(be);
+        /* a profiler can leave the warm-up out by its range name */
+        if (be->range_push) be->range_push(be, timed < 0 ? "warmup step" : "step");
         double t0 = now_ms();
         s = tlm_model_forward(m, tokens, tokens + 1, B, T, &loss);
         be->synchronize(be);
@@ -84,6 +95,7 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
             be->synchronize(be);
             t3 = now_ms();
         }
+        if (be->range_pop) be->range_pop(be);
         if (timed >= 0) {
             fwd[timed] = t1 - t0;
             bwd[timed] = t2 - t1;

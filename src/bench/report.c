@@ -45,14 +45,14 @@ void tlm_bench_print_header(FILE *f, tlm_format fmt, const char *device_desc, co
         fprintf(f, "# TFLOP/s: %s\n", flops_note);
         fprintf(f, "# peak: tracked allocator peak (parameters, gradients, optimizer state, activations, "
                    "workspace), GiB = 2^30 bytes\n");
-        fprintf(f, "%-8s %5s %5s %8s %10s %8s %10s %8s %10s %8s %11s %8s %8s %8s\n", "model", "ctx", "batch",
-                "params", "forward", "std", "backward", "std", "optimizer", "std", "tokens/s", "TFLOP/s",
+        fprintf(f, "%-8s %5s %5s %-5s %8s %10s %8s %10s %8s %10s %8s %11s %8s %8s %8s\n", "model", "ctx", "batch",
+                "prec", "params", "forward", "std", "backward", "std", "optimizer", "std", "tokens/s", "TFLOP/s",
                 "peak", "loss");
-        fprintf(f, "%-8s %5s %5s %8s %10s %8s %10s %8s %10s %8s %11s %8s %8s %8s\n", "", "", "", "M", "ms",
+        fprintf(f, "%-8s %5s %5s %-5s %8s %10s %8s %10s %8s %10s %8s %11s %8s %8s %8s\n", "", "", "", "", "M", "ms",
                 "ms", "ms", "ms", "ms", "ms", "", "", "GiB", "");
         break;
     case TLM_FORMAT_CSV:
-        fprintf(f, "impl,model,context_length,batch_size,pass,params,fwd_ms_mean,fwd_ms_std,bwd_ms_mean,"
+        fprintf(f, "impl,model,context_length,batch_size,precision,pass,params,fwd_ms_mean,fwd_ms_std,bwd_ms_mean,"
                    "bwd_ms_std,opt_ms_mean,opt_ms_std,step_ms_mean,step_ms_std,tokens_per_s,tflops,peak_bytes,"
                    "loss_first,loss_last,status\n");
         break;
@@ -78,7 +78,8 @@ void tlm_bench_print_row(FILE *f, tlm_format fmt, const tlm_bench_case *c, const
     const int oom = r->status == TLM_ERR_OUT_OF_MEMORY;
     switch (fmt) {
     case TLM_FORMAT_TABLE:
-        fprintf(f, "%-8s %5d %5d %8.1f ", c->model_name, c->context_length, c->batch_size, r->params / 1e6);
+        fprintf(f, "%-8s %5d %5d %-5s %8.1f ", c->model_name, c->context_length, c->batch_size,
+                tlm_precision_name(c->precision), r->params / 1e6);
         if (!ok) {
             fprintf(f, "%s: %s\n", oom ? "OOM" : "FAILED", r->error);
             break;
@@ -91,8 +92,8 @@ void tlm_bench_print_row(FILE *f, tlm_format fmt, const tlm_bench_case *c, const
         fprintf(f, "%11.0f %8.3f %8.3f %8.4f\n", r->tokens_per_s, r->tflops, r->peak_bytes / GIB, r->loss_last);
         break;
     case TLM_FORMAT_CSV:
-        fprintf(f, "tlm,%s,%d,%d,%s,%lld,", c->model_name, c->context_length, c->batch_size,
-                tlm_pass_name(c->pass), (long long)r->params);
+        fprintf(f, "tlm,%s,%d,%d,%s,%s,%lld,", c->model_name, c->context_length, c->batch_size,
+                tlm_precision_name(c->precision), tlm_pass_name(c->pass), (long long)r->params);
         if (ok)
             fprintf(f, "%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.4f,%zu,%.6f,%.6f,ok\n", r->forward.mean_ms,
                     r->forward.std_ms, ms_or_nan(&r->backward, bwd), r->backward.std_ms,
@@ -102,9 +103,10 @@ void tlm_bench_print_row(FILE *f, tlm_format fmt, const tlm_bench_case *c, const
             fprintf(f, ",,,,,,,,,,%zu,,,%s\n", r->peak_bytes, oom ? "OOM" : "FAILED");
         break;
     case TLM_FORMAT_JSON:
-        fprintf(f, "%s\n  {\"model\": \"%s\", \"context_length\": %d, \"batch_size\": %d, \"pass\": \"%s\", "
-                   "\"params\": %lld, \"status\": \"%s\"",
-                index ? "," : "", c->model_name, c->context_length, c->batch_size, tlm_pass_name(c->pass),
+        fprintf(f, "%s\n  {\"impl\": \"tlm\", \"model\": \"%s\", \"context_length\": %d, \"batch_size\": %d, "
+                   "\"precision\": \"%s\", \"pass\": \"%s\", \"params\": %lld, \"status\": \"%s\"",
+                index ? "," : "", c->model_name, c->context_length, c->batch_size, tlm_precision_name(c->precision),
+                tlm_pass_name(c->pass),
                 (long long)r->params, ok ? "ok" : oom ? "OOM" : "failed");
         if (!ok) {
             fprintf(f, ", \"error\": ");

@@ -140,7 +140,7 @@ tlm_backend *cli_create_backend(const char *cmd, const char *device, int threads
             snprintf(desc, desc_n, "cpu (%d OpenMP threads, OpenBLAS)", threads > 0 ? threads : omp_get_max_threads());
     } else if (strcmp(device, "cuda") == 0) {
         s = tlm_backend_cuda_create(&be, 0);
-        if (s == TLM_OK) snprintf(desc, desc_n, "%s", be->name);
+        if (s == TLM_OK) snprintf(desc, desc_n, "cuda: %s", tlm_cuda_device_name(be));
     } else {
         cli_error(cmd, "--device: unknown device '%s' (known: cpu, cuda)", device);
         return NULL;

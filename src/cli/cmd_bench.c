@@ -23,11 +23,14 @@ static void bench_usage(FILE *f) {
             "  -n, --steps N             timed steps (default: 10; CPU default run: 3)\n"
             "  -p, --pass P              forward | forward-backward | train (default: train =\n"
             "                            forward + backward + AdamW step)\n"
+            "  -P, --precision LIST      comma list of fp32 (strict IEEE GEMMs, PyTorch's default) and\n"
+            "                            tf32 (TF32 tensor-core GEMMs; the CPU computes it as fp32)\n"
+            "                            (default: fp32)\n"
             "  -d, --device D            cpu | cuda (default: cuda when a GPU is present, else cpu)\n"
             "  -t, --threads N           CPU threads (default: all cores)\n"
             "  -s, --seed N              weights and batch seed (default: 0)\n"
             "  -f, --format F            table | csv | json (default: table)\n"
-            "  -o, --out FILE            also write the results, in --format, to FILE\n"
+            "  -o, --out FILE            write the results, in --format, to FILE (stdout then shows the table)\n"
             "  -h, --help                this text\n",
             tlm_config_preset_names());
     cli_print_shape_flags_help(f);
@@ -41,6 +44,7 @@ int cmd_bench(int argc, char **argv) {
         {"model", required_argument, 0, 'm'},   {"context-length", required_argument, 0, 'c'},
         {"batch-size", required_argument, 0, 'b'}, {"warmup", required_argument, 0, 'w'},
         {"steps", required_argument, 0, 'n'},   {"pass", required_argument, 0, 'p'},
+        {"precision", required_argument, 0, 'P'},
         {"device", required_argument, 0, 'd'},  {"threads", required_argument, 0, 't'},
         {"seed", required_argument, 0, 's'},    {"format", required_argument, 0, 'f'},
         {"out", required_argument, 0, 'o'},     {"help", no_argument, 0, 'h'},
@@ -49,11 +53,13 @@ int cmd_bench(int argc, char **argv) {
     int contexts[MAX_CONTEXTS], num_contexts = 0;
     long batch = 4, warmup = -1, steps = -1, threads = 0, seed = 0;
     tlm_pass pass = TLM_PASS_TRAIN;
+    tlm_precision precisions[4] = {TLM_PRECISION_FP32};
+    int num_precisions = 1;
     tlm_format fmt = TLM_FORMAT_TABLE;
     cli_shape_flags shape;
     cli_shape_flags_init(&shape);
     optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "m:c:b:w:n:p:d:t:s:f:o:h", opts, NULL)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, "m:c:b:w:n:p:P:d:t:s:f:o:h", opts, NULL)) != -1;) {
         bool ok = true;
         switch (c) {
         case 'm': models_arg = optarg; break;
@@ -71,6 +77,19 @@ int cmd_bench(int argc, char **argv) {
             else if (strcmp(optarg, "train") == 0) pass = TLM_PASS_TRAIN;
             else { cli_error(cmd, "--pass: unknown pass '%s' (known: forward, forward-backward, train)", optarg); ok = false; }
             break;
+        case 'P': {
+            char buf[128];
+            snprintf(buf, sizeof buf, "%s", optarg);
+            num_precisions = 0;
+            for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && ok; tok = strtok_r(NULL, ",", &save)) {
+                if (num_precisions == 4) { cli_error(cmd, "--precision: more than 4 values"); ok = false; }
+                else if (strcmp(tok, "fp32") == 0) precisions[num_precisions++] = TLM_PRECISION_FP32;
+                else if (strcmp(tok, "tf32") == 0) precisions[num_precisions++] = TLM_PRECISION_TF32;
+                else { cli_error(cmd, "--precision: unknown precision '%s' (known: fp32, tf32)", tok); ok = false; }
+            }
+            if (ok && num_precisions == 0) { cli_error(cmd, "--precision: no values"); ok = false; }
+            break;
+        }
         case 'f':
             if (strcmp(optarg, "table") == 0) fmt = TLM_FORMAT_TABLE;
             else if (strcmp(optarg, "csv") == 0) fmt = TLM_FORMAT_CSV;
@@ -135,26 +154,29 @@ int cmd_bench(int argc, char **argv) {
         return TLM_EXIT_FAILURE;
     }
     cases[0].context_length = contexts[0];
-    tlm_bench_print_header(stdout, fmt, desc, &cases[0]);
+    const tlm_format stdout_fmt = out ? TLM_FORMAT_TABLE : fmt;
+    tlm_bench_print_header(stdout, stdout_fmt, desc, &cases[0]);
     if (out) tlm_bench_print_header(out, fmt, desc, &cases[0]);
     int rows = 0, failed = 0, hard_failures = 0;
     for (int i = 0; i < num_models; i++) {
+        for (int k = 0; k < num_precisions; k++)
         for (int j = 0; j < num_contexts; j++) {
             tlm_bench_case bc = cases[i];
             bc.context_length = contexts[j];
+            bc.precision = precisions[k];
             tlm_bench_result r;
             if (tlm_bench_run(be, &bc, &r) != TLM_OK) {
                 r.status = TLM_ERR_OUT_OF_MEMORY;
                 snprintf(r.error, sizeof r.error, "%s", tlm_last_error());
             }
-            tlm_bench_print_row(stdout, fmt, &bc, &r, rows);
+            tlm_bench_print_row(stdout, stdout_fmt, &bc, &r, rows);
             if (out) tlm_bench_print_row(out, fmt, &bc, &r, rows);
             rows++;
             if (r.status != TLM_OK) failed++;
             if (r.status != TLM_OK && r.status != TLM_ERR_OUT_OF_MEMORY) hard_failures++;
         }
     }
-    tlm_bench_print_footer(stdout, fmt, rows, failed);
+    tlm_bench_print_footer(stdout, stdout_fmt, rows, failed);
     if (out) {
         tlm_bench_print_footer(out, fmt, rows, failed);
         if (!cli_commit_file(cmd, out, tmp_path, out_path, true)) hard_failures++;

@@ -9,3 +9,5 @@ tlm_status tlm_backend_cuda_create(tlm_backend **out, int device_index) {
 }
 
 bool tlm_cuda_available(void) { return false; }
+
+const char *tlm_cuda_device_name(tlm_backend *be) { return "no GPU (built without CUDA)"; }

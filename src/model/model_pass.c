@@ -137,14 +137,18 @@ tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t 
     const int n = (int)N;
     m->B = B;
     m->T = T;
+    tlm_range_push(be, "forward");
     be->copy_to_backend(be, m->inputs, inputs, N * sizeof(int32_t));
     if (targets) be->copy_to_backend(be, m->targets, targets, N * sizeof(int32_t));
 
+    char layer_name[32];
     op->embedding_forward(be, m->acts[0].x, m->inputs, m->wte, n, C);
     for (int l = 0; l < c->num_layers; l++) {
         tlm_layer_acts *a = &m->acts[l];
         const tlm_layer_weights *w = &m->layer_w[l];
         float *x_next = l + 1 < c->num_layers ? m->acts[l + 1].x : m->x_final;
+        snprintf(layer_name, sizeof layer_name, "layer %d", l);
+        tlm_range_push(be, layer_name);
         /* attention branch: h = x + output_proj(attn(RoPE(q), RoPE(k), v)) */
         op->rmsnorm_forward(be, a->ln1, a->ln1_rstd, a->x, w->ln1, n, C, c->rmsnorm_eps);
         op->matmul_forward(be, a->qkv, a->ln1, w->qkv, n, C, 3 * C);
@@ -158,15 +162,17 @@ tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t 
         op->swiglu_forward(be, a->g, a->ab, n, F);
         op->matmul_forward(be, x_next, a->g, w->w2, n, F, C);
         op->add_inplace(be, x_next, a->h, N * C);
+        tlm_range_pop(be);
     }
     op->rmsnorm_forward(be, m->ln_f, m->ln_f_rstd, m->x_final, m->ln_final, n, C, c->rmsnorm_eps);
     op->matmul_forward(be, m->logits, m->ln_f, m->lm_head, n, C, V);
     m->have_forward = targets != NULL;
+    if (targets) op->cross_entropy_forward(be, m->losses, m->lse, m->logits, m->targets, n, V);
+    tlm_range_pop(be);
     if (!targets) {
         if (loss) *loss = NAN;
         return TLM_OK;
     }
-    op->cross_entropy_forward(be, m->losses, m->lse, m->logits, m->targets, n, V);
     if (loss) {
         be->copy_to_host(be, m->host_losses, m->losses, N * sizeof(float));
         be->synchronize(be);
@@ -207,6 +213,8 @@ tlm_status tlm_model_backward(tlm_model *m) {
     float *g_ln_final = m->grads + m->tensors[m->num_tensors - 2].offset;
     float *g_lm_head = m->grads + m->tensors[m->num_tensors - 1].offset;
 
+    tlm_range_push(be, "backward");
+    char layer_name[32];
     /* loss = mean over N positions: dlogits = (softmax - onehot) / N, in place of the logits */
     op->cross_entropy_backward(be, m->logits, m->logits, m->lse, m->targets, n, V, 1.0f / (float)n);
     op->matmul_backward(be, m->d_tmp, g_lm_head, m->logits, m->ln_f, m->lm_head, n, C, V);
@@ -217,6 +225,8 @@ tlm_status tlm_model_backward(tlm_model *m) {
         const tlm_layer_acts *a = &m->acts[l];
         const tlm_layer_weights *w = &m->layer_w[l];
         const tlm_layer_weights *g = &m->layer_g[l];
+        snprintf(layer_name, sizeof layer_name, "layer %d", l);
+        tlm_range_push(be, layer_name);
         /* feed-forward branch */
         op->matmul_backward(be, m->d_g, g->w2, m->d_resid, a->g, w->w2, n, F, C);
         op->swiglu_backward(be, m->d_ab, m->d_g, a->ab, n, F);
@@ -229,8 +239,10 @@ tlm_status tlm_model_backward(tlm_model *m) {
         op->rope_backward(be, m->d_qkv, m->rope_cos, m->rope_sin, B, T, 2 * H, D, 3 * C);
         op->matmul_backward(be, m->d_tmp, g->qkv, m->d_qkv, a->ln1, w->qkv, n, C, 3 * C);
         op->rmsnorm_backward(be, m->d_resid, g->ln1, m->d_tmp, a->x, w->ln1, a->ln1_rstd, n, C);
+        tlm_range_pop(be);
     }
     op->embedding_backward(be, g_wte, m->d_resid, m->inputs, n, V, C);
+    tlm_range_pop(be);
     m->have_forward = 0; /* the logits now hold their gradient */
     return TLM_OK;
 }
@@ -253,7 +265,9 @@ tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt) {
         be->memset_zero(be, m->adam_v, bytes);
     }
     m->adam_t++;
+    tlm_range_push(be, "optimizer");
     be->ops->adamw_step(be, m->params, m->grads, m->adam_m, m->adam_v, m->flat_numel, opt->lr, opt->beta1,
                         opt->beta2, opt->eps, opt->weight_decay, m->adam_t);
+    tlm_range_pop(be);
     return TLM_OK;
 }

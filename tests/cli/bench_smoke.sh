@@ -5,7 +5,7 @@ B=("$TLM" bench --device cpu --model tiny --context-length 8,16 --batch-size 2 -
 out=$("${B[@]}" 2>&1)
 check "table run exits 0" test $? -eq 0
 echo "$out"
-check "table has a row per context length" test "$(grep -cE '^tiny +(8|16) ' <<<"$out")" -eq 2
+check "table has a row per context length" test "$(grep -cE '^tiny +(8|16) +2 +fp32 ' <<<"$out")" -eq 2
 check "table header names the device" grep -q '^# device: cpu' <<<"$out"
 expect_ok "csv to a file" "${B[@]}" --format csv --out "$TMP/r.csv"
 check "csv has a header and 2 rows" test "$(wc -l < "$TMP/r.csv")" -eq 3

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# run-device.sh — the GPU run, in ONE device call: build tlm for Hopper, run the GPU tests, run
+# `tlm bench` and the PyTorch peer on the same sizes, and write a side-by-side table to $OUT.
+# Usage (on the GPU machine, from the repository root):
+#   OUT=/some/dir bench/run-device.sh 2>&1 | tee $OUT/log.txt
+# Files under $OUT: build.log, tlm.json, torch-eager.json, torch-compile.json, side-by-side.md
+# env: MODELS (small,medium,large,xl,2.7B) CTX (256) BATCH (4) WARMUP (5) STEPS (10)
+#      TLM_PRECISIONS (fp32,tf32) PEER_PRECISIONS (fp32,bf16) COMPILE (1: also torch.compile bf16)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:?set OUT to a folder for the results}
+MODELS=${MODELS:-small,medium,large,xl,2.7B} CTX=${CTX:-256} BATCH=${BATCH:-4}
+WARMUP=${WARMUP:-5} STEPS=${STEPS:-10}
+TLM_PRECISIONS=${TLM_PRECISIONS:-fp32,tf32} PEER_PRECISIONS=${PEER_PRECISIONS:-fp32,bf16} COMPILE=${COMPILE:-1}
+mkdir -p "$OUT"
+{
+  echo "# date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/# gpu: /'
+  nvcc --version | tail -1 | sed 's/^/# nvcc: /'
+  python3 -c 'import torch; print("# torch:", torch.__version__, "cuda", torch.version.cuda)'
+}
+
+echo "== build"
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTLM_CUDA=ON > "$OUT/build.log" 2>&1 &&
+  cmake --build build-gpu -j "$(nproc)" >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+
+echo "== GPU tests"
+ctest --test-dir build-gpu -L gpu --output-on-failure 2>&1
+tests_rc=$?
+
+common=(--model "$MODELS" --context-length "$CTX" --batch-size "$BATCH" --warmup "$WARMUP" --steps "$STEPS" --pass train)
+echo "== tlm bench"
+./build-gpu/tlm bench --device cuda "${common[@]}" --precision "$TLM_PRECISIONS" --format json --out "$OUT/tlm.json"
+
+echo "== PyTorch eager"
+PYTHONUNBUFFERED=1 python3 bench/peers/pytorch_lm.py --device cuda "${common[@]}" --precision "$PEER_PRECISIONS" \
+  --format json --out "$OUT/torch-eager.json" | grep -v '^ *[{}"\[]'
+peers=("$OUT/torch-eager.json")
+if [ "$COMPILE" = 1 ]; then
+  echo "== PyTorch torch.compile bf16 + SDPA"
+  PYTHONUNBUFFERED=1 python3 bench/peers/pytorch_lm.py --device cuda "${common[@]}" --precision bf16 --compile \
+    --attention sdpa --format json --out "$OUT/torch-compile.json" | grep -v '^ *[{}"\[]'
+  [ -f "$OUT/torch-compile.json" ] && peers+=("$OUT/torch-compile.json")
+fi
+echo "== side by side"
+python3 bench/side_by_side.py "$OUT/side-by-side.md" "$OUT/tlm.json" --peers "${peers[@]}"
+exit "$tests_rc"
