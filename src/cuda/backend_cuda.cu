@@ -1,25 +1,181 @@
-/* backend_cuda.cu — the CUDA backend: device detection now; the ops come with issue 3
- * (kernels in src/cuda/<op>.cu, GEMMs through cuBLASLt). */
-#include <cuda_runtime.h>
+/* backend_cuda.cu — the CUDA backend: device memory through cudaMalloc, one non-blocking stream
+ * that every op and copy runs on, a cuBLASLt handle with a 32 MiB workspace, NVTX ranges, and
+ * the table of ops (kernels in src/cuda/<op>.cu, GEMMs through cuBLASLt in matmul.cu). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <nvtx3/nvToolsExt.h>
 
-extern "C" {
-#include "tlm/backend.h"
+#include "cuda/cuda_common.cuh"
+
+static tlm_ops cuda_ops_table(void) {
+    tlm_ops ops;
+    memset(&ops, 0, sizeof ops);
+    ops.embedding_forward = tlm_cuda_embedding_forward;
+    ops.embedding_backward = tlm_cuda_embedding_backward;
+    ops.rmsnorm_forward = tlm_cuda_rmsnorm_forward;
+    ops.rmsnorm_backward = tlm_cuda_rmsnorm_backward;
+    ops.matmul_forward = tlm_cuda_matmul_forward;
+    ops.matmul_backward = tlm_cuda_matmul_backward;
+    ops.rope_forward = tlm_cuda_rope_forward;
+    ops.rope_backward = tlm_cuda_rope_backward;
+    ops.attention_forward = tlm_cuda_attention_forward;
+    ops.attention_backward = tlm_cuda_attention_backward;
+    ops.swiglu_forward = tlm_cuda_swiglu_forward;
+    ops.swiglu_backward = tlm_cuda_swiglu_backward;
+    ops.residual_forward = tlm_cuda_residual_forward;
+    ops.add_inplace = tlm_cuda_add_inplace;
+    ops.cross_entropy_forward = tlm_cuda_cross_entropy_forward;
+    ops.cross_entropy_backward = tlm_cuda_cross_entropy_backward;
+    ops.adamw_step = tlm_cuda_adamw_step;
+    return ops;
 }
+
+static const tlm_ops cuda_ops = cuda_ops_table();
+
+/* ---- memory, copies, synchronization ------------------------------------------------------- */
+
+static void *cuda_raw_alloc(tlm_backend *be, size_t bytes) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError(); /* clear the error so the next call does not see it */
+        return NULL;
+    }
+    TLM_CUDA_CHECK(e);
+    return p;
+}
+
+static void cuda_raw_free(tlm_backend *be, void *ptr) {
+    /* ops queued on the stream may still use ptr: wait for them (frees are rare) */
+    if (tlm_cuda_of(be) && tlm_cuda_of(be)->stream) TLM_CUDA_CHECK(cudaStreamSynchronize(tlm_cuda_of(be)->stream));
+    TLM_CUDA_CHECK(cudaFree(ptr));
+}
+
+static void cuda_copy_to_backend(tlm_backend *be, void *dst, const void *src_host, size_t bytes) {
+    /* from pageable memory the call returns once src_host has been staged: the caller may reuse it */
+    TLM_CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, tlm_cuda_stream(be)));
+}
+
+static void cuda_copy_to_host(tlm_backend *be, void *dst_host, const void *src, size_t bytes) {
+    TLM_CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, tlm_cuda_stream(be)));
+    TLM_CUDA_CHECK(cudaStreamSynchronize(tlm_cuda_stream(be))); /* dst_host is valid on return */
+}
+
+static void cuda_memset_zero(tlm_backend *be, void *dst, size_t bytes) {
+    TLM_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, tlm_cuda_stream(be)));
+}
+
+static void cuda_synchronize(tlm_backend *be) { TLM_CUDA_CHECK(cudaStreamSynchronize(tlm_cuda_stream(be))); }
+
+static void cuda_range_push(tlm_backend *be, const char *name) { nvtxRangePushA(name); }
+static void cuda_range_pop(tlm_backend *be) { nvtxRangePop(); }
+
+static void cuda_destroy(tlm_backend *be) {
+    tlm_cuda *cu = tlm_cuda_of(be);
+    if (!cu) return;
+    if (cu->stream) TLM_CUDA_CHECK(cudaStreamSynchronize(cu->stream));
+    tlm_cuda_matmul_cache_destroy(cu);
+    if (cu->lt) TLM_CUBLAS_CHECK(cublasLtDestroy(cu->lt));
+    if (cu->stream) TLM_CUDA_CHECK(cudaStreamDestroy(cu->stream));
+    free(cu);
+    be->impl = NULL;
+}
+
+/* ---- creation ------------------------------------------------------------------------------- */
 
 extern "C" bool tlm_cuda_available(void) {
     int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e == cudaSuccess && n > 0;
 }
+
+extern "C" const char *tlm_cuda_device_name(tlm_backend *be) {
+    if (!be || be->device != TLM_DEVICE_CUDA || !be->impl) return "cuda";
+    return tlm_cuda_of(be)->device_name;
+}
+
+/* a cuda*() call made while creating the backend: its failure is returned, not fatal */
+#define CREATE_TRY(call)                                                                              \
+    do {                                                                                              \
+        cudaError_t e_ = (call);                                                                      \
+        if (e_ != cudaSuccess) {                                                                      \
+            (void)cudaGetLastError();                                                                 \
+            s = tlm_fail(TLM_ERR_BACKEND, "creating the CUDA backend on GPU %d: %s: %s", device_index, \
+                         #call, cudaGetErrorString(e_));                                              \
+            goto fail;                                                                                \
+        }                                                                                             \
+    } while (0)
 
 extern "C" tlm_status tlm_backend_cuda_create(tlm_backend **out, int device_index) {
     *out = NULL;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0)
+    if (e != cudaSuccess || n == 0) {
+        (void)cudaGetLastError();
         return tlm_fail(TLM_ERR_UNSUPPORTED, "no CUDA GPU found (%s); use --device cpu",
                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    }
     if (device_index < 0 || device_index >= n)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "GPU %d does not exist (%d visible)", device_index, n);
-    return tlm_fail(TLM_ERR_UNSUPPORTED,
-                    "the CUDA backend's ops are not implemented yet; use --device cpu");
+
+    tlm_status s = TLM_OK;
+    cudaDeviceProp prop;
+    cublasStatus_t bs;
+    tlm_backend *be = (tlm_backend *)calloc(1, sizeof *be);
+    tlm_cuda *cu = (tlm_cuda *)calloc(1, sizeof *cu);
+    if (!be || !cu) {
+        free(be);
+        free(cu);
+        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory creating the CUDA backend");
+    }
+    be->name = "cuda";
+    be->device = TLM_DEVICE_CUDA;
+    be->ops = &cuda_ops;
+    be->impl = cu;
+    be->precision = TLM_PRECISION_FP32;
+    be->range_push = cuda_range_push;
+    be->range_pop = cuda_range_pop;
+    be->raw_alloc = cuda_raw_alloc;
+    be->raw_free = cuda_raw_free;
+    be->destroy = cuda_destroy;
+    be->copy_to_backend = cuda_copy_to_backend;
+    be->copy_to_host = cuda_copy_to_host;
+    be->memset_zero = cuda_memset_zero;
+    be->synchronize = cuda_synchronize;
+
+    cu->device = device_index;
+    CREATE_TRY(cudaSetDevice(device_index));
+    CREATE_TRY(cudaGetDeviceProperties(&prop, device_index));
+    cu->num_sms = prop.multiProcessorCount;
+    snprintf(cu->device_name, sizeof cu->device_name, "%.120s (sm_%d%d, %d SMs)", prop.name, prop.major, prop.minor,
+             prop.multiProcessorCount);
+    if (prop.major < 9) {
+        s = tlm_fail(TLM_ERR_UNSUPPORTED, "GPU %d is %s: tlm's CUDA backend is built for Hopper (sm_90a)",
+                     device_index, cu->device_name);
+        goto fail;
+    }
+    CREATE_TRY(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking));
+    bs = cublasLtCreate(&cu->lt);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        cu->lt = NULL;
+        s = tlm_fail(TLM_ERR_BACKEND, "creating the CUDA backend: cublasLtCreate: %s", cublasLtGetStatusString(bs));
+        goto fail;
+    }
+    /* through the tracked allocator, now that the struct is set up */
+    cu->workspace = tlm_alloc(be, TLM_CUDA_WORKSPACE_BYTES, TLM_MEM_WORKSPACE, "cublaslt.workspace");
+    cu->workspace_bytes = TLM_CUDA_WORKSPACE_BYTES;
+    cu->scratch = (float *)tlm_alloc(be, TLM_CUDA_SCRATCH_BYTES, TLM_MEM_WORKSPACE, "cuda.scratch");
+    cu->scratch_floats = TLM_CUDA_SCRATCH_BYTES / sizeof(float);
+    if (!cu->workspace || !cu->scratch) {
+        s = TLM_ERR_OUT_OF_MEMORY; /* tlm_alloc set the message */
+        goto fail;
+    }
+    *out = be;
+    return TLM_OK;
+
+fail:
+    tlm_backend_destroy(be); /* frees what was allocated, then cuda_destroy */
+    return s;
 }

@@ -1,0 +1,75 @@
+/* adamw.cu — one AdamW step on the GPU, the CS336 version of Loshchilov & Hutter 2019, "Decoupled
+ * Weight Decay Regularization", Algorithm 2: the bias corrections folded into the step size a_t
+ * (computed on the host in double, as the CPU backend does), the decay applied after the update,
+ * to the updated parameters. One launch over the flat buffers, grid-stride, 16-byte accesses
+ * when all four buffers are 16-byte aligned (a scalar tail for n % 4): per parameter 16 bytes
+ * read, 12 written, the bandwidth floor. sqrt and the division are IEEE-rounded (__fsqrt_rn,
+ * __fdiv_rn) despite --use_fast_math, to match the CPU; they cost nothing in a memory-bound loop. */
+#include <math.h>
+
+#include "cuda/cuda_common.cuh"
+
+struct adamw_args {
+    float beta1, beta2, one_minus_beta1, one_minus_beta2, a_t, eps, decay;
+};
+
+__device__ __forceinline__ void adamw_update(float &p, float g, float &m, float &v, const adamw_args &a) {
+    m = a.beta1 * m + a.one_minus_beta1 * g;
+    v = a.beta2 * v + a.one_minus_beta2 * g * g;
+    const float pi = p - __fdiv_rn(a.a_t * m, __fsqrt_rn(v) + a.eps); /* (a_t m) / (...), as the CPU */
+    p = pi - a.decay * pi;
+}
+
+template <bool VEC4>
+__global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n, adamw_args a) {
+    /* params, grads, m, v (n) */
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t done = 0;
+    if constexpr (VEC4) {
+        const size_t n4 = n / 4;
+        float4 *p4 = reinterpret_cast<float4 *>(params), *m4 = reinterpret_cast<float4 *>(m);
+        float4 *v4 = reinterpret_cast<float4 *>(v);
+        const float4 *g4 = reinterpret_cast<const float4 *>(grads);
+        for (size_t i = first; i < n4; i += stride) {
+            float4 p = p4[i], g = __ldcs(g4 + i), mm = m4[i], vv = v4[i]; /* g: read once, streamed */
+            adamw_update(p.x, g.x, mm.x, vv.x, a);
+            adamw_update(p.y, g.y, mm.y, vv.y, a);
+            adamw_update(p.z, g.z, mm.z, vv.z, a);
+            adamw_update(p.w, g.w, mm.w, vv.w, a);
+            p4[i] = p;
+            __stcs(m4 + i, mm); /* m, v: not read again this step */
+            __stcs(v4 + i, vv);
+        }
+        done = n4 * 4;
+    }
+    for (size_t i = done + first; i < n; i += stride) {
+        float p = params[i], mm = m[i], vv = v[i];
+        adamw_update(p, grads[i], mm, vv, a);
+        params[i] = p;
+        m[i] = mm;
+        v[i] = vv;
+    }
+}
+
+void tlm_cuda_adamw_step(tlm_backend *be, float *params, const float *grads, float *m, float *v, size_t n,
+                         float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+    if (n == 0) return;
+    adamw_args a;
+    a.beta1 = beta1;
+    a.beta2 = beta2;
+    a.one_minus_beta1 = 1.0f - beta1;
+    a.one_minus_beta2 = 1.0f - beta2;
+    /* a_t = lr sqrt(1 - beta2^t) / (1 - beta1^t), computed in double as on the CPU */
+    a.a_t = (float)((double)lr * sqrt(1.0 - pow((double)beta2, t)) / (1.0 - pow((double)beta1, t)));
+    a.eps = eps;
+    a.decay = lr * weight_decay;
+    cudaStream_t st = tlm_cuda_stream(be);
+    const int threads = 256;
+    if (tlm_aligned16(params) && tlm_aligned16(grads) && tlm_aligned16(m) && tlm_aligned16(v)) {
+        adamw_kernel<true><<<tlm_cuda_grid(be, (n + 3) / 4, threads), threads, 0, st>>>(params, grads, m, v, n, a);
+    } else {
+        adamw_kernel<false><<<tlm_cuda_grid(be, n, threads), threads, 0, st>>>(params, grads, m, v, n, a);
+    }
+    TLM_CUDA_CHECK_LAUNCH();
+}

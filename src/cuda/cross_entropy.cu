@@ -1,0 +1,85 @@
+/* cross_entropy.cu — softmax cross-entropy over V classes on the GPU, via the max-subtracted
+ * log-sum-exp (the log-softmax of Goodfellow, Bengio & Courville 2016, "Deep Learning",
+ * eq. 6.33): loss = logsumexp(logits) - logits[target], the max and the sum of exponentials found
+ * in one pass (online normalizer, Milakov & Gimelshein 2018, Algorithm 3); its gradient
+ * dloss * (softmax - onehot). One block per row, 16-byte accesses where V % 4 == 0. */
+#include <math.h>
+
+#include "cuda/cuda_common.cuh"
+
+template <int VEC>
+__global__ void cross_entropy_forward_kernel(float *losses, float *lse, const float *logits,
+                                             const int32_t *targets, int V) {
+    /* losses (N); lse (N); logits (N,V); targets (N); block n does row n */
+    const size_t n = blockIdx.x;
+    const float *l = logits + n * V;
+    float m = -FLT_MAX, s = 0.0f;
+    for (int j = threadIdx.x * VEC; j < V; j += blockDim.x * VEC) {
+        float v[VEC];
+        tlm_load<VEC>(v, l + j);
+        float mx = m;
+#pragma unroll
+        for (int e = 0; e < VEC; e++) mx = fmaxf(mx, v[e]);
+        s *= __expf(m - mx);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) s += __expf(v[e] - mx);
+        m = mx;
+    }
+    tlm_block_softmax_merge(m, s);
+    if (threadIdx.x == 0) {
+        const float logsumexp = m + (float)log((double)s);
+        lse[n] = logsumexp;
+        losses[n] = logsumexp - l[targets[n]];
+    }
+}
+
+/* dlogits may be logits (in place): every element, the target's too, is read and then written by
+ * the same thread. */
+template <int VEC>
+__global__ void cross_entropy_backward_kernel(float *dlogits, const float *logits, const float *lse,
+                                              const int32_t *targets, int V, float dloss) {
+    /* dlogits (N,V); logits (N,V); lse (N); targets (N) */
+    const size_t n = blockIdx.x;
+    const float *l = logits + n * V;
+    float *dl = dlogits + n * V;
+    const float logsumexp = lse[n];
+    const int target = targets[n];
+    for (int j = threadIdx.x * VEC; j < V; j += blockDim.x * VEC) {
+        float v[VEC];
+        tlm_load<VEC>(v, l + j);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) {
+            const float p = __expf(v[e] - logsumexp);
+            v[e] = dloss * (j + e == target ? p - 1.0f : p);
+        }
+        tlm_store<VEC>(dl + j, v);
+    }
+}
+
+void tlm_cuda_cross_entropy_forward(tlm_backend *be, float *losses, float *lse, const float *logits,
+                                    const int32_t *targets, int N, int V) {
+    if (N <= 0) return;
+    cudaStream_t st = tlm_cuda_stream(be);
+    if (V % 4 == 0 && tlm_aligned16(logits)) {
+        cross_entropy_forward_kernel<4><<<N, tlm_cuda_row_threads(V / 4, 512), 0, st>>>(losses, lse, logits,
+                                                                                       targets, V);
+    } else {
+        cross_entropy_forward_kernel<1><<<N, tlm_cuda_row_threads(V, 512), 0, st>>>(losses, lse, logits, targets,
+                                                                                   V);
+    }
+    TLM_CUDA_CHECK_LAUNCH();
+}
+
+void tlm_cuda_cross_entropy_backward(tlm_backend *be, float *dlogits, const float *logits, const float *lse,
+                                     const int32_t *targets, int N, int V, float dloss) {
+    if (N <= 0) return;
+    cudaStream_t st = tlm_cuda_stream(be);
+    if (V % 4 == 0 && tlm_aligned16(logits) && tlm_aligned16(dlogits)) {
+        cross_entropy_backward_kernel<4><<<N, tlm_cuda_row_threads(V / 4, 512), 0, st>>>(dlogits, logits, lse,
+                                                                                        targets, V, dloss);
+    } else {
+        cross_entropy_backward_kernel<1><<<N, tlm_cuda_row_threads(V, 512), 0, st>>>(dlogits, logits, lse,
+                                                                                    targets, V, dloss);
+    }
+    TLM_CUDA_CHECK_LAUNCH();
+}

@@ -1,0 +1,57 @@
+/* embedding.cu — token embedding on the GPU: a row lookup, out[n,:] = wte[tokens[n],:], one block
+ * per row with 16-byte copies; and its backward, dwte = 0 then a scatter-add of the output
+ * gradient into the rows of the looked-up tokens (float atomics: rows repeated in `tokens` add
+ * in no fixed order, so dwte may differ from the CPU's in the last bits). */
+#include "cuda/cuda_common.cuh"
+
+template <int VEC>
+__global__ void embedding_forward_kernel(float *out, const int32_t *tokens, const float *wte, int C) {
+    /* out (N,C); tokens (N); wte (V,C); block n copies row tokens[n] */
+    const size_t n = blockIdx.x;
+    const float *src = wte + (size_t)tokens[n] * C;
+    float *dst = out + n * C;
+    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
+        float r[VEC];
+        tlm_load<VEC>(r, src + c);
+        tlm_store<VEC>(dst + c, r);
+    }
+}
+
+template <int VEC>
+__global__ void embedding_backward_kernel(float *dwte, const float *dout, const int32_t *tokens, int C) {
+    /* dwte (V,C) += per row n: dwte[tokens[n],:] += dout[n,:] */
+    const size_t n = blockIdx.x;
+    float *dst = dwte + (size_t)tokens[n] * C;
+    const float *src = dout + n * C;
+    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
+        float r[VEC];
+        tlm_load<VEC>(r, src + c);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) atomicAdd(dst + c + i, r[i]);
+    }
+}
+
+void tlm_cuda_embedding_forward(tlm_backend *be, float *out, const int32_t *tokens, const float *wte, int N,
+                                int C) {
+    if (N <= 0) return;
+    cudaStream_t st = tlm_cuda_stream(be);
+    if (C % 4 == 0 && tlm_aligned16(out) && tlm_aligned16(wte)) {
+        embedding_forward_kernel<4><<<N, tlm_cuda_row_threads(C / 4, 256), 0, st>>>(out, tokens, wte, C);
+    } else {
+        embedding_forward_kernel<1><<<N, tlm_cuda_row_threads(C, 256), 0, st>>>(out, tokens, wte, C);
+    }
+    TLM_CUDA_CHECK_LAUNCH();
+}
+
+void tlm_cuda_embedding_backward(tlm_backend *be, float *dwte, const float *dout, const int32_t *tokens, int N,
+                                 int V, int C) {
+    cudaStream_t st = tlm_cuda_stream(be);
+    TLM_CUDA_CHECK(cudaMemsetAsync(dwte, 0, (size_t)V * C * sizeof(float), st));
+    if (N <= 0) return;
+    if (C % 4 == 0 && tlm_aligned16(dout)) {
+        embedding_backward_kernel<4><<<N, tlm_cuda_row_threads(C / 4, 256), 0, st>>>(dwte, dout, tokens, C);
+    } else {
+        embedding_backward_kernel<1><<<N, tlm_cuda_row_threads(C, 256), 0, st>>>(dwte, dout, tokens, C);
+    }
+    TLM_CUDA_CHECK_LAUNCH();
+}

@@ -1,0 +1,149 @@
+/* rmsnorm.cu — RMSNorm on the GPU (Zhang & Sennrich 2019, "Root Mean Square Layer
+ * Normalization", eq. 4): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps), in fp32, and its
+ * backward. One block per row, 16-byte accesses, warp-shuffle reductions.
+ *
+ * Backward, with r = rstd[n], xhat = x r, g = dout w:  dx += r (g - xhat mean(g xhat)),
+ * dw = sum_n dout xhat. Each block of the backward walks a few rows, adding its rows' dout xhat
+ * into per-column sums in shared memory, and writes them as one row of partial sums (scratch);
+ * a second kernel sums the partials of each column in a fixed order (in double), so dw is
+ * deterministic and x, dout are read once. */
+#include "cuda/cuda_common.cuh"
+
+template <int VEC>
+__global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *x, const float *w, int C, float eps) {
+    /* out (N,C); rstd (N); x (N,C); w (C); block n does row n */
+    const size_t n = blockIdx.x;
+    const float *xn = x + n * C;
+    float *on = out + n * C;
+    float sum_sq = 0.0f;
+    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
+        float xv[VEC];
+        tlm_load<VEC>(xv, xn + c);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) sum_sq += xv[i] * xv[i];
+    }
+    sum_sq = tlm_block_sum(sum_sq);
+    const float r = (float)(1.0 / sqrt((double)sum_sq / C + (double)eps)); /* IEEE, as the CPU */
+    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
+        float xv[VEC], wv[VEC], o[VEC];
+        tlm_load<VEC>(xv, xn + c); /* the block read it just now: an L1 hit */
+        tlm_load<VEC>(wv, w + c);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) o[i] = xv[i] * r * wv[i];
+        tlm_store<VEC>(on + c, o);
+    }
+    if (threadIdx.x == 0) rstd[n] = r;
+}
+
+template <int VEC>
+__global__ void rmsnorm_backward_kernel(float *dx, float *dw_partial, const float *dout, const float *x,
+                                        const float *w, const float *rstd, int N, int C, int rows_per_block) {
+    /* dx (N,C) +=; dw_partial (gridDim.x, C) =; dout, x (N,C); w (C); rstd (N) */
+    extern __shared__ float dw_acc[]; /* (C): this block's sum over its rows of dout * xhat */
+    /* each thread owns the columns c = threadIdx.x*VEC + j*blockDim.x*VEC: no sharing, no barriers */
+    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC)
+#pragma unroll
+        for (int i = 0; i < VEC; i++) dw_acc[c + i] = 0.0f;
+
+    const int n0 = blockIdx.x * rows_per_block;
+    const int n1 = min(N, n0 + rows_per_block);
+    for (int n = n0; n < n1; n++) {
+        const float *xn = x + (size_t)n * C, *dn = dout + (size_t)n * C;
+        float *dxn = dx + (size_t)n * C;
+        const float r = rstd[n];
+        float sum_g_xhat = 0.0f;
+        for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
+            float xv[VEC], dv[VEC], wv[VEC];
+            tlm_load<VEC>(xv, xn + c);
+            tlm_load<VEC>(dv, dn + c);
+            tlm_load<VEC>(wv, w + c);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) sum_g_xhat += dv[i] * wv[i] * (xv[i] * r);
+        }
+        const float mean_g_xhat = tlm_block_sum(sum_g_xhat) / (float)C;
+        for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
+            float xv[VEC], dv[VEC], wv[VEC], dxv[VEC];
+            tlm_load<VEC>(xv, xn + c); /* L1 hits */
+            tlm_load<VEC>(dv, dn + c);
+            tlm_load<VEC>(wv, w + c);
+            tlm_load<VEC>(dxv, dxn + c);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                const float g = dv[i] * wv[i], xhat = xv[i] * r;
+                dxv[i] += r * (g - xhat * mean_g_xhat);
+                dw_acc[c + i] += dv[i] * xhat;
+            }
+            tlm_store<VEC>(dxn + c, dxv);
+        }
+    }
+    float *part = dw_partial + (size_t)blockIdx.x * C;
+    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC)
+#pragma unroll
+        for (int i = 0; i < VEC; i++) part[c + i] = dw_acc[c + i];
+}
+
+/* out[c] = sum over rows r < nrows of partial[r*C + c], in double; block (32, 32): 32 columns,
+ * 32 row lanes, then a fixed-order sum of the lanes */
+__global__ void column_sum_kernel(float *out, const float *partial, int nrows, int C) {
+    __shared__ double lane_sum[32][33];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    double acc = 0.0;
+    if (c < C)
+        for (int r = threadIdx.y; r < nrows; r += 32) acc += (double)partial[(size_t)r * C + c];
+    lane_sum[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        double total = 0.0;
+        for (int y = 0; y < 32; y++) total += lane_sum[y][threadIdx.x];
+        out[c] = (float)total;
+    }
+}
+
+void tlm_cuda_rmsnorm_forward(tlm_backend *be, float *out, float *rstd, const float *x, const float *w, int N,
+                              int C, float eps) {
+    if (N <= 0) return;
+    cudaStream_t st = tlm_cuda_stream(be);
+    if (C % 4 == 0 && tlm_aligned16(out) && tlm_aligned16(x) && tlm_aligned16(w)) {
+        rmsnorm_forward_kernel<4><<<N, tlm_cuda_row_threads(C / 4, 1024), 0, st>>>(out, rstd, x, w, C, eps);
+    } else {
+        rmsnorm_forward_kernel<1><<<N, tlm_cuda_row_threads(C, 1024), 0, st>>>(out, rstd, x, w, C, eps);
+    }
+    TLM_CUDA_CHECK_LAUNCH();
+}
+
+void tlm_cuda_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const float *dout, const float *x,
+                               const float *w, const float *rstd, int N, int C) {
+    tlm_cuda *cu = tlm_cuda_of(be);
+    cudaStream_t st = cu->stream;
+    if (N <= 0) {
+        TLM_CUDA_CHECK(cudaMemsetAsync(dw, 0, (size_t)C * sizeof(float), st));
+        return;
+    }
+    /* about 4 blocks per SM, each a few rows; partial sums (blocks, C) must fit the scratch */
+    int blocks = 4 * cu->num_sms;
+    if ((size_t)blocks * C > cu->scratch_floats) blocks = (int)(cu->scratch_floats / (size_t)C);
+    if (blocks < 1) tlm_fatal("rmsnorm_backward: d_model %d exceeds the scratch buffer", C);
+    if (blocks > N) blocks = N;
+    const int rows_per_block = (N + blocks - 1) / blocks;
+    blocks = (N + rows_per_block - 1) / rows_per_block;
+    const size_t smem = (size_t)C * sizeof(float);
+    const bool vec = C % 4 == 0 && tlm_aligned16(dx) && tlm_aligned16(dout) && tlm_aligned16(x) &&
+                     tlm_aligned16(w);
+    const int threads = vec ? tlm_cuda_row_threads(C / 4, 512) : tlm_cuda_row_threads(C, 512);
+    if (smem > 48 * 1024) {
+        TLM_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem));
+        TLM_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem));
+    }
+    if (vec) {
+        rmsnorm_backward_kernel<4><<<blocks, threads, smem, st>>>(dx, cu->scratch, dout, x, w, rstd, N, C,
+                                                                  rows_per_block);
+    } else {
+        rmsnorm_backward_kernel<1><<<blocks, threads, smem, st>>>(dx, cu->scratch, dout, x, w, rstd, N, C,
+                                                                  rows_per_block);
+    }
+    TLM_CUDA_CHECK_LAUNCH();
+    column_sum_kernel<<<(C + 31) / 32, dim3(32, 32), 0, st>>>(dw, cu->scratch, blocks, C);
+    TLM_CUDA_CHECK_LAUNCH();
+}
