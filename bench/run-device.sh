@@ -5,13 +5,19 @@
 #   OUT=/some/dir bench/run-device.sh 2>&1 | tee $OUT/log.txt
 # Files under $OUT: build.log, tlm.json, torch-eager.json, torch-compile.json, side-by-side.md
 # env: MODELS (small,medium,large,xl,2.7B) CTX (256) BATCH (4) WARMUP (5) STEPS (10)
-#      TLM_PRECISIONS (fp32,tf32) PEER_PRECISIONS (fp32,bf16) COMPILE (1: also torch.compile bf16)
+#      TLM_PRECISIONS (fp32,tf32,bf16,fp16) PEER_PRECISIONS (fp32,bf16)
+#      GRID_CTX (128,256,512,1024: tlm's context sweep in fp32 and bf16; empty: none)
+#      EAGER (1: PyTorch eager) COMPILE_MODELS (small,large,2.7B: torch.compile bf16 + SDPA; empty: none)
+#      STAGES (build,test,tlm,grid,eager,compile: a subset runs part of it, e.g. in two calls)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to a folder for the results}
 MODELS=${MODELS:-small,medium,large,xl,2.7B} CTX=${CTX:-256} BATCH=${BATCH:-4}
 WARMUP=${WARMUP:-5} STEPS=${STEPS:-10}
-TLM_PRECISIONS=${TLM_PRECISIONS:-fp32,tf32} PEER_PRECISIONS=${PEER_PRECISIONS:-fp32,bf16} COMPILE=${COMPILE:-1}
+TLM_PRECISIONS=${TLM_PRECISIONS:-fp32,tf32,bf16,fp16} PEER_PRECISIONS=${PEER_PRECISIONS:-fp32,bf16}
+GRID_CTX=${GRID_CTX-128,256,512,1024} COMPILE_MODELS=${COMPILE_MODELS-small,large,2.7B}
+STAGES=${STAGES:-build,test,tlm,grid,eager,compile}
+stage() { [[ ",$STAGES," == *",$1,"* ]]; }
 mkdir -p "$OUT"
 {
   echo "# date: $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -20,6 +26,7 @@ mkdir -p "$OUT"
   python3 -c 'import torch; print("# torch:", torch.__version__, "cuda", torch.version.cuda)'
 }
 
+if stage build || [ ! -x build-gpu/tlm ]; then
 echo "== build"
 if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTLM_CUDA=ON > "$OUT/build.log" 2>&1; then
   # the GPU machine lacks cJSON: use the libraries packed by tools/pack-device-deps.sh
@@ -34,25 +41,39 @@ if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTLM_CUDA=ON > "$OUT/bu
     || { tail -30 "$OUT/build.log"; exit 1; }
 fi
 cmake --build build-gpu -j "$(nproc)" >> "$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
-
-echo "== GPU tests"
-ctest --test-dir build-gpu -L gpu --output-on-failure 2>&1
-tests_rc=$?
+fi
+tests_rc=0
+if stage test; then
+  echo "== GPU tests"
+  ctest --test-dir build-gpu -L gpu --output-on-failure 2>&1
+  tests_rc=$?
+fi
 
 common=(--model "$MODELS" --context-length "$CTX" --batch-size "$BATCH" --warmup "$WARMUP" --steps "$STEPS" --pass train)
-echo "== tlm bench"
-./build-gpu/tlm bench --device cuda "${common[@]}" --precision "$TLM_PRECISIONS" --format json --out "$OUT/tlm.json"
-
-echo "== PyTorch eager"
-PYTHONUNBUFFERED=1 python3 bench/peers/pytorch_lm.py --device cuda "${common[@]}" --precision "$PEER_PRECISIONS" \
-  --format json --out "$OUT/torch-eager.json" | grep -v '^ *[{}"\[]'
-peers=("$OUT/torch-eager.json")
-if [ "$COMPILE" = 1 ]; then
-  echo "== PyTorch torch.compile bf16 + SDPA"
-  PYTHONUNBUFFERED=1 python3 bench/peers/pytorch_lm.py --device cuda "${common[@]}" --precision bf16 --compile \
-    --attention sdpa --format json --out "$OUT/torch-compile.json" | grep -v '^ *[{}"\[]'
-  [ -f "$OUT/torch-compile.json" ] && peers+=("$OUT/torch-compile.json")
+if stage tlm; then
+  echo "== tlm bench"
+  ./build-gpu/tlm bench --device cuda "${common[@]}" --precision "$TLM_PRECISIONS" --format json --out "$OUT/tlm.json"
 fi
-echo "== side by side"
-python3 bench/side_by_side.py "$OUT/side-by-side.md" "$OUT/tlm.json" --peers "${peers[@]}"
+if stage grid && [ -n "$GRID_CTX" ]; then
+  echo "== tlm bench, context grid (SPEC.md §2.2, §2.5)"
+  ./build-gpu/tlm bench --device cuda --model "$MODELS" --context-length "$GRID_CTX" --batch-size "$BATCH" \
+    --warmup "$WARMUP" --steps "$STEPS" --pass train --precision fp32,bf16 --format json --out "$OUT/tlm-grid.json"
+fi
+peers=()
+if stage eager; then
+  echo "== PyTorch eager"
+  PYTHONUNBUFFERED=1 python3 bench/peers/pytorch_lm.py --device cuda "${common[@]}" --precision "$PEER_PRECISIONS" \
+    --format json --out "$OUT/torch-eager.json" | grep -v '^ *[{}"\[]'
+fi
+if stage compile && [ -n "$COMPILE_MODELS" ]; then
+  echo "== PyTorch torch.compile bf16 + SDPA"
+  PYTHONUNBUFFERED=1 python3 bench/peers/pytorch_lm.py --device cuda --model "$COMPILE_MODELS" --context-length "$CTX" \
+    --batch-size "$BATCH" --warmup "$WARMUP" --steps "$STEPS" --pass train --precision bf16 --compile \
+    --attention sdpa --format json --out "$OUT/torch-compile.json" | grep -v '^ *[{}"\[]'
+fi
+for f in "$OUT/torch-eager.json" "$OUT/torch-compile.json"; do [ -f "$f" ] && peers+=("$f"); done
+if [ -f "$OUT/tlm.json" ] && [ ${#peers[@]} -gt 0 ]; then
+  echo "== side by side"
+  python3 bench/side_by_side.py "$OUT/side-by-side.md" "$OUT/tlm.json" --peers "${peers[@]}"
+fi
 exit "$tests_rc"

@@ -7,11 +7,16 @@
  * ||analytic - fd|| / ||fd||. Each check also reports the error of the analytic gradient scaled
  * by 1.1 and requires it to FAIL the tolerance, so a check that cannot fail is caught.
  * Outputs that an op overwrites are poisoned with NaN first and must come back all finite.
+ * Every op taking a dtype runs in fp32 for the checks above, and in bf16 and fp16 against
+ * the fp32 op on the same (rounded) inputs ("bf16 / fp16" below says how close and why);
+ * cast, grad_unscale and the residual folded into matmul have checks of their own.
  * Prints one line per check and a final "N passed, M failed"; exits 1 on any failure. */
 #include "tlm/backend.h"
 #include "tlm/rng.h"
 #include "cpu/cpu_ops.h"
+#include "core/convert.h"
 
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -108,6 +113,102 @@ static void check_forward(const char *what, const float *got, const double *want
           written ? "" : " (NaN left: not every element written)");
 }
 
+/* ---- bf16 / fp16 tensors ----------------------------------------------------------------- */
+
+#define F32 TLM_DTYPE_F32
+static const tlm_dtype LOWP[2] = {TLM_DTYPE_BF16, TLM_DTYPE_F16};
+
+static const char *dt_name(tlm_dtype dt) {
+    return dt == TLM_DTYPE_BF16 ? "bf16" : dt == TLM_DTYPE_F16 ? "fp16" : "fp32";
+}
+
+/* The reference rounding, one element at a time through core/convert.h (not through an op). */
+static uint16_t narrow16(float x, tlm_dtype dt) {
+    return dt == TLM_DTYPE_BF16 ? tlm_f32_to_bf16(x) : tlm_f32_to_f16(x);
+}
+
+static float widen16(uint16_t h, tlm_dtype dt) {
+    return dt == TLM_DTYPE_BF16 ? tlm_bf16_to_f32(h) : tlm_f16_to_f32(h);
+}
+
+static float round_to(float x, tlm_dtype dt) {
+    return dt == F32 ? x : widen16(narrow16(x, dt), dt);
+}
+
+static float get_dt(const void *p, size_t i, tlm_dtype dt) {
+    return dt == F32 ? ((const float *)p)[i] : widen16(((const uint16_t *)p)[i], dt);
+}
+
+static void poison_dt(void *p, size_t n, tlm_dtype dt) {
+    if (dt == F32) poison(p, n);
+    else
+        for (size_t i = 0; i < n; i++) ((uint16_t *)p)[i] = narrow16(NAN, dt);
+}
+
+static bool all_finite_dt(const void *p, size_t n, tlm_dtype dt) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(get_dt(p, i, dt))) return false;
+    return true;
+}
+
+/* n elements of dt, poisoned with NaN */
+static void *alloc_dt(size_t n, tlm_dtype dt) {
+    void *p = tlm_alloc(be, n * tlm_dtype_size(dt), TLM_MEM_ACTIVATIONS, "test");
+    TLM_ASSERT(p && (uintptr_t)p % 64 == 0);
+    poison_dt(p, n, dt);
+    return p;
+}
+
+/* x (n) rounded to dt, as a dt tensor (rounded() gives the same values as float32) */
+static void *to_dt(const float *x, size_t n, tlm_dtype dt) {
+    void *p = alloc_dt(n, dt);
+    for (size_t i = 0; i < n; i++) {
+        if (dt == F32) ((float *)p)[i] = x[i];
+        else ((uint16_t *)p)[i] = narrow16(x[i], dt);
+    }
+    return p;
+}
+
+static float *rounded(const float *x, size_t n, tlm_dtype dt) {
+    float *r = alloc_floats(n);
+    for (size_t i = 0; i < n; i++) r[i] = round_to(x[i], dt);
+    return r;
+}
+
+static void *randn_dt(size_t n, float scale, tlm_dtype dt) { return to_dt(randn(n, scale), n, dt); }
+
+/* columns c0..c1-1 of rows (row stride ld) of a dt tensor, as contiguous float32 */
+static float *gather(const void *p, int rows, int ld, int c0, int c1, tlm_dtype dt) {
+    float *g = alloc_floats((size_t)rows * (c1 - c0));
+    for (int r = 0; r < rows; r++)
+        for (int c = c0; c < c1; c++)
+            g[(size_t)r * (c1 - c0) + c - c0] = get_dt(p, (size_t)r * ld + c, dt);
+    return g;
+}
+
+/* ||got - want|| / ||want||, both float32 */
+static double rel_error_f(const float *got, const float *want, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        den += (double)want[i] * want[i];
+    }
+    return sqrt(num / (den > 0.0 ? den : 1.0));
+}
+
+/* Largest distance in units in the last place of dt between got (dt) and want rounded to dt
+ * (the 16-bit patterns as sign-magnitude integers: adjacent values differ by 1). */
+static long max_ulps(const void *got, const float *want, size_t n, tlm_dtype dt) {
+    long worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t g = ((const uint16_t *)got)[i], w = narrow16(want[i], dt);
+        long gi = g & 0x8000 ? -(long)(g & 0x7fff) : (long)g;
+        long wi = w & 0x8000 ? -(long)(w & 0x7fff) : (long)w;
+        worst = labs(gi - wi) > worst ? labs(gi - wi) : worst;
+    }
+    return worst;
+}
+
 /* ---- gradient check ---------------------------------------------------------------------- */
 
 /* L(ctx): runs the forward on the current inputs and returns sum(out * R) */
@@ -193,7 +294,7 @@ typedef struct {
 
 static double rmsnorm_objective(void *p) {
     rmsnorm_ctx *c = p;
-    be->ops->rmsnorm_forward(be, c->out, c->rstd, c->x, c->w, c->N, c->C, c->eps);
+    be->ops->rmsnorm_forward(be, c->out, c->rstd, c->x, c->w, c->N, c->C, c->eps, F32);
     return dot(c->out, c->R, (size_t)c->N * c->C);
 }
 
@@ -210,7 +311,7 @@ static void test_rmsnorm(int N, int C) {
 
     poison(c.out, NC);
     poison(c.rstd, N);
-    be->ops->rmsnorm_forward(be, c.out, c.rstd, c.x, c.w, N, C, c.eps);
+    be->ops->rmsnorm_forward(be, c.out, c.rstd, c.x, c.w, N, C, c.eps, F32);
     double *want = malloc(NC * sizeof(double)), *want_rstd = malloc(N * sizeof(double));
     for (int n = 0; n < N; n++) {
         double ss = 0.0;
@@ -226,7 +327,7 @@ static void test_rmsnorm(int N, int C) {
     /* backward: dx accumulates onto its previous (random) contents, dw is overwritten */
     float *dx0 = randn(NC, 1.0f), *dx = copy_of(dx0, NC), *dw = alloc_floats(C);
     poison(dw, C);
-    be->ops->rmsnorm_backward(be, dx, dw, c.R, c.x, c.w, c.rstd, N, C);
+    be->ops->rmsnorm_backward(be, dx, dw, c.R, c.x, c.w, c.rstd, N, C, F32);
     float *dx_added = alloc_floats(NC);
     for (size_t i = 0; i < NC; i++) dx_added[i] = dx[i] - dx0[i];
     check(all_finite(dw, C), "rmsnorm N=%d C=%d backward writes every dw", N, C);
@@ -247,7 +348,7 @@ typedef struct {
 
 static double matmul_objective(void *p) {
     matmul_ctx *c = p;
-    be->ops->matmul_forward(be, c->y, c->x, c->w, c->N, c->in, c->out);
+    be->ops->matmul_forward(be, c->y, NULL, c->x, c->w, c->N, c->in, c->out, F32);
     return dot(c->y, c->R, (size_t)c->N * c->out);
 }
 
@@ -260,7 +361,7 @@ static void test_matmul(int N, int in, int out) {
     c.y = alloc_floats((size_t)N * out);
 
     poison(c.y, (size_t)N * out);
-    be->ops->matmul_forward(be, c.y, c.x, c.w, N, in, out);
+    be->ops->matmul_forward(be, c.y, NULL, c.x, c.w, N, in, out, F32);
     double *want = malloc((size_t)N * out * sizeof(double));
     for (int n = 0; n < N; n++)
         for (int o = 0; o < out; o++) {
@@ -274,7 +375,7 @@ static void test_matmul(int N, int in, int out) {
     float *dx = alloc_floats((size_t)N * in), *dw = alloc_floats((size_t)out * in);
     poison(dx, (size_t)N * in);
     poison(dw, (size_t)out * in);
-    be->ops->matmul_backward(be, dx, dw, c.R, c.x, c.w, N, in, out);
+    be->ops->matmul_backward(be, dx, dw, c.R, c.x, c.w, N, in, out, F32);
     check(all_finite(dx, (size_t)N * in) && all_finite(dw, (size_t)out * in),
           "matmul N=%d in=%d out=%d backward writes every dx and dw", N, in, out);
     snprintf(name, sizeof name, "matmul N=%d in=%d out=%d dx", N, in, out);
@@ -284,7 +385,7 @@ static void test_matmul(int N, int in, int out) {
 
     float *dw2 = alloc_floats((size_t)out * in);
     poison(dw2, (size_t)out * in);
-    be->ops->matmul_backward(be, NULL, dw2, c.R, c.x, c.w, N, in, out);
+    be->ops->matmul_backward(be, NULL, dw2, c.R, c.x, c.w, N, in, out, F32);
     check(max_abs_diff(dw, dw2, (size_t)out * in) == 0.0,
           "matmul N=%d in=%d out=%d backward with dx == NULL: same dW", N, in, out);
     free(want);
@@ -301,7 +402,7 @@ static double rope_objective(void *p) {
     rope_ctx *c = p;
     size_t n = (size_t)c->B * c->T * c->ld;
     memcpy(c->work, c->x, n * sizeof(float));
-    be->ops->rope_forward(be, c->work, c->cos, c->sin, c->B, c->T, c->nheads, c->D, c->ld);
+    be->ops->rope_forward(be, c->work, c->cos, c->sin, c->B, c->T, c->nheads, c->D, c->ld, F32);
     return dot(c->work, c->R, n);
 }
 
@@ -325,7 +426,7 @@ static void test_rope(int B, int T, int nheads, int D, int extra_columns) {
 
     /* forward against the formula, angles in double; columns past the heads untouched */
     float *y = copy_of(c.x, n);
-    be->ops->rope_forward(be, y, c.cos, c.sin, B, T, nheads, D, c.ld);
+    be->ops->rope_forward(be, y, c.cos, c.sin, B, T, nheads, D, c.ld, F32);
     double *want = malloc(n * sizeof(double));
     for (size_t i = 0; i < n; i++) want[i] = c.x[i];
     for (int row = 0; row < B * T; row++)
@@ -345,12 +446,12 @@ static void test_rope(int B, int T, int nheads, int D, int extra_columns) {
     check(untouched, "rope forward leaves the columns past the heads untouched");
 
     /* backward(forward(x)) = x: the rotation is orthogonal */
-    be->ops->rope_backward(be, y, c.cos, c.sin, B, T, nheads, D, c.ld);
+    be->ops->rope_backward(be, y, c.cos, c.sin, B, T, nheads, D, c.ld, F32);
     double diff = max_abs_diff(y, c.x, n);
     check(diff < 1e-5, "rope backward(forward(x)) = x: max abs diff %.2e", diff);
 
     float *grad = copy_of(c.R, n);
-    be->ops->rope_backward(be, grad, c.cos, c.sin, B, T, nheads, D, c.ld);
+    be->ops->rope_backward(be, grad, c.cos, c.sin, B, T, nheads, D, c.ld, F32);
     snprintf(name, sizeof name, "rope B=%d T=%d heads=%d D=%d ld=%d dx", B, T, nheads, D, c.ld);
     check_grad(name, rope_objective, &c, c.x, grad, B * T, c.ld, 0, c.ld, 1e-2f);
     free(want);
@@ -367,7 +468,7 @@ static double attention_objective(void *p) {
     attention_ctx *c = p;
     int C = c->H * c->D;
     be->ops->attention_forward(be, c->out, c->probs, c->qkv, c->qkv + C, c->qkv + 2 * C, 3 * C,
-                               c->B, c->T, c->H, c->D);
+                               c->B, c->T, c->H, c->D, F32);
     return dot(c->out, c->R, (size_t)c->B * c->T * C);
 }
 
@@ -424,7 +525,7 @@ static void test_attention(int B, int T, int H, int D) {
     poison(dqkv, (size_t)N * ld);
     poison(dprobs, nprobs);
     be->ops->attention_backward(be, dqkv, dqkv + C, dqkv + 2 * C, dprobs, c.R, q, k, v, c.probs,
-                                ld, B, T, H, D);
+                                ld, B, T, H, D, F32);
     check(all_finite(dqkv, (size_t)N * ld), "attention T=%d backward writes every dq, dk, dv", T);
     const char *part[3] = {"dq", "dk", "dv"};
     for (int s = 0; s < 3; s++) {
@@ -444,7 +545,7 @@ typedef struct {
 
 static double swiglu_objective(void *p) {
     swiglu_ctx *c = p;
-    be->ops->swiglu_forward(be, c->out, c->ab, c->N, c->F);
+    be->ops->swiglu_forward(be, c->out, c->ab, c->N, c->F, F32);
     return dot(c->out, c->R, (size_t)c->N * c->F);
 }
 
@@ -467,7 +568,7 @@ static void test_swiglu(int N, int F) {
 
     float *dab = alloc_floats((size_t)N * 2 * F);
     poison(dab, (size_t)N * 2 * F);
-    be->ops->swiglu_backward(be, dab, c.R, c.ab, N, F);
+    be->ops->swiglu_backward(be, dab, c.R, c.ab, N, F, F32);
     check(all_finite(dab, (size_t)N * 2 * F), "swiglu N=%d F=%d backward writes every dab", N, F);
     snprintf(name, sizeof name, "swiglu N=%d F=%d da", N, F);
     check_grad(name, swiglu_objective, &c, c.ab, dab, N, 2 * F, 0, F, 1e-3f);
@@ -476,25 +577,43 @@ static void test_swiglu(int N, int F) {
     free(want);
 }
 
-/* ---- residual ---------------------------------------------------------------------------- */
+/* ---- matmul with the residual folded in -------------------------------------------------- */
 
-static void test_residual(size_t n) {
-    float *x = randn(n, 1.0f), *y = randn(n, 1.0f), *out = alloc_floats(n);
-    poison(out, n);
-    be->ops->residual_forward(be, out, x, y, n);
-    bool exact = true;
-    for (size_t i = 0; i < n; i++) exact &= out[i] == x[i] + y[i];
-    check(exact, "residual n=%zu forward: out = x + y exactly", n);
+/* y = residual + x W^T (float32): the residual connection of the old residual_forward, now
+ * inside the GEMM; y may be the residual (the residual stream updated in place). */
+static void test_matmul_residual(int N, int in, int out) {
+    size_t ny = (size_t)N * out;
+    float *x = randn((size_t)N * in, 1.0f), *w = randn((size_t)out * in, 0.5f);
+    float *res = randn(ny, 1.0f), *res0 = copy_of(res, ny);
+    float *y = alloc_floats(ny), *plain = alloc_floats(ny);
+    poison(y, ny);
+    be->ops->matmul_forward(be, y, res, x, w, N, in, out, F32);
+    double *want = malloc(ny * sizeof(double));
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < out; o++) {
+            double s = res[(size_t)n * out + o];
+            for (int i = 0; i < in; i++) s += (double)x[(size_t)n * in + i] * w[(size_t)o * in + i];
+            want[(size_t)n * out + o] = s;
+        }
+    char name[96];
+    snprintf(name, sizeof name, "matmul N=%d in=%d out=%d forward y = residual + x W^T", N, in,
+             out);
+    check_forward(name, y, want, ny);
+    check(max_abs_diff(res, res0, ny) == 0.0, "matmul N=%d in=%d out=%d: residual unchanged", N,
+          in, out);
 
-    float *dst = copy_of(x, n);
-    be->ops->add_inplace(be, dst, y, n);
-    exact = true;
-    for (size_t i = 0; i < n; i++) exact &= dst[i] == x[i] + y[i];
-    check(exact, "add_inplace n=%zu: dst += src exactly", n);
+    /* the same as the plain GEMM's output added to the residual, to fp32 rounding */
+    be->ops->matmul_forward(be, plain, NULL, x, w, N, in, out, F32);
+    for (size_t i = 0; i < ny; i++) want[i] = (double)res[i] + plain[i];
+    double err = rel_error(y, want, ny);
+    check(err < 1e-6, "matmul N=%d in=%d out=%d: residual + x W^T vs residual + (x W^T, no "
+          "residual): error %.2e", N, in, out, err);
 
-    float *acc = copy_of(x, n); /* out may be x: the residual stream updated in place */
-    be->ops->residual_forward(be, acc, acc, y, n);
-    check(max_abs_diff(acc, out, n) == 0.0, "residual n=%zu forward in place (out == x)", n);
+    float *acc = copy_of(res, ny);
+    be->ops->matmul_forward(be, acc, acc, x, w, N, in, out, F32);
+    check(max_abs_diff(acc, y, ny) == 0.0,
+          "matmul N=%d in=%d out=%d with residual in place (y == residual): same bits", N, in, out);
+    free(want);
 }
 
 /* ---- cross-entropy ----------------------------------------------------------------------- */
@@ -507,7 +626,7 @@ typedef struct {
 
 static double cross_entropy_mean_loss(void *p) {
     cross_entropy_ctx *c = p;
-    be->ops->cross_entropy_forward(be, c->losses, c->lse, c->logits, c->targets, c->N, c->V);
+    be->ops->cross_entropy_forward(be, c->losses, c->lse, c->logits, c->targets, c->N, c->V, F32);
     double sum = 0.0;
     for (int n = 0; n < c->N; n++) sum += c->losses[n];
     return sum / c->N;
@@ -543,7 +662,7 @@ static void test_cross_entropy(int N, int V) {
 
     float *dlogits = alloc_floats(NV);
     poison(dlogits, NV);
-    be->ops->cross_entropy_backward(be, dlogits, c.logits, c.lse, c.targets, N, V, 1.0f / N);
+    be->ops->cross_entropy_backward(be, dlogits, c.logits, c.lse, c.targets, N, V, 1.0f / N, F32);
     check(all_finite(dlogits, NV), "cross_entropy N=%d V=%d backward writes every dlogits", N, V);
     snprintf(name, sizeof name, "cross_entropy N=%d V=%d dlogits of the mean loss", N, V);
     check_grad(name, cross_entropy_mean_loss, &c, c.logits, dlogits, 1, (int)NV, 0, (int)NV, 1e-2f);
@@ -551,7 +670,7 @@ static void test_cross_entropy(int N, int V) {
 
     /* in place: dlogits == logits gives the same result */
     float *inplace = copy_of(c.logits, NV);
-    be->ops->cross_entropy_backward(be, inplace, inplace, c.lse, c.targets, N, V, 1.0f / N);
+    be->ops->cross_entropy_backward(be, inplace, inplace, c.lse, c.targets, N, V, 1.0f / N, F32);
     check(max_abs_diff(inplace, dlogits, NV) == 0.0,
           "cross_entropy N=%d V=%d backward in place (dlogits == logits): same result", N, V);
 
@@ -560,8 +679,8 @@ static void test_cross_entropy(int N, int V) {
     float *shifted = copy_of(c.logits, NV), *ls = alloc_floats(N), *lses = alloc_floats(N);
     for (int n = 0; n < N; n++)
         for (int j = 0; j < V; j++) shifted[(size_t)n * V + j] += n % 2 ? 100.0f : -100.0f;
-    be->ops->cross_entropy_forward(be, ls, lses, shifted, c.targets, N, V);
-    be->ops->cross_entropy_backward(be, shifted, shifted, lses, c.targets, N, V, 1.0f / N);
+    be->ops->cross_entropy_forward(be, ls, lses, shifted, c.targets, N, V, F32);
+    be->ops->cross_entropy_backward(be, shifted, shifted, lses, c.targets, N, V, 1.0f / N, F32);
     double dl = max_abs_diff(ls, c.losses, N), dg = max_abs_diff(shifted, dlogits, NV);
     check(all_finite(ls, N) && dl < 1e-4 && all_finite(shifted, NV) && dg < 1e-5,
           "cross_entropy logits shifted by +-100: loss diff %.2e, gradient diff %.2e", dl, dg);
@@ -597,7 +716,7 @@ static void test_adamw(size_t n) {
     for (size_t i = 0; i < n; i++) rp[i] = wp[i] = p[i];
     for (int t = 1; t <= 3; t++) {
         float *g = randn(n, 1.0f);
-        be->ops->adamw_step(be, p, g, m, v, n, lr, b1, b2, eps, wd, t);
+        be->ops->adamw_step(be, p, g, m, v, n, lr, b1, b2, eps, wd, t, NULL, F32);
         adamw_reference(rp, rm, rv, g, n, lr, b1, b2, eps, wd, t, false);
         adamw_reference(wp, wm, wv, g, n, lr, b1, b2, eps, wd, t, true);
         double ep = rel_error(p, rp, n), em = rel_error(m, rm, n), ev = rel_error(v, rv, n);
@@ -609,19 +728,499 @@ static void test_adamw(size_t n) {
     free(rp), free(rm), free(rv), free(wp), free(wm), free(wv);
 }
 
+/* ---- bf16 / fp16 --------------------------------------------------------------------------
+ * Each op taking dt runs in bf16 and fp16 on dt inputs, and in fp32 on the same values (the
+ * inputs rounded to dt, widened exactly): the fp32 op is the reference.
+ *
+ * Tolerance (normalized error ||got - want|| / ||want|| against that fp32 op): an op that
+ * computes in fp32 and rounds its output once to dt is off by at most the unit roundoff
+ * u = 2^-8 = 3.9e-3 (bf16, 8 significant bits) or 2^-11 = 4.9e-4 (fp16, 11 bits) per element,
+ * under u/2 in the norm (measured 0.35-0.5 u). Attention also rounds its intermediates (S
+ * and P; dP and dS in the backward), each adding about that much, and the softmax turns an
+ * absolute error u|S| of a score into a relative error of its probability: measured up to
+ * 1.15 u (bf16 4.4e-3, fp16 5.0e-4). BF16_TOL = 1e-2 (2.6 u) and FP16_TOL = 2e-3 (4 u) bound
+ * all of them with room; an op that rounded to the other 16-bit format, read a dt input as
+ * the wrong format or left an output unwritten misses them by orders of magnitude.
+ * Where the rounds are, is checked exactly instead: an op that is "fp32 arithmetic, then one
+ * rounding" has every dt output element within 1 ulp of dt of the fp32 op's output rounded
+ * to dt (1 ulp, not 0: the two runs may sum in a different order, and a sum near a rounding
+ * tie can round either way; measured: 0), and its float32 outputs equal the fp32 op's to
+ * 1e-6 (measured: equal); attention is checked against a double-precision reference that
+ * rounds at the same points. */
+#define BF16_TOL 1e-2
+#define FP16_TOL 2e-3
+#define SAME_F32_TOL 1e-6
+
+static double lowp_tol(tlm_dtype dt) { return dt == TLM_DTYPE_BF16 ? BF16_TOL : FP16_TOL; }
+
+/* A dt output of an op against the fp32 op's output on the same inputs; with `exact`, also
+ * within 1 ulp of dt of its rounding. */
+static void check_lowp(const char *what, const void *got, const float *want, size_t n,
+                       tlm_dtype dt, bool exact) {
+    float *g = alloc_floats(n);
+    for (size_t i = 0; i < n; i++) g[i] = get_dt(got, i, dt);
+    double err = rel_error_f(g, want, n);
+    long ulps = max_ulps(got, want, n, dt);
+    bool finite = all_finite(g, n);
+    char exactness[64] = "";
+    if (exact) snprintf(exactness, sizeof exactness, "; <= %ld ulp from round(fp32 op)", ulps);
+    check(finite && err < lowp_tol(dt) && (!exact || ulps <= 1),
+          "%s %s: vs the fp32 op on the same inputs: error %.2e (tol %.0e)%s%s", dt_name(dt),
+          what, err, lowp_tol(dt), exactness,
+          finite ? "" : " (NaN left: not every element written)");
+    tlm_free(be, g);
+}
+
+/* A float32 output of a dt op: the same fp32 arithmetic as the fp32 op on the same inputs */
+static void check_lowp_f32(const char *what, const float *got, const float *want, size_t n,
+                           tlm_dtype dt) {
+    double err = rel_error_f(got, want, n);
+    check(all_finite(got, n) && err < SAME_F32_TOL,
+          "%s %s (float32): vs the fp32 op on the same inputs: error %.2e", dt_name(dt), what, err);
+}
+
+static void test_cast(size_t n, tlm_dtype dt) {
+    /* normal values spread over 2^-30 .. 2^20 (fp16 subnormals, underflow and overflow), and
+     * the special cases first */
+    static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 65504.0f,
+                                    65519.0f, 65520.0f, -1e5f, 0x1p-24f, 0x1p-25f, 0x1.8p-24f,
+                                    0x1p-14f, 0x1.ffcp-15f, FLT_MAX, 0x1.01p0f, 0x1.03p0f,
+                                    0x1.002p0f, 0x1.006p0f, 0x1p-149f, 0x1p-133f, 1.0f / 3.0f};
+    const size_t ns = sizeof special / sizeof special[0];
+    TLM_ASSERT(n >= ns);
+    float *src = randn(n, 1.0f);
+    for (size_t i = 0; i < n; i++) src[i] = ldexpf(src[i], (int)tlm_rng_below(&rng, 51) - 30);
+    memcpy(src, special, sizeof special);
+    float *src0 = copy_of(src, n);
+    void *dst = alloc_dt(n, dt);
+    be->ops->cast(be, dst, src, n, dt);
+    bool unchanged = memcmp(src, src0, n * sizeof(float)) == 0;
+    if (dt == F32) {
+        check(unchanged && memcmp(dst, src, n * sizeof(float)) == 0,
+              "cast n=%zu fp32: a bitwise copy (inf, NaN, subnormals included)", n);
+        be->ops->cast(be, src, src, n, F32);
+        check(memcmp(src, src0, n * sizeof(float)) == 0, "cast n=%zu fp32 onto itself: unchanged",
+              n);
+        return;
+    }
+    size_t wrong = 0, nan_kept = 0, nans = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t got = ((const uint16_t *)dst)[i];
+        float back = widen16(got, dt), want = round_to(src[i], dt);
+        if (isnan(src[i])) {
+            nans++;
+            nan_kept += isnan(back) && !signbit(back) == !signbit(src[i]);
+        } else if (got != narrow16(src[i], dt) || tlm_f32_bits(back) != tlm_f32_bits(want)) {
+            wrong++;
+        }
+    }
+    check(unchanged && wrong == 0 && nan_kept == nans,
+          "cast n=%zu %s: widen(cast(x)) = the rounding of x, bit for bit (%zu wrong; NaN kept "
+          "%zu of %zu; +-0, +-inf, ties, subnormals, overflow included)", n, dt_name(dt), wrong,
+          nan_kept, nans);
+}
+
+static void test_grad_unscale(size_t n) {
+    /* gradients of a loss scaled by 2^16: unscaling by 2^-16 is exact */
+    float *g = randn(n, 1.0f);
+    for (size_t i = 0; i < n; i++) g[i] = ldexpf(g[i], 16);
+    float *g0 = copy_of(g, n);
+    size_t bad = be->ops->grad_unscale(be, g, n, 0x1p-16f);
+    bool exact = true;
+    for (size_t i = 0; i < n; i++) exact &= g[i] == ldexpf(g0[i], -16);
+    check(bad == 0 && exact, "grad_unscale n=%zu by 2^-16: exact, 0 non-finite (got %zu)", n, bad);
+
+    /* inf, -inf and NaN injected: counted; the other elements still scaled exactly */
+    memcpy(g, g0, n * sizeof(float));
+    size_t at[4] = {0, n / 3, n / 2, n - 1};
+    g[at[0]] = INFINITY, g[at[1]] = NAN, g[at[2]] = -INFINITY, g[at[3]] = -NAN;
+    bad = be->ops->grad_unscale(be, g, n, 0x1p-16f);
+    exact = isinf(g[at[0]]) && isnan(g[at[1]]) && isinf(g[at[2]]) && isnan(g[at[3]]);
+    for (size_t i = 1; i + 1 < n; i++)
+        if (i != at[1] && i != at[2]) exact &= g[i] == ldexpf(g0[i], -16);
+    check(bad == 4 && exact, "grad_unscale n=%zu: 2 inf and 2 NaN injected: %zu counted, the rest "
+          "scaled exactly", n, bad);
+
+    /* finite values that overflow in the multiply count too */
+    memcpy(g, g0, n * sizeof(float));
+    g[n / 2] = FLT_MAX / 2;
+    bad = be->ops->grad_unscale(be, g, n, 4.0f);
+    check(bad == 1 && isinf(g[n / 2]) && g[0] == 4.0f * g0[0],
+          "grad_unscale n=%zu by 4: FLT_MAX/2 overflows to inf and is counted (%zu)", n, bad);
+}
+
+/* AdamW with the GEMM copy refreshed in the same pass: params, m, v as without it, and
+ * params_lp = round(params) bit for bit */
+static void test_adamw_lowp(size_t n, tlm_dtype dt) {
+    float *p = randn(n, 1.0f), *m = randn(n, 0.1f), *v = randn(n, 0.1f), *g = randn(n, 1.0f);
+    for (size_t i = 0; i < n; i++) v[i] *= v[i];
+    float *p2 = copy_of(p, n), *m2 = copy_of(m, n), *v2 = copy_of(v, n);
+    void *lp = alloc_dt(n, dt);
+    be->ops->adamw_step(be, p, g, m, v, n, 0.05f, 0.9f, 0.999f, 1e-8f, 0.5f, 3, lp, dt);
+    be->ops->adamw_step(be, p2, g, m2, v2, n, 0.05f, 0.9f, 0.999f, 1e-8f, 0.5f, 3, NULL, F32);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++) wrong += ((uint16_t *)lp)[i] != narrow16(p[i], dt);
+    check(memcmp(p, p2, n * sizeof(float)) == 0 && memcmp(m, m2, n * sizeof(float)) == 0 &&
+              memcmp(v, v2, n * sizeof(float)) == 0 && wrong == 0,
+          "%s adamw n=%zu with params_lp: params, m, v the same bits as without; params_lp = "
+          "round(params) bit for bit (%zu wrong)", dt_name(dt), n, wrong);
+}
+
+static void test_rmsnorm_lowp(int N, int C, tlm_dtype dt) {
+    char name[96];
+    size_t NC = (size_t)N * C;
+    const float eps = 1e-5f;
+    float *x = randn(NC, 1.0f), *w = randn(C, 0.3f);
+    for (int j = 0; j < C; j++) w[j] += 1.0f;
+    void *out = alloc_dt(NC, dt);
+    float *rstd = alloc_floats(N), *out32 = alloc_floats(NC), *rstd32 = alloc_floats(N);
+    poison(rstd, N);
+    be->ops->rmsnorm_forward(be, out, rstd, x, w, N, C, eps, dt);
+    be->ops->rmsnorm_forward(be, out32, rstd32, x, w, N, C, eps, F32);
+    snprintf(name, sizeof name, "rmsnorm N=%d C=%d forward out", N, C);
+    check_lowp(name, out, out32, NC, dt, true);
+    snprintf(name, sizeof name, "rmsnorm N=%d C=%d forward rstd", N, C);
+    check_lowp_f32(name, rstd, rstd32, N, dt);
+
+    float *R = randn(NC, 1.0f), *dx0 = randn(NC, 1.0f);
+    void *dout = to_dt(R, NC, dt);
+    float *dout32 = rounded(R, NC, dt);
+    float *dx = copy_of(dx0, NC), *dx32 = copy_of(dx0, NC), *dw = alloc_floats(C),
+          *dw32 = alloc_floats(C);
+    poison(dw, C);
+    be->ops->rmsnorm_backward(be, dx, dw, dout, x, w, rstd32, N, C, dt);
+    be->ops->rmsnorm_backward(be, dx32, dw32, dout32, x, w, rstd32, N, C, F32);
+    snprintf(name, sizeof name, "rmsnorm N=%d C=%d backward dx (+=, dout in dt)", N, C);
+    check_lowp_f32(name, dx, dx32, NC, dt);
+    snprintf(name, sizeof name, "rmsnorm N=%d C=%d backward dw", N, C);
+    check_lowp_f32(name, dw, dw32, C, dt);
+}
+
+static void test_matmul_lowp(int N, int in, int out, tlm_dtype dt) {
+    char name[96];
+    size_t nx = (size_t)N * in, nw = (size_t)out * in, ny = (size_t)N * out;
+    float *x0 = randn(nx, 1.0f), *w0 = randn(nw, 0.5f);
+    void *x = to_dt(x0, nx, dt), *w = to_dt(w0, nw, dt);
+    float *x32 = rounded(x0, nx, dt), *w32 = rounded(w0, nw, dt);
+
+    void *y = alloc_dt(ny, dt);
+    float *y32 = alloc_floats(ny);
+    be->ops->matmul_forward(be, y, NULL, x, w, N, in, out, dt);
+    be->ops->matmul_forward(be, y32, NULL, x32, w32, N, in, out, F32);
+    snprintf(name, sizeof name, "matmul N=%d in=%d out=%d forward y = x W^T", N, in, out);
+    check_lowp(name, y, y32, ny, dt, true);
+
+    /* with the residual: y float32 = residual + x W^T, the GEMM's fp32 result not rounded */
+    float *res = randn(ny, 1.0f), *yr = alloc_floats(ny), *yr32 = alloc_floats(ny);
+    poison(yr, ny);
+    be->ops->matmul_forward(be, yr, res, x, w, N, in, out, dt);
+    be->ops->matmul_forward(be, yr32, res, x32, w32, N, in, out, F32);
+    snprintf(name, sizeof name, "matmul N=%d in=%d out=%d forward y = residual + x W^T", N, in,
+             out);
+    check_lowp_f32(name, yr, yr32, ny, dt);
+    float *acc = copy_of(res, ny);
+    be->ops->matmul_forward(be, acc, acc, x, w, N, in, out, dt);
+    check(max_abs_diff(acc, yr, ny) == 0.0,
+          "%s matmul N=%d in=%d out=%d with residual in place (y == residual): same bits",
+          dt_name(dt), N, in, out);
+
+    float *dy0 = randn(ny, 1.0f);
+    void *dy = to_dt(dy0, ny, dt), *dx = alloc_dt(nx, dt);
+    float *dy32 = rounded(dy0, ny, dt), *dx32 = alloc_floats(nx), *dw = alloc_floats(nw),
+          *dw32 = alloc_floats(nw), *dw2 = alloc_floats(nw);
+    poison(dw, nw);
+    poison(dw2, nw);
+    be->ops->matmul_backward(be, dx, dw, dy, x, w, N, in, out, dt);
+    be->ops->matmul_backward(be, dx32, dw32, dy32, x32, w32, N, in, out, F32);
+    snprintf(name, sizeof name, "matmul N=%d in=%d out=%d backward dx", N, in, out);
+    check_lowp(name, dx, dx32, nx, dt, true);
+    snprintf(name, sizeof name, "matmul N=%d in=%d out=%d backward dW", N, in, out);
+    check_lowp_f32(name, dw, dw32, nw, dt);
+    be->ops->matmul_backward(be, NULL, dw2, dy, x, w, N, in, out, dt);
+    check(max_abs_diff(dw, dw2, nw) == 0.0,
+          "%s matmul N=%d in=%d out=%d backward with dx == NULL: same dW", dt_name(dt), N, in, out);
+}
+
+static void test_rope_lowp(int B, int T, int nheads, int D, int extra_columns, tlm_dtype dt) {
+    char name[96];
+    const int half = D / 2, ld = nheads * D + extra_columns;
+    size_t n = (size_t)B * T * ld;
+    float *ct = alloc_floats((size_t)T * half), *st = alloc_floats((size_t)T * half);
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < half; k++) {
+            double angle = t * pow(10000.0, -2.0 * k / D);
+            ct[t * half + k] = (float)cos(angle);
+            st[t * half + k] = (float)sin(angle);
+        }
+    float *x0 = randn(n, 1.0f);
+    void *x = to_dt(x0, n, dt), *xin = to_dt(x0, n, dt);
+    float *x32 = rounded(x0, n, dt);
+    be->ops->rope_forward(be, x, ct, st, B, T, nheads, D, ld, dt);
+    be->ops->rope_forward(be, x32, ct, st, B, T, nheads, D, ld, F32);
+    snprintf(name, sizeof name, "rope B=%d T=%d heads=%d D=%d ld=%d forward (in place)", B, T,
+             nheads, D, ld);
+    check_lowp(name, x, x32, n, dt, true);
+    bool untouched = true;
+    for (int row = 0; row < B * T; row++)
+        for (int j = nheads * D; j < ld; j++)
+            untouched &= ((uint16_t *)x)[(size_t)row * ld + j] ==
+                         ((uint16_t *)xin)[(size_t)row * ld + j];
+    check(untouched, "%s rope forward leaves the columns past the heads untouched", dt_name(dt));
+
+    float *g0 = randn(n, 1.0f);
+    void *g = to_dt(g0, n, dt);
+    float *g32 = rounded(g0, n, dt);
+    be->ops->rope_backward(be, g, ct, st, B, T, nheads, D, ld, dt);
+    be->ops->rope_backward(be, g32, ct, st, B, T, nheads, D, ld, F32);
+    snprintf(name, sizeof name, "rope B=%d T=%d heads=%d D=%d ld=%d backward", B, T, nheads, D, ld);
+    check_lowp(name, g, g32, n, dt, true);
+}
+
+/* Attention in double with the dt rounding points of backend.h (S, P, out; dv, dP, dS, dq,
+ * dk each rounded to dt), on dt inputs given as float32: the op must match it far more
+ * closely than it matches the fp32 op, which shows it rounds where the interface says (and
+ * so where the CUDA backend must). qkv, dqkv (N, 3C); out, dout (N,C). */
+static void attention_rounded_reference(const float *qkv, const float *dout, float *out,
+                                        float *dqkv, int B, int T, int H, int D, tlm_dtype dt) {
+    const int C = H * D, ld = 3 * C;
+    const double scale = 1.0 / sqrt((double)D);
+    double *P = malloc((size_t)T * T * sizeof(double));
+    double *dS = malloc((size_t)T * T * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+#define Q(t, d) qkv[(size_t)(b * T + (t)) * ld + h * D + (d)]
+#define K(t, d) qkv[(size_t)(b * T + (t)) * ld + C + h * D + (d)]
+#define V(t, d) qkv[(size_t)(b * T + (t)) * ld + 2 * C + h * D + (d)]
+#define DO(t, d) dout[(size_t)(b * T + (t)) * C + h * D + (d)]
+            for (int i = 0; i < T; i++) {
+                double *p = P + (size_t)i * T, max = -INFINITY, sum = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    double s = 0.0;
+                    for (int d = 0; d < D; d++) s += (double)Q(i, d) * K(j, d);
+                    p[j] = round_to((float)(s * scale), dt); /* S */
+                    max = fmax(max, p[j]);
+                }
+                for (int j = 0; j <= i; j++) sum += (p[j] = exp(p[j] - max));
+                for (int j = 0; j <= i; j++) p[j] = round_to((float)(p[j] / sum), dt); /* P */
+                for (int d = 0; d < D; d++) {
+                    double o = 0.0;
+                    for (int j = 0; j <= i; j++) o += p[j] * V(j, d);
+                    out[(size_t)(b * T + i) * C + h * D + d] = round_to((float)o, dt);
+                }
+                double dot = 0.0; /* dS = P (dP - rowsum(P dP)), dP = dout v^T rounded */
+                for (int j = 0; j <= i; j++) {
+                    double dp = 0.0;
+                    for (int d = 0; d < D; d++) dp += (double)DO(i, d) * V(j, d);
+                    dS[(size_t)i * T + j] = round_to((float)dp, dt);
+                    dot += p[j] * dS[(size_t)i * T + j];
+                }
+                for (int j = 0; j <= i; j++) {
+                    double *ds = dS + (size_t)i * T + j;
+                    *ds = round_to((float)(p[j] * (*ds - (float)dot)), dt);
+                }
+            }
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < D; d++) {
+                    double dq = 0.0, dk = 0.0, dv = 0.0;
+                    for (int j = 0; j <= t; j++) dq += dS[(size_t)t * T + j] * K(j, d);
+                    for (int i = t; i < T; i++) {
+                        dk += dS[(size_t)i * T + t] * Q(i, d);
+                        dv += P[(size_t)i * T + t] * DO(i, d);
+                    }
+                    size_t row = (size_t)(b * T + t) * ld + h * D + d;
+                    dqkv[row] = round_to((float)(dq * scale), dt);
+                    dqkv[row + C] = round_to((float)(dk * scale), dt);
+                    dqkv[row + 2 * C] = round_to((float)dv, dt);
+                }
+#undef Q
+#undef K
+#undef V
+#undef DO
+        }
+    free(P);
+    free(dS);
+}
+
+static void test_attention_lowp(int B, int T, int H, int D, tlm_dtype dt) {
+    char name[96];
+    const int C = H * D, ld = 3 * C, N = B * T;
+    const size_t e = tlm_dtype_size(dt), nqkv = (size_t)N * ld, nprobs = (size_t)B * H * T * T;
+    float *qkv0 = randn(nqkv, 1.0f);
+    char *qkv = to_dt(qkv0, nqkv, dt);
+    float *qkv32 = rounded(qkv0, nqkv, dt);
+    void *out = alloc_dt((size_t)N * C, dt), *probs = alloc_dt(nprobs, dt);
+    float *out32 = alloc_floats((size_t)N * C), *probs32 = alloc_floats(nprobs);
+    be->ops->attention_forward(be, out, probs, qkv, qkv + C * e, qkv + 2 * C * e, ld, B, T, H, D,
+                               dt);
+    be->ops->attention_forward(be, out32, probs32, qkv32, qkv32 + C, qkv32 + 2 * C, ld, B, T, H, D,
+                               F32);
+    snprintf(name, sizeof name, "attention B=%d T=%d H=%d D=%d forward out", B, T, H, D);
+    check_lowp(name, out, out32, (size_t)N * C, dt, false);
+    snprintf(name, sizeof name, "attention B=%d T=%d H=%d D=%d forward probs", B, T, H, D);
+    check_lowp(name, probs, probs32, nprobs, dt, false);
+    bool masked = true;
+    double worst_sum = 0.0;
+    for (size_t bh = 0; bh < (size_t)B * H; bh++)
+        for (int i = 0; i < T; i++) {
+            double sum = 0.0;
+            for (int j = 0; j < T; j++) {
+                size_t idx = (bh * T + i) * T + j;
+                if (j > i) masked &= ((uint16_t *)probs)[idx] == 0;
+                else sum += get_dt(probs, idx, dt);
+            }
+            worst_sum = fmax(worst_sum, fabs(sum - 1.0));
+        }
+    check(masked && worst_sum < 8 * lowp_tol(dt),
+          "%s attention T=%d probs: exactly +0 above the diagonal; rows sum to 1 within %.1e",
+          dt_name(dt), T, worst_sum);
+
+    float *R = randn((size_t)N * C, 1.0f);
+    void *dout = to_dt(R, (size_t)N * C, dt);
+    float *dout32 = rounded(R, (size_t)N * C, dt);
+    char *dqkv = alloc_dt(nqkv, dt);
+    void *dprobs = alloc_dt(nprobs, dt);
+    float *dqkv32 = alloc_floats(nqkv), *dprobs32 = alloc_floats(nprobs);
+    be->ops->attention_backward(be, dqkv, dqkv + C * e, dqkv + 2 * C * e, dprobs, dout, qkv,
+                                qkv + C * e, qkv + 2 * C * e, probs, ld, B, T, H, D, dt);
+    be->ops->attention_backward(be, dqkv32, dqkv32 + C, dqkv32 + 2 * C, dprobs32, dout32, qkv32,
+                                qkv32 + C, qkv32 + 2 * C, probs32, ld, B, T, H, D, F32);
+    const char *part[3] = {"dq", "dk", "dv"};
+    for (int s = 0; s < 3; s++) {
+        float *got = gather(dqkv, N, ld, s * C, (s + 1) * C, dt);
+        float *want = gather(dqkv32, N, ld, s * C, (s + 1) * C, F32);
+        void *got_dt = to_dt(got, (size_t)N * C, dt); /* exact: got holds dt values */
+        snprintf(name, sizeof name, "attention B=%d T=%d H=%d D=%d backward %s", B, T, H, D,
+                 part[s]);
+        check_lowp(name, got_dt, want, (size_t)N * C, dt, false);
+    }
+    snprintf(name, sizeof name, "attention B=%d T=%d H=%d D=%d backward dS (left in dprobs)", B, T,
+             H, D);
+    check_lowp(name, dprobs, dprobs32, nprobs, dt, false);
+
+    /* against the double-precision reference with the same rounding points */
+    float *out_ref = alloc_floats((size_t)N * C), *dqkv_ref = alloc_floats(nqkv);
+    attention_rounded_reference(qkv32, dout32, out_ref, dqkv_ref, B, T, H, D, dt);
+    float *out_got = gather(out, N, C, 0, C, dt), *dqkv_got = gather(dqkv, N, ld, 0, ld, dt);
+    double e_out = rel_error_f(out_got, out_ref, (size_t)N * C);
+    double e_d = rel_error_f(dqkv_got, dqkv_ref, nqkv);
+    double f_out = rel_error_f(out32, out_ref, (size_t)N * C);
+    double f_d = rel_error_f(dqkv32, dqkv_ref, nqkv);
+    check(e_out < 0.1 * f_out && e_d < 0.1 * f_d,
+          "%s attention B=%d T=%d H=%d D=%d vs double with dt rounding of S, P, out, dP, dS, "
+          "dq, dk, dv: out error %.2e, dq|dk|dv %.2e (the fp32 op: %.2e, %.2e)", dt_name(dt), B,
+          T, H, D, e_out, e_d, f_out, f_d);
+}
+
+static void test_swiglu_lowp(int N, int F, tlm_dtype dt) {
+    char name[96];
+    size_t n2 = (size_t)N * 2 * F, n1 = (size_t)N * F;
+    float *ab0 = randn(n2, 2.0f), *R = randn(n1, 1.0f);
+    void *ab = to_dt(ab0, n2, dt), *dout = to_dt(R, n1, dt);
+    float *ab32 = rounded(ab0, n2, dt), *dout32 = rounded(R, n1, dt);
+    void *out = alloc_dt(n1, dt), *dab = alloc_dt(n2, dt);
+    float *out32 = alloc_floats(n1), *dab32 = alloc_floats(n2);
+    be->ops->swiglu_forward(be, out, ab, N, F, dt);
+    be->ops->swiglu_forward(be, out32, ab32, N, F, F32);
+    snprintf(name, sizeof name, "swiglu N=%d F=%d forward", N, F);
+    check_lowp(name, out, out32, n1, dt, true);
+    be->ops->swiglu_backward(be, dab, dout, ab, N, F, dt);
+    be->ops->swiglu_backward(be, dab32, dout32, ab32, N, F, F32);
+    snprintf(name, sizeof name, "swiglu N=%d F=%d backward dab", N, F);
+    check_lowp(name, dab, dab32, n2, dt, true);
+}
+
+static void test_cross_entropy_lowp(int N, int V, tlm_dtype dt) {
+    char name[96];
+    size_t NV = (size_t)N * V;
+    float *l0 = randn(NV, 3.0f);
+    void *logits = to_dt(l0, NV, dt);
+    float *logits32 = rounded(l0, NV, dt);
+    int32_t *targets = alloc_ints(N);
+    for (int n = 0; n < N; n++) targets[n] = (int32_t)tlm_rng_below(&rng, V);
+    float *losses = alloc_floats(N), *lse = alloc_floats(N), *losses32 = alloc_floats(N),
+          *lse32 = alloc_floats(N);
+    poison(losses, N);
+    poison(lse, N);
+    be->ops->cross_entropy_forward(be, losses, lse, logits, targets, N, V, dt);
+    be->ops->cross_entropy_forward(be, losses32, lse32, logits32, targets, N, V, F32);
+    snprintf(name, sizeof name, "cross_entropy N=%d V=%d forward losses", N, V);
+    check_lowp_f32(name, losses, losses32, N, dt);
+    snprintf(name, sizeof name, "cross_entropy N=%d V=%d forward logsumexp", N, V);
+    check_lowp_f32(name, lse, lse32, N, dt);
+
+    /* the gradient of the mean loss, times a loss scale of 1024 in fp16 (as GradScaler would:
+     * without it the small probabilities / N fall below fp16's normal range) */
+    float dloss = (dt == TLM_DTYPE_F16 ? 1024.0f : 1.0f) / N;
+    void *dlogits = alloc_dt(NV, dt);
+    float *dlogits32 = alloc_floats(NV);
+    be->ops->cross_entropy_backward(be, dlogits, logits, lse32, targets, N, V, dloss, dt);
+    be->ops->cross_entropy_backward(be, dlogits32, logits32, lse32, targets, N, V, dloss, F32);
+    snprintf(name, sizeof name, "cross_entropy N=%d V=%d backward dlogits (dloss %g)", N, V,
+             (double)dloss);
+    check_lowp(name, dlogits, dlogits32, NV, dt, true);
+    be->ops->cross_entropy_backward(be, logits, logits, lse32, targets, N, V, dloss, dt);
+    check(memcmp(logits, dlogits, NV * tlm_dtype_size(dt)) == 0,
+          "%s cross_entropy N=%d V=%d backward in place (dlogits == logits): same bits",
+          dt_name(dt), N, V);
+}
+
+/* core/convert.h's fp16 conversions (the compiler's _Float16 on F16C, else the portable bit
+ * manipulation) against the portable ones: the same bits for every fp16 value and a sweep of
+ * floats (NaN: both NaN, sign kept). */
+static void test_convert_paths(void) {
+    long wrong = 0, n = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+        uint16_t h = (uint16_t)i;
+        float a = tlm_f16_to_f32(h), b = tlm_f16_to_f32_portable(h);
+        wrong += isnan(b) ? !isnan(a) || !signbit(a) != !signbit(b)
+                          : tlm_f32_bits(a) != tlm_f32_bits(b);
+    }
+    for (uint64_t k = 0; k < (1ull << 32) / 4099; k++) {
+        float x = tlm_f32_from_bits((uint32_t)(k * 4099));
+        uint16_t a = tlm_f32_to_f16(x), b = tlm_f32_to_f16_portable(x);
+        bool a_nan = (a & 0x7c00) == 0x7c00 && (a & 0x3ff);
+        wrong += isnan(x) ? !a_nan || (a & 0x8000) != (b & 0x8000) : a != b;
+        n++;
+    }
+    check(wrong == 0, "fp16 conversions (%s) = the portable ones: all 65536 widenings, %ld "
+          "narrowings (%ld differ)", TLM_F16_HARDWARE ? "_Float16 on F16C" : "portable", n, wrong);
+}
+
+static void test_lowp(tlm_dtype dt) {
+    test_cast(37, dt);
+    test_cast(100003, dt);
+    test_adamw_lowp(37, dt);
+    test_adamw_lowp(100003, dt);
+    test_rmsnorm_lowp(7, 13, dt);
+    test_rmsnorm_lowp(64, 600, dt);
+    test_matmul_lowp(13, 67, 35, dt);
+    test_matmul_lowp(64, 300, 200, dt);
+    test_rope_lowp(2, 7, 3, 6, 5, dt);
+    test_rope_lowp(2, 64, 8, 16, 128, dt);
+    test_attention_lowp(2, 7, 2, 4, dt);
+    test_attention_lowp(2, 64, 3, 16, dt);
+    test_swiglu_lowp(7, 5, dt);
+    test_swiglu_lowp(64, 600, dt);
+    test_cross_entropy_lowp(7, 11, dt);
+    test_cross_entropy_lowp(40, 1001, dt);
+}
+
 /* ---- thread count ------------------------------------------------------------------------ */
 
 /* Every op but the GEMMs on inputs large enough to run in parallel (above TLM_CPU_GRAIN), so
  * that the parallel paths are the ones compared: their results must not depend on the number
- * of threads (rows are independent; column sums and scatter-adds are owned by one thread). */
+ * of threads (rows are independent; column sums and scatter-adds are owned by one thread).
+ * In fp32, bf16 and fp16 (per-thread scratch slices). */
 typedef struct {
     const char *name;
-    float *out;
+    void *out;
     size_t n;
+    tlm_dtype dt;
 } op_output;
 
-static int run_parallel_ops(op_output *o) {
+static int run_parallel_ops(op_output *o, tlm_dtype dt) {
     enum { N = 256, C = 200, V = 300, F = 200, B = 2, T = 64, H = 4, D = 16, VCE = 1001 };
+    const size_t e = tlm_dtype_size(dt); /* bytes per dt element: q, k, v are thirds of qkv */
     uint64_t saved = rng;
     rng = 0xB16; /* the same inputs on every call */
     int k = 0;
@@ -629,71 +1228,92 @@ static int run_parallel_ops(op_output *o) {
     for (int n = 0; n < N; n++) tokens[n] = (int32_t)tlm_rng_below(&rng, 50); /* repeats */
     float *wte = randn((size_t)V * C, 1.0f), *dout = randn((size_t)N * C, 1.0f);
 
-    o[k] = (op_output){"embedding forward", alloc_floats((size_t)N * C), (size_t)N * C};
-    be->ops->embedding_forward(be, o[k++].out, tokens, wte, N, C);
-    o[k] = (op_output){"embedding backward", alloc_floats((size_t)V * C), (size_t)V * C};
-    be->ops->embedding_backward(be, o[k++].out, dout, tokens, N, V, C);
+    if (dt == F32) {
+        o[k] = (op_output){"embedding forward", alloc_dt((size_t)N * C, F32), (size_t)N * C, F32};
+        be->ops->embedding_forward(be, o[k++].out, tokens, wte, N, C);
+        o[k] = (op_output){"embedding backward", alloc_dt((size_t)V * C, F32), (size_t)V * C, F32};
+        be->ops->embedding_backward(be, o[k++].out, dout, tokens, N, V, C);
+    }
 
     float *x = randn((size_t)N * C, 1.0f), *w = randn(C, 1.0f);
     float *rstd = alloc_floats(N);
-    o[k] = (op_output){"rmsnorm forward", alloc_floats((size_t)N * C), (size_t)N * C};
-    be->ops->rmsnorm_forward(be, o[k++].out, rstd, x, w, N, C, 1e-5f);
-    o[k] = (op_output){"rmsnorm backward dx", randn((size_t)N * C, 1.0f), (size_t)N * C};
-    o[k + 1] = (op_output){"rmsnorm backward dw", alloc_floats(C), C};
-    be->ops->rmsnorm_backward(be, o[k].out, o[k + 1].out, dout, x, w, rstd, N, C);
+    o[k] = (op_output){"rmsnorm forward", alloc_dt((size_t)N * C, dt), (size_t)N * C, dt};
+    be->ops->rmsnorm_forward(be, o[k++].out, rstd, x, w, N, C, 1e-5f, dt);
+    o[k] = (op_output){"rmsnorm backward dx", randn((size_t)N * C, 1.0f), (size_t)N * C, F32};
+    o[k + 1] = (op_output){"rmsnorm backward dw", alloc_dt(C, F32), C, F32};
+    void *dout_dt = randn_dt((size_t)N * C, 1.0f, dt);
+    be->ops->rmsnorm_backward(be, o[k].out, o[k + 1].out, dout_dt, x, w, rstd, N, C, dt);
     k += 2;
 
     float *cos = randn((size_t)T * D / 2, 1.0f), *sin = randn((size_t)T * D / 2, 1.0f);
-    o[k] = (op_output){"rope forward", randn((size_t)B * T * H * D * 2, 1.0f), (size_t)B * T * H * D * 2};
-    be->ops->rope_forward(be, o[k++].out, cos, sin, B, T, 2 * H, D, 2 * H * D);
+    size_t nrope = (size_t)B * T * H * D * 2;
+    o[k] = (op_output){"rope forward", randn_dt(nrope, 1.0f, dt), nrope, dt};
+    be->ops->rope_forward(be, o[k++].out, cos, sin, B, T, 2 * H, D, 2 * H * D, dt);
 
     int ld = 3 * H * D;
-    float *qkv = randn((size_t)B * T * ld, 1.0f), *datt = randn((size_t)B * T * H * D, 1.0f);
-    float *probs = alloc_floats((size_t)B * H * T * T), *dprobs = alloc_floats((size_t)B * H * T * T);
-    o[k] = (op_output){"attention forward", alloc_floats((size_t)B * T * H * D), (size_t)B * T * H * D};
-    be->ops->attention_forward(be, o[k++].out, probs, qkv, qkv + H * D, qkv + 2 * H * D, ld, B, T, H, D);
-    float *dqkv = alloc_floats((size_t)B * T * ld);
-    o[k] = (op_output){"attention backward", dqkv, (size_t)B * T * ld};
-    be->ops->attention_backward(be, dqkv, dqkv + H * D, dqkv + 2 * H * D, dprobs, datt, qkv,
-                                qkv + H * D, qkv + 2 * H * D, probs, ld, B, T, H, D);
+    size_t nqkv = (size_t)B * T * ld, natt = (size_t)B * T * H * D, np = (size_t)B * H * T * T;
+    char *qkv = randn_dt(nqkv, 1.0f, dt), *datt = randn_dt(natt, 1.0f, dt);
+    void *probs = randn_dt(np, 1.0f, dt), *dprobs = randn_dt(np, 1.0f, dt);
+    o[k] = (op_output){"attention forward", alloc_dt(natt, dt), natt, dt};
+    be->ops->attention_forward(be, o[k++].out, probs, qkv, qkv + H * D * e, qkv + 2 * H * D * e,
+                               ld, B, T, H, D, dt);
+    char *dqkv = alloc_dt(nqkv, dt);
+    o[k] = (op_output){"attention backward", dqkv, nqkv, dt};
+    be->ops->attention_backward(be, dqkv, dqkv + H * D * e, dqkv + 2 * H * D * e, dprobs, datt,
+                                qkv, qkv + H * D * e, qkv + 2 * H * D * e, probs, ld, B, T, H, D,
+                                dt);
     k++;
 
-    float *ab = randn((size_t)N * 2 * F, 2.0f), *dsw = randn((size_t)N * F, 1.0f);
-    o[k] = (op_output){"swiglu forward", alloc_floats((size_t)N * F), (size_t)N * F};
-    be->ops->swiglu_forward(be, o[k++].out, ab, N, F);
-    o[k] = (op_output){"swiglu backward", alloc_floats((size_t)N * 2 * F), (size_t)N * 2 * F};
-    be->ops->swiglu_backward(be, o[k++].out, dsw, ab, N, F);
+    void *ab = randn_dt((size_t)N * 2 * F, 2.0f, dt), *dsw = randn_dt((size_t)N * F, 1.0f, dt);
+    o[k] = (op_output){"swiglu forward", alloc_dt((size_t)N * F, dt), (size_t)N * F, dt};
+    be->ops->swiglu_forward(be, o[k++].out, ab, N, F, dt);
+    o[k] = (op_output){"swiglu backward", alloc_dt((size_t)N * 2 * F, dt), (size_t)N * 2 * F, dt};
+    be->ops->swiglu_backward(be, o[k++].out, dsw, ab, N, F, dt);
 
-    float *logits = randn((size_t)64 * VCE, 3.0f), *losses = alloc_floats(64);
+    void *logits = randn_dt((size_t)64 * VCE, 3.0f, dt);
+    float *losses = alloc_floats(64);
     int32_t *targets = alloc_ints(64);
     for (int n = 0; n < 64; n++) targets[n] = (int32_t)tlm_rng_below(&rng, VCE);
-    o[k] = (op_output){"cross_entropy forward", alloc_floats(64), 64};
-    be->ops->cross_entropy_forward(be, losses, o[k++].out, logits, targets, 64, VCE);
-    o[k] = (op_output){"cross_entropy backward", alloc_floats((size_t)64 * VCE), (size_t)64 * VCE};
-    be->ops->cross_entropy_backward(be, o[k].out, logits, o[k - 1].out, targets, 64, VCE, 0.5f);
+    o[k] = (op_output){"cross_entropy forward", alloc_dt(64, F32), 64, F32};
+    be->ops->cross_entropy_forward(be, losses, o[k++].out, logits, targets, 64, VCE, dt);
+    o[k] = (op_output){"cross_entropy backward", alloc_dt((size_t)64 * VCE, dt),
+                       (size_t)64 * VCE, dt};
+    be->ops->cross_entropy_backward(be, o[k].out, logits, o[k - 1].out, targets, 64, VCE, 0.5f,
+                                    dt);
     k++;
 
-    size_t np = 100003;
-    o[k] = (op_output){"adamw", randn(np, 1.0f), np};
-    float *g = randn(np, 1.0f), *m = randn(np, 0.1f), *v = randn(np, 0.1f);
-    for (size_t i = 0; i < np; i++) v[i] *= v[i];
-    be->ops->adamw_step(be, o[k++].out, g, m, v, np, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 7);
+    size_t n = 100003;
+    float *src = randn(n, 1.0f);
+    o[k] = (op_output){"cast", alloc_dt(n, dt), n, dt};
+    be->ops->cast(be, o[k++].out, src, n, dt);
+    o[k] = (op_output){"adamw", randn(n, 1.0f), n, F32};
+    float *g = randn(n, 1.0f), *m = randn(n, 0.1f), *v = randn(n, 0.1f);
+    for (size_t i = 0; i < n; i++) v[i] *= v[i];
+    void *params_lp = dt == F32 ? NULL : alloc_dt(n, dt);
+    be->ops->adamw_step(be, o[k++].out, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 7,
+                        params_lp, dt);
+    if (params_lp) o[k++] = (op_output){"adamw params_lp", params_lp, n, dt};
+    if (dt == F32) {
+        o[k] = (op_output){"grad_unscale", randn(n, 1.0f), n, F32};
+        be->ops->grad_unscale(be, o[k++].out, n, 0.25f);
+    }
     rng = saved;
     return k;
 }
 
-static void test_thread_count(void) {
-    op_output one[16], many[16];
+static void test_thread_count(tlm_dtype dt) {
+    op_output one[20], many[20];
     int max_threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    int k = run_parallel_ops(one);
+    int k = run_parallel_ops(one, dt);
     omp_set_num_threads(4);
-    run_parallel_ops(many);
+    run_parallel_ops(many, dt);
     omp_set_num_threads(max_threads);
     for (int i = 0; i < k; i++)
-        check(all_finite(many[i].out, many[i].n) &&
-                  memcmp(one[i].out, many[i].out, one[i].n * sizeof(float)) == 0,
-              "%s (%zu elements): 4 threads give the same bits as 1", one[i].name, one[i].n);
+        check(all_finite_dt(many[i].out, many[i].n, many[i].dt) &&
+                  memcmp(one[i].out, many[i].out, one[i].n * tlm_dtype_size(one[i].dt)) == 0,
+              "%s %s (%zu elements): 4 threads give the same bits as 1", dt_name(dt),
+              one[i].name, one[i].n);
 }
 
 /* ---- the shared exp, and the backend itself ---------------------------------------------- */
@@ -718,8 +1338,8 @@ static void test_backend(void) {
     check(o->embedding_forward && o->embedding_backward && o->rmsnorm_forward &&
               o->rmsnorm_backward && o->matmul_forward && o->matmul_backward && o->rope_forward &&
               o->rope_backward && o->attention_forward && o->attention_backward &&
-              o->swiglu_forward && o->swiglu_backward && o->residual_forward && o->add_inplace &&
-              o->cross_entropy_forward && o->cross_entropy_backward && o->adamw_step,
+              o->swiglu_forward && o->swiglu_backward && o->cast && o->cross_entropy_forward &&
+              o->cross_entropy_backward && o->adamw_step && o->grad_unscale,
           "backend: every op is set");
     float host[37], back[37];
     for (int i = 0; i < 37; i++) host[i] = (float)i;
@@ -757,13 +1377,20 @@ int main(void) {
     test_attention(1, 37, 3, 16);
     test_swiglu(7, 5);
     test_swiglu(3, 67);
-    test_residual(37);
-    test_residual(100003);
+    test_matmul_residual(7, 5, 9);
+    test_matmul_residual(64, 300, 200);
     test_cross_entropy(7, 11);
     test_cross_entropy(3, 1001);
     test_adamw(37);
     test_adamw(1001);
-    test_thread_count();
+    test_cast(37, F32);
+    test_cast(100003, F32);
+    test_grad_unscale(37);
+    test_grad_unscale(100003);
+    test_convert_paths();
+    for (int i = 0; i < 2; i++) test_lowp(LOWP[i]);
+    test_thread_count(F32);
+    for (int i = 0; i < 2; i++) test_thread_count(LOWP[i]);
     tlm_backend_destroy(be);
 
     printf("%d passed, %d failed\n", passed, failed);

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include "tlm/dtype.h"
 #include "tlm/status.h"
 
 #ifdef __cplusplus
@@ -27,10 +28,32 @@ extern "C" {
 
 typedef enum { TLM_DEVICE_CPU = 0, TLM_DEVICE_CUDA = 1 } tlm_device;
 
-/* How GEMMs compute (PyTorch semantics). fp32: strict IEEE fp32 (PyTorch's default, no
- * TF32); tf32: fp32 storage, TF32 tensor-core GEMMs with fp32 accumulation (the CPU backend
- * computes tf32 as fp32). bf16/fp16 (autocast) come with the mixed-precision work. */
-typedef enum { TLM_PRECISION_FP32 = 0, TLM_PRECISION_TF32 = 1 } tlm_precision;
+/* Precision modes, with PyTorch autocast semantics. The one place that defines them
+ * (docs/precision.md tells the same with the reasons):
+ *   fp32: everything float32; GEMMs strict IEEE fp32 (PyTorch's default: no TF32).
+ *   tf32: float32 storage; GEMMs on TF32 tensor cores, fp32 accumulation. The CPU backend
+ *         computes it as fp32.
+ *   bf16, fp16: master weights, gradients and AdamW state float32. GEMM operands (the
+ *         activations and a low-precision copy of the weights, cast once per step) and GEMM
+ *         outputs are bf16/fp16, accumulated in fp32; except where a GEMM's output lands in
+ *         a float32 tensor: the residual stream (output_proj and w2 add into it in fp32) and
+ *         the weight gradients. RMSNorm statistics, RoPE, softmax, SwiGLU's elementwise part
+ *         and cross-entropy compute in fp32 from low-precision inputs and round their output
+ *         to the low precision (round to nearest even). The residual stream and its gradient
+ *         are float32. fp16 adds dynamic loss scaling (GradScaler semantics, model.h).
+ *   The CPU backend stores bf16/fp16 as their 16-bit patterns and rounds at the same points,
+ *   so the two backends agree in every mode. */
+typedef enum {
+    TLM_PRECISION_FP32 = 0,
+    TLM_PRECISION_TF32 = 1,
+    TLM_PRECISION_BF16 = 2,
+    TLM_PRECISION_FP16 = 3
+} tlm_precision;
+
+/* The dtype of GEMM operands in a mode: F32 (fp32, tf32), BF16 or F16. */
+static inline tlm_dtype tlm_precision_act_dtype(tlm_precision p) {
+    return p == TLM_PRECISION_BF16 ? TLM_DTYPE_BF16 : p == TLM_PRECISION_FP16 ? TLM_DTYPE_F16 : TLM_DTYPE_F32;
+}
 
 /* What an allocation holds; memory is accounted per tag (current and peak bytes). */
 typedef enum {
@@ -47,10 +70,12 @@ const char *tlm_mem_tag_name(tlm_mem_tag tag); /* "parameters", "gradients", ...
 typedef struct tlm_backend tlm_backend;
 
 /* The ops. Shapes: B batch, T seq_len, N = B*T, C d_model, H num_heads, D d_head (C = H*D),
- * F d_ff, V vocab_size. */
+ * F d_ff, V vocab_size. `dt` is the activation dtype of the mode (tlm_precision_act_dtype):
+ * a `void *` tensor holds dt elements; a `float *` tensor is always float32. Every op
+ * computes in fp32 and rounds what it writes to dt (round to nearest even). */
 typedef struct tlm_ops {
     /* ---- embedding: out[n,:] = wte[tokens[n],:] -------------------------------------- */
-    /* out (N,C); tokens (N) int32 in [0,V); wte (V,C) */
+    /* out (N,C) float32 (the residual stream); tokens (N) int32 in [0,V); wte (V,C) */
     void (*embedding_forward)(tlm_backend *be, float *out, const int32_t *tokens,
                               const float *wte, int N, int C);
     /* dwte (V,C) = 0, then dwte[tokens[n],:] += dout[n,:] */
@@ -58,75 +83,91 @@ typedef struct tlm_ops {
                                const int32_t *tokens, int N, int V, int C);
 
     /* ---- RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps), in fp32 ------------
-     * (Zhang & Sennrich 2019, eq. 4). out (N,C); rstd (N) saved for backward; x (N,C); w (C) */
-    void (*rmsnorm_forward)(tlm_backend *be, float *out, float *rstd, const float *x,
-                            const float *w, int N, int C, float eps);
-    /* dx (N,C) += d out/dx . dout;  dw (C) = sum_n dout[n,:] * x[n,:] * rstd[n] */
-    void (*rmsnorm_backward)(tlm_backend *be, float *dx, float *dw, const float *dout,
-                             const float *x, const float *w, const float *rstd, int N, int C);
+     * (Zhang & Sennrich 2019, eq. 4). out (N,C) dt (a GEMM operand); rstd (N) saved for
+     * backward; x (N,C) float32; w (C) float32 */
+    void (*rmsnorm_forward)(tlm_backend *be, void *out, float *rstd, const float *x,
+                            const float *w, int N, int C, float eps, tlm_dtype dt);
+    /* dx (N,C) float32 += d out/dx . dout;  dw (C) = sum_n dout[n,:] * x[n,:] * rstd[n];
+     * dout (N,C) dt */
+    void (*rmsnorm_backward)(tlm_backend *be, float *dx, float *dw, const void *dout,
+                             const float *x, const float *w, const float *rstd, int N, int C,
+                             tlm_dtype dt);
 
     /* ---- linear layer without bias: y = x W^T ------------------------------------------ */
-    /* y (N,out) = x (N,in) . W^T, W (out,in) as nn.Linear stores it */
-    void (*matmul_forward)(tlm_backend *be, float *y, const float *x, const float *w,
-                           int N, int in, int out);
-    /* dx (N,in) = dy . W  (skipped when dx == NULL);  dw (out,in) = dy^T . x */
-    void (*matmul_backward)(tlm_backend *be, float *dx, float *dw, const float *dy,
-                            const float *x, const float *w, int N, int in, int out);
+    /* x (N,in) dt; W (out,in) dt, as nn.Linear stores it; fp32 accumulation.
+     * residual == NULL: y (N,out) dt = x . W^T.
+     * residual != NULL: y (N,out) float32 = residual (N,out) float32 + x . W^T (the residual
+     * connection folded into the GEMM; y may equal residual). */
+    void (*matmul_forward)(tlm_backend *be, void *y, const float *residual, const void *x,
+                           const void *w, int N, int in, int out, tlm_dtype dt);
+    /* dx (N,in) dt = dy . W (skipped when dx == NULL);  dw (out,in) float32 = dy^T . x;
+     * dy (N,out) dt; x, W dt. Both outputs are overwritten. */
+    void (*matmul_backward)(tlm_backend *be, void *dx, float *dw, const void *dy,
+                            const void *x, const void *w, int N, int in, int out, tlm_dtype dt);
+
+    /* ---- dst (n) dt = round(src (n) float32): weights to their GEMM copy, gradients of the
+     * residual stream to GEMM operands. With dt == F32 a copy. */
+    void (*cast)(tlm_backend *be, void *dst, const float *src, size_t n, tlm_dtype dt);
 
     /* ---- RoPE (Su et al. 2021, RoFormer, eq. 34), pairs INTERLEAVED -----------------------
-     * In place on x, whose rows are (B*T) with row stride ld floats; each row holds
+     * In place on x (dt), whose rows are (B*T) with row stride ld elements; each row holds
      * nheads heads of D values starting at column 0. For pair k of a head at position t:
      * (x[2k], x[2k+1]) <- (c*x[2k] - s*x[2k+1], s*x[2k] + c*x[2k+1]), c = cos[t,k], s = sin[t,k].
-     * cos, sin (T_max, D/2), rows indexed by position t = n % T. */
-    void (*rope_forward)(tlm_backend *be, float *x, const float *cos, const float *sin,
-                         int B, int T, int nheads, int D, int ld);
+     * cos, sin (T_max, D/2) float32, rows indexed by position t = n % T. */
+    void (*rope_forward)(tlm_backend *be, void *x, const float *cos, const float *sin,
+                         int B, int T, int nheads, int D, int ld, tlm_dtype dt);
     /* In place on dx (same layout): the transposed rotation (angle -theta). */
-    void (*rope_backward)(tlm_backend *be, float *dx, const float *cos, const float *sin,
-                          int B, int T, int nheads, int D, int ld);
+    void (*rope_backward)(tlm_backend *be, void *dx, const float *cos, const float *sin,
+                          int B, int T, int nheads, int D, int ld, tlm_dtype dt);
 
     /* ---- naive causal attention (Vaswani et al. 2017, eq. 1) ------------------------------
-     * q, k, v: head h of row n at q[n*ld + h*D + d] (ld = 3*C when q, k, v are the thirds of
-     * one fused projection). Scores S = q k^T / sqrt(D), masked to -inf where key j > query i,
-     * P = softmax(S) (max-subtracted), out = P v.
-     * out (N,C) merged heads (head h in columns h*D..h*D+D-1); probs (B,H,T,T) saved P. */
-    void (*attention_forward)(tlm_backend *be, float *out, float *probs, const float *q,
-                              const float *k, const float *v, int ld, int B, int T, int H, int D);
-    /* dq, dk, dv: same layout as q, k, v (row stride ld) = gradients.
-     * dout (N,C); dprobs (B,H,T,T) scratch. dP = dout v^T; dS = P*(dP - rowsum(P*dP));
-     * dq = dS k/sqrt(D); dk = dS^T q/sqrt(D); dv = P^T dout. */
-    void (*attention_backward)(tlm_backend *be, float *dq, float *dk, float *dv, float *dprobs,
-                               const float *dout, const float *q, const float *k, const float *v,
-                               const float *probs, int ld, int B, int T, int H, int D);
+     * q, k, v (dt): head h of row n at q[n*ld + h*D + d] (ld = 3*C when q, k, v are the thirds
+     * of one fused projection). Scores S = q k^T / sqrt(D) (a GEMM: rounded to dt), masked
+     * to -inf where key j > query i, P = softmax(S) in fp32 (max-subtracted), rounded to dt,
+     * out = P v. out (N,C) dt, merged heads (head h in columns h*D..h*D+D-1);
+     * probs (B,H,T,T) dt: P, saved for backward (exact 0 above the diagonal). */
+    void (*attention_forward)(tlm_backend *be, void *out, void *probs, const void *q,
+                              const void *k, const void *v, int ld, int B, int T, int H, int D,
+                              tlm_dtype dt);
+    /* dq, dk, dv (dt): same layout as q, k, v (row stride ld) = gradients.
+     * dout (N,C) dt; dprobs (B,H,T,T) dt scratch. dP = dout v^T; dS = P*(dP - rowsum(P*dP))
+     * in fp32; dq = dS k/sqrt(D); dk = dS^T q/sqrt(D); dv = P^T dout. */
+    void (*attention_backward)(tlm_backend *be, void *dq, void *dk, void *dv, void *dprobs,
+                               const void *dout, const void *q, const void *k, const void *v,
+                               const void *probs, int ld, int B, int T, int H, int D, tlm_dtype dt);
 
     /* ---- SwiGLU's elementwise part (Shazeer 2020): out = silu(a) * b ----------------------
-     * ab (N, 2F): a = columns 0..F-1 (w1 x), b = columns F..2F-1 (w3 x); out (N,F).
-     * silu(a) = a * sigmoid(a). */
-    void (*swiglu_forward)(tlm_backend *be, float *out, const float *ab, int N, int F);
-    /* dab (N,2F) = [dout*b*silu'(a), dout*silu(a)], silu'(a) = s(1 + a(1-s)), s = sigmoid(a) */
-    void (*swiglu_backward)(tlm_backend *be, float *dab, const float *dout, const float *ab,
-                            int N, int F);
+     * ab (N, 2F) dt: a = columns 0..F-1 (w1 x), b = columns F..2F-1 (w3 x); out (N,F) dt.
+     * silu(a) = a * sigmoid(a), in fp32. */
+    void (*swiglu_forward)(tlm_backend *be, void *out, const void *ab, int N, int F, tlm_dtype dt);
+    /* dab (N,2F) dt = [dout*b*silu'(a), dout*silu(a)], silu'(a) = s(1 + a(1-s)), s = sigmoid(a) */
+    void (*swiglu_backward)(tlm_backend *be, void *dab, const void *dout, const void *ab,
+                            int N, int F, tlm_dtype dt);
 
-    /* ---- residual connection: out (n) = x + y;  add: dst (n) += src ---------------------- */
-    void (*residual_forward)(tlm_backend *be, float *out, const float *x, const float *y, size_t n);
-    void (*add_inplace)(tlm_backend *be, float *dst, const float *src, size_t n);
-
-    /* ---- cross-entropy over V classes, via max-subtracted log-softmax ----------------------
-     * losses (N) = logsumexp(logits[n,:]) - logits[n, targets[n]]; lse (N) = logsumexp saved. */
-    void (*cross_entropy_forward)(tlm_backend *be, float *losses, float *lse, const float *logits,
-                                  const int32_t *targets, int N, int V);
-    /* dlogits (N,V) = dloss * (softmax(logits[n,:]) - onehot(targets[n])); may alias logits.
-     * dloss = 1/N for the mean loss (times a loss scale, later). */
-    void (*cross_entropy_backward)(tlm_backend *be, float *dlogits, const float *logits,
+    /* ---- cross-entropy over V classes, via max-subtracted log-softmax, in fp32 -------------
+     * logits (N,V) dt. losses (N) float32 = logsumexp(logits[n,:]) - logits[n, targets[n]];
+     * lse (N) float32 = logsumexp, saved. */
+    void (*cross_entropy_forward)(tlm_backend *be, float *losses, float *lse, const void *logits,
+                                  const int32_t *targets, int N, int V, tlm_dtype dt);
+    /* dlogits (N,V) dt = dloss * (softmax(logits[n,:]) - onehot(targets[n])); may alias logits.
+     * dloss = 1/N for the mean loss (times the loss scale in fp16). */
+    void (*cross_entropy_backward)(tlm_backend *be, void *dlogits, const void *logits,
                                    const float *lse, const int32_t *targets, int N, int V,
-                                   float dloss);
+                                   float dloss, tlm_dtype dt);
 
     /* ---- AdamW, CS336 version (Loshchilov & Hutter 2019, Algorithm 2) ---------------------
-     * One pass over the flat buffers, n elements; step t >= 1:
+     * One pass over the flat float32 buffers, n elements; step t >= 1:
      * m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  a_t = lr sqrt(1-b2^t)/(1-b1^t);
-     * p -= a_t m/(sqrt(v)+eps);  p -= lr*wd*p. */
+     * p -= a_t m/(sqrt(v)+eps);  p -= lr*wd*p.
+     * params_lp != NULL: also params_lp (n) dt = round(p), the GEMM copy of the weights
+     * refreshed in the same pass (bf16/fp16; saves a separate cast of every weight). */
     void (*adamw_step)(tlm_backend *be, float *params, const float *grads, float *m, float *v,
                        size_t n, float lr, float beta1, float beta2, float eps,
-                       float weight_decay, int t);
+                       float weight_decay, int t, void *params_lp, tlm_dtype dt);
+
+    /* ---- loss scaling (fp16): grads (n) *= inv_scale in place; returns the number of
+     * elements that are inf or NaN after the multiply (0: the step may proceed). Synchronizes. */
+    size_t (*grad_unscale)(tlm_backend *be, float *grads, size_t n, float inv_scale);
 } tlm_ops;
 
 struct tlm_backend {
@@ -150,6 +191,10 @@ struct tlm_backend {
     void (*copy_to_host)(tlm_backend *be, void *dst_host, const void *src, size_t bytes);
     void (*memset_zero)(tlm_backend *be, void *dst, size_t bytes);
     void (*synchronize)(tlm_backend *be);
+    /* bytes of device memory in use as the device reports it (CUDA: total - free from
+     * cudaMemGetInfo, every process and the context included); NULL on the CPU. The benchmark
+     * sets it against the tracked allocator's figures to show they agree. */
+    size_t (*device_memory_used)(tlm_backend *be);
 
     /* accounting, kept by the allocator (backend.c) */
     size_t mem_current[TLM_MEM_NUM_TAGS];

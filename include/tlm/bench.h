@@ -5,6 +5,7 @@
 #ifndef TLM_BENCH_H
 #define TLM_BENCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,7 +23,9 @@ typedef enum {
 } tlm_pass;
 
 const char *tlm_pass_name(tlm_pass p); /* "forward", "forward-backward", "train" */
-const char *tlm_precision_name(tlm_precision p); /* "fp32", "tf32" */
+const char *tlm_precision_name(tlm_precision p); /* "fp32", "tf32", "bf16", "fp16" */
+/* Parses "fp32" | "tf32" | "bf16" | "fp16"; false for anything else. */
+bool tlm_precision_parse(const char *name, tlm_precision *out);
 
 typedef struct {
     char model_name[32];   /* preset name or "custom" */
@@ -47,7 +50,12 @@ typedef struct {
     int64_t params;
     size_t peak_bytes;      /* tracked allocator peak: every backend byte of the run */
     size_t peak_bytes_by_tag[TLM_MEM_NUM_TAGS];
+    size_t device_peak_bytes; /* the device's own count (cudaMemGetInfo), sampled after every
+                                 phase, less what was in use outside tlm's allocator at the
+                                 start; 0 where the backend has no such count (CPU) */
     float loss_first, loss_last; /* first and last timed step's loss (a sanity check) */
+    float loss_scale;       /* fp16: the loss scale after the run (GradScaler); else 1 */
+    int64_t skipped_steps;  /* fp16: AdamW steps skipped for inf/NaN gradients, warm-up included */
 } tlm_bench_result;
 
 /* Runs one case on `be`: creates and initialises the model, runs, frees it. Failures of the

@@ -42,19 +42,21 @@ typedef struct {
     float *w2;        /* (C, F) */
 } tlm_layer_weights;
 
-/* Activations saved by the forward pass of one block (backend memory). N = B*T rows. */
+/* Activations saved by the forward pass of one block (backend memory). N = B*T rows.
+ * `dt` tensors hold the mode's activation dtype (backend.h, tlm_precision): float32 in fp32
+ * and tf32, bf16/fp16 otherwise; the residual stream and the norms' statistics are float32. */
 typedef struct {
-    float *x;        /* (N,C) block input (residual stream) */
-    float *ln1;      /* (N,C) */
+    float *x;        /* (N,C) float32: block input (residual stream) */
+    void *ln1;       /* (N,C) dt */
     float *ln1_rstd; /* (N) */
-    float *qkv;      /* (N,3C) q, k after RoPE; v */
-    float *probs;    /* (B,H,T,T) softmax of the masked scores */
-    float *att;      /* (N,C) merged heads, before output_proj */
-    float *h;        /* (N,C) x + attention branch */
-    float *ln2;      /* (N,C) */
+    void *qkv;       /* (N,3C) dt: q, k after RoPE; v */
+    void *probs;     /* (B,H,T,T) dt: softmax of the masked scores */
+    void *att;       /* (N,C) dt: merged heads, before output_proj */
+    float *h;        /* (N,C) float32: x + attention branch */
+    void *ln2;       /* (N,C) dt */
     float *ln2_rstd; /* (N) */
-    float *ab;       /* (N,2F) w1 x | w3 x */
-    float *g;        /* (N,F) silu(w1 x) * w3 x */
+    void *ab;        /* (N,2F) dt: w1 x | w3 x */
+    void *g;         /* (N,F) dt: silu(w1 x) * w3 x */
 } tlm_layer_acts;
 
 typedef struct {
@@ -77,7 +79,21 @@ typedef struct tlm_model {
     float *params;                 /* (num_params) backend memory */
     float *grads;                  /* (num_params) allocated by the first backward */
     float *adam_m, *adam_v;        /* (num_params) allocated by the first AdamW step */
-    int adam_t;                    /* AdamW steps taken */
+    int adam_t;                    /* AdamW steps taken (skipped fp16 steps do not count) */
+    void *params_lp;               /* (flat_numel) bf16/fp16 copy of params for the GEMMs, cast
+                                      once per step; NULL in fp32/tf32 */
+    int params_lp_stale;           /* params changed since the last cast */
+
+    /* fp16 dynamic loss scaling, torch.cuda.amp.GradScaler semantics: the loss is multiplied
+     * by loss_scale (initially 2^16) before backward; the step unscales the gradients; a step
+     * with an inf/NaN gradient is skipped and halves the scale; 2000 clean steps in a row
+     * double it. 1 and unused in the other modes. */
+    float loss_scale;
+    float grads_scale;             /* the factor the gradients in `grads` carry now (the loss
+                                      scale after backward in fp16, 1 after unscaling) */
+    int scale_growth_tracker;      /* clean steps since the last change of scale */
+    int last_step_skipped;         /* the last AdamW step found inf/NaN and was skipped */
+    int64_t skipped_steps;
 
     float *wte;                    /* (V,C) token_embeddings.weight */
     tlm_layer_weights *layer_w;    /* [num_layers] views into params */
@@ -88,22 +104,26 @@ typedef struct tlm_model {
     /* RoPE tables (context_length, d_head/2), computed in float64, stored float32 */
     float *rope_cos, *rope_sin;
 
-    /* activations for the batch shape they were allocated for */
+    /* activations for the batch shape and dtype they were allocated for */
     int act_B, act_T;              /* 0 before the first forward */
+    tlm_dtype act_dt;              /* dt of the activations */
     int B, T;                      /* shape of the last forward */
     int32_t *inputs, *targets;     /* (N) backend copies of the last batch */
     tlm_layer_acts *acts;          /* [num_layers] */
     float *x_final;                /* (N,C) output of the last block */
-    float *ln_f, *ln_f_rstd;       /* (N,C), (N) */
-    float *logits;                 /* (N,V); overwritten by dlogits in backward */
+    void *ln_f;                    /* (N,C) dt */
+    float *ln_f_rstd;              /* (N) */
+    void *logits;                  /* (N,V) dt; overwritten by dlogits in backward */
     float *lse, *losses;           /* (N), (N) */
     float *host_losses;            /* (N) host copy for the mean */
     /* backward scratch */
-    float *d_resid, *d_tmp;        /* (N,C) */
-    float *d_qkv;                  /* (N,3C) */
-    float *d_probs;                /* (B,H,T,T) */
-    float *d_ab;                   /* (N,2F) */
-    float *d_g;                    /* (N,F) */
+    float *d_resid;                /* (N,C) float32: gradient of the residual stream */
+    void *d_resid_lp;              /* (N,C) dt: its GEMM-operand copy (== d_resid in fp32) */
+    void *d_tmp;                   /* (N,C) dt */
+    void *d_qkv;                   /* (N,3C) dt */
+    void *d_probs;                 /* (B,H,T,T) dt */
+    void *d_ab;                    /* (N,2F) dt */
+    void *d_g;                     /* (N,F) dt */
     int have_forward;              /* a forward ran and backward may follow */
 } tlm_model;
 
@@ -122,7 +142,8 @@ tlm_status tlm_model_init_random(tlm_model *m, uint64_t seed);
  * tensors are an error. Errors: IO, FORMAT, INVALID_ARGUMENT (missing/misshapen tensor). */
 tlm_status tlm_model_load(tlm_model *m, const char *path);
 
-/* Writes parameters (or gradients) as safetensors with the state-dict names, float32. */
+/* Writes parameters (or gradients, divided by any loss scale they carry) as safetensors with
+ * the state-dict names, float32. */
 tlm_status tlm_model_save(const tlm_model *m, const char *path);
 tlm_status tlm_model_save_grads(const tlm_model *m, const char *path);
 
@@ -138,10 +159,13 @@ tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t 
  * by their gradient. Errors: INVALID_ARGUMENT if no forward with targets preceded. */
 tlm_status tlm_model_backward(tlm_model *m);
 
-/* One AdamW step over the flat buffers (one op launch). */
+/* One AdamW step over the flat buffers (one op launch). In fp16 it first unscales the
+ * gradients; if any is inf/NaN the step is skipped (m->last_step_skipped = 1, the scale
+ * halves) and TLM_OK is returned. */
 tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt);
 
-/* Copies the logits of the last forward (before backward) to host memory (B*T*V floats). */
+/* Copies the logits of the last forward (before backward) to host memory as float32
+ * (B*T*V floats; widened from bf16/fp16 in those modes). */
 tlm_status tlm_model_copy_logits(const tlm_model *m, float *host);
 
 /* Index of a tensor by state-dict name, or -1. */

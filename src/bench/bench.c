@@ -22,8 +22,21 @@ const char *tlm_precision_name(tlm_precision p) {
     switch (p) {
     case TLM_PRECISION_FP32: return "fp32";
     case TLM_PRECISION_TF32: return "tf32";
+    case TLM_PRECISION_BF16: return "bf16";
+    case TLM_PRECISION_FP16: return "fp16";
     }
     return "?";
+}
+
+bool tlm_precision_parse(const char *name, tlm_precision *out) {
+    static const tlm_precision all[] = {TLM_PRECISION_FP32, TLM_PRECISION_TF32, TLM_PRECISION_BF16,
+                                        TLM_PRECISION_FP16};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(name, tlm_precision_name(all[i])) == 0) {
+            *out = all[i];
+            return true;
+        }
+    return false;
 }
 
 static double now_ms(void) {
@@ -59,6 +72,9 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
 
     be->precision = c->precision;
     tlm_mem_reset_peak(be);
+    /* device memory in use that tlm's allocator does not hold (context, libraries, others) */
+    const size_t outside = be->device_memory_used ? be->device_memory_used(be) - be->mem_current_total : 0;
+    size_t device_max = 0;
     tlm_model *m = NULL;
     int32_t *tokens = malloc((N + 1) * sizeof(int32_t));
     double *ms = malloc(4 * (size_t)c->steps * sizeof(double));
@@ -96,6 +112,10 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
             t3 = now_ms();
         }
         if (be->range_pop) be->range_pop(be);
+        if (be->device_memory_used && s == TLM_OK) {
+            size_t used = be->device_memory_used(be);
+            if (used > device_max) device_max = used;
+        }
         if (timed >= 0) {
             fwd[timed] = t1 - t0;
             bwd[timed] = t2 - t1;
@@ -118,7 +138,12 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     } else {
         fail_case(r, s);
     }
+    if (m) {
+        r->loss_scale = c->precision == TLM_PRECISION_FP16 ? m->loss_scale : 1.0f;
+        r->skipped_steps = m->skipped_steps;
+    }
     r->peak_bytes = be->mem_peak_total;
+    r->device_peak_bytes = device_max > outside ? device_max - outside : 0;
     memcpy(r->peak_bytes_by_tag, be->mem_peak, sizeof r->peak_bytes_by_tag);
     tlm_model_free(m);
     free(tokens);

@@ -54,7 +54,7 @@ void tlm_bench_print_header(FILE *f, tlm_format fmt, const char *device_desc, co
     case TLM_FORMAT_CSV:
         fprintf(f, "impl,model,context_length,batch_size,precision,pass,params,fwd_ms_mean,fwd_ms_std,bwd_ms_mean,"
                    "bwd_ms_std,opt_ms_mean,opt_ms_std,step_ms_mean,step_ms_std,tokens_per_s,tflops,peak_bytes,"
-                   "loss_first,loss_last,status\n");
+                   "loss_first,loss_last,loss_scale,skipped_steps,status\n");
         break;
     case TLM_FORMAT_JSON:
         fprintf(f, "{\"tool\": \"tlm bench\", \"version\": \"%s\", \"device\": ", TLM_VERSION);
@@ -89,18 +89,23 @@ void tlm_bench_print_row(FILE *f, tlm_format fmt, const tlm_bench_case *c, const
         else fprintf(f, "%10s %8s ", "-", "-");
         if (opt) fprintf(f, "%10.2f %8.2f ", r->optimizer.mean_ms, r->optimizer.std_ms);
         else fprintf(f, "%10s %8s ", "-", "-");
-        fprintf(f, "%11.0f %8.3f %8.3f %8.4f\n", r->tokens_per_s, r->tflops, r->peak_bytes / GIB, r->loss_last);
+        fprintf(f, "%11.0f %8.3f %8.3f %8.4f", r->tokens_per_s, r->tflops, r->peak_bytes / GIB, r->loss_last);
+        if (r->device_peak_bytes) fprintf(f, "  device peak %.3f GiB", r->device_peak_bytes / GIB);
+        if (c->precision == TLM_PRECISION_FP16)
+            fprintf(f, "  loss scale %g, %lld steps skipped", r->loss_scale, (long long)r->skipped_steps);
+        fputc('\n', f);
         break;
     case TLM_FORMAT_CSV:
         fprintf(f, "tlm,%s,%d,%d,%s,%s,%lld,", c->model_name, c->context_length, c->batch_size,
                 tlm_precision_name(c->precision), tlm_pass_name(c->pass), (long long)r->params);
         if (ok)
-            fprintf(f, "%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.4f,%zu,%.6f,%.6f,ok\n", r->forward.mean_ms,
-                    r->forward.std_ms, ms_or_nan(&r->backward, bwd), r->backward.std_ms,
+            fprintf(f, "%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.4f,%zu,%.6f,%.6f,%g,%lld,ok\n",
+                    r->forward.mean_ms, r->forward.std_ms, ms_or_nan(&r->backward, bwd), r->backward.std_ms,
                     ms_or_nan(&r->optimizer, opt), r->optimizer.std_ms, r->step.mean_ms, r->step.std_ms,
-                    r->tokens_per_s, r->tflops, r->peak_bytes, r->loss_first, r->loss_last);
+                    r->tokens_per_s, r->tflops, r->peak_bytes, r->loss_first, r->loss_last, r->loss_scale,
+                    (long long)r->skipped_steps);
         else
-            fprintf(f, ",,,,,,,,,,%zu,,,%s\n", r->peak_bytes, oom ? "OOM" : "FAILED");
+            fprintf(f, ",,,,,,,,,,%zu,,,,,%s\n", r->peak_bytes, oom ? "OOM" : "FAILED");
         break;
     case TLM_FORMAT_JSON:
         fprintf(f, "%s\n  {\"impl\": \"tlm\", \"model\": \"%s\", \"context_length\": %d, \"batch_size\": %d, "
@@ -117,10 +122,12 @@ void tlm_bench_print_row(FILE *f, tlm_format fmt, const tlm_bench_case *c, const
             if (opt)
                 fprintf(f, ", \"opt_ms_mean\": %.4f, \"opt_ms_std\": %.4f", r->optimizer.mean_ms, r->optimizer.std_ms);
             fprintf(f, ", \"step_ms_mean\": %.4f, \"step_ms_std\": %.4f, \"tokens_per_s\": %.1f, \"tflops\": %.4f, "
-                       "\"loss_first\": %.6f, \"loss_last\": %.6f",
-                    r->step.mean_ms, r->step.std_ms, r->tokens_per_s, r->tflops, r->loss_first, r->loss_last);
+                       "\"loss_first\": %.6f, \"loss_last\": %.6f, \"loss_scale\": %g, \"skipped_steps\": %lld",
+                    r->step.mean_ms, r->step.std_ms, r->tokens_per_s, r->tflops, r->loss_first, r->loss_last,
+                    r->loss_scale, (long long)r->skipped_steps);
         }
-        fprintf(f, ", \"peak_bytes\": %zu, \"peak_bytes_by_tag\": {", r->peak_bytes);
+        fprintf(f, ", \"peak_bytes\": %zu, \"device_peak_bytes\": %zu, \"peak_bytes_by_tag\": {", r->peak_bytes,
+                r->device_peak_bytes);
         for (int t = 0; t < TLM_MEM_NUM_TAGS; t++)
             fprintf(f, "%s\"%s\": %zu", t ? ", " : "", tlm_mem_tag_name((tlm_mem_tag)t), r->peak_bytes_by_tag[t]);
         fprintf(f, "}}");

@@ -23,9 +23,10 @@ static void bench_usage(FILE *f) {
             "  -n, --steps N             timed steps (default: 10; CPU default run: 3)\n"
             "  -p, --pass P              forward | forward-backward | train (default: train =\n"
             "                            forward + backward + AdamW step)\n"
-            "  -P, --precision LIST      comma list of fp32 (strict IEEE GEMMs, PyTorch's default) and\n"
-            "                            tf32 (TF32 tensor-core GEMMs; the CPU computes it as fp32)\n"
-            "                            (default: fp32)\n"
+            "  -P, --precision LIST      comma list of fp32 (strict IEEE GEMMs, PyTorch's default),\n"
+            "                            tf32 (TF32 tensor-core GEMMs; the CPU computes it as fp32),\n"
+            "                            bf16, fp16 (autocast: low-precision GEMMs, fp32 master weights;\n"
+            "                            fp16 with dynamic loss scaling) (default: fp32)\n"
             "  -d, --device D            cpu | cuda (default: cuda when a GPU is present, else cpu)\n"
             "  -t, --threads N           CPU threads (default: all cores)\n"
             "  -s, --seed N              weights and batch seed (default: 0)\n"
@@ -83,9 +84,8 @@ int cmd_bench(int argc, char **argv) {
             num_precisions = 0;
             for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && ok; tok = strtok_r(NULL, ",", &save)) {
                 if (num_precisions == 4) { cli_error(cmd, "--precision: more than 4 values"); ok = false; }
-                else if (strcmp(tok, "fp32") == 0) precisions[num_precisions++] = TLM_PRECISION_FP32;
-                else if (strcmp(tok, "tf32") == 0) precisions[num_precisions++] = TLM_PRECISION_TF32;
-                else { cli_error(cmd, "--precision: unknown precision '%s' (known: fp32, tf32)", tok); ok = false; }
+                else if (tlm_precision_parse(tok, &precisions[num_precisions])) num_precisions++;
+                else { cli_error(cmd, "--precision: unknown precision '%s' (known: fp32, tf32, bf16, fp16)", tok); ok = false; }
             }
             if (ok && num_precisions == 0) { cli_error(cmd, "--precision: no values"); ok = false; }
             break;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "tlm/bench.h"
 #include "tlm/model.h"
 #include "tlm/npy.h"
 #include "tlm/rng.h"
@@ -33,6 +34,7 @@ static void step_usage(FILE *f) {
             "      --out-weights FILE    write the weights after the optimizer steps (safetensors)\n"
             "      --lr X --beta1 X --beta2 X --eps X --weight-decay X\n"
             "                            AdamW (CS336 defaults: 1e-3, 0.9, 0.999, 1e-8, 0.01)\n"
+            "  -P, --precision P         fp32 | tf32 | bf16 | fp16 (default: fp32; see tlm bench --help)\n"
             "  -d, --device D            cpu | cuda (default: cuda when a GPU is present, else cpu)\n"
             "  -t, --threads N           CPU threads (default: all cores)\n"
             "  -h, --help                this text\n",
@@ -85,15 +87,17 @@ int cmd_step(int argc, char **argv) {
         {"beta1", required_argument, 0, OPT_BETA1}, {"beta2", required_argument, 0, OPT_BETA2},
         {"eps", required_argument, 0, OPT_EPS},    {"weight-decay", required_argument, 0, OPT_WD},
         {"device", required_argument, 0, 'd'},     {"threads", required_argument, 0, 't'},
+        {"precision", required_argument, 0, 'P'},
         {"help", no_argument, 0, 'h'},             CLI_SHAPE_LONG_OPTIONS, {0, 0, 0, 0}};
     const char *model_name = "small", *weights = NULL, *inputs_path = NULL, *targets_path = NULL;
     const char *data_path = NULL, *out_logits = NULL, *out_grads = NULL, *out_weights = NULL, *device = NULL;
     long batch = 4, ctx = 128, seed = 0, opt_steps = 0, threads = 0;
     tlm_adamw_config adamw = tlm_adamw_defaults();
+    tlm_precision precision = TLM_PRECISION_FP32;
     cli_shape_flags shape;
     cli_shape_flags_init(&shape);
     optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "m:b:c:s:d:t:h", opts, NULL)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, "m:b:c:s:d:t:P:h", opts, NULL)) != -1;) {
         bool ok = true;
         double x = 0;
         switch (c) {
@@ -106,6 +110,12 @@ int cmd_step(int argc, char **argv) {
         case OPT_OUT_GRADS: out_grads = optarg; break;
         case OPT_OUT_WEIGHTS: out_weights = optarg; break;
         case 'd': device = optarg; break;
+        case 'P':
+            if (!tlm_precision_parse(optarg, &precision)) {
+                cli_error(cmd, "--precision: unknown precision '%s' (known: fp32, tf32, bf16, fp16)", optarg);
+                ok = false;
+            }
+            break;
         case 'b': ok = cli_parse_int(cmd, "--batch-size", optarg, 1, 1 << 20, &batch); break;
         case 'c': ok = cli_parse_int(cmd, "--context-length", optarg, 1, 1 << 20, &ctx); break;
         case 's': ok = cli_parse_int(cmd, "--seed", optarg, 0, 0x7fffffffL, &seed); break;
@@ -189,6 +199,7 @@ int cmd_step(int argc, char **argv) {
     float *logits = NULL;
     tlm_backend *be = cli_create_backend(cmd, device, (int)threads, desc, sizeof desc);
     if (!be) goto done;
+    be->precision = precision;
     tlm_status s = tlm_model_create(&m, &cfg, be);
     if (s == TLM_OK) s = weights ? tlm_model_load(m, weights) : tlm_model_init_random(m, (uint64_t)seed);
     float loss = 0;
@@ -209,7 +220,11 @@ int cmd_step(int argc, char **argv) {
             if (s == TLM_OK) s = tlm_model_backward(m);
         }
         if (s == TLM_OK) s = tlm_model_adamw_step(m, &adamw);
-        if (s == TLM_OK) printf("adamw step %ld: loss before %.7f\n", i + 1, loss);
+        if (s == TLM_OK && precision == TLM_PRECISION_FP16)
+            printf("adamw step %ld: loss before %.7f, loss scale after %g%s\n", i + 1, loss, m->loss_scale,
+                   m->last_step_skipped ? " (step skipped: inf/NaN gradient)" : "");
+        else if (s == TLM_OK)
+            printf("adamw step %ld: loss before %.7f\n", i + 1, loss);
     }
     if (s == TLM_OK && out_weights) s = tlm_model_save(m, out_weights);
     if (s != TLM_OK) cli_error(cmd, "%s", tlm_last_error());

@@ -1,29 +1,87 @@
 /* attention.c — naive causal scaled dot-product attention on the CPU (Vaswani et al. 2017,
  * "Attention Is All You Need", eq. 1): P = softmax(mask(Q K^T / sqrt(D))), out = P V, the
  * probabilities P saved (B,H,T,T) for the backward. One (batch, head) pair per work item; its
- * products are OpenBLAS SGEMMs reading q, k, v in place through their row stride ld (OpenBLAS
- * runs single-threaded when called inside an OpenMP parallel region). */
+ * products are OpenBLAS SGEMMs (OpenBLAS runs single-threaded when called inside an OpenMP
+ * parallel region).
+ *
+ * fp32: the SGEMMs read q, k, v in place through their row stride ld and write out, probs and
+ * the gradients directly. bf16/fp16: each work item widens its head's blocks into float32 in
+ * its own slice of the scratch arena and rounds what a GEMM or the softmax produces to dt,
+ * where PyTorch's autocast would hold it in dt:
+ *   forward:  S = q k^T/sqrt(D) (GEMM) -> dt;  P = softmax(S) in fp32 -> dt (saved);
+ *             out = P v (GEMM) -> dt;
+ *   backward: dv = P^T dout -> dt;  dP = dout v^T -> dt;  dS = P (dP - rowsum(P dP)) in fp32
+ *             -> dt (left in dprobs, as the fp32 path leaves it);  dq = dS k/sqrt(D) -> dt;
+ *             dk = dS^T q/sqrt(D) -> dt.
+ * Both paths share the loops below; the roundings are passes of their own, outside the
+ * softmax loops (with them inside, GCC 12 -O3 compiled the fp32 softmax up to 45% slower:
+ * measured). */
 #include "cpu/cpu_ops.h"
 
 #include <math.h>
 #include <cblas.h>
 
-void tlm_cpu_attention_forward(tlm_backend *be, float *out, float *probs, const float *q,
-                               const float *k, const float *v, int ld, int B, int T, int H, int D) {
-    /* out (N,C); probs (B,H,T,T); q, k, v (N rows, row stride ld), head h at columns h*D.. */
-    int C = H * D;
-    float scale = 1.0f / sqrtf((float)D);
+/* dst (T,D) float32, contiguous = the (T,D) block of src (dt) at `offset`, row stride ld */
+static void widen_block(float *dst, const void *src, size_t offset, int T, int D, int ld,
+                        tlm_dtype dt) {
+    for (int t = 0; t < T; t++)
+        tlm_cpu_widen(dst + (size_t)t * D, src, offset + (size_t)t * ld, D, dt);
+}
+
+/* the (T,D) block of dst (dt) at `offset`, row stride ld = src (T,D) float32 rounded to dt */
+static void narrow_block(void *dst, size_t offset, int ld, const float *src, int T, int D,
+                         tlm_dtype dt) {
+    for (int t = 0; t < T; t++)
+        tlm_cpu_narrow(dst, offset + (size_t)t * ld, src + (size_t)t * D, D, dt);
+}
+
+/* rows i of x (T,T), columns j <= i (the unmasked scores) rounded to dt, in float32 */
+static void round_causal(float *x, int T, tlm_dtype dt) {
+    for (int i = 0; i < T; i++) tlm_cpu_round(x + (size_t)i * T, (size_t)i + 1, dt);
+}
+
+void tlm_cpu_attention_forward(tlm_backend *be, void *out, void *probs, const void *q,
+                               const void *k, const void *v, int ld, int B, int T, int H, int D,
+                               tlm_dtype dt) {
+    /* out (N,C) dt; probs (B,H,T,T) dt; q, k, v (N rows, row stride ld) dt, head h at
+     * columns h*D.. */
+    const int C = H * D;
+    const float scale = 1.0f / sqrtf((float)D);
+    const bool lowp = dt != TLM_DTYPE_F32;
+    const size_t TD = (size_t)T * D, TT = (size_t)T * T;
+    /* bf16/fp16, per thread: q, k, v (T,D), P (T,T), out (T,D) of one head, float32 */
+    tlm_cpu_thread_scratch work =
+        tlm_cpu_scratch_per_thread(be, lowp ? 4 * TD + TT : 0, "attention_forward");
 #pragma omp parallel for schedule(static) if ((size_t)B * H * T * T >= TLM_CPU_GRAIN)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
-        size_t head = (size_t)b * T * ld + (size_t)h * D;
-        const float *qh = q + head, *kh = k + head, *vh = v + head; /* (T,D), row stride ld */
-        float *P = probs + (size_t)bh * T * T;                      /* (T,T) */
-        float *oh = out + (size_t)b * T * C + (size_t)h * D;        /* (T,D), row stride C */
+        size_t head = (size_t)b * T * ld + (size_t)h * D;  /* (T,D) block of q, k, v */
+        size_t ohead = (size_t)b * T * C + (size_t)h * D;  /* (T,D) block of out */
+        const float *qh, *kh, *vh; /* (T,D), row stride ldh */
+        float *P, *oh;             /* (T,T); (T,D), row stride ldo */
+        int ldh, ldo;
+        if (!lowp) {
+            qh = (const float *)q + head, kh = (const float *)k + head;
+            vh = (const float *)v + head;
+            P = (float *)probs + (size_t)bh * TT;
+            oh = (float *)out + ohead;
+            ldh = ld, ldo = C;
+        } else {
+            float *w = tlm_cpu_thread_buf(work, 0);
+            widen_block(w, q, head, T, D, ld, dt);
+            widen_block(w + TD, k, head, T, D, ld, dt);
+            widen_block(w + 2 * TD, v, head, T, D, ld, dt);
+            qh = w, kh = w + TD, vh = w + 2 * TD;
+            P = w + 3 * TD;
+            oh = w + 3 * TD + TT;
+            ldh = D, ldo = D;
+        }
 
         /* S = Q K^T / sqrt(D), into P */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D,
-                    scale, qh, ld, kh, ld, 0.0f, P, T);
+                    scale, qh, ldh, kh, ldh, 0.0f, P, T);
+
+        if (lowp) round_causal(P, T, dt); /* S is a GEMM output: dt */
 
         /* P = softmax over keys j <= i of S (max-subtracted); exact 0 where j > i */
         for (int i = 0; i < T; i++) {
@@ -40,35 +98,69 @@ void tlm_cpu_attention_forward(tlm_backend *be, float *out, float *probs, const 
             for (int j = 0; j <= i; j++) row[j] *= inv_sum;
             for (int j = i + 1; j < T; j++) row[j] = 0.0f;
         }
+        if (lowp) { /* P is saved in dt and multiplies v as such */
+            round_causal(P, T, dt);
+            tlm_cpu_narrow(probs, (size_t)bh * TT, P, TT, dt);
+        }
 
         /* out = P V, into this head's columns of out */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T,
-                    1.0f, P, T, vh, ld, 0.0f, oh, C);
+                    1.0f, P, T, vh, ldh, 0.0f, oh, ldo);
+        if (lowp) narrow_block(out, ohead, C, oh, T, D, dt);
     }
 }
 
-void tlm_cpu_attention_backward(tlm_backend *be, float *dq, float *dk, float *dv, float *dprobs,
-                                const float *dout, const float *q, const float *k, const float *v,
-                                const float *probs, int ld, int B, int T, int H, int D) {
-    /* dq, dk, dv, q, k, v (N rows, row stride ld); dprobs, probs (B,H,T,T); dout (N,C) */
-    int C = H * D;
-    float scale = 1.0f / sqrtf((float)D);
+void tlm_cpu_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, void *dprobs,
+                                const void *dout, const void *q, const void *k, const void *v,
+                                const void *probs, int ld, int B, int T, int H, int D,
+                                tlm_dtype dt) {
+    /* dq, dk, dv, q, k, v (N rows, row stride ld) dt; dprobs, probs (B,H,T,T) dt;
+     * dout (N,C) dt */
+    const int C = H * D;
+    const float scale = 1.0f / sqrtf((float)D);
+    const bool lowp = dt != TLM_DTYPE_F32;
+    const size_t TD = (size_t)T * D, TT = (size_t)T * T;
+    /* bf16/fp16, per thread: q, k, v, dout (T,D), P, dP (T,T), dq, dk, dv (T,D), float32 */
+    tlm_cpu_thread_scratch work =
+        tlm_cpu_scratch_per_thread(be, lowp ? 7 * TD + 2 * TT : 0, "attention_backward");
 #pragma omp parallel for schedule(static) if ((size_t)B * H * T * T >= TLM_CPU_GRAIN)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
-        size_t head = (size_t)b * T * ld + (size_t)h * D;
-        const float *qh = q + head, *kh = k + head, *vh = v + head; /* (T,D), row stride ld */
-        float *dqh = dq + head, *dkh = dk + head, *dvh = dv + head; /* (T,D), row stride ld */
-        const float *doh = dout + (size_t)b * T * C + (size_t)h * D; /* (T,D), row stride C */
-        const float *P = probs + (size_t)bh * T * T;                 /* (T,T) */
-        float *dP = dprobs + (size_t)bh * T * T;                     /* (T,T) */
+        size_t head = (size_t)b * T * ld + (size_t)h * D;  /* (T,D) block of q, k, v, dq, ... */
+        size_t ohead = (size_t)b * T * C + (size_t)h * D;  /* (T,D) block of dout */
+        const float *qh, *kh, *vh, *doh, *P; /* (T,D) row stride ldh; dout ldo; P (T,T) */
+        float *dqh, *dkh, *dvh, *dP;         /* (T,D) row stride ldh; dP (T,T) */
+        int ldh, ldo;
+        if (!lowp) {
+            qh = (const float *)q + head, kh = (const float *)k + head;
+            vh = (const float *)v + head;
+            dqh = (float *)dq + head, dkh = (float *)dk + head, dvh = (float *)dv + head;
+            doh = (const float *)dout + ohead;
+            P = (const float *)probs + (size_t)bh * TT;
+            dP = (float *)dprobs + (size_t)bh * TT;
+            ldh = ld, ldo = C;
+        } else {
+            float *w = tlm_cpu_thread_buf(work, 0);
+            widen_block(w, q, head, T, D, ld, dt);
+            widen_block(w + TD, k, head, T, D, ld, dt);
+            widen_block(w + 2 * TD, v, head, T, D, ld, dt);
+            widen_block(w + 3 * TD, dout, ohead, T, D, C, dt);
+            tlm_cpu_widen(w + 4 * TD, probs, (size_t)bh * TT, TT, dt);
+            qh = w, kh = w + TD, vh = w + 2 * TD, doh = w + 3 * TD;
+            P = w + 4 * TD;
+            dP = w + 4 * TD + TT;
+            dqh = w + 4 * TD + 2 * TT, dkh = dqh + TD, dvh = dqh + 2 * TD;
+            ldh = D, ldo = D;
+        }
 
         /* dV = P^T dout */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T,
-                    1.0f, P, T, doh, C, 0.0f, dvh, ld);
+                    1.0f, P, T, doh, ldo, 0.0f, dvh, ldh);
         /* dP = dout V^T */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D,
-                    1.0f, doh, C, vh, ld, 0.0f, dP, T);
+                    1.0f, doh, ldo, vh, ldh, 0.0f, dP, T);
+
+        if (lowp) round_causal(dP, T, dt); /* dP is a GEMM output: dt */
 
         /* dS = P * (dP - rowsum(P * dP)), in place in dP (softmax backward); 0 where j > i */
         for (int i = 0; i < T; i++) {
@@ -81,11 +173,20 @@ void tlm_cpu_attention_backward(tlm_backend *be, float *dq, float *dk, float *dv
             for (int j = 0; j <= i; j++) ds[j] = p[j] * (ds[j] - rowsum);
             for (int j = i + 1; j < T; j++) ds[j] = 0.0f;
         }
+        if (lowp) { /* dS, the operand of the GEMMs below: dt */
+            round_causal(dP, T, dt);
+            tlm_cpu_narrow(dprobs, (size_t)bh * TT, dP, TT, dt);
+        }
 
         /* dQ = dS K / sqrt(D);  dK = dS^T Q / sqrt(D) */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T,
-                    scale, dP, T, kh, ld, 0.0f, dqh, ld);
+                    scale, dP, T, kh, ldh, 0.0f, dqh, ldh);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T,
-                    scale, dP, T, qh, ld, 0.0f, dkh, ld);
+                    scale, dP, T, qh, ldh, 0.0f, dkh, ldh);
+        if (lowp) {
+            narrow_block(dq, head, ld, dqh, T, D, dt);
+            narrow_block(dk, head, ld, dkh, T, D, dt);
+            narrow_block(dv, head, ld, dvh, T, D, dt);
+        }
     }
 }

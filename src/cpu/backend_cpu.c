@@ -1,6 +1,6 @@
-/* backend_cpu.c — the CPU backend: host memory (64-byte aligned), memcpy copies, and the ops
- * of src/cpu (OpenMP loops, OpenBLAS SGEMMs). Always present; the reference the CUDA backend
- * must match. */
+/* backend_cpu.c — the CPU backend: host memory (64-byte aligned), memcpy copies, the ops of
+ * src/cpu (OpenMP loops, OpenBLAS SGEMMs) and their scratch arena. Always present; the
+ * reference the CUDA backend must match, in every precision mode. */
 #include "cpu/cpu_ops.h"
 
 #include <stdlib.h>
@@ -17,18 +17,48 @@ static const tlm_ops cpu_ops = {
     .rmsnorm_backward = tlm_cpu_rmsnorm_backward,
     .matmul_forward = tlm_cpu_matmul_forward,
     .matmul_backward = tlm_cpu_matmul_backward,
+    .cast = tlm_cpu_cast,
     .rope_forward = tlm_cpu_rope_forward,
     .rope_backward = tlm_cpu_rope_backward,
     .attention_forward = tlm_cpu_attention_forward,
     .attention_backward = tlm_cpu_attention_backward,
     .swiglu_forward = tlm_cpu_swiglu_forward,
     .swiglu_backward = tlm_cpu_swiglu_backward,
-    .residual_forward = tlm_cpu_residual_forward,
-    .add_inplace = tlm_cpu_add_inplace,
     .cross_entropy_forward = tlm_cpu_cross_entropy_forward,
     .cross_entropy_backward = tlm_cpu_cross_entropy_backward,
     .adamw_step = tlm_cpu_adamw_step,
+    .grad_unscale = tlm_cpu_grad_unscale,
 };
+
+/* be->impl: the scratch arena (cpu_ops.h), grown to the largest request, freed by destroy.
+ * Host memory private to the backend, outside the tracked allocator, like a BLAS library's
+ * own buffers: the bf16/fp16 GEMMs keep float32 copies of their operands in it. */
+typedef struct {
+    void *scratch;
+    size_t scratch_bytes;
+} tlm_cpu;
+
+void *tlm_cpu_scratch(tlm_backend *be, size_t bytes, const char *op) {
+    tlm_cpu *cpu = be->impl;
+    if (bytes <= cpu->scratch_bytes) return cpu->scratch;
+    size_t rounded = (bytes + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
+    if (rounded < bytes) tlm_fatal("cpu %s: scratch of %zu bytes overflows", op, bytes);
+    free(cpu->scratch); /* grow-only: the old contents are not kept */
+    cpu->scratch = aligned_alloc(CPU_ALIGNMENT, rounded);
+    cpu->scratch_bytes = cpu->scratch ? rounded : 0;
+    if (!cpu->scratch) tlm_fatal("cpu %s: out of host memory for %zu bytes of scratch", op, bytes);
+    return cpu->scratch;
+}
+
+tlm_cpu_thread_scratch tlm_cpu_scratch_per_thread(tlm_backend *be, size_t floats, const char *op) {
+    tlm_cpu_thread_scratch s = {NULL, 0, 0};
+    if (floats == 0) return s;
+    const size_t per_line = CPU_ALIGNMENT / sizeof(float);
+    s.stride = (floats + per_line - 1) / per_line * per_line;
+    s.threads = omp_get_max_threads(); /* a parallel region has at most this many */
+    s.base = tlm_cpu_scratch(be, s.stride * (size_t)s.threads * sizeof(float), op);
+    return s;
+}
 
 static void *cpu_raw_alloc(tlm_backend *be, size_t bytes) {
     size_t rounded = (bytes + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
@@ -47,18 +77,26 @@ static void cpu_memset_zero(tlm_backend *be, void *dst, size_t bytes) { memset(d
 static void cpu_synchronize(tlm_backend *be) {} /* the CPU ops are synchronous */
 
 static void cpu_destroy(tlm_backend *be) {
-    free(be->impl);
+    tlm_cpu *cpu = be->impl;
+    if (cpu) free(cpu->scratch);
+    free(cpu);
     be->impl = NULL;
 }
 
 tlm_status tlm_backend_cpu_create(tlm_backend **out, int threads) {
     *out = NULL;
     tlm_backend *be = calloc(1, sizeof *be);
-    if (!be) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory creating the CPU backend");
+    tlm_cpu *cpu = calloc(1, sizeof *cpu);
+    if (!be || !cpu) {
+        free(be);
+        free(cpu);
+        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory creating the CPU backend");
+    }
     be->name = "cpu";
     be->device = TLM_DEVICE_CPU;
     be->ops = &cpu_ops;
-    be->impl = NULL;
+    be->impl = cpu;
+    be->precision = TLM_PRECISION_FP32;
     be->raw_alloc = cpu_raw_alloc;
     be->raw_free = cpu_raw_free;
     be->destroy = cpu_destroy;

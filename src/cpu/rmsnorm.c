@@ -1,6 +1,8 @@
 /* rmsnorm.c — RMSNorm on the CPU (Zhang & Sennrich 2019, "Root Mean Square Layer
  * Normalization", eq. 4): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps), in fp32,
- * and its backward. Sums over d_model are accumulated in double. */
+ * and its backward. Sums over d_model are accumulated in double. x, w, rstd, dx, dw are
+ * float32; out and dout are dt (a GEMM operand and its gradient): out is computed in fp32 and
+ * rounded to dt, dout is read as fp32. */
 #include "cpu/cpu_ops.h"
 
 #include <math.h>
@@ -8,13 +10,15 @@
 /* Columns per work item of the weight-gradient reduction (a sum over rows). */
 #define RMSNORM_COLUMN_BLOCK 64
 
-void tlm_cpu_rmsnorm_forward(tlm_backend *be, float *out, float *rstd, const float *x,
-                             const float *w, int N, int C, float eps) {
-    /* out (N,C); rstd (N); x (N,C); w (C) */
+void tlm_cpu_rmsnorm_forward(tlm_backend *be, void *out, float *rstd, const float *x,
+                             const float *w, int N, int C, float eps, tlm_dtype dt) {
+    /* out (N,C) dt; rstd (N); x (N,C); w (C) */
+    tlm_cpu_thread_scratch rows =
+        tlm_cpu_scratch_per_thread(be, dt == TLM_DTYPE_F32 ? 0 : (size_t)C, "rmsnorm_forward");
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= TLM_CPU_GRAIN)
     for (int n = 0; n < N; n++) {
         const float *restrict xn = x + (size_t)n * C;
-        float *restrict on = out + (size_t)n * C;
+        float *restrict on = tlm_cpu_row_out(out, (size_t)n * C, dt, tlm_cpu_thread_buf(rows, 0));
 
         double sum_sq = 0.0;
 #pragma omp simd reduction(+ : sum_sq)
@@ -23,18 +27,23 @@ void tlm_cpu_rmsnorm_forward(tlm_backend *be, float *out, float *rstd, const flo
 
         for (int c = 0; c < C; c++) on[c] = xn[c] * r * w[c];
         rstd[n] = r;
+        tlm_cpu_row_done(out, (size_t)n * C, on, C, dt);
     }
 }
 
 /* With r = rstd[n], xhat = x r and g = dout w (per element of row n):
  *   dx += r (g - xhat mean(g xhat)),    dw = sum_n dout xhat. */
-void tlm_cpu_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const float *dout,
-                              const float *x, const float *w, const float *rstd, int N, int C) {
-    /* dx (N,C) +=; dw (C) =; dout (N,C); x (N,C); w (C); rstd (N) */
+void tlm_cpu_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void *dout,
+                              const float *x, const float *w, const float *rstd, int N, int C,
+                              tlm_dtype dt) {
+    /* dx (N,C) +=; dw (C) =; dout (N,C) dt; x (N,C); w (C); rstd (N) */
+    tlm_cpu_thread_scratch rows =
+        tlm_cpu_scratch_per_thread(be, dt == TLM_DTYPE_F32 ? 0 : (size_t)C, "rmsnorm_backward");
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= TLM_CPU_GRAIN)
     for (int n = 0; n < N; n++) {
         const float *restrict xn = x + (size_t)n * C;
-        const float *restrict dn = dout + (size_t)n * C;
+        const float *restrict dn =
+            tlm_cpu_row_in(dout, (size_t)n * C, C, dt, tlm_cpu_thread_buf(rows, 0));
         float *restrict dxn = dx + (size_t)n * C;
         float r = rstd[n];
 
@@ -57,9 +66,11 @@ void tlm_cpu_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const float
         int c0 = blk * RMSNORM_COLUMN_BLOCK;
         int width = C - c0 < RMSNORM_COLUMN_BLOCK ? C - c0 : RMSNORM_COLUMN_BLOCK;
         double acc[RMSNORM_COLUMN_BLOCK] = {0};
+        float dout_block[RMSNORM_COLUMN_BLOCK]; /* this block of a dout row, as float32 */
         for (int n = 0; n < N; n++) {
             const float *restrict xn = x + (size_t)n * C + c0;
-            const float *restrict dn = dout + (size_t)n * C + c0;
+            const float *restrict dn =
+                tlm_cpu_row_in(dout, (size_t)n * C + c0, width, dt, dout_block);
             float r = rstd[n];
             for (int c = 0; c < width; c++) acc[c] += (double)(dn[c] * (xn[c] * r));
         }

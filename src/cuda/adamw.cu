@@ -7,6 +7,8 @@
  * __fdiv_rn) despite --use_fast_math, to match the CPU; they cost nothing in a memory-bound loop. */
 #include <math.h>
 
+#include <type_traits>
+
 #include "cuda/cuda_common.cuh"
 
 struct adamw_args {
@@ -20,9 +22,11 @@ __device__ __forceinline__ void adamw_update(float &p, float g, float &m, float 
     p = pi - a.decay * pi;
 }
 
-template <bool VEC4>
-__global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n, adamw_args a) {
-    /* params, grads, m, v (n) */
+/* LP: the element type of the GEMM copy written in the same pass (float: none) */
+template <bool VEC4, typename LP>
+__global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n, adamw_args a,
+                             LP *params_lp) {
+    /* params, grads, m, v (n); params_lp (n) or NULL */
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t done = 0;
@@ -40,6 +44,13 @@ __global__ void adamw_kernel(float *params, const float *grads, float *m, float 
             p4[i] = p;
             __stcs(m4 + i, mm); /* m, v: not read again this step */
             __stcs(v4 + i, vv);
+            if constexpr (!std::is_same<LP, float>::value) {
+                const size_t j = 4 * i;
+                params_lp[j] = tlm_round<LP>(p.x);
+                params_lp[j + 1] = tlm_round<LP>(p.y);
+                params_lp[j + 2] = tlm_round<LP>(p.z);
+                params_lp[j + 3] = tlm_round<LP>(p.w);
+            }
         }
         done = n4 * 4;
     }
@@ -49,11 +60,28 @@ __global__ void adamw_kernel(float *params, const float *grads, float *m, float 
         params[i] = p;
         m[i] = mm;
         v[i] = vv;
+        if constexpr (!std::is_same<LP, float>::value) params_lp[i] = tlm_round<LP>(p);
     }
 }
 
+template <typename LP>
+static void launch_adamw(tlm_backend *be, float *params, const float *grads, float *m, float *v, size_t n,
+                         const adamw_args &a, LP *params_lp) {
+    cudaStream_t st = tlm_cuda_stream(be);
+    const int threads = 256;
+    if (tlm_aligned16(params) && tlm_aligned16(grads) && tlm_aligned16(m) && tlm_aligned16(v)) {
+        adamw_kernel<true, LP><<<tlm_cuda_grid(be, (n + 3) / 4, threads), threads, 0, st>>>(params, grads, m, v, n, a,
+                                                                                             params_lp);
+    } else {
+        adamw_kernel<false, LP><<<tlm_cuda_grid(be, n, threads), threads, 0, st>>>(params, grads, m, v, n, a,
+                                                                                   params_lp);
+    }
+    TLM_CUDA_CHECK_LAUNCH();
+}
+
 void tlm_cuda_adamw_step(tlm_backend *be, float *params, const float *grads, float *m, float *v, size_t n,
-                         float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+                         float lr, float beta1, float beta2, float eps, float weight_decay, int t, void *params_lp,
+                         tlm_dtype dt) {
     if (n == 0) return;
     adamw_args a;
     a.beta1 = beta1;
@@ -64,12 +92,7 @@ void tlm_cuda_adamw_step(tlm_backend *be, float *params, const float *grads, flo
     a.a_t = (float)((double)lr * sqrt(1.0 - pow((double)beta2, t)) / (1.0 - pow((double)beta1, t)));
     a.eps = eps;
     a.decay = lr * weight_decay;
-    cudaStream_t st = tlm_cuda_stream(be);
-    const int threads = 256;
-    if (tlm_aligned16(params) && tlm_aligned16(grads) && tlm_aligned16(m) && tlm_aligned16(v)) {
-        adamw_kernel<true><<<tlm_cuda_grid(be, (n + 3) / 4, threads), threads, 0, st>>>(params, grads, m, v, n, a);
-    } else {
-        adamw_kernel<false><<<tlm_cuda_grid(be, n, threads), threads, 0, st>>>(params, grads, m, v, n, a);
-    }
-    TLM_CUDA_CHECK_LAUNCH();
+    if (!params_lp || dt == TLM_DTYPE_F32) launch_adamw<float>(be, params, grads, m, v, n, a, nullptr);
+    else if (dt == TLM_DTYPE_BF16) launch_adamw(be, params, grads, m, v, n, a, static_cast<__nv_bfloat16 *>(params_lp));
+    else launch_adamw(be, params, grads, m, v, n, a, static_cast<__half *>(params_lp));
 }

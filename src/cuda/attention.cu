@@ -1,25 +1,34 @@
 /* attention.cu — naive causal scaled dot-product attention on the GPU (Vaswani et al. 2017,
  * "Attention Is All You Need", eq. 1): S = Q K^T / sqrt(D) by strided-batched cuBLASLt GEMMs
- * (one call per batch element b, batched over its H heads: head h of q, k, v starts h*D floats
- * after head 0, rows ld floats apart, so q, k, v are read in place from the fused projection),
- * then a causal softmax kernel over each row (j > i masked to exactly 0, max-subtracted, fp32),
- * then out = P V by a batched GEMM writing head h into columns h*D.. of out (N,C).
+ * (one call per batch element b, batched over its H heads: head h of q, k, v starts h*D elements
+ * after head 0, rows ld elements apart, so q, k, v are read in place from the fused projection;
+ * the 1/sqrt(D) is the GEMM's alpha), then a causal softmax kernel over each row (j > i masked to
+ * exactly 0, max-subtracted, fp32), then out = P V by a batched GEMM writing head h into columns
+ * h*D.. of out (N,C).
  * Backward (the softmax Jacobian-vector product of the same paper's eq. 1):
  * dV = P^T dO, dP = dO V^T, dS = P*(dP - rowsum(P*dP)) (kernel), dQ = dS K/sqrt(D),
  * dK = dS^T Q/sqrt(D). The masked half of each T x T product is computed and discarded, as
- * PyTorch's naive attention does. */
+ * PyTorch's naive attention does.
+ * Every tensor is of the mode's dtype (fp32, bf16, fp16): the GEMMs accumulate in fp32 and round
+ * S, P V, dP and the gradients to it; the softmax and its backward widen to fp32, compute there,
+ * and round P and dS back to nearest even (PyTorch autocast). The softmax kernels give each row
+ * one warp (8 rows a block), with 16-byte accesses where T is a multiple of the vector. */
 #include <math.h>
 
 #include "cuda/cuda_common.cuh"
 
-template <int VEC>
-__global__ void causal_softmax_kernel(float *P, int T) {
+#define SOFTMAX_WARPS 8 /* rows per block */
+
+template <int VEC, typename E>
+__global__ void causal_softmax_kernel(E *P, int T, size_t rows) {
     /* P (rows, T), in place: row r holds the scaled scores of query i = r % T; keys j <= i count */
-    const size_t r = blockIdx.x;
+    const size_t r = (size_t)blockIdx.x * SOFTMAX_WARPS + threadIdx.x / 32;
+    if (r >= rows) return; /* the whole warp */
+    const int lane = threadIdx.x & 31;
     const int valid = (int)(r % T) + 1;
-    float *row = P + r * T;
+    E *row = P + r * T;
     float m = -FLT_MAX, s = 0.0f;
-    for (int j = threadIdx.x * VEC; j < valid; j += blockDim.x * VEC) {
+    for (int j = lane * VEC; j < valid; j += 32 * VEC) {
         float v[VEC];
         tlm_load<VEC>(v, row + j);
         float mx = m;
@@ -32,9 +41,13 @@ __global__ void causal_softmax_kernel(float *P, int T) {
             if (j + e < valid) s += __expf(v[e] - mx);
         m = mx;
     }
-    tlm_block_softmax_merge(m, s);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        tlm_softmax_merge(m, s, m2, s2);
+    }
     const float inv = __fdiv_rn(1.0f, s);
-    for (int j = threadIdx.x * VEC; j < T; j += blockDim.x * VEC) {
+    for (int j = lane * VEC; j < T; j += 32 * VEC) {
         float v[VEC] = {};
         if (j < valid) tlm_load<VEC>(v, row + j); /* an L1 hit: read just now */
 #pragma unroll
@@ -43,15 +56,17 @@ __global__ void causal_softmax_kernel(float *P, int T) {
     }
 }
 
-template <int VEC>
-__global__ void causal_softmax_backward_kernel(float *dP, const float *P, int T) {
+template <int VEC, typename E>
+__global__ void causal_softmax_backward_kernel(E *dP, const E *P, int T, size_t rows) {
     /* dP (rows, T), in place to dS = P * (dP - rowsum(P * dP)), 0 where j > i; P (rows, T) */
-    const size_t r = blockIdx.x;
+    const size_t r = (size_t)blockIdx.x * SOFTMAX_WARPS + threadIdx.x / 32;
+    if (r >= rows) return;
+    const int lane = threadIdx.x & 31;
     const int valid = (int)(r % T) + 1;
-    float *drow = dP + r * T;
-    const float *prow = P + r * T;
+    E *drow = dP + r * T;
+    const E *prow = P + r * T;
     float dot = 0.0f;
-    for (int j = threadIdx.x * VEC; j < valid; j += blockDim.x * VEC) {
+    for (int j = lane * VEC; j < valid; j += 32 * VEC) {
         float p[VEC], d[VEC];
         tlm_load<VEC>(p, prow + j);
         tlm_load<VEC>(d, drow + j);
@@ -59,8 +74,8 @@ __global__ void causal_softmax_backward_kernel(float *dP, const float *P, int T)
         for (int e = 0; e < VEC; e++)
             if (j + e < valid) dot += p[e] * d[e];
     }
-    dot = tlm_block_sum(dot);
-    for (int j = threadIdx.x * VEC; j < T; j += blockDim.x * VEC) {
+    dot = tlm_warp_sum(dot);
+    for (int j = lane * VEC; j < T; j += 32 * VEC) {
         float p[VEC] = {}, d[VEC] = {};
         if (j < valid) {
             tlm_load<VEC>(p, prow + j);
@@ -79,43 +94,54 @@ static void range_pop(tlm_backend *be) {
     if (be->range_pop) be->range_pop(be);
 }
 
-void tlm_cuda_attention_forward(tlm_backend *be, float *out, float *probs, const float *q, const float *k,
-                                const float *v, int ld, int B, int T, int H, int D) {
+/* element i of a dt tensor */
+static inline void *at(void *p, size_t i, size_t es) { return (char *)p + i * es; }
+static inline const void *at(const void *p, size_t i, size_t es) { return (const char *)p + i * es; }
+
+void tlm_cuda_attention_forward(tlm_backend *be, void *out, void *probs, const void *q, const void *k,
+                                const void *v, int ld, int B, int T, int H, int D, tlm_dtype dt) {
     /* out (N,C); probs (B,H,T,T); q, k, v (N rows, row stride ld), head h at columns h*D.. */
     if (B <= 0 || T <= 0 || H <= 0) return;
     const char *op = "attention_forward";
     const int C = H * D;
     const float scale = 1.0f / sqrtf((float)D);
     const int64_t TT = (int64_t)T * T;
-    const size_t head0 = (size_t)T * ld; /* floats between batch elements in q, k, v */
+    const size_t head0 = (size_t)T * ld; /* elements between batch elements in q, k, v */
+    const size_t es = tlm_dtype_size(dt);
 
     range_push(be, "computing attention scores");
     for (int b = 0; b < B; b++) /* S_h (T,T) = scale Q_h K_h^T for the H heads of batch b */
-        tlm_cuda_gemm(be, op, false, true, T, T, D, scale, q + b * head0, ld, D, k + b * head0, ld, D, 0.0f,
-                      probs + b * H * TT, T, TT, H);
+        tlm_cuda_gemm(be, op, false, true, T, T, D, scale, at(q, b * head0, es), ld, D, at(k, b * head0, es), ld, D,
+                      dt, 0.0f, NULL, at(probs, (size_t)b * H * TT, es), T, TT, dt, H);
     range_pop(be);
 
     range_push(be, "computing softmax");
-    const unsigned rows = (unsigned)((size_t)B * H * T);
+    const size_t rows = (size_t)B * H * T;
+    const unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
     cudaStream_t st = tlm_cuda_stream(be);
-    if (T % 4 == 0 && tlm_aligned16(probs)) {
-        causal_softmax_kernel<4><<<rows, tlm_cuda_row_threads(T / 4, 256), 0, st>>>(probs, T);
-    } else {
-        causal_softmax_kernel<1><<<rows, tlm_cuda_row_threads(T, 256), 0, st>>>(probs, T);
-    }
+    tlm_cuda_dispatch(dt, op, [&](auto tag) {
+        using E = typename decltype(tag)::type;
+        constexpr int VEC = tlm_vec16<E>();
+        E *p = static_cast<E *>(probs);
+        if (T % VEC == 0 && tlm_aligned16(probs)) {
+            causal_softmax_kernel<VEC, E><<<blocks, 32 * SOFTMAX_WARPS, 0, st>>>(p, T, rows);
+        } else {
+            causal_softmax_kernel<1, E><<<blocks, 32 * SOFTMAX_WARPS, 0, st>>>(p, T, rows);
+        }
+    });
     TLM_CUDA_CHECK_LAUNCH();
     range_pop(be);
 
     range_push(be, "final matmul");
     for (int b = 0; b < B; b++) /* out_h (T,D) = P_h V_h, into columns h*D.. of out */
-        tlm_cuda_gemm(be, op, false, false, T, D, T, 1.0f, probs + b * H * TT, T, TT, v + b * head0, ld, D, 0.0f,
-                      out + (size_t)b * T * C, C, D, H);
+        tlm_cuda_gemm(be, op, false, false, T, D, T, 1.0f, at(probs, (size_t)b * H * TT, es), T, TT,
+                      at(v, b * head0, es), ld, D, dt, 0.0f, NULL, at(out, (size_t)b * T * C, es), C, D, dt, H);
     range_pop(be);
 }
 
-void tlm_cuda_attention_backward(tlm_backend *be, float *dq, float *dk, float *dv, float *dprobs,
-                                 const float *dout, const float *q, const float *k, const float *v,
-                                 const float *probs, int ld, int B, int T, int H, int D) {
+void tlm_cuda_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, void *dprobs, const void *dout,
+                                 const void *q, const void *k, const void *v, const void *probs, int ld, int B,
+                                 int T, int H, int D, tlm_dtype dt) {
     /* dq, dk, dv, q, k, v (N rows, row stride ld); dprobs, probs (B,H,T,T); dout (N,C) */
     if (B <= 0 || T <= 0 || H <= 0) return;
     const char *op = "attention_backward";
@@ -124,31 +150,40 @@ void tlm_cuda_attention_backward(tlm_backend *be, float *dq, float *dk, float *d
     const int64_t TT = (int64_t)T * T;
     const size_t head0 = (size_t)T * ld;
     const size_t out0 = (size_t)T * C;
+    const size_t es = tlm_dtype_size(dt);
 
     for (int b = 0; b < B; b++) {
-        const float *P = probs + b * H * TT, *dO = dout + b * out0;
+        const void *P = at(probs, (size_t)b * H * TT, es), *dO = at(dout, b * out0, es);
         /* dV_h (T,D) = P_h^T dO_h */
-        tlm_cuda_gemm(be, op, true, false, T, D, T, 1.0f, P, T, TT, dO, C, D, 0.0f, dv + b * head0, ld, D, H);
+        tlm_cuda_gemm(be, op, true, false, T, D, T, 1.0f, P, T, TT, dO, C, D, dt, 0.0f, NULL, at(dv, b * head0, es),
+                      ld, D, dt, H);
         /* dP_h (T,T) = dO_h V_h^T */
-        tlm_cuda_gemm(be, op, false, true, T, T, D, 1.0f, dO, C, D, v + b * head0, ld, D, 0.0f, dprobs + b * H * TT,
-                      T, TT, H);
+        tlm_cuda_gemm(be, op, false, true, T, T, D, 1.0f, dO, C, D, at(v, b * head0, es), ld, D, dt, 0.0f, NULL,
+                      at(dprobs, (size_t)b * H * TT, es), T, TT, dt, H);
     }
 
-    const unsigned rows = (unsigned)((size_t)B * H * T);
+    const size_t rows = (size_t)B * H * T;
+    const unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
     cudaStream_t st = tlm_cuda_stream(be);
-    if (T % 4 == 0 && tlm_aligned16(probs) && tlm_aligned16(dprobs)) {
-        causal_softmax_backward_kernel<4><<<rows, tlm_cuda_row_threads(T / 4, 256), 0, st>>>(dprobs, probs, T);
-    } else {
-        causal_softmax_backward_kernel<1><<<rows, tlm_cuda_row_threads(T, 256), 0, st>>>(dprobs, probs, T);
-    }
+    tlm_cuda_dispatch(dt, op, [&](auto tag) {
+        using E = typename decltype(tag)::type;
+        constexpr int VEC = tlm_vec16<E>();
+        E *d = static_cast<E *>(dprobs);
+        const E *p = static_cast<const E *>(probs);
+        if (T % VEC == 0 && tlm_aligned16(probs) && tlm_aligned16(dprobs)) {
+            causal_softmax_backward_kernel<VEC, E><<<blocks, 32 * SOFTMAX_WARPS, 0, st>>>(d, p, T, rows);
+        } else {
+            causal_softmax_backward_kernel<1, E><<<blocks, 32 * SOFTMAX_WARPS, 0, st>>>(d, p, T, rows);
+        }
+    });
     TLM_CUDA_CHECK_LAUNCH();
 
     for (int b = 0; b < B; b++) {
-        const float *dS = dprobs + b * H * TT;
+        const void *dS = at(dprobs, (size_t)b * H * TT, es);
         /* dQ_h (T,D) = scale dS_h K_h;  dK_h (T,D) = scale dS_h^T Q_h */
-        tlm_cuda_gemm(be, op, false, false, T, D, T, scale, dS, T, TT, k + b * head0, ld, D, 0.0f, dq + b * head0,
-                      ld, D, H);
-        tlm_cuda_gemm(be, op, true, false, T, D, T, scale, dS, T, TT, q + b * head0, ld, D, 0.0f, dk + b * head0,
-                      ld, D, H);
+        tlm_cuda_gemm(be, op, false, false, T, D, T, scale, dS, T, TT, at(k, b * head0, es), ld, D, dt, 0.0f, NULL,
+                      at(dq, b * head0, es), ld, D, dt, H);
+        tlm_cuda_gemm(be, op, true, false, T, D, T, scale, dS, T, TT, at(q, b * head0, es), ld, D, dt, 0.0f, NULL,
+                      at(dk, b * head0, es), ld, D, dt, H);
     }
 }

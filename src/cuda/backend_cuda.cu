@@ -1,6 +1,7 @@
 /* backend_cuda.cu — the CUDA backend: device memory through cudaMalloc, one non-blocking stream
  * that every op and copy runs on, a cuBLASLt handle with a 32 MiB workspace, NVTX ranges, and
- * the table of ops (kernels in src/cuda/<op>.cu, GEMMs through cuBLASLt in matmul.cu). */
+ * the table of ops (kernels in src/cuda/<op>.cu, GEMMs through cuBLASLt in matmul.cu), each
+ * taking the mode's activation dtype (fp32, bf16, fp16) where the interface says so. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,17 +18,17 @@ static tlm_ops cuda_ops_table(void) {
     ops.rmsnorm_backward = tlm_cuda_rmsnorm_backward;
     ops.matmul_forward = tlm_cuda_matmul_forward;
     ops.matmul_backward = tlm_cuda_matmul_backward;
+    ops.cast = tlm_cuda_cast;
     ops.rope_forward = tlm_cuda_rope_forward;
     ops.rope_backward = tlm_cuda_rope_backward;
     ops.attention_forward = tlm_cuda_attention_forward;
     ops.attention_backward = tlm_cuda_attention_backward;
     ops.swiglu_forward = tlm_cuda_swiglu_forward;
     ops.swiglu_backward = tlm_cuda_swiglu_backward;
-    ops.residual_forward = tlm_cuda_residual_forward;
-    ops.add_inplace = tlm_cuda_add_inplace;
     ops.cross_entropy_forward = tlm_cuda_cross_entropy_forward;
     ops.cross_entropy_backward = tlm_cuda_cross_entropy_backward;
     ops.adamw_step = tlm_cuda_adamw_step;
+    ops.grad_unscale = tlm_cuda_grad_unscale;
     return ops;
 }
 
@@ -67,6 +68,13 @@ static void cuda_memset_zero(tlm_backend *be, void *dst, size_t bytes) {
 }
 
 static void cuda_synchronize(tlm_backend *be) { TLM_CUDA_CHECK(cudaStreamSynchronize(tlm_cuda_stream(be))); }
+
+/* device memory in use as the driver counts it: total - free (cudaMemGetInfo) */
+static size_t cuda_device_memory_used(tlm_backend *be) {
+    size_t free_bytes = 0, total_bytes = 0;
+    TLM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return total_bytes - free_bytes;
+}
 
 static void cuda_range_push(tlm_backend *be, const char *name) { nvtxRangePushA(name); }
 static void cuda_range_pop(tlm_backend *be) { nvtxRangePop(); }
@@ -144,6 +152,7 @@ extern "C" tlm_status tlm_backend_cuda_create(tlm_backend **out, int device_inde
     be->copy_to_host = cuda_copy_to_host;
     be->memset_zero = cuda_memset_zero;
     be->synchronize = cuda_synchronize;
+    be->device_memory_used = cuda_device_memory_used;
 
     cu->device = device_index;
     CREATE_TRY(cudaSetDevice(device_index));
@@ -168,7 +177,8 @@ extern "C" tlm_status tlm_backend_cuda_create(tlm_backend **out, int device_inde
     cu->workspace_bytes = TLM_CUDA_WORKSPACE_BYTES;
     cu->scratch = (float *)tlm_alloc(be, TLM_CUDA_SCRATCH_BYTES, TLM_MEM_WORKSPACE, "cuda.scratch");
     cu->scratch_floats = TLM_CUDA_SCRATCH_BYTES / sizeof(float);
-    if (!cu->workspace || !cu->scratch) {
+    cu->counter = (unsigned long long *)tlm_alloc(be, 256, TLM_MEM_WORKSPACE, "cuda.counter");
+    if (!cu->workspace || !cu->scratch || !cu->counter) {
         s = TLM_ERR_OUT_OF_MEMORY; /* tlm_alloc set the message */
         goto fail;
     }

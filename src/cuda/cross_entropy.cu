@@ -2,17 +2,20 @@
  * log-sum-exp (the log-softmax of Goodfellow, Bengio & Courville 2016, "Deep Learning",
  * eq. 6.33): loss = logsumexp(logits) - logits[target], the max and the sum of exponentials found
  * in one pass (online normalizer, Milakov & Gimelshein 2018, Algorithm 3); its gradient
- * dloss * (softmax - onehot). One block per row, 16-byte accesses where V % 4 == 0. */
+ * dloss * (softmax - onehot). Logits and their gradient are of the mode's dtype (fp32, bf16,
+ * fp16), widened to fp32 for every step of the computation; the gradient is rounded back to
+ * nearest even; losses and lse are float32. One block per row, 16-byte accesses where V is a
+ * multiple of the vector (4 fp32, 8 bf16/fp16). */
 #include <math.h>
 
 #include "cuda/cuda_common.cuh"
 
-template <int VEC>
-__global__ void cross_entropy_forward_kernel(float *losses, float *lse, const float *logits,
+template <int VEC, typename T>
+__global__ void cross_entropy_forward_kernel(float *losses, float *lse, const T *logits,
                                              const int32_t *targets, int V) {
-    /* losses (N); lse (N); logits (N,V); targets (N); block n does row n */
+    /* losses (N); lse (N); logits (N,V) T; targets (N); block n does row n */
     const size_t n = blockIdx.x;
-    const float *l = logits + n * V;
+    const T *l = logits + n * V;
     float m = -FLT_MAX, s = 0.0f;
     for (int j = threadIdx.x * VEC; j < V; j += blockDim.x * VEC) {
         float v[VEC];
@@ -29,19 +32,19 @@ __global__ void cross_entropy_forward_kernel(float *losses, float *lse, const fl
     if (threadIdx.x == 0) {
         const float logsumexp = m + (float)log((double)s);
         lse[n] = logsumexp;
-        losses[n] = logsumexp - l[targets[n]];
+        losses[n] = logsumexp - tlm_f32(l[targets[n]]);
     }
 }
 
 /* dlogits may be logits (in place): every element, the target's too, is read and then written by
  * the same thread. */
-template <int VEC>
-__global__ void cross_entropy_backward_kernel(float *dlogits, const float *logits, const float *lse,
+template <int VEC, typename T>
+__global__ void cross_entropy_backward_kernel(T *dlogits, const T *logits, const float *lse,
                                               const int32_t *targets, int V, float dloss) {
-    /* dlogits (N,V); logits (N,V); lse (N); targets (N) */
+    /* dlogits (N,V) T; logits (N,V) T; lse (N); targets (N) */
     const size_t n = blockIdx.x;
-    const float *l = logits + n * V;
-    float *dl = dlogits + n * V;
+    const T *l = logits + n * V;
+    T *dl = dlogits + n * V;
     const float logsumexp = lse[n];
     const int target = targets[n];
     for (int j = threadIdx.x * VEC; j < V; j += blockDim.x * VEC) {
@@ -56,30 +59,41 @@ __global__ void cross_entropy_backward_kernel(float *dlogits, const float *logit
     }
 }
 
-void tlm_cuda_cross_entropy_forward(tlm_backend *be, float *losses, float *lse, const float *logits,
-                                    const int32_t *targets, int N, int V) {
+void tlm_cuda_cross_entropy_forward(tlm_backend *be, float *losses, float *lse, const void *logits,
+                                    const int32_t *targets, int N, int V, tlm_dtype dt) {
     if (N <= 0) return;
     cudaStream_t st = tlm_cuda_stream(be);
-    if (V % 4 == 0 && tlm_aligned16(logits)) {
-        cross_entropy_forward_kernel<4><<<N, tlm_cuda_row_threads(V / 4, 512), 0, st>>>(losses, lse, logits,
-                                                                                       targets, V);
-    } else {
-        cross_entropy_forward_kernel<1><<<N, tlm_cuda_row_threads(V, 512), 0, st>>>(losses, lse, logits, targets,
-                                                                                   V);
-    }
+    tlm_cuda_dispatch(dt, __func__, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        constexpr int VEC = tlm_vec16<T>();
+        const T *l = static_cast<const T *>(logits);
+        if (V % VEC == 0 && tlm_aligned16(logits)) {
+            cross_entropy_forward_kernel<VEC, T><<<N, tlm_cuda_row_threads(V / VEC, 512), 0, st>>>(losses, lse, l,
+                                                                                                 targets, V);
+        } else {
+            cross_entropy_forward_kernel<1, T><<<N, tlm_cuda_row_threads(V, 512), 0, st>>>(losses, lse, l, targets,
+                                                                                         V);
+        }
+    });
     TLM_CUDA_CHECK_LAUNCH();
 }
 
-void tlm_cuda_cross_entropy_backward(tlm_backend *be, float *dlogits, const float *logits, const float *lse,
-                                     const int32_t *targets, int N, int V, float dloss) {
+void tlm_cuda_cross_entropy_backward(tlm_backend *be, void *dlogits, const void *logits, const float *lse,
+                                     const int32_t *targets, int N, int V, float dloss, tlm_dtype dt) {
     if (N <= 0) return;
     cudaStream_t st = tlm_cuda_stream(be);
-    if (V % 4 == 0 && tlm_aligned16(logits) && tlm_aligned16(dlogits)) {
-        cross_entropy_backward_kernel<4><<<N, tlm_cuda_row_threads(V / 4, 512), 0, st>>>(dlogits, logits, lse,
-                                                                                        targets, V, dloss);
-    } else {
-        cross_entropy_backward_kernel<1><<<N, tlm_cuda_row_threads(V, 512), 0, st>>>(dlogits, logits, lse,
-                                                                                    targets, V, dloss);
-    }
+    tlm_cuda_dispatch(dt, __func__, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        constexpr int VEC = tlm_vec16<T>();
+        T *d = static_cast<T *>(dlogits);
+        const T *l = static_cast<const T *>(logits);
+        if (V % VEC == 0 && tlm_aligned16(logits) && tlm_aligned16(dlogits)) {
+            cross_entropy_backward_kernel<VEC, T><<<N, tlm_cuda_row_threads(V / VEC, 512), 0, st>>>(d, l, lse,
+                                                                                                  targets, V, dloss);
+        } else {
+            cross_entropy_backward_kernel<1, T><<<N, tlm_cuda_row_threads(V, 512), 0, st>>>(d, l, lse, targets, V,
+                                                                                          dloss);
+        }
+    });
     TLM_CUDA_CHECK_LAUNCH();
 }

@@ -1,19 +1,25 @@
 /* cuda_common.cuh — what the CUDA backend's files share: the check macros (a failed CUDA or
  * cuBLASLt call is fatal, naming the op, file:line and the error string), the backend-private
- * state (stream, cuBLASLt handle and workspace, scratch for column reductions), the ops'
- * declarations (one tlm_cuda_<op> per member of tlm_ops, semantics as in tlm/backend.h), the
- * GEMM helper of matmul.cu, launch helpers, vector loads and warp/block reductions.
+ * state (stream, cuBLASLt handle and workspace, scratch for column reductions), the element
+ * types (float, __nv_bfloat16, __half for TLM_DTYPE_F32, BF16, F16) and the switch on dt that
+ * launchers use, the ops' declarations (one tlm_cuda_<op> per member of tlm_ops, semantics as in
+ * tlm/backend.h), the GEMM helper of matmul.cu, launch helpers, vector loads and stores that
+ * widen to fp32 and round back, and warp/block reductions.
  * Internal to src/cuda: the model reaches the ops only through tlm_backend.ops. */
 #ifndef TLM_CUDA_COMMON_CUH
 #define TLM_CUDA_COMMON_CUH
 
 #include <cuda_runtime.h>
 #include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <float.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "tlm/backend.h"
+#include "tlm/dtype.h"
 #include "tlm/status.h"
 
 /* ---- checks ----------------------------------------------------------------------------- */
@@ -57,23 +63,66 @@ typedef struct tlm_cuda {
     size_t workspace_bytes;
     float *scratch;                  /* (TLM_CUDA_SCRATCH_BYTES / 4) per-block partial sums */
     size_t scratch_floats;
+    unsigned long long *counter;     /* (1) grad_unscale's count of non-finite elements */
     struct tlm_cuda_matmul_cache *matmul_cache;
 } tlm_cuda;
 
 static inline tlm_cuda *tlm_cuda_of(tlm_backend *be) { return (tlm_cuda *)be->impl; }
 static inline cudaStream_t tlm_cuda_stream(tlm_backend *be) { return tlm_cuda_of(be)->stream; }
 
+/* ---- element types -------------------------------------------------------------------------- */
+
+/* The element type of a dt tensor: float (TLM_DTYPE_F32), __nv_bfloat16 (BF16), __half (F16).
+ * Launchers switch once on dt and instantiate their kernels for T:
+ *   tlm_cuda_dispatch(dt, __func__, [&](auto tag) { using T = typename decltype(tag)::type; ... }); */
+template <typename T> struct tlm_type { using type = T; };
+
+template <typename F> static inline void tlm_cuda_dispatch(tlm_dtype dt, const char *op, F &&f) {
+    switch (dt) {
+    case TLM_DTYPE_F32: f(tlm_type<float>{}); return;
+    case TLM_DTYPE_BF16: f(tlm_type<__nv_bfloat16>{}); return;
+    case TLM_DTYPE_F16: f(tlm_type<__half>{}); return;
+    default: tlm_fatal("%s: dtype %s is not an activation dtype (F32, BF16 or F16)", op, tlm_dtype_name(dt));
+    }
+}
+
+/* cuBLASLt's name for a dt */
+static inline cudaDataType_t tlm_cuda_data_type(tlm_dtype dt, const char *op) {
+    switch (dt) {
+    case TLM_DTYPE_F32: return CUDA_R_32F;
+    case TLM_DTYPE_BF16: return CUDA_R_16BF;
+    case TLM_DTYPE_F16: return CUDA_R_16F;
+    default: tlm_fatal("%s: dtype %s is not an activation dtype (F32, BF16 or F16)", op, tlm_dtype_name(dt));
+    }
+}
+
+/* elements of T in one 16-byte access: 4 floats, 8 bf16/fp16 */
+template <typename T> constexpr int tlm_vec16() { return 16 / (int)sizeof(T); }
+
+/* widen to fp32 (exact), and round fp32 to T (round to nearest even; NaN stays NaN, overflow to inf) */
+__device__ __forceinline__ float tlm_f32(float v) { return v; }
+__device__ __forceinline__ float tlm_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float tlm_f32(__half v) { return __half2float(v); }
+template <typename T> __device__ __forceinline__ T tlm_round(float v);
+template <> __device__ __forceinline__ float tlm_round<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 tlm_round<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half tlm_round<__half>(float v) { return __float2half_rn(v); }
+
 /* ---- GEMM (matmul.cu) ---------------------------------------------------------------------- */
 
 /* Row-major, strided-batched: for i < batch,
- *   C_i (M,N) = alpha op(A_i) op(B_i) + beta C_i,  X_i = X + i*strideX,
+ *   D_i (M,N) = alpha op(A_i) op(B_i) + beta C_i,  X_i = X + i*strideX (in elements),
  * op(A) (M,K), op(B) (K,N); A stored (M,K) or, when trans_a, (K,M), with row stride lda; likewise
- * B; C with row stride ldc. Computes in fp32 (be->precision FP32) or TF32 (TLM_PRECISION_TF32)
- * through cuBLASLt; descriptors and the heuristic's choice are cached per shape. `op` names the
+ * B; C and D share the row stride ldc and batch stride. A and B hold ab_dt elements, C and D
+ * cd_dt elements (F32, or ab_dt). C may be NULL when beta == 0, and may equal D (in place).
+ * Accumulates in fp32 through cuBLASLt: CUBLAS_COMPUTE_32F (strict IEEE for fp32 operands),
+ * or TF32 tensor cores when the operands are fp32 and be->precision is TLM_PRECISION_TF32.
+ * Descriptors and the heuristic's choice are cached per shape, types and beta. `op` names the
  * calling op in error messages. */
 void tlm_cuda_gemm(tlm_backend *be, const char *op, bool trans_a, bool trans_b, int M, int N, int K,
-                   float alpha, const float *A, int64_t lda, int64_t stride_a, const float *B, int64_t ldb,
-                   int64_t stride_b, float beta, float *C, int64_t ldc, int64_t stride_c, int batch);
+                   float alpha, const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb,
+                   int64_t stride_b, tlm_dtype ab_dt, float beta, const void *C, void *D, int64_t ldc,
+                   int64_t stride_c, tlm_dtype cd_dt, int batch);
 void tlm_cuda_matmul_cache_destroy(tlm_cuda *cu);
 
 /* ---- the ops --------------------------------------------------------------------------------- */
@@ -82,32 +131,35 @@ void tlm_cuda_embedding_forward(tlm_backend *be, float *out, const int32_t *toke
                                 int C);
 void tlm_cuda_embedding_backward(tlm_backend *be, float *dwte, const float *dout, const int32_t *tokens, int N,
                                  int V, int C);
-void tlm_cuda_rmsnorm_forward(tlm_backend *be, float *out, float *rstd, const float *x, const float *w, int N,
-                              int C, float eps);
-void tlm_cuda_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const float *dout, const float *x,
-                               const float *w, const float *rstd, int N, int C);
-void tlm_cuda_matmul_forward(tlm_backend *be, float *y, const float *x, const float *w, int N, int in, int out);
-void tlm_cuda_matmul_backward(tlm_backend *be, float *dx, float *dw, const float *dy, const float *x,
-                              const float *w, int N, int in, int out);
-void tlm_cuda_rope_forward(tlm_backend *be, float *x, const float *cos, const float *sin, int B, int T,
-                           int nheads, int D, int ld);
-void tlm_cuda_rope_backward(tlm_backend *be, float *dx, const float *cos, const float *sin, int B, int T,
-                            int nheads, int D, int ld);
-void tlm_cuda_attention_forward(tlm_backend *be, float *out, float *probs, const float *q, const float *k,
-                                const float *v, int ld, int B, int T, int H, int D);
-void tlm_cuda_attention_backward(tlm_backend *be, float *dq, float *dk, float *dv, float *dprobs,
-                                 const float *dout, const float *q, const float *k, const float *v,
-                                 const float *probs, int ld, int B, int T, int H, int D);
-void tlm_cuda_swiglu_forward(tlm_backend *be, float *out, const float *ab, int N, int F);
-void tlm_cuda_swiglu_backward(tlm_backend *be, float *dab, const float *dout, const float *ab, int N, int F);
-void tlm_cuda_residual_forward(tlm_backend *be, float *out, const float *x, const float *y, size_t n);
-void tlm_cuda_add_inplace(tlm_backend *be, float *dst, const float *src, size_t n);
-void tlm_cuda_cross_entropy_forward(tlm_backend *be, float *losses, float *lse, const float *logits,
-                                    const int32_t *targets, int N, int V);
-void tlm_cuda_cross_entropy_backward(tlm_backend *be, float *dlogits, const float *logits, const float *lse,
-                                     const int32_t *targets, int N, int V, float dloss);
+void tlm_cuda_rmsnorm_forward(tlm_backend *be, void *out, float *rstd, const float *x, const float *w, int N,
+                              int C, float eps, tlm_dtype dt);
+void tlm_cuda_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void *dout, const float *x,
+                               const float *w, const float *rstd, int N, int C, tlm_dtype dt);
+void tlm_cuda_matmul_forward(tlm_backend *be, void *y, const float *residual, const void *x, const void *w,
+                             int N, int in, int out, tlm_dtype dt);
+void tlm_cuda_matmul_backward(tlm_backend *be, void *dx, float *dw, const void *dy, const void *x, const void *w,
+                              int N, int in, int out, tlm_dtype dt);
+void tlm_cuda_cast(tlm_backend *be, void *dst, const float *src, size_t n, tlm_dtype dt);
+void tlm_cuda_rope_forward(tlm_backend *be, void *x, const float *cos, const float *sin, int B, int T,
+                           int nheads, int D, int ld, tlm_dtype dt);
+void tlm_cuda_rope_backward(tlm_backend *be, void *dx, const float *cos, const float *sin, int B, int T,
+                            int nheads, int D, int ld, tlm_dtype dt);
+void tlm_cuda_attention_forward(tlm_backend *be, void *out, void *probs, const void *q, const void *k,
+                                const void *v, int ld, int B, int T, int H, int D, tlm_dtype dt);
+void tlm_cuda_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, void *dprobs, const void *dout,
+                                 const void *q, const void *k, const void *v, const void *probs, int ld, int B,
+                                 int T, int H, int D, tlm_dtype dt);
+void tlm_cuda_swiglu_forward(tlm_backend *be, void *out, const void *ab, int N, int F, tlm_dtype dt);
+void tlm_cuda_swiglu_backward(tlm_backend *be, void *dab, const void *dout, const void *ab, int N, int F,
+                              tlm_dtype dt);
+void tlm_cuda_cross_entropy_forward(tlm_backend *be, float *losses, float *lse, const void *logits,
+                                    const int32_t *targets, int N, int V, tlm_dtype dt);
+void tlm_cuda_cross_entropy_backward(tlm_backend *be, void *dlogits, const void *logits, const float *lse,
+                                     const int32_t *targets, int N, int V, float dloss, tlm_dtype dt);
 void tlm_cuda_adamw_step(tlm_backend *be, float *params, const float *grads, float *m, float *v, size_t n,
-                         float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+                         float lr, float beta1, float beta2, float eps, float weight_decay, int t, void *params_lp,
+                         tlm_dtype dt);
+size_t tlm_cuda_grad_unscale(tlm_backend *be, float *grads, size_t n, float inv_scale);
 
 /* ---- launch helpers ---------------------------------------------------------------------------- */
 
@@ -129,31 +181,66 @@ static inline int tlm_cuda_row_threads(int items, int max) {
     return t < max ? t : max;
 }
 
-/* ---- vector loads and stores: VEC = 4 (16 bytes, pointer 16-byte aligned), 2, or 1 ------------ */
+/* ---- vector loads and stores ----------------------------------------------------------------------
+ * VEC elements of T to or from fp32 registers. VEC * sizeof(T) a multiple of 16: 16-byte accesses
+ * (the pointer 16-byte aligned); 8 or 4 bytes: one access of that size (aligned to it); otherwise
+ * element by element. Stores round to T (nearest even). */
+template <int BYTES> struct tlm_raw_t;
+template <> struct tlm_raw_t<16> { using type = uint4; };
+template <> struct tlm_raw_t<8> { using type = uint2; };
+template <> struct tlm_raw_t<4> { using type = unsigned int; };
 
-template <int VEC>
-__device__ __forceinline__ void tlm_load(float (&r)[VEC], const float *p) {
-    if constexpr (VEC == 4) {
-        float4 v = *reinterpret_cast<const float4 *>(p);
-        r[0] = v.x; r[1] = v.y; r[2] = v.z; r[3] = v.w;
-    } else if constexpr (VEC == 2) {
-        float2 v = *reinterpret_cast<const float2 *>(p);
-        r[0] = v.x; r[1] = v.y;
+template <int VEC, typename T>
+__device__ __forceinline__ void tlm_load(float (&r)[VEC], const T *p) {
+    constexpr int BYTES = VEC * (int)sizeof(T);
+    if constexpr (BYTES % 16 == 0) {
+        constexpr int PER = 16 / (int)sizeof(T);
+#pragma unroll
+        for (int c = 0; c < VEC / PER; c++) {
+            uint4 raw = reinterpret_cast<const uint4 *>(p)[c];
+            T e[PER];
+            memcpy(e, &raw, 16);
+#pragma unroll
+            for (int i = 0; i < PER; i++) r[c * PER + i] = tlm_f32(e[i]);
+        }
+    } else if constexpr (BYTES == 8 || BYTES == 4) {
+        using R = typename tlm_raw_t<BYTES>::type;
+        R raw = *reinterpret_cast<const R *>(p);
+        T e[VEC];
+        memcpy(e, &raw, BYTES);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) r[i] = tlm_f32(e[i]);
     } else {
 #pragma unroll
-        for (int i = 0; i < VEC; i++) r[i] = p[i];
+        for (int i = 0; i < VEC; i++) r[i] = tlm_f32(p[i]);
     }
 }
 
-template <int VEC>
-__device__ __forceinline__ void tlm_store(float *p, const float (&r)[VEC]) {
-    if constexpr (VEC == 4) {
-        *reinterpret_cast<float4 *>(p) = make_float4(r[0], r[1], r[2], r[3]);
-    } else if constexpr (VEC == 2) {
-        *reinterpret_cast<float2 *>(p) = make_float2(r[0], r[1]);
+template <int VEC, typename T>
+__device__ __forceinline__ void tlm_store(T *p, const float (&r)[VEC]) {
+    constexpr int BYTES = VEC * (int)sizeof(T);
+    if constexpr (BYTES % 16 == 0) {
+        constexpr int PER = 16 / (int)sizeof(T);
+#pragma unroll
+        for (int c = 0; c < VEC / PER; c++) {
+            T e[PER];
+#pragma unroll
+            for (int i = 0; i < PER; i++) e[i] = tlm_round<T>(r[c * PER + i]);
+            uint4 raw;
+            memcpy(&raw, e, 16);
+            reinterpret_cast<uint4 *>(p)[c] = raw;
+        }
+    } else if constexpr (BYTES == 8 || BYTES == 4) {
+        using R = typename tlm_raw_t<BYTES>::type;
+        T e[VEC];
+#pragma unroll
+        for (int i = 0; i < VEC; i++) e[i] = tlm_round<T>(r[i]);
+        R raw;
+        memcpy(&raw, e, BYTES);
+        *reinterpret_cast<R *>(p) = raw;
     } else {
 #pragma unroll
-        for (int i = 0; i < VEC; i++) p[i] = r[i];
+        for (int i = 0; i < VEC; i++) p[i] = tlm_round<T>(r[i]);
     }
 }
 

@@ -1,16 +1,21 @@
 /* matmul.cu — GEMMs through cuBLASLt: the linear layer without bias, y = x W^T with W (out,in)
- * as nn.Linear stores it, its backward dx = dy W, dW = dy^T x, and the strided-batched row-major
- * GEMM helper that attention.cu uses too. fp32 (be->precision FP32: CUBLAS_COMPUTE_32F, strict
- * IEEE, no TF32) or TF32 tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F_FAST_TF32).
+ * as nn.Linear stores it (optionally y = residual + x W^T, the residual connection folded into
+ * the GEMM's epilogue as C with beta = 1), its backward dx = dy W, dW = dy^T x, and the
+ * strided-batched row-major GEMM helper that attention.cu uses too. Accumulation is always fp32
+ * (CUBLAS_COMPUTE_32F, scale type fp32). Operands of dtype dt: fp32 (be->precision FP32: strict
+ * IEEE, no TF32; TF32: CUBLAS_COMPUTE_32F_FAST_TF32), or bf16/fp16 on the tensor cores. Outputs
+ * in dt, except the two that land in float32 tensors (PyTorch autocast): the residual stream
+ * (C and D CUDA_R_32F with bf16/fp16 A and B, which cuBLASLt supports) and the weight gradient.
  *
  * Row-major to cuBLAS's column-major: a row-major (r,c) matrix with row stride ld is, read
  * column-major, its transpose (c,r) with leading dimension ld. So C = op(A) op(B) (row-major)
  * is C^T = op(B)^T op(A)^T (column-major): cuBLAS is called with the operands swapped, m = N,
  * n = M, and each operand's own transpose flag.
  *
- * Each distinct GEMM (shape, strides, compute type, pointer alignment) gets a cached plan: its
+ * Each distinct GEMM (shape, strides, types, compute type, beta, pointer alignment) gets a cached plan: its
  * matmul descriptor, three layouts and the algorithm cuBLASLt's heuristic picked, so repeated
  * calls skip descriptor creation and the heuristic query. */
+#include <stdio.h>
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
@@ -21,8 +26,10 @@ typedef struct {
     int32_t trans_a, trans_b;   /* column-major operation flags */
     int32_t m, n, k, batch;
     int64_t lda, ldb, ldc, stride_a, stride_b, stride_c;
+    int32_t ab_type, cd_type;   /* cudaDataType_t of A and B, of C and D */
     int32_t compute;            /* cublasComputeType_t */
-    uint32_t align_a, align_b, align_c; /* bytes, power of two <= 256 */
+    int32_t has_beta;           /* beta != 0: C is read */
+    uint32_t align_a, align_b, align_c, align_d; /* bytes, power of two <= 256 */
 } plan_key;
 
 typedef struct {
@@ -30,6 +37,7 @@ typedef struct {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
+    bool fallback; /* cuBLASLt has no algorithm for it (odd alignments): gemm_fallback_kernel */
     bool used;
 } plan;
 
@@ -56,16 +64,16 @@ void tlm_cuda_matmul_cache_destroy(tlm_cuda *cu) {
 }
 
 /* largest power of two <= 256 that divides the address and every byte stride of the operand */
-static uint32_t alignment(const void *p, int64_t ld, int64_t stride, int batch) {
-    uint64_t bits = (uint64_t)(uintptr_t)p | (uint64_t)ld * sizeof(float) | 256u;
-    if (batch > 1) bits |= (uint64_t)stride * sizeof(float);
+static uint32_t alignment(const void *p, int64_t ld, int64_t stride, int batch, size_t elem) {
+    uint64_t bits = (uint64_t)(uintptr_t)p | (uint64_t)ld * elem | 256u;
+    if (batch > 1) bits |= (uint64_t)stride * elem;
     return (uint32_t)(bits & (~bits + 1)); /* lowest set bit */
 }
 
-static cublasLtMatrixLayout_t make_layout(const char *op, int rows, int cols, int64_t ld, int batch,
-                                          int64_t stride) {
+static cublasLtMatrixLayout_t make_layout(const char *op, cudaDataType_t type, int rows, int cols, int64_t ld,
+                                          int batch, int64_t stride) {
     cublasLtMatrixLayout_t l;
-    TLM_CUBLAS_CHECK_OP(op, cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, (uint64_t)rows, (uint64_t)cols, ld));
+    TLM_CUBLAS_CHECK_OP(op, cublasLtMatrixLayoutCreate(&l, type, (uint64_t)rows, (uint64_t)cols, ld));
     if (batch > 1) {
         int32_t count = batch;
         TLM_CUBLAS_CHECK_OP(op, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
@@ -84,11 +92,12 @@ static void plan_create(tlm_cuda *cu, const char *op, plan *p, const plan_key *k
     TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     /* stored shapes (column-major): A is (m,k), or (k,m) when transposed; B (k,n) or (n,k); C (m,n) */
-    p->a = make_layout(op, ta == CUBLAS_OP_N ? k->m : k->k, ta == CUBLAS_OP_N ? k->k : k->m, k->lda, k->batch,
+    const cudaDataType_t ab = (cudaDataType_t)k->ab_type, cd = (cudaDataType_t)k->cd_type;
+    p->a = make_layout(op, ab, ta == CUBLAS_OP_N ? k->m : k->k, ta == CUBLAS_OP_N ? k->k : k->m, k->lda, k->batch,
                        k->stride_a);
-    p->b = make_layout(op, tb == CUBLAS_OP_N ? k->k : k->n, tb == CUBLAS_OP_N ? k->n : k->k, k->ldb, k->batch,
+    p->b = make_layout(op, ab, tb == CUBLAS_OP_N ? k->k : k->n, tb == CUBLAS_OP_N ? k->n : k->k, k->ldb, k->batch,
                        k->stride_b);
-    p->c = make_layout(op, k->m, k->n, k->ldc, k->batch, k->stride_c);
+    p->c = make_layout(op, cd, k->m, k->n, k->ldc, k->batch, k->stride_c); /* C and D alike */
 
     cublasLtMatmulPreference_t pref;
     TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulPreferenceCreate(&pref));
@@ -98,7 +107,7 @@ static void plan_create(tlm_cuda *cu, const char *op, plan *p, const plan_key *k
     const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    const uint32_t align_val[4] = {k->align_a, k->align_b, k->align_c, k->align_c};
+    const uint32_t align_val[4] = {k->align_a, k->align_b, k->align_c, k->align_d};
     for (int i = 0; i < 4; i++)
         TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align_val[i],
                                                                      sizeof align_val[i]));
@@ -116,17 +125,26 @@ static void plan_create(tlm_cuda *cu, const char *op, plan *p, const plan_key *k
         st = cublasLtMatmulAlgoGetHeuristic(cu->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &returned);
     }
     TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulPreferenceDestroy(pref));
-    if (st != CUBLAS_STATUS_SUCCESS || returned == 0)
-        tlm_fatal("cuBLASLt error in %s at %s:%d: no algorithm for the GEMM m=%d n=%d k=%d batch=%d "
-                  "(column-major, trans %d%d, ld %lld %lld %lld, alignment %u %u %u): %s",
-                  op, __FILE__, __LINE__, k->m, k->n, k->k, k->batch, k->trans_a, k->trans_b, (long long)k->lda,
-                  (long long)k->ldb, (long long)k->ldc, k->align_a, k->align_b, k->align_c,
-                  st != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(st) : "0 results");
+    p->fallback = st != CUBLAS_STATUS_SUCCESS || returned == 0;
+    if (p->fallback) {
+        static bool told;
+        if (!told)
+            fprintf(stderr,
+                    "tlm: cuda: %s: cuBLASLt has no algorithm for the GEMM m=%d n=%d k=%d batch=%d "
+                    "(column-major, trans %d%d, ld %lld %lld %lld, types %d %d, beta %s, alignment %u %u %u %u): "
+                    "%s; using the fallback kernel (said once)\n",
+                    op, k->m, k->n, k->k, k->batch, k->trans_a, k->trans_b, (long long)k->lda, (long long)k->ldb,
+                    (long long)k->ldc, k->ab_type, k->cd_type, k->has_beta ? "!= 0" : "0", k->align_a, k->align_b,
+                    k->align_c, k->align_d, st != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(st) : "0 results");
+        told = true;
+        p->used = true;
+        return;
+    }
     p->algo = result.algo;
     p->used = true;
 }
 
-static const plan *plan_get(tlm_cuda *cu, const char *op, const plan_key *k) {
+static plan *plan_get(tlm_cuda *cu, const char *op, const plan_key *k) {
     if (!cu->matmul_cache) {
         cu->matmul_cache = (struct tlm_cuda_matmul_cache *)calloc(1, sizeof *cu->matmul_cache);
         if (!cu->matmul_cache) tlm_fatal("%s: out of host memory for the GEMM plan cache", op);
@@ -153,11 +171,80 @@ static const plan *plan_get(tlm_cuda *cu, const char *op, const plan_key *k) {
     return &mc->plans[slot];
 }
 
+/* The GEMM where cuBLASLt offers no algorithm (16-bit operands at 2- or 4-byte alignment, say):
+ * row-major as tlm_cuda_gemm's arguments, one thread per element of D, 16x16 tiles of A and B
+ * staged in shared memory, fp32 accumulation. Slow, but only odd shapes reach it. */
+#define FB_TILE 16
+template <typename TA, typename TC>
+__global__ void gemm_fallback_kernel(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const TA *A,
+                                     int64_t lda, int64_t stride_a, const TA *B, int64_t ldb, int64_t stride_b,
+                                     float beta, const TC *C, TC *D, int64_t ldc, int64_t stride_c) {
+    __shared__ float as[FB_TILE][FB_TILE + 1], bs[FB_TILE][FB_TILE + 1];
+    const int z = blockIdx.z;
+    A += z * stride_a;
+    B += z * stride_b;
+    D += z * stride_c;
+    if (C) C += z * stride_c;
+    const int i = blockIdx.y * FB_TILE + threadIdx.y, j = blockIdx.x * FB_TILE + threadIdx.x;
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += FB_TILE) {
+        /* as[y][x] = op(A)[block row + y, k0 + x]; bs[y][x] = op(B)[k0 + y, block col + x] */
+        const int ai = blockIdx.y * FB_TILE + threadIdx.y, ak = k0 + threadIdx.x;
+        as[threadIdx.y][threadIdx.x] =
+            ai < M && ak < K ? tlm_f32(trans_a ? A[(int64_t)ak * lda + ai] : A[(int64_t)ai * lda + ak]) : 0.0f;
+        const int bk = k0 + threadIdx.y, bj = blockIdx.x * FB_TILE + threadIdx.x;
+        bs[threadIdx.y][threadIdx.x] =
+            bk < K && bj < N ? tlm_f32(trans_b ? B[(int64_t)bj * ldb + bk] : B[(int64_t)bk * ldb + bj]) : 0.0f;
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < FB_TILE; kk++) acc = fmaf(as[threadIdx.y][kk], bs[kk][threadIdx.x], acc);
+        __syncthreads();
+    }
+    if (i < M && j < N) {
+        float d = alpha * acc;
+        if (beta != 0.0f) d += beta * tlm_f32(C[(int64_t)i * ldc + j]);
+        D[(int64_t)i * ldc + j] = tlm_round<TC>(d);
+    }
+}
+
+template <typename TA, typename TC>
+static void gemm_fallback_launch(tlm_backend *be, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                                 const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb,
+                                 int64_t stride_b, float beta, const void *C, void *D, int64_t ldc, int64_t stride_c,
+                                 int batch) {
+    const dim3 grid((unsigned)((N + FB_TILE - 1) / FB_TILE), (unsigned)((M + FB_TILE - 1) / FB_TILE), (unsigned)batch);
+    gemm_fallback_kernel<TA, TC><<<grid, dim3(FB_TILE, FB_TILE), 0, tlm_cuda_stream(be)>>>(
+        trans_a, trans_b, M, N, K, alpha, (const TA *)A, lda, stride_a, (const TA *)B, ldb, stride_b, beta,
+        beta != 0.0f ? (const TC *)C : NULL, (TC *)D, ldc, stride_c);
+}
+
+static void gemm_fallback(tlm_backend *be, const char *op, bool trans_a, bool trans_b, int M, int N, int K,
+                          float alpha, const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb,
+                          int64_t stride_b, tlm_dtype ab_dt, float beta, const void *C, void *D, int64_t ldc,
+                          int64_t stride_c, tlm_dtype cd_dt, int batch) {
+    tlm_cuda_dispatch(ab_dt, op, [&](auto tag) {
+        using TA = typename decltype(tag)::type;
+        if (cd_dt == TLM_DTYPE_F32)
+            gemm_fallback_launch<TA, float>(be, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b,
+                                            beta, C, D, ldc, stride_c, batch);
+        else
+            gemm_fallback_launch<TA, TA>(be, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b,
+                                         beta, C, D, ldc, stride_c, batch);
+    });
+    TLM_CUDA_CHECK_OP(op, cudaGetLastError());
+}
+
 void tlm_cuda_gemm(tlm_backend *be, const char *op, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                   const float *A, int64_t lda, int64_t stride_a, const float *B, int64_t ldb, int64_t stride_b,
-                   float beta, float *C, int64_t ldc, int64_t stride_c, int batch) {
+                   const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b,
+                   tlm_dtype ab_dt, float beta, const void *C, void *D, int64_t ldc, int64_t stride_c,
+                   tlm_dtype cd_dt, int batch) {
     if (M <= 0 || N <= 0 || batch <= 0) return;
     tlm_cuda *cu = tlm_cuda_of(be);
+    if (beta == 0.0f || !C) {
+        beta = 0.0f;
+        C = D; /* not read */
+    }
+    const size_t eab = tlm_dtype_size(ab_dt), ecd = tlm_dtype_size(cd_dt);
     plan_key k;
     memset(&k, 0, sizeof k); /* padding too: keys are compared with memcmp */
     /* column-major: C^T (N,M) = op(B)^T (N,K) . op(A)^T (K,M) */
@@ -173,25 +260,47 @@ void tlm_cuda_gemm(tlm_backend *be, const char *op, bool trans_a, bool trans_b, 
     k.stride_b = batch > 1 ? stride_a : 0;
     k.ldc = ldc;
     k.stride_c = batch > 1 ? stride_c : 0;
-    k.compute = be->precision == TLM_PRECISION_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    k.align_a = alignment(B, ldb, stride_b, batch);
-    k.align_b = alignment(A, lda, stride_a, batch);
-    k.align_c = alignment(C, ldc, stride_c, batch);
-    const plan *p = plan_get(cu, op, &k);
-    TLM_CUBLAS_CHECK_OP(op, cublasLtMatmul(cu->lt, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c,
-                                           &p->algo, cu->workspace, cu->workspace_bytes, cu->stream));
+    k.ab_type = tlm_cuda_data_type(ab_dt, op);
+    k.cd_type = tlm_cuda_data_type(cd_dt, op);
+    if (cd_dt != TLM_DTYPE_F32 && cd_dt != ab_dt)
+        tlm_fatal("%s: GEMM output dtype %s with %s operands", op, tlm_dtype_name(cd_dt), tlm_dtype_name(ab_dt));
+    /* fp32 operands: strict fp32 or TF32 as the mode says; bf16/fp16: fp32 accumulation */
+    k.compute = ab_dt == TLM_DTYPE_F32 && be->precision == TLM_PRECISION_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                              : CUBLAS_COMPUTE_32F;
+    k.has_beta = beta != 0.0f;
+    k.align_a = alignment(B, ldb, stride_b, batch, eab);
+    k.align_b = alignment(A, lda, stride_a, batch, eab);
+    k.align_c = alignment(C, ldc, stride_c, batch, ecd);
+    k.align_d = alignment(D, ldc, stride_c, batch, ecd);
+    plan *p = (plan *)plan_get(cu, op, &k);
+    if (!p->fallback) {
+        const cublasStatus_t st = cublasLtMatmul(cu->lt, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, D, p->c,
+                                                 &p->algo, cu->workspace, cu->workspace_bytes, cu->stream);
+        if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
+            TLM_CUBLAS_CHECK_OP(op, st);
+            return;
+        }
+        p->fallback = true; /* the heuristic's choice refused to run: from now on the fallback */
+    }
+    gemm_fallback(be, op, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, ab_dt, beta, C, D, ldc,
+                  stride_c, cd_dt, batch);
 }
 
-/* y (N,out) = x (N,in) . W^T, W (out,in) */
-void tlm_cuda_matmul_forward(tlm_backend *be, float *y, const float *x, const float *w, int N, int in, int out) {
-    tlm_cuda_gemm(be, "matmul_forward", false, true, N, out, in, 1.0f, x, in, 0, w, in, 0, 0.0f, y, out, 0, 1);
+/* residual == NULL: y (N,out) dt = x (N,in) . W^T, W (out,in);
+ * else y (N,out) float32 = residual + x . W^T (beta = 1; y may be residual) */
+void tlm_cuda_matmul_forward(tlm_backend *be, void *y, const float *residual, const void *x, const void *w, int N,
+                             int in, int out, tlm_dtype dt) {
+    tlm_cuda_gemm(be, "matmul_forward", false, true, N, out, in, 1.0f, x, in, 0, w, in, 0, dt, residual ? 1.0f : 0.0f,
+                  residual, y, out, 0, residual ? TLM_DTYPE_F32 : dt, 1);
 }
 
-void tlm_cuda_matmul_backward(tlm_backend *be, float *dx, float *dw, const float *dy, const float *x,
-                              const float *w, int N, int in, int out) {
-    /* dx (N,in) = dy (N,out) . W (out,in) */
-    if (dx) tlm_cuda_gemm(be, "matmul_backward", false, false, N, in, out, 1.0f, dy, out, 0, w, in, 0, 0.0f, dx, in,
-                          0, 1);
-    /* dW (out,in) = dy^T (out,N) . x (N,in) */
-    tlm_cuda_gemm(be, "matmul_backward", true, false, out, in, N, 1.0f, dy, out, 0, x, in, 0, 0.0f, dw, in, 0, 1);
+void tlm_cuda_matmul_backward(tlm_backend *be, void *dx, float *dw, const void *dy, const void *x, const void *w,
+                              int N, int in, int out, tlm_dtype dt) {
+    /* dx (N,in) dt = dy (N,out) . W (out,in) */
+    if (dx)
+        tlm_cuda_gemm(be, "matmul_backward", false, false, N, in, out, 1.0f, dy, out, 0, w, in, 0, dt, 0.0f, NULL, dx,
+                      in, 0, dt, 1);
+    /* dW (out,in) float32 = dy^T (out,N) . x (N,in) */
+    tlm_cuda_gemm(be, "matmul_backward", true, false, out, in, N, 1.0f, dy, out, 0, x, in, 0, dt, 0.0f, NULL, dw, in,
+                  0, TLM_DTYPE_F32, 1);
 }

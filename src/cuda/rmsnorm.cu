@@ -1,6 +1,8 @@
 /* rmsnorm.cu — RMSNorm on the GPU (Zhang & Sennrich 2019, "Root Mean Square Layer
  * Normalization", eq. 4): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps), in fp32, and its
- * backward. One block per row, 16-byte accesses, warp-shuffle reductions.
+ * backward. out and dout are of the mode's dtype (fp32, bf16, fp16: out rounded to nearest even
+ * from the fp32 product); x, w, rstd, dx, dw float32. One block per row, 16-byte accesses,
+ * warp-shuffle reductions.
  *
  * Backward, with r = rstd[n], xhat = x r, g = dout w:  dx += r (g - xhat mean(g xhat)),
  * dw = sum_n dout xhat. Each block of the backward walks a few rows, adding its rows' dout xhat
@@ -9,12 +11,12 @@
  * deterministic and x, dout are read once. */
 #include "cuda/cuda_common.cuh"
 
-template <int VEC>
-__global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *x, const float *w, int C, float eps) {
-    /* out (N,C); rstd (N); x (N,C); w (C); block n does row n */
+template <int VEC, typename T>
+__global__ void rmsnorm_forward_kernel(T *out, float *rstd, const float *x, const float *w, int C, float eps) {
+    /* out (N,C) T; rstd (N); x (N,C); w (C); block n does row n */
     const size_t n = blockIdx.x;
     const float *xn = x + n * C;
-    float *on = out + n * C;
+    T *on = out + n * C;
     float sum_sq = 0.0f;
     for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
         float xv[VEC];
@@ -35,10 +37,10 @@ __global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *x, 
     if (threadIdx.x == 0) rstd[n] = r;
 }
 
-template <int VEC>
-__global__ void rmsnorm_backward_kernel(float *dx, float *dw_partial, const float *dout, const float *x,
+template <int VEC, typename T>
+__global__ void rmsnorm_backward_kernel(float *dx, float *dw_partial, const T *dout, const float *x,
                                         const float *w, const float *rstd, int N, int C, int rows_per_block) {
-    /* dx (N,C) +=; dw_partial (gridDim.x, C) =; dout, x (N,C); w (C); rstd (N) */
+    /* dx (N,C) +=; dw_partial (gridDim.x, C) =; dout (N,C) T; x (N,C); w (C); rstd (N) */
     extern __shared__ float dw_acc[]; /* (C): this block's sum over its rows of dout * xhat */
     /* each thread owns the columns c = threadIdx.x*VEC + j*blockDim.x*VEC: no sharing, no barriers */
     for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC)
@@ -48,7 +50,8 @@ __global__ void rmsnorm_backward_kernel(float *dx, float *dw_partial, const floa
     const int n0 = blockIdx.x * rows_per_block;
     const int n1 = min(N, n0 + rows_per_block);
     for (int n = n0; n < n1; n++) {
-        const float *xn = x + (size_t)n * C, *dn = dout + (size_t)n * C;
+        const float *xn = x + (size_t)n * C;
+        const T *dn = dout + (size_t)n * C;
         float *dxn = dx + (size_t)n * C;
         const float r = rstd[n];
         float sum_g_xhat = 0.0f;
@@ -99,20 +102,25 @@ __global__ void column_sum_kernel(float *out, const float *partial, int nrows, i
     }
 }
 
-void tlm_cuda_rmsnorm_forward(tlm_backend *be, float *out, float *rstd, const float *x, const float *w, int N,
-                              int C, float eps) {
+void tlm_cuda_rmsnorm_forward(tlm_backend *be, void *out, float *rstd, const float *x, const float *w, int N,
+                              int C, float eps, tlm_dtype dt) {
     if (N <= 0) return;
     cudaStream_t st = tlm_cuda_stream(be);
-    if (C % 4 == 0 && tlm_aligned16(out) && tlm_aligned16(x) && tlm_aligned16(w)) {
-        rmsnorm_forward_kernel<4><<<N, tlm_cuda_row_threads(C / 4, 1024), 0, st>>>(out, rstd, x, w, C, eps);
-    } else {
-        rmsnorm_forward_kernel<1><<<N, tlm_cuda_row_threads(C, 1024), 0, st>>>(out, rstd, x, w, C, eps);
-    }
+    tlm_cuda_dispatch(dt, __func__, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        constexpr int VEC = tlm_vec16<T>(); /* 16-byte accesses of out; x, w read 16 or 32 bytes */
+        T *o = static_cast<T *>(out);
+        if (C % VEC == 0 && tlm_aligned16(out) && tlm_aligned16(x) && tlm_aligned16(w)) {
+            rmsnorm_forward_kernel<VEC, T><<<N, tlm_cuda_row_threads(C / VEC, 1024), 0, st>>>(o, rstd, x, w, C, eps);
+        } else {
+            rmsnorm_forward_kernel<1, T><<<N, tlm_cuda_row_threads(C, 1024), 0, st>>>(o, rstd, x, w, C, eps);
+        }
+    });
     TLM_CUDA_CHECK_LAUNCH();
 }
 
-void tlm_cuda_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const float *dout, const float *x,
-                               const float *w, const float *rstd, int N, int C) {
+void tlm_cuda_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void *dout, const float *x,
+                               const float *w, const float *rstd, int N, int C, tlm_dtype dt) {
     tlm_cuda *cu = tlm_cuda_of(be);
     cudaStream_t st = cu->stream;
     if (N <= 0) {
@@ -127,22 +135,27 @@ void tlm_cuda_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const floa
     const int rows_per_block = (N + blocks - 1) / blocks;
     blocks = (N + rows_per_block - 1) / rows_per_block;
     const size_t smem = (size_t)C * sizeof(float);
-    const bool vec = C % 4 == 0 && tlm_aligned16(dx) && tlm_aligned16(dout) && tlm_aligned16(x) &&
-                     tlm_aligned16(w);
-    const int threads = vec ? tlm_cuda_row_threads(C / 4, 512) : tlm_cuda_row_threads(C, 512);
-    if (smem > 48 * 1024) {
-        TLM_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)smem));
-        TLM_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)smem));
-    }
-    if (vec) {
-        rmsnorm_backward_kernel<4><<<blocks, threads, smem, st>>>(dx, cu->scratch, dout, x, w, rstd, N, C,
-                                                                  rows_per_block);
-    } else {
-        rmsnorm_backward_kernel<1><<<blocks, threads, smem, st>>>(dx, cu->scratch, dout, x, w, rstd, N, C,
-                                                                  rows_per_block);
-    }
+    tlm_cuda_dispatch(dt, __func__, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        constexpr int VEC = tlm_vec16<T>();
+        const T *d = static_cast<const T *>(dout);
+        const bool vec = C % VEC == 0 && tlm_aligned16(dx) && tlm_aligned16(dout) && tlm_aligned16(x) &&
+                         tlm_aligned16(w);
+        const int threads = vec ? tlm_cuda_row_threads(C / VEC, 512) : tlm_cuda_row_threads(C, 512);
+        if (smem > 48 * 1024) {
+            TLM_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<VEC, T>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            TLM_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<1, T>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        }
+        if (vec) {
+            rmsnorm_backward_kernel<VEC, T><<<blocks, threads, smem, st>>>(dx, cu->scratch, d, x, w, rstd, N, C,
+                                                                           rows_per_block);
+        } else {
+            rmsnorm_backward_kernel<1, T><<<blocks, threads, smem, st>>>(dx, cu->scratch, d, x, w, rstd, N, C,
+                                                                         rows_per_block);
+        }
+    });
     TLM_CUDA_CHECK_LAUNCH();
     column_sum_kernel<<<(C + 31) / 32, dim3(32, 32), 0, st>>>(dw, cu->scratch, blocks, C);
     TLM_CUDA_CHECK_LAUNCH();

@@ -139,6 +139,9 @@ tlm_status tlm_model_create(tlm_model **out, const tlm_config *cfg, tlm_backend 
         return TLM_ERR_OUT_OF_MEMORY;
     }
     be->memset_zero(be, m->params, m->flat_numel * sizeof(float)); /* padding stays zero */
+    m->loss_scale = 65536.0f; /* 2^16, GradScaler's initial scale */
+    m->grads_scale = 1.0f;
+    m->params_lp_stale = 1;
     set_views(m, m->params, &m->wte, m->layer_w, &m->ln_final, &m->lm_head);
     tlm_status s = make_rope_tables(m);
     if (s != TLM_OK) {
@@ -158,6 +161,7 @@ void tlm_model_free(tlm_model *m) {
     tlm_free(be, m->grads);
     tlm_free(be, m->adam_m);
     tlm_free(be, m->adam_v);
+    tlm_free(be, m->params_lp);
     tlm_free(be, m->rope_cos);
     tlm_free(be, m->rope_sin);
     free(m->tensors);
@@ -208,5 +212,6 @@ tlm_status tlm_model_init_random(tlm_model *m, uint64_t seed) {
     }
     free(staging);
     m->adam_t = 0;
+    m->params_lp_stale = 1;
     return TLM_OK;
 }

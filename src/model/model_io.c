@@ -57,11 +57,13 @@ tlm_status tlm_model_load(tlm_model *m, const char *path) {
     }
     free(staging);
     tlm_safetensors_free(&st);
+    m->params_lp_stale = 1;
     return s;
 }
 
 /* Writes one flat buffer (params or grads) with the state-dict names, float32. */
-static tlm_status save_flat(const tlm_model *m, const float *flat, const char *path, const char *what) {
+static tlm_status save_flat(const tlm_model *m, const float *flat, float divide_by, const char *path,
+                            const char *what) {
     if (!flat) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "no %s to save (run a backward pass first)", what);
     float *host = malloc(m->flat_numel * sizeof(float));
     tlm_st_entry *entries = calloc((size_t)m->num_tensors, sizeof *entries);
@@ -72,6 +74,8 @@ static tlm_status save_flat(const tlm_model *m, const float *flat, const char *p
     }
     m->backend->copy_to_host(m->backend, host, flat, m->flat_numel * sizeof(float));
     m->backend->synchronize(m->backend);
+    if (divide_by != 1.0f)
+        for (size_t i = 0; i < m->flat_numel; i++) host[i] /= divide_by;
     for (int i = 0; i < m->num_tensors; i++) {
         const tlm_tensor_info *t = &m->tensors[i];
         entries[i] = (tlm_st_entry){.name = t->name, .dtype = TLM_DTYPE_F32, .ndim = t->ndim,
@@ -85,8 +89,10 @@ static tlm_status save_flat(const tlm_model *m, const float *flat, const char *p
     return s;
 }
 
-tlm_status tlm_model_save(const tlm_model *m, const char *path) { return save_flat(m, m->params, path, "parameters"); }
+tlm_status tlm_model_save(const tlm_model *m, const char *path) {
+    return save_flat(m, m->params, 1.0f, path, "parameters");
+}
 
 tlm_status tlm_model_save_grads(const tlm_model *m, const char *path) {
-    return save_flat(m, m->grads, path, "gradients");
+    return save_flat(m, m->grads, m->grads_scale, path, "gradients");
 }

@@ -1,0 +1,162 @@
+/* precision_checks.h — the precision-mode checks of the whole model, shared by the CPU test
+ * (test_model_precision.c, in CI) and the GPU test (test_gpu_model_precision.c): on the tiny
+ * preset with the PyTorch fixture weights and batch,
+ * - tf32/bf16/fp16: 3 AdamW steps track the fp32 run (losses and final weights close);
+ * - fp16: an injected overflow (a huge loss scale) skips the step, leaves the weights and the
+ *   step count alone and halves the scale; 2000 clean steps double it. */
+#ifndef TLM_TESTS_PRECISION_CHECKS_H
+#define TLM_TESTS_PRECISION_CHECKS_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tlm/model.h"
+#include "tlm/npy.h"
+
+static int pc_passed, pc_failed;
+
+static void pc_check(int ok, const char *what, double value, double limit) {
+    printf("%-6s %-64s %.3e (limit %.1e)\n", ok ? "ok" : "FAIL", what, value, limit);
+    if (ok) pc_passed++;
+    else pc_failed++;
+}
+
+static void pc_die(tlm_status s, const char *what) {
+    if (s != TLM_OK) {
+        fprintf(stderr, "%s: %s\n", what, tlm_last_error());
+        exit(1);
+    }
+}
+
+static int32_t *pc_tokens(const char *dir, const char *file, int *B, int *T) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    tlm_array a;
+    pc_die(tlm_npy_read(path, &a), path);
+    int32_t *ids = malloc((size_t)a.numel * sizeof(int32_t));
+    pc_die(tlm_array_to_tokens(&a, ids, 512, path), path);
+    *B = (int)a.shape[0];
+    *T = (int)a.shape[1];
+    tlm_array_free(&a);
+    return ids;
+}
+
+/* 3 steps in `p` from the fixture weights: losses[3] and the final params (host copy) */
+static float *pc_train(tlm_backend *be, const char *dir, tlm_precision p, float losses[3]) {
+    tlm_config cfg;
+    pc_die(tlm_config_preset("tiny", &cfg), "tiny");
+    tlm_model *m;
+    pc_die(tlm_model_create(&m, &cfg, be), "model");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/weights.safetensors", dir);
+    pc_die(tlm_model_load(m, path), path);
+    int B, T;
+    int32_t *x = pc_tokens(dir, "inputs.npy", &B, &T), *y = pc_tokens(dir, "targets.npy", &B, &T);
+    be->precision = p;
+    tlm_adamw_config opt = tlm_adamw_defaults();
+    for (int i = 0; i < 3; i++) {
+        pc_die(tlm_model_forward(m, x, y, B, T, &losses[i]), "forward");
+        pc_die(tlm_model_backward(m), "backward");
+        pc_die(tlm_model_adamw_step(m, &opt), "adamw");
+    }
+    float *host = malloc(m->flat_numel * sizeof(float));
+    be->copy_to_host(be, host, m->params, m->flat_numel * sizeof(float));
+    be->synchronize(be);
+    be->precision = TLM_PRECISION_FP32;
+    free(x);
+    free(y);
+    tlm_model_free(m);
+    return host;
+}
+
+/* ||w - w0 - (r - w0)|| / ||r - w0||: the error of the 3-step UPDATE, far more sensitive than
+ * comparing the weights themselves */
+static double pc_update_error(const float *w, const float *r, const float *w0, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double du = (double)w[i] - r[i], dr = (double)r[i] - w0[i];
+        num += du * du;
+        den += dr * dr;
+    }
+    return sqrt(num / den);
+}
+
+static void pc_run_all(tlm_backend *be, const char *dir) {
+    float l32[3], l[3];
+    float *w32 = pc_train(be, dir, TLM_PRECISION_FP32, l32);
+    /* the untouched weights, to measure updates */
+    tlm_config cfg;
+    tlm_config_preset("tiny", &cfg);
+    tlm_model *m;
+    pc_die(tlm_model_create(&m, &cfg, be), "model");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/weights.safetensors", dir);
+    pc_die(tlm_model_load(m, path), path);
+    const size_t n = m->flat_numel;
+    float *w0 = malloc(n * sizeof(float));
+    be->copy_to_host(be, w0, m->params, n * sizeof(float));
+    be->synchronize(be);
+
+    const struct { tlm_precision p; const char *name; double loss_tol, update_tol; } modes[] = {
+        /* tf32 rounds GEMM operands to 10 mantissa bits: ~1e-3 relative */
+        {TLM_PRECISION_TF32, "tf32", 2e-3, 5e-2},
+        /* bf16 keeps 8 bits: each rounding ~4e-3; the loss is an average, the update of a
+         * near-sign Adam step flips where a gradient is tiny */
+        {TLM_PRECISION_BF16, "bf16", 2e-2, 3e-1},
+        {TLM_PRECISION_FP16, "fp16", 5e-3, 1.5e-1},
+    };
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        float *w = pc_train(be, dir, modes[i].p, l);
+        double worst = 0;
+        for (int s = 0; s < 3; s++) worst = fmax(worst, fabs((double)l[s] - l32[s]) / fabs(l32[s]));
+        char what[128];
+        snprintf(what, sizeof what, "%s: 3 training losses within %.0e of fp32 (%.4f %.4f %.4f)", modes[i].name,
+                 modes[i].loss_tol, l[0], l[1], l[2]);
+        pc_check(worst <= modes[i].loss_tol, what, worst, modes[i].loss_tol);
+        double e = pc_update_error(w, w32, w0, n);
+        snprintf(what, sizeof what, "%s: weight update of 3 AdamW steps close to fp32's", modes[i].name);
+        pc_check(e <= modes[i].update_tol, what, e, modes[i].update_tol);
+        /* the losses must also decrease, as fp32's do */
+        snprintf(what, sizeof what, "%s: loss decreases over the 3 steps", modes[i].name);
+        pc_check(l[2] < l[0], what, (double)l[2] - l[0], 0);
+        free(w);
+    }
+
+    /* fp16 loss scaling: an injected overflow skips the step */
+    int B, T;
+    int32_t *x = pc_tokens(dir, "inputs.npy", &B, &T), *y = pc_tokens(dir, "targets.npy", &B, &T);
+    be->precision = TLM_PRECISION_FP16;
+    tlm_adamw_config opt = tlm_adamw_defaults();
+    pc_check(m->loss_scale == 65536.0f, "fp16: initial loss scale 2^16", m->loss_scale, 65536.0);
+    m->loss_scale = 1e30f; /* 1e30 / N overflows fp16 (max 65504) in dlogits */
+    float loss;
+    pc_die(tlm_model_forward(m, x, y, B, T, &loss), "forward");
+    pc_die(tlm_model_backward(m), "backward");
+    pc_die(tlm_model_adamw_step(m, &opt), "adamw");
+    float *w = malloc(n * sizeof(float));
+    be->copy_to_host(be, w, m->params, n * sizeof(float));
+    be->synchronize(be);
+    pc_check(m->last_step_skipped && m->skipped_steps == 1, "fp16: overflow -> step skipped", (double)m->skipped_steps, 1);
+    pc_check(m->loss_scale == 5e29f, "fp16: overflow -> scale halved", m->loss_scale, 5e29);
+    pc_check(memcmp(w, w0, n * sizeof(float)) == 0 && m->adam_t == 0, "fp16: skipped step leaves weights and t",
+             (double)m->adam_t, 0);
+    m->loss_scale = 65536.0f;
+    m->scale_growth_tracker = 1999;
+    pc_die(tlm_model_forward(m, x, y, B, T, &loss), "forward");
+    pc_die(tlm_model_backward(m), "backward");
+    pc_die(tlm_model_adamw_step(m, &opt), "adamw");
+    pc_check(!m->last_step_skipped && m->adam_t == 1, "fp16: clean step taken", (double)m->adam_t, 1);
+    pc_check(m->loss_scale == 131072.0f && m->scale_growth_tracker == 0, "fp16: 2000th clean step doubles the scale",
+             m->loss_scale, 131072.0);
+    be->precision = TLM_PRECISION_FP32;
+    free(w);
+    free(x);
+    free(y);
+    free(w0);
+    free(w32);
+    tlm_model_free(m);
+}
+
+#endif
