@@ -196,6 +196,16 @@ struct tlm_backend {
      * sets it against the tracked allocator's figures to show they agree. */
     size_t (*device_memory_used)(tlm_backend *be);
 
+    /* CUDA graphs: the ops issued between graph_begin and graph_end (on the backend's stream,
+     * with no synchronization or host copy among them) are captured, not run; graph_end
+     * returns a replayable graph (NULL, message set, on failure); graph_launch replays it;
+     * graph_destroy frees it. NULL on backends without graphs (CPU). */
+    void (*graph_begin)(tlm_backend *be);
+    void *(*graph_end)(tlm_backend *be);
+    void (*graph_launch)(tlm_backend *be, void *graph);
+    void (*graph_destroy)(tlm_backend *be, void *graph);
+    bool use_graphs;   /* set by the caller: the model captures its passes once and replays them */
+
     /* accounting, kept by the allocator (backend.c) */
     size_t mem_current[TLM_MEM_NUM_TAGS];
     size_t mem_peak[TLM_MEM_NUM_TAGS];

@@ -34,6 +34,7 @@ typedef struct {
     int warmup, steps;     /* steps >= 1, warmup >= 0 */
     tlm_pass pass;
     tlm_precision precision; /* set on the backend for the run */
+    bool graphs;             /* the backend's use_graphs (CUDA graphs), for the report */
     uint64_t seed;         /* weights and batch */
 } tlm_bench_case;
 

@@ -63,6 +63,15 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
 } tlm_adamw_config;
 
+/* A pass (forward or backward) as a CUDA graph: the first run with the current buffers runs
+ * eagerly (it warms the GEMM plan cache), the second is captured, later runs replay it. */
+typedef struct {
+    void *exec;     /* the captured graph, or NULL */
+    uint32_t key;   /* what the capture depends on beyond the buffers (targets, loss scale) */
+    int warm;       /* one eager run with this key happened */
+    int failed;     /* capture failed once: stay eager */
+} tlm_graph_slot;
+
 /* CS336 defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01 */
 tlm_adamw_config tlm_adamw_defaults(void);
 
@@ -125,6 +134,7 @@ typedef struct tlm_model {
     void *d_ab;                    /* (N,2F) dt */
     void *d_g;                     /* (N,F) dt */
     int have_forward;              /* a forward ran and backward may follow */
+    tlm_graph_slot graph_fwd, graph_bwd; /* used when backend->use_graphs */
 } tlm_model;
 
 /* Creates the model on `be` and allocates its parameters (uninitialised: call

@@ -42,6 +42,7 @@ void tlm_bench_print_header(FILE *f, tlm_format fmt, const char *device_desc, co
         fprintf(f, "# pass %s, batch %d, %d warm-up + %d timed steps, seed %llu; ms = mean and population "
                    "std of synchronized steps\n",
                 tlm_pass_name(c->pass), c->batch_size, c->warmup, c->steps, (unsigned long long)c->seed);
+        fprintf(f, "# CUDA graphs: %s\n", c->graphs ? "on (forward and backward captured after one eager run)" : "off");
         fprintf(f, "# TFLOP/s: %s\n", flops_note);
         fprintf(f, "# peak: tracked allocator peak (parameters, gradients, optimizer state, activations, "
                    "workspace), GiB = 2^30 bytes\n");
@@ -59,9 +60,9 @@ void tlm_bench_print_header(FILE *f, tlm_format fmt, const char *device_desc, co
     case TLM_FORMAT_JSON:
         fprintf(f, "{\"tool\": \"tlm bench\", \"version\": \"%s\", \"device\": ", TLM_VERSION);
         json_string(f, device_desc);
-        fprintf(f, ", \"date\": \"%s\", \"warmup\": %d, \"steps\": %d, \"std\": \"population\",\n"
-                   " \"flops\": ",
-                date, c->warmup, c->steps);
+        fprintf(f, ", \"date\": \"%s\", \"warmup\": %d, \"steps\": %d, \"std\": \"population\", "
+                   "\"cuda_graphs\": %s,\n \"flops\": ",
+                date, c->warmup, c->steps, c->graphs ? "true" : "false");
         json_string(f, flops_note);
         fprintf(f, ",\n \"rows\": [");
         break;

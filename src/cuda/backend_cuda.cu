@@ -76,6 +76,33 @@ static size_t cuda_device_memory_used(tlm_backend *be) {
     return total_bytes - free_bytes;
 }
 
+/* ---- CUDA graphs: capture on the backend's stream, thread-local mode ----------------------------- */
+static void cuda_graph_begin(tlm_backend *be) {
+    TLM_CUDA_CHECK(cudaStreamBeginCapture(tlm_cuda_stream(be), cudaStreamCaptureModeThreadLocal));
+}
+
+static void *cuda_graph_end(tlm_backend *be) {
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t e = cudaStreamEndCapture(tlm_cuda_stream(be), &graph);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* clear it: the ops run uncaptured instead */
+        tlm_fail(TLM_ERR_BACKEND, "CUDA graph capture failed: %s", cudaGetErrorString(e));
+        return NULL;
+    }
+    return exec;
+}
+
+static void cuda_graph_launch(tlm_backend *be, void *graph) {
+    TLM_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, tlm_cuda_stream(be)));
+}
+
+static void cuda_graph_destroy(tlm_backend *be, void *graph) {
+    if (graph) TLM_CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
+}
+
 static void cuda_range_push(tlm_backend *be, const char *name) { nvtxRangePushA(name); }
 static void cuda_range_pop(tlm_backend *be) { nvtxRangePop(); }
 
@@ -143,6 +170,10 @@ extern "C" tlm_status tlm_backend_cuda_create(tlm_backend **out, int device_inde
     be->ops = &cuda_ops;
     be->impl = cu;
     be->precision = TLM_PRECISION_FP32;
+    be->graph_begin = cuda_graph_begin;
+    be->graph_end = cuda_graph_end;
+    be->graph_launch = cuda_graph_launch;
+    be->graph_destroy = cuda_graph_destroy;
     be->range_push = cuda_range_push;
     be->range_pop = cuda_range_pop;
     be->raw_alloc = cuda_raw_alloc;

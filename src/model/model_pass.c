@@ -26,8 +26,11 @@ static void *act_bytes(act_alloc *a, size_t numel, size_t elem_size, const char 
     return p;
 }
 
+static void graphs_reset(tlm_model *m);
+
 void tlm_model_free_activations(tlm_model *m) {
     tlm_backend *be = m->backend;
+    graphs_reset(m);
     if (m->acts) {
         for (int l = 0; l < m->config.num_layers; l++) {
             tlm_layer_acts *a = &m->acts[l];
@@ -120,15 +123,61 @@ static inline const void *gemm_w(const tlm_model *m, const float *w) {
     return (const char *)m->params_lp + (size_t)(w - m->params) * tlm_dtype_size(m->act_dt);
 }
 
+/* ---- CUDA graphs -------------------------------------------------------------------------- */
+
+static void graph_reset(tlm_backend *be, tlm_graph_slot *g) {
+    if (g->exec) be->graph_destroy(be, g->exec);
+    memset(g, 0, sizeof *g);
+}
+
+/* Forgets the captured passes: their buffers are about to change. */
+static void graphs_reset(tlm_model *m) {
+    graph_reset(m->backend, &m->graph_fwd);
+    graph_reset(m->backend, &m->graph_bwd);
+}
+
+typedef void (*pass_fn)(tlm_model *m, uint32_t arg);
+
+/* Runs a pass eagerly, or as a CUDA graph (tlm_graph_slot says when). */
+static void run_pass(tlm_model *m, tlm_graph_slot *g, pass_fn fn, uint32_t key) {
+    tlm_backend *be = m->backend;
+    if (!be->use_graphs || !be->graph_begin || g->failed) {
+        fn(m, key);
+        return;
+    }
+    if (g->key != key) graph_reset(be, g);
+    if (g->exec) {
+        be->graph_launch(be, g->exec);
+        return;
+    }
+    if (!g->warm) {
+        g->warm = 1;
+        g->key = key;
+        fn(m, key);
+        return;
+    }
+    be->graph_begin(be);
+    fn(m, key);
+    g->exec = be->graph_end(be);
+    if (g->exec) {
+        be->graph_launch(be, g->exec);
+    } else { /* capture failed (message set): stay eager */
+        g->failed = 1;
+        fn(m, key);
+    }
+}
+
 /* Casts the parameters to their GEMM copy once per step (after init, load or AdamW). */
 static tlm_status refresh_lowp_weights(tlm_model *m, tlm_dtype dt) {
     tlm_backend *be = m->backend;
     if (dt == TLM_DTYPE_F32) {
+        if (m->params_lp) graphs_reset(m);
         tlm_free(be, m->params_lp);
         m->params_lp = NULL;
         return TLM_OK;
     }
     if (!m->params_lp) {
+        graphs_reset(m);
         m->params_lp = tlm_alloc(be, m->flat_numel * tlm_dtype_size(dt), TLM_MEM_PARAMETERS,
                                  dt == TLM_DTYPE_BF16 ? "parameters.bf16" : "parameters.fp16");
         if (!m->params_lp) return TLM_ERR_OUT_OF_MEMORY;
@@ -147,6 +196,42 @@ static tlm_status check_tokens(const int32_t *ids, size_t n, int vocab, const ch
             return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s[%zu] = %d is outside [0, vocab_size %d)", what,
                             i, (int)ids[i], vocab);
     return TLM_OK;
+}
+
+/* The forward ops, from the embedding to the per-position losses (no host copy, no
+ * synchronization: a CUDA graph can capture it). */
+static void forward_pass(tlm_model *m, uint32_t with_targets) {
+    tlm_backend *be = m->backend;
+    const tlm_ops *op = be->ops;
+    const tlm_config *c = &m->config;
+    const tlm_dtype dt = m->act_dt;
+    const int B = m->B, T = m->T, C = c->d_model, F = c->d_ff, V = c->vocab_size, H = c->num_heads, D = C / H;
+    const int n = B * T;
+    char layer_name[32];
+    op->embedding_forward(be, m->acts[0].x, m->inputs, m->wte, n, C);
+    for (int l = 0; l < c->num_layers; l++) {
+        tlm_layer_acts *a = &m->acts[l];
+        const tlm_layer_weights *w = &m->layer_w[l];
+        float *x_next = l + 1 < c->num_layers ? m->acts[l + 1].x : m->x_final;
+        snprintf(layer_name, sizeof layer_name, "layer %d", l);
+        tlm_range_push(be, layer_name);
+        /* attention branch: h = x + output_proj(attn(RoPE(q), RoPE(k), v)) */
+        op->rmsnorm_forward(be, a->ln1, a->ln1_rstd, a->x, w->ln1, n, C, c->rmsnorm_eps, dt);
+        op->matmul_forward(be, a->qkv, NULL, a->ln1, gemm_w(m, w->qkv), n, C, 3 * C, dt);
+        op->rope_forward(be, a->qkv, m->rope_cos, m->rope_sin, B, T, 2 * H, D, 3 * C, dt); /* q and k */
+        op->attention_forward(be, a->att, a->probs, a->qkv, at(a->qkv, C, dt), at(a->qkv, 2 * C, dt), 3 * C,
+                              B, T, H, D, dt);
+        op->matmul_forward(be, a->h, a->x, a->att, gemm_w(m, w->out_proj), n, C, C, dt);
+        /* feed-forward branch: x_next = h + w2(silu(w1 ln2(h)) * w3 ln2(h)) */
+        op->rmsnorm_forward(be, a->ln2, a->ln2_rstd, a->h, w->ln2, n, C, c->rmsnorm_eps, dt);
+        op->matmul_forward(be, a->ab, NULL, a->ln2, gemm_w(m, w->w13), n, C, 2 * F, dt);
+        op->swiglu_forward(be, a->g, a->ab, n, F, dt);
+        op->matmul_forward(be, x_next, a->h, a->g, gemm_w(m, w->w2), n, F, C, dt);
+        tlm_range_pop(be);
+    }
+    op->rmsnorm_forward(be, m->ln_f, m->ln_f_rstd, m->x_final, m->ln_final, n, C, c->rmsnorm_eps, dt);
+    op->matmul_forward(be, m->logits, NULL, m->ln_f, gemm_w(m, m->lm_head), n, C, V, dt);
+    if (with_targets) op->cross_entropy_forward(be, m->losses, m->lse, m->logits, m->targets, n, V, dt);
 }
 
 tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
@@ -173,41 +258,14 @@ tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t 
     TLM_TRY(alloc_activations(m, B, T, dt));
     TLM_TRY(refresh_lowp_weights(m, dt));
 
-    const tlm_ops *op = be->ops;
-    const int C = c->d_model, F = c->d_ff, V = c->vocab_size, H = c->num_heads, D = C / H;
-    const int n = (int)N;
     m->B = B;
     m->T = T;
     tlm_range_push(be, "forward");
     be->copy_to_backend(be, m->inputs, inputs, N * sizeof(int32_t));
     if (targets) be->copy_to_backend(be, m->targets, targets, N * sizeof(int32_t));
 
-    char layer_name[32];
-    op->embedding_forward(be, m->acts[0].x, m->inputs, m->wte, n, C);
-    for (int l = 0; l < c->num_layers; l++) {
-        tlm_layer_acts *a = &m->acts[l];
-        const tlm_layer_weights *w = &m->layer_w[l];
-        float *x_next = l + 1 < c->num_layers ? m->acts[l + 1].x : m->x_final;
-        snprintf(layer_name, sizeof layer_name, "layer %d", l);
-        tlm_range_push(be, layer_name);
-        /* attention branch: h = x + output_proj(attn(RoPE(q), RoPE(k), v)) */
-        op->rmsnorm_forward(be, a->ln1, a->ln1_rstd, a->x, w->ln1, n, C, c->rmsnorm_eps, dt);
-        op->matmul_forward(be, a->qkv, NULL, a->ln1, gemm_w(m, w->qkv), n, C, 3 * C, dt);
-        op->rope_forward(be, a->qkv, m->rope_cos, m->rope_sin, B, T, 2 * H, D, 3 * C, dt); /* q and k */
-        op->attention_forward(be, a->att, a->probs, a->qkv, at(a->qkv, C, dt), at(a->qkv, 2 * C, dt), 3 * C,
-                              B, T, H, D, dt);
-        op->matmul_forward(be, a->h, a->x, a->att, gemm_w(m, w->out_proj), n, C, C, dt);
-        /* feed-forward branch: x_next = h + w2(silu(w1 ln2(h)) * w3 ln2(h)) */
-        op->rmsnorm_forward(be, a->ln2, a->ln2_rstd, a->h, w->ln2, n, C, c->rmsnorm_eps, dt);
-        op->matmul_forward(be, a->ab, NULL, a->ln2, gemm_w(m, w->w13), n, C, 2 * F, dt);
-        op->swiglu_forward(be, a->g, a->ab, n, F, dt);
-        op->matmul_forward(be, x_next, a->h, a->g, gemm_w(m, w->w2), n, F, C, dt);
-        tlm_range_pop(be);
-    }
-    op->rmsnorm_forward(be, m->ln_f, m->ln_f_rstd, m->x_final, m->ln_final, n, C, c->rmsnorm_eps, dt);
-    op->matmul_forward(be, m->logits, NULL, m->ln_f, gemm_w(m, m->lm_head), n, C, V, dt);
+    run_pass(m, &m->graph_fwd, forward_pass, targets != NULL);
     m->have_forward = targets != NULL;
-    if (targets) op->cross_entropy_forward(be, m->losses, m->lse, m->logits, m->targets, n, V, dt);
     tlm_range_pop(be);
     if (!targets) {
         if (loss) *loss = NAN;
@@ -244,29 +302,22 @@ tlm_status tlm_model_copy_logits(const tlm_model *m, float *host) {
 
 /* ---- backward ----------------------------------------------------------------------------- */
 
-tlm_status tlm_model_backward(tlm_model *m) {
-    if (!m->have_forward)
-        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "backward needs a forward pass with targets first");
+/* The backward ops, from dlogits to the embedding gradient, for a loss scaled by the float
+ * whose bits are `scale_bits` (no host copy, no synchronization: a CUDA graph can capture it). */
+static void backward_pass(tlm_model *m, uint32_t scale_bits) {
     tlm_backend *be = m->backend;
     const tlm_ops *op = be->ops;
     const tlm_config *c = &m->config;
-    if (!m->grads) {
-        m->grads = tlm_alloc(be, m->flat_numel * sizeof(float), TLM_MEM_GRADIENTS, "gradients");
-        if (!m->grads) return TLM_ERR_OUT_OF_MEMORY;
-        be->memset_zero(be, m->grads, m->flat_numel * sizeof(float)); /* padding stays zero */
-        tlm_model_set_grad_views(m);
-    }
     const int B = m->B, T = m->T, C = c->d_model, F = c->d_ff, V = c->vocab_size, H = c->num_heads;
     const int D = C / H, n = B * T;
     const size_t N = (size_t)n;
     const tlm_dtype dt = m->act_dt;
     const int lowp = dt != TLM_DTYPE_F32;
+    float scale;
+    memcpy(&scale, &scale_bits, sizeof scale);
     float *g_wte = m->grads + m->tensors[0].offset;
     float *g_ln_final = m->grads + m->tensors[m->num_tensors - 2].offset;
     float *g_lm_head = m->grads + m->tensors[m->num_tensors - 1].offset;
-    const float scale = be->precision == TLM_PRECISION_FP16 ? m->loss_scale : 1.0f;
-
-    tlm_range_push(be, "backward");
     char layer_name[32];
     /* loss = mean over N positions: dlogits = scale * (softmax - onehot) / N, in place */
     op->cross_entropy_backward(be, m->logits, m->logits, m->lse, m->targets, n, V, scale / (float)n, dt);
@@ -298,6 +349,24 @@ tlm_status tlm_model_backward(tlm_model *m) {
         tlm_range_pop(be);
     }
     op->embedding_backward(be, g_wte, m->d_resid, m->inputs, n, V, C);
+}
+
+tlm_status tlm_model_backward(tlm_model *m) {
+    if (!m->have_forward)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "backward needs a forward pass with targets first");
+    tlm_backend *be = m->backend;
+    if (!m->grads) {
+        m->grads = tlm_alloc(be, m->flat_numel * sizeof(float), TLM_MEM_GRADIENTS, "gradients");
+        if (!m->grads) return TLM_ERR_OUT_OF_MEMORY;
+        be->memset_zero(be, m->grads, m->flat_numel * sizeof(float)); /* padding stays zero */
+        tlm_model_set_grad_views(m);
+    }
+    const float scale = be->precision == TLM_PRECISION_FP16 ? m->loss_scale : 1.0f;
+
+    tlm_range_push(be, "backward");
+    uint32_t scale_bits;
+    memcpy(&scale_bits, &scale, sizeof scale_bits);
+    run_pass(m, &m->graph_bwd, backward_pass, scale_bits);
     tlm_range_pop(be);
     m->grads_scale = scale;
     m->have_forward = 0; /* the logits now hold their gradient */
