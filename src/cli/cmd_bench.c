@@ -26,7 +26,7 @@ static void bench_usage(FILE *f) {
             "  -P, --precision LIST      comma list of fp32 (strict IEEE GEMMs, PyTorch's default),\n"
             "                            tf32 (TF32 tensor-core GEMMs; the CPU computes it as fp32),\n"
             "                            bf16, fp16 (autocast: low-precision GEMMs, fp32 master weights;\n"
-            "                            fp16 with dynamic loss scaling) (default: fp32)\n"
+            "                            fp16 with dynamic loss scaling); all = the four (default: fp32)\n"
             "  -d, --device D            cpu | cuda (default: cuda when a GPU is present, else cpu)\n"
             "  -g, --cuda-graph on|off   capture forward and backward as CUDA graphs once and replay\n"
             "                            them (cuts launch overhead; default: on; no effect on the CPU)\n"
@@ -93,6 +93,9 @@ int cmd_bench(int argc, char **argv) {
             num_precisions = 0;
             for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && ok; tok = strtok_r(NULL, ",", &save)) {
                 if (num_precisions == 4) { cli_error(cmd, "--precision: more than 4 values"); ok = false; }
+                else if (strcmp(tok, "all") == 0 && num_precisions == 0) {
+                    for (int p = TLM_PRECISION_FP32; p <= TLM_PRECISION_FP16; p++) precisions[num_precisions++] = (tlm_precision)p;
+                }
                 else if (tlm_precision_parse(tok, &precisions[num_precisions])) num_precisions++;
                 else { cli_error(cmd, "--precision: unknown precision '%s' (known: fp32, tf32, bf16, fp16)", tok); ok = false; }
             }
