@@ -1,0 +1,287 @@
+/* flash_attention.c — FlashAttention-2 on the CPU, fp32: the reference the CUDA kernels follow
+ * (Dao 2023, "FlashAttention-2", Algorithm 1 forward, Algorithm 2 backward; CS336 A2 §2.8).
+ * Layout, masking and the meaning of every argument: include/tlm/flash_attention.h.
+ *
+ * The loops are the paper's. Where a GPU kernel loads a tile from HBM into shared memory or
+ * registers, this file copies it into a small per-thread buffer (load_tile), so each step
+ * reads like a line of the algorithm and works on contiguous (rows, D) blocks:
+ *   forward:  work item = (b, h, query tile i); key tiles j = 0 .. last visible one;
+ *             buffers Q_i, K_j, V_j, O_i (rows x D), S/P (Br x Bc), m, l (Br).
+ *   backward: a first pass computes delta = rowsum(dO * O) (B,H,Tq) and zeroes dq;
+ *             work item = (b, h); key tiles j outer, query tiles i inner (first visible one on);
+ *             buffers K_j, V_j, dK_j, dV_j, Q_i, dO_i (rows x D), P, dS (Br x Bc).
+ * Nothing of size Tq x Tk exists. Work items are independent and each writes its own rows, so
+ * the results do not depend on the number of threads.
+ *
+ * Tile visibility (causal, bottom-right aligned, off = Tk - Tq; query i sees key j iff
+ * j <= i + off), for query tile rows [i0, i0+br) and key tile columns [j0, j0+bc):
+ *   visible (computed) iff j0 <= (i0 + br - 1) + off: its last row sees its first key;
+ *   needs the mask   iff j0 + bc - 1 > i0 + off: its first row does not see its last key.
+ * The forward runs key tiles j0 < min(Tk, i0 + br + off); the backward runs, for key tile j0,
+ * query tiles from the one holding row max(0, j0 - off). Both visit exactly the visible tiles.
+ *
+ * Fully masked rows (i + off < 0, only when causal and Tk < Tq) see -inf scores in every tile
+ * they meet: the forward keeps their m at -inf, adds nothing (P = 0) and writes out = 0,
+ * lse = -inf; the backward gives their masked entries P = 0 without reading L. exp is
+ * tlm_cpu_expf (cpu_ops.h: vectorises; within 1 ulp of expf). */
+#include "tlm/flash_attention.h"
+#include "tlm/status.h"
+#include "cpu/cpu_ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int64_t tlm_flash_cpu_tiles_visited;
+
+static int min_int(int a, int b) { return a < b ? a : b; }
+static int max_int(int a, int b) { return a > b ? a : b; }
+
+/* dst (rows, D) contiguous = rows [row0, row0+rows) of src, columns [col, col+D), stride ld */
+static void load_tile(float *restrict dst, const float *restrict src, size_t row0, int rows,
+                      int ld, int col, int D) {
+    for (int r = 0; r < rows; r++)
+        memcpy(dst + (size_t)r * D, src + (row0 + r) * (size_t)ld + col, (size_t)D * sizeof(float));
+}
+
+/* the inverse: rows of dst (stride ld, columns [col, col+D)) = src (rows, D) */
+static void store_tile(float *restrict dst, size_t row0, int ld, int col,
+                       const float *restrict src, int rows, int D) {
+    for (int r = 0; r < rows; r++)
+        memcpy(dst + (row0 + r) * (size_t)ld + col, src + (size_t)r * D, (size_t)D * sizeof(float));
+}
+
+static float dot(const float *restrict a, const float *restrict b, int n) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int d = 0; d < n; d++) s += a[d] * b[d];
+    return s;
+}
+
+/* y[0..n) += a * x[0..n) */
+static void axpy(float *restrict y, float a, const float *restrict x, int n) {
+#pragma omp simd
+    for (int d = 0; d < n; d++) y[d] += a * x[d];
+}
+
+static void *tile_alloc(size_t floats, const char *what) {
+    float *p = malloc(floats * sizeof(float));
+    if (!p) tlm_fatal("flash attention (cpu): out of memory for the %s tiles (%zu floats)",
+                      what, floats);
+    return p;
+}
+
+static void check_args(const float *q, const float *k, const float *v, int ld_qkv, int ld_out,
+                       int B, int Tq, int Tk, int H, int D, int Br, int Bc) {
+    TLM_ASSERT(q && k && v);
+    TLM_ASSERT(B >= 1 && Tq >= 1 && Tk >= 1 && H >= 1 && D >= 1 && Br >= 1 && Bc >= 1);
+    TLM_ASSERT(ld_qkv >= H * D && ld_out >= H * D);
+}
+
+/* ---- forward: Algorithm 1 ------------------------------------------------------------------ */
+
+void tlm_flash_attention_forward_cpu(float *out, float *lse, const float *q, const float *k,
+                                     const float *v, int ld_qkv, int ld_out, int B, int Tq,
+                                     int Tk, int H, int D, bool causal, int Br, int Bc) {
+    check_args(q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, D, Br, Bc);
+    TLM_ASSERT(out && lse);
+    const float scale = 1.0f / sqrtf((float)D);
+    const int off = Tk - Tq;                 /* causal: query i sees key j iff j <= i + off */
+    const int Tr = (Tq + Br - 1) / Br;       /* query tiles */
+    const int items = B * H * Tr;
+
+#pragma omp parallel if ((double)B * H * Tq * Tk >= TLM_CPU_GRAIN)
+    {
+        /* this thread's tiles ("on-chip memory") */
+        float *Qi = tile_alloc((size_t)(2 * Br + 2 * Bc) * D + (size_t)Br * Bc + 2 * Br, "forward");
+        float *Oi = Qi + (size_t)Br * D;     /* (Br, D) unnormalised output accumulator */
+        float *Kj = Oi + (size_t)Br * D;     /* (Bc, D) */
+        float *Vj = Kj + (size_t)Bc * D;     /* (Bc, D) */
+        float *S = Vj + (size_t)Bc * D;      /* (Br, Bc) scores, then P in place */
+        float *m = S + (size_t)Br * Bc;      /* (Br) running row max */
+        float *l = m + Br;                   /* (Br) running row sum of exp(S - m) */
+        int64_t visited = 0;
+
+        /* dynamic: with causal masking later query tiles have more key tiles */
+#pragma omp for schedule(dynamic)
+        for (int item = 0; item < items; item++) {
+            const int b = item / (H * Tr), h = item / Tr % H, i0 = item % Tr * Br;
+            const int br = min_int(Br, Tq - i0);
+            const size_t qrow0 = (size_t)b * Tq + i0, krow0 = (size_t)b * Tk;
+
+            /* load Q_i; O_i = 0, l = 0, m = -inf */
+            load_tile(Qi, q, qrow0, br, ld_qkv, h * D, D);
+            memset(Oi, 0, (size_t)br * D * sizeof(float));
+            for (int r = 0; r < br; r++) m[r] = -INFINITY, l[r] = 0.0f;
+
+            /* key tiles up to the last one this query tile sees (the rest are skipped) */
+            const int j_end = causal ? max_int(0, min_int(Tk, i0 + br + off)) : Tk;
+            for (int j0 = 0; j0 < j_end; j0 += Bc) {
+                const int bc = min_int(Bc, Tk - j0);
+                const bool crosses = causal && j0 + bc - 1 > i0 + off;
+                visited++;
+
+                /* load K_j, V_j */
+                load_tile(Kj, k, krow0 + j0, bc, ld_qkv, h * D, D);
+                load_tile(Vj, v, krow0 + j0, bc, ld_qkv, h * D, D);
+
+                /* S = Q_i K_j^T / sqrt(D); -inf where key j0+c > query i0+r + off */
+                for (int r = 0; r < br; r++)
+                    for (int c = 0; c < bc; c++)
+                        S[r * Bc + c] = crosses && j0 + c > i0 + r + off
+                                            ? -INFINITY
+                                            : scale * dot(Qi + (size_t)r * D, Kj + (size_t)c * D, D);
+
+                /* online softmax, row by row */
+                for (int r = 0; r < br; r++) {
+                    float *restrict s = S + r * Bc;
+                    float m_new = m[r];
+                    for (int c = 0; c < bc; c++) m_new = s[c] > m_new ? s[c] : m_new;
+                    if (m_new == -INFINITY) continue; /* every key so far masked: P = 0 */
+
+                    /* P = exp(S - m_new), in place; rowsum(P) */
+                    float rowsum = 0.0f;
+#pragma omp simd reduction(+ : rowsum)
+                    for (int c = 0; c < bc; c++) {
+                        s[c] = tlm_cpu_expf(s[c] - m_new);
+                        rowsum += s[c];
+                    }
+
+                    /* rescale what earlier tiles added by exp(m_old - m_new) (0 if m_old = -inf) */
+                    const float alpha = tlm_cpu_expf(m[r] - m_new);
+                    l[r] = alpha * l[r] + rowsum;
+                    m[r] = m_new;
+
+                    /* O_i[r] = alpha O_i[r] + P[r] V_j */
+                    float *restrict o = Oi + (size_t)r * D;
+#pragma omp simd
+                    for (int d = 0; d < D; d++) o[d] *= alpha;
+                    for (int c = 0; c < bc; c++) axpy(o, s[c], Vj + (size_t)c * D, D);
+                }
+            }
+
+            /* O_i = diag(l)^-1 O_i;  L_i = m + log(l); a fully masked row: O = 0, L = -inf */
+            for (int r = 0; r < br; r++) {
+                float *restrict o = Oi + (size_t)r * D;
+                const bool empty = m[r] == -INFINITY; /* then l = 0 and O_i[r] = 0 */
+                const float inv_l = empty ? 0.0f : 1.0f / l[r];
+                for (int d = 0; d < D; d++) o[d] *= inv_l;
+                lse[((size_t)b * H + h) * Tq + i0 + r] = empty ? -INFINITY : m[r] + logf(l[r]);
+            }
+            store_tile(out, qrow0, ld_out, h * D, Oi, br, D);
+        }
+#pragma omp atomic
+        tlm_flash_cpu_tiles_visited += visited;
+        free(Qi);
+    }
+}
+
+/* ---- backward: Algorithm 2 ----------------------------------------------------------------- */
+
+void tlm_flash_attention_backward_cpu(float *dq, float *dk, float *dv, const float *dout,
+                                      const float *q, const float *k, const float *v,
+                                      const float *out, const float *lse, int ld_qkv,
+                                      int ld_out, int B, int Tq, int Tk, int H, int D,
+                                      bool causal, int Br, int Bc) {
+    check_args(q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, D, Br, Bc);
+    TLM_ASSERT(dq && dk && dv && dout && out && lse);
+    const float scale = 1.0f / sqrtf((float)D);
+    const int off = Tk - Tq;
+    const bool parallel = (double)B * H * Tq * Tk >= TLM_CPU_GRAIN; /* as the naive op */
+
+    /* delta (B,H,Tq) = rowsum(dO * O), the paper's D; and dQ = 0 (it is accumulated into) */
+    float *delta = tile_alloc((size_t)B * H * Tq, "backward delta");
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int n = 0; n < B * Tq; n++) {
+        const int b = n / Tq, i = n % Tq;
+        for (int h = 0; h < H; h++) {
+            const size_t o = (size_t)n * ld_out + (size_t)h * D;
+            delta[((size_t)b * H + h) * Tq + i] = dot(dout + o, out + o, D);
+            memset(dq + (size_t)n * ld_qkv + (size_t)h * D, 0, (size_t)D * sizeof(float));
+        }
+    }
+
+#pragma omp parallel if (parallel)
+    {
+        float *Kj = tile_alloc((size_t)(4 * Bc + 2 * Br) * D + 2 * (size_t)Br * Bc, "backward");
+        float *Vj = Kj + (size_t)Bc * D;     /* (Bc, D) */
+        float *dKj = Vj + (size_t)Bc * D;    /* (Bc, D) accumulated over query tiles */
+        float *dVj = dKj + (size_t)Bc * D;   /* (Bc, D) accumulated over query tiles */
+        float *Qi = dVj + (size_t)Bc * D;    /* (Br, D) */
+        float *dOi = Qi + (size_t)Br * D;    /* (Br, D) */
+        float *P = dOi + (size_t)Br * D;     /* (Br, Bc) */
+        float *dS = P + (size_t)Br * Bc;     /* (Br, Bc): dP, then dS in place */
+        int64_t visited = 0;
+
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * H; bh++) {
+            const int b = bh / H, h = bh % H;
+            const size_t qrow0 = (size_t)b * Tq, krow0 = (size_t)b * Tk;
+            const float *L = lse + (size_t)bh * Tq, *delta_bh = delta + (size_t)bh * Tq;
+
+            for (int j0 = 0; j0 < Tk; j0 += Bc) {
+                const int bc = min_int(Bc, Tk - j0);
+
+                /* load K_j, V_j; dK_j = dV_j = 0 */
+                load_tile(Kj, k, krow0 + j0, bc, ld_qkv, h * D, D);
+                load_tile(Vj, v, krow0 + j0, bc, ld_qkv, h * D, D);
+                memset(dKj, 0, (size_t)bc * D * sizeof(float));
+                memset(dVj, 0, (size_t)bc * D * sizeof(float));
+
+                /* query tiles from the one holding the first row that sees key j0 */
+                const int i_first = causal ? max_int(0, j0 - off) : 0;
+                for (int i0 = i_first / Br * Br; i0 < Tq; i0 += Br) {
+                    const int br = min_int(Br, Tq - i0);
+                    const bool crosses = causal && j0 + bc - 1 > i0 + off;
+                    visited++;
+
+                    /* load Q_i, dO_i (and L_i, delta_i: read in place) */
+                    load_tile(Qi, q, qrow0 + i0, br, ld_qkv, h * D, D);
+                    load_tile(dOi, dout, qrow0 + i0, br, ld_out, h * D, D);
+
+                    /* P = exp(Q_i K_j^T / sqrt(D) - L_i); 0 where masked */
+                    for (int r = 0; r < br; r++)
+                        for (int c = 0; c < bc; c++)
+                            P[r * Bc + c] =
+                                crosses && j0 + c > i0 + r + off
+                                    ? 0.0f
+                                    : tlm_cpu_expf(scale * dot(Qi + (size_t)r * D,
+                                                               Kj + (size_t)c * D, D) -
+                                                   L[i0 + r]);
+
+                    /* dV_j += P^T dO_i */
+                    for (int r = 0; r < br; r++)
+                        for (int c = 0; c < bc; c++)
+                            axpy(dVj + (size_t)c * D, P[r * Bc + c], dOi + (size_t)r * D, D);
+
+                    /* dP = dO_i V_j^T;  dS = P * (dP - delta_i) */
+                    for (int r = 0; r < br; r++)
+                        for (int c = 0; c < bc; c++) {
+                            const float dP = dot(dOi + (size_t)r * D, Vj + (size_t)c * D, D);
+                            dS[r * Bc + c] = P[r * Bc + c] * (dP - delta_bh[i0 + r]);
+                        }
+
+                    /* dQ_i += dS K_j / sqrt(D), straight into dq (the GPU: atomic adds) */
+                    for (int r = 0; r < br; r++) {
+                        float *dq_row = dq + (qrow0 + i0 + r) * (size_t)ld_qkv + (size_t)h * D;
+                        for (int c = 0; c < bc; c++)
+                            axpy(dq_row, scale * dS[r * Bc + c], Kj + (size_t)c * D, D);
+                    }
+
+                    /* dK_j += dS^T Q_i / sqrt(D) */
+                    for (int r = 0; r < br; r++)
+                        for (int c = 0; c < bc; c++)
+                            axpy(dKj + (size_t)c * D, scale * dS[r * Bc + c], Qi + (size_t)r * D, D);
+                }
+
+                /* write dK_j, dV_j */
+                store_tile(dk, krow0 + j0, ld_qkv, h * D, dKj, bc, D);
+                store_tile(dv, krow0 + j0, ld_qkv, h * D, dVj, bc, D);
+            }
+        }
+#pragma omp atomic
+        tlm_flash_cpu_tiles_visited += visited;
+        free(Kj);
+    }
+    free(delta);
+}
