@@ -577,6 +577,122 @@ static void test_swiglu(int N, int F) {
     free(want);
 }
 
+/* ---- ReLU (the ToyModel's) --------------------------------------------------------------- */
+
+typedef struct {
+    float *out, *x, *R;
+    size_t n;
+} relu_ctx;
+
+static double relu_objective(void *p) {
+    relu_ctx *c = p;
+    be->ops->relu_forward(be, c->out, c->x, c->n, F32);
+    return dot(c->out, c->R, c->n);
+}
+
+static void test_relu(size_t n) {
+    char name[64];
+    relu_ctx c = {.n = n};
+    c.x = randn(n, 1.0f);
+    for (size_t i = 0; i < n; i++) /* away from the kink, so that x +- eps keeps its sign */
+        if (fabsf(c.x[i]) < 0.05f) c.x[i] = c.x[i] < 0 ? -0.05f - c.x[i] : 0.05f + c.x[i];
+    c.R = randn(n, 1.0f);
+    c.out = alloc_floats(n);
+    poison(c.out, n);
+    relu_objective(&c);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++) wrong += c.out[i] != (c.x[i] > 0.0f ? c.x[i] : 0.0f);
+    check(wrong == 0, "relu n=%zu forward: out = max(x, 0) exactly (%zu wrong)", n, wrong);
+
+    float *dx = alloc_floats(n);
+    poison(dx, n);
+    be->ops->relu_backward(be, dx, c.R, c.x, n, F32);
+    wrong = 0;
+    for (size_t i = 0; i < n; i++) wrong += dx[i] != (c.x[i] > 0.0f ? c.R[i] : 0.0f);
+    check(wrong == 0, "relu n=%zu backward: dx = dout where x > 0, else 0, exactly (%zu wrong)", n, wrong);
+    snprintf(name, sizeof name, "relu n=%zu dx", n);
+    check_grad(name, relu_objective, &c, c.x, dx, 1, (int)n, 0, (int)n, 1e-3f);
+
+    /* in place, and NaN: relu(NaN) = NaN, relu(-0) keeps x; backward at x = 0 gives 0 */
+    float *y = copy_of(c.x, n);
+    y[0] = NAN, y[n - 1] = 0.0f;
+    float *y0 = copy_of(y, n);
+    be->ops->relu_forward(be, y, y, n, F32);
+    bool same = isnan(y[0]) && y[n - 1] == 0.0f;
+    for (size_t i = 1; i + 1 < n; i++) same &= y[i] == (y0[i] > 0.0f ? y0[i] : 0.0f);
+    float *g = copy_of(c.R, n);
+    be->ops->relu_backward(be, g, g, y0, n, F32);
+    same &= g[n - 1] == 0.0f && g[0] == c.R[0]; /* NaN x passes dout (PyTorch's threshold_backward) */
+    check(same, "relu n=%zu in place (out == x, dx == dout); relu(NaN) = NaN; gradient 0 at x = 0", n);
+}
+
+/* ---- LayerNorm (the ToyModel's) ---------------------------------------------------------- */
+
+typedef struct {
+    float *out, *mean, *rstd, *x, *w, *b, *R;
+    int N, C;
+    float eps;
+} layernorm_ctx;
+
+static double layernorm_objective(void *p) {
+    layernorm_ctx *c = p;
+    be->ops->layernorm_forward(be, c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C, c->eps, F32);
+    return dot(c->out, c->R, (size_t)c->N * c->C);
+}
+
+static void test_layernorm(int N, int C) {
+    char name[80];
+    size_t NC = (size_t)N * C;
+    layernorm_ctx c = {.N = N, .C = C, .eps = 1e-5f};
+    c.x = randn(NC, 1.0f);
+    for (size_t i = 0; i < NC; i++) c.x[i] += 0.5f; /* a nonzero mean */
+    c.w = randn(C, 0.3f);
+    for (int j = 0; j < C; j++) c.w[j] += 1.0f;
+    c.b = randn(C, 0.3f);
+    c.R = randn(NC, 1.0f);
+    c.out = alloc_floats(NC);
+    c.mean = alloc_floats(N);
+    c.rstd = alloc_floats(N);
+    poison(c.out, NC);
+    poison(c.mean, N);
+    poison(c.rstd, N);
+    layernorm_objective(&c);
+    double *want = malloc(NC * sizeof(double)), *want_mean = malloc(N * sizeof(double)),
+           *want_rstd = malloc(N * sizeof(double));
+    for (int n = 0; n < N; n++) {
+        double s = 0.0, ss = 0.0;
+        for (int j = 0; j < C; j++) s += c.x[n * C + j];
+        want_mean[n] = s / C;
+        for (int j = 0; j < C; j++) ss += (c.x[n * C + j] - want_mean[n]) * (c.x[n * C + j] - want_mean[n]);
+        want_rstd[n] = 1.0 / sqrt(ss / C + c.eps);
+        for (int j = 0; j < C; j++)
+            want[n * C + j] = (c.x[n * C + j] - want_mean[n]) * want_rstd[n] * c.w[j] + c.b[j];
+    }
+    snprintf(name, sizeof name, "layernorm N=%d C=%d forward out", N, C);
+    check_forward(name, c.out, want, NC);
+    snprintf(name, sizeof name, "layernorm N=%d C=%d forward mean", N, C);
+    check_forward(name, c.mean, want_mean, N);
+    snprintf(name, sizeof name, "layernorm N=%d C=%d forward rstd", N, C);
+    check_forward(name, c.rstd, want_rstd, N);
+
+    float *dx = alloc_floats(NC), *dw = alloc_floats(C), *db = alloc_floats(C);
+    poison(dx, NC);
+    poison(dw, C);
+    poison(db, C);
+    be->ops->layernorm_backward(be, dx, dw, db, c.R, c.x, c.w, c.mean, c.rstd, N, C, F32);
+    check(all_finite(dx, NC) && all_finite(dw, C) && all_finite(db, C),
+          "layernorm N=%d C=%d backward writes every dx, dw, db", N, C);
+    snprintf(name, sizeof name, "layernorm N=%d C=%d dx", N, C);
+    check_grad(name, layernorm_objective, &c, c.x, dx, 1, (int)NC, 0, (int)NC, 1e-3f);
+    snprintf(name, sizeof name, "layernorm N=%d C=%d dw", N, C);
+    check_grad(name, layernorm_objective, &c, c.w, dw, 1, C, 0, C, 1e-3f);
+    snprintf(name, sizeof name, "layernorm N=%d C=%d db", N, C);
+    check_grad(name, layernorm_objective, &c, c.b, db, 1, C, 0, C, 1e-3f);
+    free(want);
+    free(want_mean);
+    free(want_rstd);
+}
+
 /* ---- matmul with the residual folded in -------------------------------------------------- */
 
 /* y = residual + x W^T (float32): the residual connection of the old residual_forward, now
@@ -1164,6 +1280,65 @@ static void test_cross_entropy_lowp(int N, int V, tlm_dtype dt) {
           dt_name(dt), N, V);
 }
 
+/* ReLU keeps its dtype and is exact: the dt op's output is the fp32 op's, bit for bit */
+static void test_relu_lowp(size_t n, tlm_dtype dt) {
+    char name[64];
+    float *x0 = randn(n, 1.0f), *R = randn(n, 1.0f);
+    void *x = to_dt(x0, n, dt), *dout = to_dt(R, n, dt), *out = alloc_dt(n, dt), *dx = alloc_dt(n, dt);
+    float *x32 = rounded(x0, n, dt), *dout32 = rounded(R, n, dt), *out32 = alloc_floats(n), *dx32 = alloc_floats(n);
+    be->ops->relu_forward(be, out, x, n, dt);
+    be->ops->relu_forward(be, out32, x32, n, F32);
+    snprintf(name, sizeof name, "relu n=%zu forward", n);
+    check_lowp(name, out, out32, n, dt, true);
+    be->ops->relu_backward(be, dx, dout, x, n, dt);
+    be->ops->relu_backward(be, dx32, dout32, x32, n, F32);
+    snprintf(name, sizeof name, "relu n=%zu backward", n);
+    check_lowp(name, dx, dx32, n, dt, true);
+    void *ref = to_dt(out32, n, dt), *dref = to_dt(dx32, n, dt);
+    check(memcmp(out, ref, n * 2) == 0 && memcmp(dx, dref, n * 2) == 0,
+          "%s relu n=%zu forward and backward: the fp32 op's results, bit for bit (exact in any dtype)", dt_name(dt),
+          n);
+}
+
+/* LayerNorm reads x (and dout) in dt, computes in fp32: out, mean, rstd, dw, db (float32) equal the
+ * fp32 op's on the same inputs; dx (dt) is its rounding */
+static void test_layernorm_lowp(int N, int C, tlm_dtype dt) {
+    char name[96];
+    size_t NC = (size_t)N * C;
+    const float eps = 1e-5f;
+    float *x0 = randn(NC, 1.0f), *w = randn(C, 0.3f), *b = randn(C, 0.3f);
+    for (int j = 0; j < C; j++) w[j] += 1.0f;
+    void *x = to_dt(x0, NC, dt);
+    float *x32 = rounded(x0, NC, dt);
+    float *out = alloc_floats(NC), *mean = alloc_floats(N), *rstd = alloc_floats(N);
+    float *out32 = alloc_floats(NC), *mean32 = alloc_floats(N), *rstd32 = alloc_floats(N);
+    poison(out, NC);
+    be->ops->layernorm_forward(be, out, mean, rstd, x, w, b, N, C, eps, dt);
+    be->ops->layernorm_forward(be, out32, mean32, rstd32, x32, w, b, N, C, eps, F32);
+    snprintf(name, sizeof name, "layernorm N=%d C=%d forward out", N, C);
+    check_lowp_f32(name, out, out32, NC, dt);
+    snprintf(name, sizeof name, "layernorm N=%d C=%d forward mean, rstd", N, C);
+    float *stats = alloc_floats(2 * (size_t)N), *stats32 = alloc_floats(2 * (size_t)N);
+    memcpy(stats, mean, N * sizeof(float)), memcpy(stats + N, rstd, N * sizeof(float));
+    memcpy(stats32, mean32, N * sizeof(float)), memcpy(stats32 + N, rstd32, N * sizeof(float));
+    check_lowp_f32(name, stats, stats32, 2 * (size_t)N, dt);
+
+    float *R = randn(NC, 1.0f);
+    void *dout = to_dt(R, NC, dt), *dx = alloc_dt(NC, dt);
+    float *dout32 = rounded(R, NC, dt), *dx32 = alloc_floats(NC);
+    float *dw = alloc_floats(C), *db = alloc_floats(C), *dw32 = alloc_floats(C), *db32 = alloc_floats(C);
+    poison(dw, C);
+    poison(db, C);
+    be->ops->layernorm_backward(be, dx, dw, db, dout, x, w, mean32, rstd32, N, C, dt);
+    be->ops->layernorm_backward(be, dx32, dw32, db32, dout32, x32, w, mean32, rstd32, N, C, F32);
+    snprintf(name, sizeof name, "layernorm N=%d C=%d backward dx", N, C);
+    check_lowp(name, dx, dx32, NC, dt, true);
+    snprintf(name, sizeof name, "layernorm N=%d C=%d backward dw", N, C);
+    check_lowp_f32(name, dw, dw32, C, dt);
+    snprintf(name, sizeof name, "layernorm N=%d C=%d backward db", N, C);
+    check_lowp_f32(name, db, db32, C, dt);
+}
+
 /* core/convert.h's fp16 conversions (the compiler's _Float16 on F16C, else the portable bit
  * manipulation) against the portable ones: the same bits for every fp16 value and a sweep of
  * floats (NaN: both NaN, sign kept). */
@@ -1203,6 +1378,10 @@ static void test_lowp(tlm_dtype dt) {
     test_swiglu_lowp(64, 600, dt);
     test_cross_entropy_lowp(7, 11, dt);
     test_cross_entropy_lowp(40, 1001, dt);
+    test_relu_lowp(37, dt);
+    test_relu_lowp(100003, dt);
+    test_layernorm_lowp(8, 10, dt);
+    test_layernorm_lowp(64, 600, dt);
 }
 
 /* ---- thread count ------------------------------------------------------------------------ */
@@ -1264,6 +1443,20 @@ static int run_parallel_ops(op_output *o, tlm_dtype dt) {
                                 dt);
     k++;
 
+    float *lb = randn(C, 1.0f), *lmean = alloc_floats(N), *lrstd = alloc_floats(N);
+    void *lx = randn_dt((size_t)N * C, 1.0f, dt);
+    o[k] = (op_output){"layernorm forward", alloc_dt((size_t)N * C, F32), (size_t)N * C, F32};
+    be->ops->layernorm_forward(be, o[k++].out, lmean, lrstd, lx, w, lb, N, C, 1e-5f, dt);
+    o[k] = (op_output){"layernorm backward dx", alloc_dt((size_t)N * C, dt), (size_t)N * C, dt};
+    o[k + 1] = (op_output){"layernorm backward dw", alloc_dt(C, F32), C, F32};
+    o[k + 2] = (op_output){"layernorm backward db", alloc_dt(C, F32), C, F32};
+    be->ops->layernorm_backward(be, o[k].out, o[k + 1].out, o[k + 2].out, dout_dt, lx, w, lmean, lrstd, N, C, dt);
+    k += 3;
+    o[k] = (op_output){"relu forward", alloc_dt((size_t)N * C, dt), (size_t)N * C, dt};
+    be->ops->relu_forward(be, o[k++].out, lx, (size_t)N * C, dt);
+    o[k] = (op_output){"relu backward", alloc_dt((size_t)N * C, dt), (size_t)N * C, dt};
+    be->ops->relu_backward(be, o[k++].out, dout_dt, lx, (size_t)N * C, dt);
+
     void *ab = randn_dt((size_t)N * 2 * F, 2.0f, dt), *dsw = randn_dt((size_t)N * F, 1.0f, dt);
     o[k] = (op_output){"swiglu forward", alloc_dt((size_t)N * F, dt), (size_t)N * F, dt};
     be->ops->swiglu_forward(be, o[k++].out, ab, N, F, dt);
@@ -1302,7 +1495,7 @@ static int run_parallel_ops(op_output *o, tlm_dtype dt) {
 }
 
 static void test_thread_count(tlm_dtype dt) {
-    op_output one[20], many[20];
+    op_output one[32], many[32];
     int max_threads = omp_get_max_threads();
     omp_set_num_threads(1);
     int k = run_parallel_ops(one, dt);
@@ -1339,7 +1532,8 @@ static void test_backend(void) {
               o->rmsnorm_backward && o->matmul_forward && o->matmul_backward && o->rope_forward &&
               o->rope_backward && o->attention_forward && o->attention_backward &&
               o->swiglu_forward && o->swiglu_backward && o->cast && o->cross_entropy_forward &&
-              o->cross_entropy_backward && o->adamw_step && o->grad_unscale,
+              o->cross_entropy_backward && o->adamw_step && o->grad_unscale && o->layernorm_forward &&
+              o->layernorm_backward && o->relu_forward && o->relu_backward,
           "backend: every op is set");
     float host[37], back[37];
     for (int i = 0; i < 37; i++) host[i] = (float)i;
@@ -1377,6 +1571,10 @@ int main(void) {
     test_attention(1, 37, 3, 16);
     test_swiglu(7, 5);
     test_swiglu(3, 67);
+    test_relu(37);
+    test_relu(1001);
+    test_layernorm(8, 10);
+    test_layernorm(5, 133);
     test_matmul_residual(7, 5, 9);
     test_matmul_residual(64, 300, 200);
     test_cross_entropy(7, 11);

@@ -8,7 +8,8 @@
  * weights after 3 AdamW steps.
  *
  * Precision modes (backend.h, tlm_precision): every op runs in fp32; the GEMM ops also in TF32;
- * every op that takes a dtype also with bf16 and fp16 tensors. Inputs are drawn in float32 and
+ * every op that takes a dtype also with bf16 and fp16 tensors (relu and layernorm, the ToyModel's
+ * ops, included; relu is exact, so it must match bit for bit). Inputs are drawn in float32 and
  * rounded to the dtype here (round to nearest even), so both backends see the same bits. cast is
  * checked bit for bit (against the CPU and against this file's own rounding), grad_unscale by
  * its count of injected inf/NaN.
@@ -551,6 +552,70 @@ static void test_cross_entropy(const shape *s, const char *tag, tlm_dtype dt, do
     ib_free(&tgt);
 }
 
+/* ReLU (the ToyModel's): exact in every dtype, so CUDA must give the CPU's bits (limit 0); n with a
+ * tail past the 16-byte vectors, then from an unaligned offset, then in place */
+static void test_relu(const shape *s, const char *tag, tlm_dtype dt) {
+    const size_t n = (size_t)s->B * s->T * s->C + 3;
+    tbuf x = tb_rand(n, 1.0, 0.0, dt), out = tb_poison(n, dt);
+    cpu->ops->relu_forward(cpu, out.c, x.c, n, dt);
+    gpu->ops->relu_forward(gpu, out.g, x.g, n, dt);
+    compare("relu_forward", tag, &out, 0.0);
+    tbuf dout = tb_rand(n, 1.0, 0.0, dt), dx = tb_poison(n, dt);
+    cpu->ops->relu_backward(cpu, dx.c, dout.c, x.c, n, dt);
+    gpu->ops->relu_backward(gpu, dx.g, dout.g, x.g, n, dt);
+    compare("relu_backward", tag, &dx, 0.0);
+    tbuf out1 = tb_poison(n, dt);
+    cpu->ops->relu_forward(cpu, AT_C(out1, 1), AT_C(x, 1), n - 1, dt);
+    gpu->ops->relu_forward(gpu, AT_G(out1, 1), AT_G(x, 1), n - 1, dt);
+    cpu->ops->relu_forward(cpu, out1.c, x.c, 1, dt); /* element 0, so that every element is written */
+    gpu->ops->relu_forward(gpu, out1.g, x.g, 1, dt);
+    compare("relu_forward (unaligned)", tag, &out1, 0.0);
+    cpu->ops->relu_forward(cpu, x.c, x.c, n, dt);
+    gpu->ops->relu_forward(gpu, x.g, x.g, n, dt);
+    compare("relu_forward (in place)", tag, &x, 0.0);
+    tb_free(&x);
+    tb_free(&out);
+    tb_free(&dout);
+    tb_free(&dx);
+    tb_free(&out1);
+}
+
+/* LayerNorm (the ToyModel's): x, dout, dx of dtype dt; out, mean, rstd, w, b, dw, db float32 */
+static void test_layernorm(const shape *s, const char *tag, tlm_dtype dt, double limit) {
+    const int N = s->B * s->T, C = s->C;
+    const float eps = 1e-5f;
+    tbuf x = tb_rand((size_t)N * C, 1.5, 0.3, dt), w = tb_rand((size_t)C, 0.1, 1.0, F32);
+    tbuf b = tb_rand((size_t)C, 0.1, 0.0, F32), out = tb_poison((size_t)N * C, F32);
+    tbuf mean = tb_poison((size_t)N, F32), rstd = tb_poison((size_t)N, F32);
+    cpu->ops->layernorm_forward(cpu, out.c, mean.c, rstd.c, x.c, w.c, b.c, N, C, eps, dt);
+    gpu->ops->layernorm_forward(gpu, out.g, mean.g, rstd.g, x.g, w.g, b.g, N, C, eps, dt);
+    compare("layernorm_forward (out)", tag, &out, limit);
+    compare("layernorm_forward (mean)", tag, &mean, limit);
+    compare("layernorm_forward (rstd)", tag, &rstd, limit);
+
+    /* backward from the CPU's statistics on both sides */
+    tbuf m0 = tb_from_cpu(&mean), r0 = tb_from_cpu(&rstd);
+    tbuf dout = tb_rand((size_t)N * C, 1.0, 0.0, dt), dx = tb_poison((size_t)N * C, dt);
+    tbuf dw = tb_poison((size_t)C, F32), db = tb_poison((size_t)C, F32);
+    cpu->ops->layernorm_backward(cpu, dx.c, dw.c, db.c, dout.c, x.c, w.c, m0.c, r0.c, N, C, dt);
+    gpu->ops->layernorm_backward(gpu, dx.g, dw.g, db.g, dout.g, x.g, w.g, m0.g, r0.g, N, C, dt);
+    compare("layernorm_backward (dx)", tag, &dx, limit);
+    compare("layernorm_backward (dw)", tag, &dw, limit);
+    compare("layernorm_backward (db)", tag, &db, limit);
+    tb_free(&x);
+    tb_free(&w);
+    tb_free(&b);
+    tb_free(&out);
+    tb_free(&mean);
+    tb_free(&rstd);
+    tb_free(&m0);
+    tb_free(&r0);
+    tb_free(&dout);
+    tb_free(&dx);
+    tb_free(&dw);
+    tb_free(&db);
+}
+
 /* AdamW: the parameter change (not the parameters, whose size would hide a wrong update) and
  * both moments, after one step at t; `offset` floats into the buffers (1: not 16-byte aligned);
  * lp_dt bf16/fp16: also the low-precision copy written in the same pass */
@@ -650,6 +715,8 @@ static void test_dtype_ops(const shape *s, const char *tag, tlm_dtype dt, double
     test_attention(s, tag, dt, limit);
     test_swiglu(s, tag, dt, limit);
     test_cross_entropy(s, tag, dt, limit);
+    test_relu(s, tag, dt);
+    test_layernorm(s, tag, dt, limit);
 }
 
 static void test_shape(const shape *s) {
@@ -665,6 +732,8 @@ static void test_shape(const shape *s) {
     test_attention(s, tag, F32, GEMM_TOL);
     test_swiglu(s, tag, F32, TOL);
     test_cross_entropy(s, tag, F32, TOL);
+    test_relu(s, tag, F32);
+    test_layernorm(s, tag, F32, TOL);
     test_adamw((size_t)s->B * s->T * s->C + 5, 1, 0, F32, tag);
     test_adamw((size_t)s->B * s->T * s->C + 5, 7, 1, F32, tag);
     test_adamw((size_t)s->B * s->T * s->C + 5, 2, 0, TLM_DTYPE_BF16, tag);
@@ -834,6 +903,9 @@ int main(void) {
         gpu->range_pop(gpu);
     }
     check(gpu->ops->cast && gpu->ops->grad_unscale, "%-36s %-33s", "cast, grad_unscale present", "");
+    check(gpu->ops->relu_forward && gpu->ops->relu_backward && gpu->ops->layernorm_forward &&
+              gpu->ops->layernorm_backward,
+          "%-36s %-33s", "relu, layernorm present", "");
 
     const shape shapes[] = {
         {"tiny", 3, 17, 64, 4, 172, 512},

@@ -93,6 +93,37 @@ typedef struct tlm_ops {
                              const float *x, const float *w, const float *rstd, int N, int C,
                              tlm_dtype dt);
 
+    /* ---- LayerNorm (Ba, Kiros & Hinton 2016, "Layer Normalization", eq. 4), in fp32 --------
+     * Not used by the CS336 model (RMSNorm); the ToyModel of `tlm precision autocast`
+     * (toymodel.h) uses it, with autocast's policy for layer_norm (an fp32-list op): the input
+     * is widened to fp32, the statistics and the output are fp32.
+     * out = (x - mean) * rstd * w + b, mean = mean(x), rstd = 1/sqrt(var + eps) with the biased
+     * variance var = mean((x - mean)^2) (two passes), as torch.nn.LayerNorm.
+     * x (N,C) dt; out (N,C) float32; w, b (C) float32 (init 1 and 0); mean, rstd (N) float32,
+     * saved for backward. */
+    void (*layernorm_forward)(tlm_backend *be, float *out, float *mean, float *rstd, const void *x,
+                              const float *w, const float *b, int N, int C, float eps, tlm_dtype dt);
+    /* With xhat = (x - mean) rstd and g = dout w (per element of row n):
+     * dx (N,C) dt = rstd (g - mean(g) - xhat mean(g xhat)), computed in fp32, rounded to dt;
+     * dw (C) float32 = sum_n dout xhat;  db (C) float32 = sum_n dout. All three overwritten.
+     * dout (N,C) dt: the gradient of `out` as it comes back from the GEMM that read out's dt
+     * copy (widening it to float32, what autocast's cast backward does, is exact, so the op
+     * reads it as dt). x (N,C) dt; w (C); mean, rstd (N) from the forward. dx must not alias
+     * dout or x. */
+    void (*layernorm_backward)(tlm_backend *be, void *dx, float *dw, float *db, const void *dout,
+                               const void *x, const float *w, const float *mean,
+                               const float *rstd, int N, int C, tlm_dtype dt);
+
+    /* ---- ReLU: out = max(x, 0), elementwise on n elements --------------------------------
+     * Not used by the CS336 model; the ToyModel uses it. x, out (n) dt: ReLU keeps its input's
+     * dtype (autocast leaves it alone) and is exact in every dtype; NaN stays NaN. out may
+     * equal x (in place). */
+    void (*relu_forward)(tlm_backend *be, void *out, const void *x, size_t n, tlm_dtype dt);
+    /* dx (n) dt = 0 where x <= 0, else dout (the gradient at 0 taken as 0, and a NaN x passing
+     * dout, as PyTorch's threshold_backward); dout, x (n) dt; dx may equal dout. */
+    void (*relu_backward)(tlm_backend *be, void *dx, const void *dout, const void *x, size_t n,
+                          tlm_dtype dt);
+
     /* ---- linear layer without bias: y = x W^T ------------------------------------------ */
     /* x (N,in) dt; W (out,in) dt, as nn.Linear stores it; fp32 accumulation.
      * residual == NULL: y (N,out) dt = x . W^T.

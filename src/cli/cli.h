@@ -64,5 +64,6 @@ bool cli_commit_file(const char *cmd, FILE *f, const char *tmp_path, const char 
 int cmd_bench(int argc, char **argv);
 int cmd_step(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
+int cmd_precision(int argc, char **argv);
 
 #endif

@@ -16,6 +16,8 @@ static void usage(FILE *f) {
             "  step      one forward/backward on given weights and data, writing logits, loss,\n"
             "            gradients (and the weights after N AdamW steps): compare with PyTorch\n"
             "  compare   relative error between two .safetensors or .npy files, tensor by tensor\n"
+            "  precision the mixed-precision experiments: accumulate (0.01 added 1000 times in fp32,\n"
+            "            fp16, bf16), autocast (the ToyModel's dtypes), layernorm (LayerNorm in fp16/bf16)\n"
             "\n"
             "Options:\n"
             "  -h, --help      this text\n"
@@ -48,6 +50,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "step") == 0) return cmd_step(argc - 1, argv + 1);
     if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 1, argv + 1);
-    fprintf(stderr, "tlm: unknown command '%s' (known: bench, step, compare; see tlm --help)\n", cmd);
+    if (strcmp(cmd, "precision") == 0) return cmd_precision(argc - 1, argv + 1);
+    fprintf(stderr, "tlm: unknown command '%s' (known: bench, step, compare, precision; see tlm --help)\n", cmd);
     return TLM_EXIT_USAGE;
 }

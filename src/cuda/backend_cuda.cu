@@ -16,6 +16,10 @@ static tlm_ops cuda_ops_table(void) {
     ops.embedding_backward = tlm_cuda_embedding_backward;
     ops.rmsnorm_forward = tlm_cuda_rmsnorm_forward;
     ops.rmsnorm_backward = tlm_cuda_rmsnorm_backward;
+    ops.layernorm_forward = tlm_cuda_layernorm_forward;
+    ops.layernorm_backward = tlm_cuda_layernorm_backward;
+    ops.relu_forward = tlm_cuda_relu_forward;
+    ops.relu_backward = tlm_cuda_relu_backward;
     ops.matmul_forward = tlm_cuda_matmul_forward;
     ops.matmul_backward = tlm_cuda_matmul_backward;
     ops.cast = tlm_cuda_cast;

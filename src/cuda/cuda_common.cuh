@@ -135,6 +135,12 @@ void tlm_cuda_rmsnorm_forward(tlm_backend *be, void *out, float *rstd, const flo
                               int C, float eps, tlm_dtype dt);
 void tlm_cuda_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void *dout, const float *x,
                                const float *w, const float *rstd, int N, int C, tlm_dtype dt);
+void tlm_cuda_layernorm_forward(tlm_backend *be, float *out, float *mean, float *rstd, const void *x,
+                                const float *w, const float *b, int N, int C, float eps, tlm_dtype dt);
+void tlm_cuda_layernorm_backward(tlm_backend *be, void *dx, float *dw, float *db, const void *dout, const void *x,
+                                 const float *w, const float *mean, const float *rstd, int N, int C, tlm_dtype dt);
+void tlm_cuda_relu_forward(tlm_backend *be, void *out, const void *x, size_t n, tlm_dtype dt);
+void tlm_cuda_relu_backward(tlm_backend *be, void *dx, const void *dout, const void *x, size_t n, tlm_dtype dt);
 void tlm_cuda_matmul_forward(tlm_backend *be, void *y, const float *residual, const void *x, const void *w,
                              int N, int in, int out, tlm_dtype dt);
 void tlm_cuda_matmul_backward(tlm_backend *be, void *dx, float *dw, const void *dy, const void *x, const void *w,

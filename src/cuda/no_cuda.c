@@ -1,5 +1,6 @@
 /* no_cuda.c — stands in for the CUDA backend when tlm is built without nvcc. */
 #include "tlm/backend.h"
+#include "tlm/precision_lab.h"
 
 tlm_status tlm_backend_cuda_create(tlm_backend **out, int device_index) {
     *out = NULL;
@@ -11,3 +12,9 @@ tlm_status tlm_backend_cuda_create(tlm_backend **out, int device_index) {
 bool tlm_cuda_available(void) { return false; }
 
 const char *tlm_cuda_device_name(tlm_backend *be) { return "no GPU (built without CUDA)"; }
+
+/* src/cuda/precision_lab.cu's accumulation kernel */
+tlm_status tlm_accumulate_run_cuda(tlm_backend *be, double value, tlm_accumulation *out) {
+    return tlm_fail(TLM_ERR_UNSUPPORTED, "this tlm was built without CUDA: the GPU accumulation needs nvcc at "
+                                         "build time; use --device cpu");
+}
