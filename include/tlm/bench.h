@@ -55,6 +55,8 @@ typedef struct {
                                  phase, less what was in use outside tlm's allocator at the
                                  start; 0 where the backend has no such count (CPU) */
     float loss_first, loss_last; /* first and last timed step's loss (a sanity check) */
+    double speedup_vs_fp32; /* the fp32 row's time / this row's (forward, + backward when run),
+                               set by the caller for the same model and context; 0: none */
     float loss_scale;       /* fp16: the loss scale after the run (GradScaler); else 1 */
     int64_t skipped_steps;  /* fp16: AdamW steps skipped for inf/NaN gradients, warm-up included */
 } tlm_bench_result;

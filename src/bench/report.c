@@ -91,6 +91,7 @@ void tlm_bench_print_row(FILE *f, tlm_format fmt, const tlm_bench_case *c, const
         if (opt) fprintf(f, "%10.2f %8.2f ", r->optimizer.mean_ms, r->optimizer.std_ms);
         else fprintf(f, "%10s %8s ", "-", "-");
         fprintf(f, "%11.0f %8.3f %8.3f %8.4f", r->tokens_per_s, r->tflops, r->peak_bytes / GIB, r->loss_last);
+        if (r->speedup_vs_fp32 > 0) fprintf(f, "  %.2fx fp32", r->speedup_vs_fp32);
         if (r->device_peak_bytes) fprintf(f, "  device peak %.3f GiB", r->device_peak_bytes / GIB);
         if (c->precision == TLM_PRECISION_FP16)
             fprintf(f, "  loss scale %g, %lld steps skipped", r->loss_scale, (long long)r->skipped_steps);
@@ -122,6 +123,7 @@ void tlm_bench_print_row(FILE *f, tlm_format fmt, const tlm_bench_case *c, const
             if (bwd) fprintf(f, ", \"bwd_ms_mean\": %.4f, \"bwd_ms_std\": %.4f", r->backward.mean_ms, r->backward.std_ms);
             if (opt)
                 fprintf(f, ", \"opt_ms_mean\": %.4f, \"opt_ms_std\": %.4f", r->optimizer.mean_ms, r->optimizer.std_ms);
+            if (r->speedup_vs_fp32 > 0) fprintf(f, ", \"speedup_vs_fp32\": %.4f", r->speedup_vs_fp32);
             fprintf(f, ", \"step_ms_mean\": %.4f, \"step_ms_std\": %.4f, \"tokens_per_s\": %.1f, \"tflops\": %.4f, "
                        "\"loss_first\": %.6f, \"loss_last\": %.6f, \"loss_scale\": %g, \"skipped_steps\": %lld",
                     r->step.mean_ms, r->step.std_ms, r->tokens_per_s, r->tflops, r->loss_first, r->loss_last,

@@ -174,6 +174,7 @@ int cmd_bench(int argc, char **argv) {
     if (out) tlm_bench_print_header(out, fmt, desc, &cases[0]);
     int rows = 0, failed = 0, hard_failures = 0;
     for (int i = 0; i < num_models; i++) {
+        double fp32_ms[MAX_CONTEXTS] = {0}; /* forward (+ backward) of this model's fp32 rows */
         for (int k = 0; k < num_precisions; k++)
         for (int j = 0; j < num_contexts; j++) {
             tlm_bench_case bc = cases[i];
@@ -183,6 +184,11 @@ int cmd_bench(int argc, char **argv) {
             if (tlm_bench_run(be, &bc, &r) != TLM_OK) {
                 r.status = TLM_ERR_OUT_OF_MEMORY;
                 snprintf(r.error, sizeof r.error, "%s", tlm_last_error());
+            }
+            if (r.status == TLM_OK) { /* the speed-up over fp32 (SPEC.md §2.5) */
+                const double ms = r.forward.mean_ms + r.backward.mean_ms;
+                if (bc.precision == TLM_PRECISION_FP32) fp32_ms[j] = ms;
+                else if (fp32_ms[j] > 0 && ms > 0) r.speedup_vs_fp32 = fp32_ms[j] / ms;
             }
             tlm_bench_print_row(stdout, stdout_fmt, &bc, &r, rows);
             if (out) tlm_bench_print_row(out, fmt, &bc, &r, rows);
