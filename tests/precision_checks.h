@@ -12,54 +12,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tlm/model.h"
-#include "tlm/npy.h"
+#include "fixture_checks.h"
 
 static int pc_passed, pc_failed;
 
-static void pc_check(int ok, const char *what, double value, double limit) {
+static inline void pc_check(int ok, const char *what, double value, double limit) {
     printf("%-6s %-64s %.3e (limit %.1e)\n", ok ? "ok" : "FAIL", what, value, limit);
     if (ok) pc_passed++;
     else pc_failed++;
 }
 
-static void pc_die(tlm_status s, const char *what) {
-    if (s != TLM_OK) {
-        fprintf(stderr, "%s: %s\n", what, tlm_last_error());
-        exit(1);
-    }
-}
-
-static int32_t *pc_tokens(const char *dir, const char *file, int *B, int *T) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    tlm_array a;
-    pc_die(tlm_npy_read(path, &a), path);
-    int32_t *ids = malloc((size_t)a.numel * sizeof(int32_t));
-    pc_die(tlm_array_to_tokens(&a, ids, 512, path), path);
-    *B = (int)a.shape[0];
-    *T = (int)a.shape[1];
-    tlm_array_free(&a);
-    return ids;
-}
-
 /* 3 steps in `p` from the fixture weights: losses[3] and the final params (host copy) */
-static float *pc_train(tlm_backend *be, const char *dir, tlm_precision p, float losses[3]) {
+static inline float *pc_train(tlm_backend *be, const char *dir, tlm_precision p, float losses[3]) {
     tlm_config cfg;
-    pc_die(tlm_config_preset("tiny", &cfg), "tiny");
+    fx_die(tlm_config_preset("tiny", &cfg), "tiny");
     tlm_model *m;
-    pc_die(tlm_model_create(&m, &cfg, be), "model");
+    fx_die(tlm_model_create(&m, &cfg, be), "model");
     char path[1024];
     snprintf(path, sizeof path, "%s/weights.safetensors", dir);
-    pc_die(tlm_model_load(m, path), path);
+    fx_die(tlm_model_load(m, path), path);
     int B, T;
-    int32_t *x = pc_tokens(dir, "inputs.npy", &B, &T), *y = pc_tokens(dir, "targets.npy", &B, &T);
+    int32_t *x = fx_tokens(dir, "inputs.npy", 512, &B, &T), *y = fx_tokens(dir, "targets.npy", 512, &B, &T);
     be->precision = p;
     tlm_adamw_config opt = tlm_adamw_defaults();
     for (int i = 0; i < 3; i++) {
-        pc_die(tlm_model_forward(m, x, y, B, T, &losses[i]), "forward");
-        pc_die(tlm_model_backward(m), "backward");
-        pc_die(tlm_model_adamw_step(m, &opt), "adamw");
+        fx_die(tlm_model_forward(m, x, y, B, T, &losses[i]), "forward");
+        fx_die(tlm_model_backward(m), "backward");
+        fx_die(tlm_model_adamw_step(m, &opt), "adamw");
     }
     float *host = malloc(m->flat_numel * sizeof(float));
     be->copy_to_host(be, host, m->params, m->flat_numel * sizeof(float));
@@ -73,7 +52,7 @@ static float *pc_train(tlm_backend *be, const char *dir, tlm_precision p, float 
 
 /* ||w - w0 - (r - w0)|| / ||r - w0||: the error of the 3-step UPDATE, far more sensitive than
  * comparing the weights themselves */
-static double pc_update_error(const float *w, const float *r, const float *w0, size_t n) {
+static inline double pc_update_error(const float *w, const float *r, const float *w0, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
         double du = (double)w[i] - r[i], dr = (double)r[i] - w0[i];
@@ -83,17 +62,17 @@ static double pc_update_error(const float *w, const float *r, const float *w0, s
     return sqrt(num / den);
 }
 
-static void pc_run_all(tlm_backend *be, const char *dir) {
+static inline void pc_run_all(tlm_backend *be, const char *dir) {
     float l32[3], l[3];
     float *w32 = pc_train(be, dir, TLM_PRECISION_FP32, l32);
     /* the untouched weights, to measure updates */
     tlm_config cfg;
     tlm_config_preset("tiny", &cfg);
     tlm_model *m;
-    pc_die(tlm_model_create(&m, &cfg, be), "model");
+    fx_die(tlm_model_create(&m, &cfg, be), "model");
     char path[1024];
     snprintf(path, sizeof path, "%s/weights.safetensors", dir);
-    pc_die(tlm_model_load(m, path), path);
+    fx_die(tlm_model_load(m, path), path);
     const size_t n = m->flat_numel;
     float *w0 = malloc(n * sizeof(float));
     be->copy_to_host(be, w0, m->params, n * sizeof(float));
@@ -146,15 +125,15 @@ static void pc_run_all(tlm_backend *be, const char *dir) {
 
     /* fp16 loss scaling: an injected overflow skips the step */
     int B, T;
-    int32_t *x = pc_tokens(dir, "inputs.npy", &B, &T), *y = pc_tokens(dir, "targets.npy", &B, &T);
+    int32_t *x = fx_tokens(dir, "inputs.npy", 512, &B, &T), *y = fx_tokens(dir, "targets.npy", 512, &B, &T);
     be->precision = TLM_PRECISION_FP16;
     tlm_adamw_config opt = tlm_adamw_defaults();
     pc_check(m->loss_scale == 65536.0f, "fp16: initial loss scale 2^16", m->loss_scale, 65536.0);
     m->loss_scale = 1e30f; /* 1e30 / N overflows fp16 (max 65504) in dlogits */
     float loss;
-    pc_die(tlm_model_forward(m, x, y, B, T, &loss), "forward");
-    pc_die(tlm_model_backward(m), "backward");
-    pc_die(tlm_model_adamw_step(m, &opt), "adamw");
+    fx_die(tlm_model_forward(m, x, y, B, T, &loss), "forward");
+    fx_die(tlm_model_backward(m), "backward");
+    fx_die(tlm_model_adamw_step(m, &opt), "adamw");
     float *w = malloc(n * sizeof(float));
     be->copy_to_host(be, w, m->params, n * sizeof(float));
     be->synchronize(be);
@@ -164,9 +143,9 @@ static void pc_run_all(tlm_backend *be, const char *dir) {
              (double)m->adam_t, 0);
     m->loss_scale = 65536.0f;
     m->scale_growth_tracker = 1999;
-    pc_die(tlm_model_forward(m, x, y, B, T, &loss), "forward");
-    pc_die(tlm_model_backward(m), "backward");
-    pc_die(tlm_model_adamw_step(m, &opt), "adamw");
+    fx_die(tlm_model_forward(m, x, y, B, T, &loss), "forward");
+    fx_die(tlm_model_backward(m), "backward");
+    fx_die(tlm_model_adamw_step(m, &opt), "adamw");
     pc_check(!m->last_step_skipped && m->adam_t == 1, "fp16: clean step taken", (double)m->adam_t, 1);
     pc_check(m->loss_scale == 131072.0f && m->scale_growth_tracker == 0, "fp16: 2000th clean step doubles the scale",
              m->loss_scale, 131072.0);

@@ -11,7 +11,7 @@ int main(void) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/tiny", env ? env : "tests/fixtures");
     tlm_backend *be;
-    pc_die(tlm_backend_cuda_create(&be, 0), "cuda backend");
+    fx_die(tlm_backend_cuda_create(&be, 0), "cuda backend");
     pc_run_all(be, dir);
     tlm_backend_destroy(be);
     printf("%d passed, %d failed\n", pc_passed, pc_failed);

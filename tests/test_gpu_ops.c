@@ -30,6 +30,7 @@
 #include "tlm/backend.h"
 #include "tlm/model.h"
 #include "tlm/npy.h"
+#include "fixture_checks.h"
 #include "tlm/rng.h"
 #include "tlm/safetensors.h"
 
@@ -757,136 +758,7 @@ static void test_shape(const shape *s) {
     gpu->precision = cpu->precision = TLM_PRECISION_FP32;
 }
 
-/* ---- the tiny model against PyTorch ------------------------------------------------------------ */
-
-static char fixtures[512], refs[600];
-
-static const char *path(const char *dir, const char *name) {
-    static char buf[1024];
-    snprintf(buf, sizeof buf, "%s/%s", dir, name);
-    return buf;
-}
-
-static double rel_err_f32(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-
-static float *npy_as_f32(const char *file, int64_t *numel) {
-    tlm_array a;
-    die_on(tlm_npy_read(path(refs, file), &a), file);
-    float *out = malloc((size_t)a.numel * sizeof(float));
-    for (int64_t i = 0; i < a.numel; i++)
-        out[i] = a.dtype == TLM_DTYPE_F64 ? (float)((double *)a.data)[i] : ((float *)a.data)[i];
-    *numel = a.numel;
-    tlm_array_free(&a);
-    return out;
-}
-
-static int32_t *read_tokens(const char *file, int vocab, int *B, int *T) {
-    tlm_array a;
-    die_on(tlm_npy_read(path(fixtures, file), &a), file);
-    int32_t *ids = malloc((size_t)a.numel * sizeof(int32_t));
-    die_on(tlm_array_to_tokens(&a, ids, vocab, file), file);
-    *B = (int)a.shape[0];
-    *T = (int)a.shape[1];
-    tlm_array_free(&a);
-    return ids;
-}
-
-/* every tensor of a flat backend buffer against a safetensors reference; the worst one reported */
-static void compare_flat(const tlm_model *m, const float *flat, const char *file, const char *label) {
-    tlm_safetensors st;
-    die_on(tlm_safetensors_read(path(refs, file), &st), file);
-    float *host = malloc(m->flat_numel * sizeof(float));
-    m->backend->copy_to_host(m->backend, host, flat, m->flat_numel * sizeof(float));
-    m->backend->synchronize(m->backend);
-    double worst = 0;
-    const char *worst_name = "";
-    int missing = 0;
-    size_t not_finite = 0;
-    for (int i = 0; i < m->num_tensors; i++) {
-        const tlm_tensor_info *t = &m->tensors[i];
-        const tlm_st_tensor *ref = tlm_safetensors_find(&st, t->name);
-        if (!ref || (size_t)ref->numel != t->numel) {
-            missing++;
-            continue;
-        }
-        for (size_t j = 0; j < t->numel; j++) not_finite += !isfinite(host[t->offset + j]);
-        float *r = malloc(t->numel * sizeof(float));
-        die_on(tlm_st_tensor_to_f32(ref, r), t->name);
-        double e = rel_err_f32(host + t->offset, r, t->numel);
-        if (!(e <= worst)) { /* NaN propagates as the worst */
-            worst = e;
-            worst_name = t->name;
-        }
-        free(r);
-    }
-    check(missing == 0 && not_finite == 0 && worst <= FIXTURE_TOL,
-          "%-36s %-33s all %d tensors, worst %s: rel err %.3e (limit %.0e)%s", label, "[tiny model, cuda]",
-          m->num_tensors, worst_name, worst, FIXTURE_TOL, missing || not_finite ? " MISSING/NOT FINITE" : "");
-    free(host);
-    tlm_safetensors_free(&st);
-}
-
-static void test_fixture(const char *sub) {
-    snprintf(refs, sizeof refs, "%s%s%s", fixtures, sub[0] ? "/" : "", sub);
-    const char *vs = sub[0] ? "vs f64 PyTorch" : "vs f32 PyTorch";
-    gpu->precision = TLM_PRECISION_FP32;
-    tlm_config cfg;
-    die_on(tlm_config_preset("tiny", &cfg), "tiny");
-    tlm_model *m;
-    die_on(tlm_model_create(&m, &cfg, gpu), "model on cuda");
-    die_on(tlm_model_load(m, path(fixtures, "weights.safetensors")), "weights");
-    int B, T, Bt, Tt;
-    int32_t *inputs = read_tokens("inputs.npy", cfg.vocab_size, &B, &T);
-    int32_t *targets = read_tokens("targets.npy", cfg.vocab_size, &Bt, &Tt);
-    TLM_ASSERT(B == Bt && T == Tt);
-    char what[96];
-
-    float loss;
-    die_on(tlm_model_forward(m, inputs, targets, B, T, &loss), "forward");
-    int64_t n;
-    float *ref_loss = npy_as_f32("loss.npy", &n);
-    double e = fabs((double)loss - ref_loss[0]) / fabs((double)ref_loss[0]);
-    snprintf(what, sizeof what, "model loss %s", vs);
-    check(e <= FIXTURE_TOL, "%-36s %-33s %.7f vs %.7f: rel err %.3e (limit %.0e)", what, "[tiny model, cuda]", loss,
-          ref_loss[0], e, FIXTURE_TOL);
-
-    float *ref_logits = npy_as_f32("logits.npy", &n);
-    TLM_ASSERT(n == (int64_t)B * T * cfg.vocab_size);
-    float *logits = malloc((size_t)n * sizeof(float));
-    die_on(tlm_model_copy_logits(m, logits), "logits");
-    e = rel_err_f32(logits, ref_logits, (size_t)n);
-    snprintf(what, sizeof what, "model logits %s", vs);
-    check(e <= FIXTURE_TOL, "%-36s %-33s rel err %.3e (limit %.0e)", what, "[tiny model, cuda]", e, FIXTURE_TOL);
-
-    die_on(tlm_model_backward(m), "backward");
-    snprintf(what, sizeof what, "model gradients %s", vs);
-    compare_flat(m, m->grads, "grads.safetensors", what);
-
-    tlm_adamw_config opt = tlm_adamw_defaults();
-    for (int i = 0; i < 3; i++) {
-        if (i > 0) {
-            die_on(tlm_model_forward(m, inputs, targets, B, T, NULL), "forward");
-            die_on(tlm_model_backward(m), "backward");
-        }
-        die_on(tlm_model_adamw_step(m, &opt), "adamw");
-    }
-    snprintf(what, sizeof what, "model 3-step weights %s", vs);
-    compare_flat(m, m->params, "weights_after_3_steps.safetensors", what);
-
-    free(ref_loss);
-    free(ref_logits);
-    free(logits);
-    free(inputs);
-    free(targets);
-    tlm_model_free(m);
-}
+/* ---- the tiny model against PyTorch: fixture_checks.h, shared with the CPU test ---------------- */
 
 int main(void) {
     if (!tlm_cuda_available() || tlm_backend_cuda_create(&gpu, 0) != TLM_OK) {
@@ -915,9 +787,12 @@ int main(void) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_shape(&shapes[i]);
 
     const char *env = getenv("TLM_FIXTURES");
+    char fixtures[512];
     snprintf(fixtures, sizeof fixtures, "%s/tiny", env ? env : "tests/fixtures");
-    test_fixture("");
-    test_fixture("f64");
+    fx_run(gpu, fixtures, "", FIXTURE_TOL);
+    fx_run(gpu, fixtures, "f64", FIXTURE_TOL);
+    passed += fx_passed;
+    failed += fx_failed;
 
     check(gpu->mem_current_total == gpu->mem_current[TLM_MEM_WORKSPACE], "%-36s %-33s %zu bytes still allocated",
           "every test buffer freed", "", gpu->mem_current_total - gpu->mem_current[TLM_MEM_WORKSPACE]);

@@ -7,7 +7,7 @@ int main(void) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/tiny", env ? env : "tests/fixtures");
     tlm_backend *be;
-    pc_die(tlm_backend_cpu_create(&be, 0), "cpu backend");
+    fx_die(tlm_backend_cpu_create(&be, 0), "cpu backend");
     pc_run_all(be, dir);
     tlm_backend_destroy(be);
     printf("%d passed, %d failed\n", pc_passed, pc_failed);

@@ -1,0 +1,169 @@
+/* fixture_checks.h — the whole model against PyTorch, shared by the CPU test
+ * (test_model_fixture.c, in CI) and the GPU test (test_gpu_ops.c): tools/make_fixtures.py built
+ * the CS336 model in PyTorch for the tiny preset and wrote weights, a batch, logits, loss, every
+ * gradient and the weights after 3 AdamW steps (tests/fixtures/tiny/, and the same computed in
+ * float64 under f64/). fx_run checks a backend's fp32 run against one set: per tensor
+ * ||tlm - torch|| / ||torch|| within `limit`, every value finite, no tensor missing. */
+#ifndef TLM_TESTS_FIXTURE_CHECKS_H
+#define TLM_TESTS_FIXTURE_CHECKS_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tlm/model.h"
+#include "tlm/npy.h"
+#include "tlm/safetensors.h"
+
+static int fx_passed, fx_failed;
+
+static inline void fx_check(int ok, const char *what, double value, double limit) {
+    printf("%-6s %-64s %.3e (limit %.1e)\n", ok ? "ok" : "FAIL", what, value, limit);
+    if (ok) fx_passed++;
+    else fx_failed++;
+}
+
+static inline void fx_die(tlm_status s, const char *what) {
+    if (s != TLM_OK) {
+        fprintf(stderr, "%s: %s\n", what, tlm_last_error());
+        exit(1);
+    }
+}
+
+static inline const char *fx_path(const char *dir, const char *name) {
+    static char buf[1024];
+    snprintf(buf, sizeof buf, "%s/%s", dir, name);
+    return buf;
+}
+
+static inline double fx_rel_err(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+/* a reference array as float32 (from F32 or F64 files) */
+static inline float *fx_npy_f32(const char *dir, const char *file, int64_t *numel) {
+    tlm_array a;
+    fx_die(tlm_npy_read(fx_path(dir, file), &a), file);
+    float *out = malloc((size_t)a.numel * sizeof(float));
+    for (int64_t i = 0; i < a.numel; i++)
+        out[i] = a.dtype == TLM_DTYPE_F64 ? (float)((double *)a.data)[i] : ((float *)a.data)[i];
+    *numel = a.numel;
+    tlm_array_free(&a);
+    return out;
+}
+
+static inline int32_t *fx_tokens(const char *dir, const char *file, int vocab, int *B, int *T) {
+    tlm_array a;
+    fx_die(tlm_npy_read(fx_path(dir, file), &a), file);
+    int32_t *ids = malloc((size_t)a.numel * sizeof(int32_t));
+    fx_die(tlm_array_to_tokens(&a, ids, vocab, file), file);
+    *B = (int)a.shape[0];
+    *T = (int)a.shape[1];
+    tlm_array_free(&a);
+    return ids;
+}
+
+/* every tensor of a flat backend buffer (params or grads) against a safetensors reference */
+static inline void fx_compare_flat(const tlm_model *m, const float *flat, const char *dir, const char *file,
+                            const char *label, double limit) {
+    tlm_safetensors st;
+    fx_die(tlm_safetensors_read(fx_path(dir, file), &st), file);
+    float *host = malloc(m->flat_numel * sizeof(float));
+    m->backend->copy_to_host(m->backend, host, flat, m->flat_numel * sizeof(float));
+    m->backend->synchronize(m->backend);
+    double worst = 0;
+    const char *worst_name = "";
+    int missing = 0;
+    size_t not_finite = 0;
+    for (int i = 0; i < m->num_tensors; i++) {
+        const tlm_tensor_info *t = &m->tensors[i];
+        const tlm_st_tensor *ref = tlm_safetensors_find(&st, t->name);
+        if (!ref || (size_t)ref->numel != t->numel) {
+            missing++;
+            continue;
+        }
+        for (size_t j = 0; j < t->numel; j++) not_finite += !isfinite(host[t->offset + j]);
+        float *r = malloc(t->numel * sizeof(float));
+        fx_die(tlm_st_tensor_to_f32(ref, r), t->name);
+        double e = fx_rel_err(host + t->offset, r, t->numel);
+        if (!(e <= worst)) { /* NaN propagates as the worst */
+            worst = e;
+            worst_name = t->name;
+        }
+        free(r);
+    }
+    char what[256];
+    snprintf(what, sizeof what, "%s: all %d tensors (worst %s)%s", label, m->num_tensors, worst_name,
+             missing || not_finite ? " MISSING/NOT FINITE" : "");
+    fx_check(missing == 0 && not_finite == 0 && worst <= limit, what, worst, limit);
+    free(host);
+    tlm_safetensors_free(&st);
+}
+
+/* The tiny model on `be` in fp32 from the fixture weights and batch in `fixtures`, against the
+ * references in fixtures/<sub> ("" float32 PyTorch, "f64" float64 PyTorch): loss, logits,
+ * every gradient, and the weights after 3 AdamW steps on the same batch. */
+static inline void fx_run(tlm_backend *be, const char *fixtures, const char *sub, double limit) {
+    char refs[600];
+    snprintf(refs, sizeof refs, "%s%s%s", fixtures, sub[0] ? "/" : "", sub);
+    char tag[64];
+    snprintf(tag, sizeof tag, "%s vs %s PyTorch", be->name, sub[0] ? "float64" : "float32");
+    be->precision = TLM_PRECISION_FP32;
+    tlm_config cfg;
+    fx_die(tlm_config_preset("tiny", &cfg), "tiny");
+    tlm_model *m;
+    fx_die(tlm_model_create(&m, &cfg, be), "model");
+    fx_die(tlm_model_load(m, fx_path(fixtures, "weights.safetensors")), "weights");
+    int B, T, Bt, Tt;
+    int32_t *inputs = fx_tokens(fixtures, "inputs.npy", cfg.vocab_size, &B, &T);
+    int32_t *targets = fx_tokens(fixtures, "targets.npy", cfg.vocab_size, &Bt, &Tt);
+    TLM_ASSERT(B == Bt && T == Tt);
+    char what[256];
+
+    float loss;
+    fx_die(tlm_model_forward(m, inputs, targets, B, T, &loss), "forward");
+    int64_t n;
+    float *ref_loss = fx_npy_f32(refs, "loss.npy", &n);
+    double e = fabs((double)loss - ref_loss[0]) / fabs((double)ref_loss[0]);
+    snprintf(what, sizeof what, "loss %.7f, %s %.7f", loss, tag, ref_loss[0]);
+    fx_check(e <= limit, what, e, limit);
+
+    float *ref_logits = fx_npy_f32(refs, "logits.npy", &n);
+    TLM_ASSERT(n == (int64_t)B * T * cfg.vocab_size);
+    float *logits = malloc((size_t)n * sizeof(float));
+    fx_die(tlm_model_copy_logits(m, logits), "logits");
+    e = fx_rel_err(logits, ref_logits, (size_t)n);
+    snprintf(what, sizeof what, "logits, %s", tag);
+    fx_check(e <= limit, what, e, limit);
+
+    fx_die(tlm_model_backward(m), "backward");
+    snprintf(what, sizeof what, "gradients, %s", tag);
+    fx_compare_flat(m, m->grads, refs, "grads.safetensors", what, limit);
+
+    /* 3 AdamW steps on the same batch: the first uses the gradient just computed */
+    tlm_adamw_config opt = tlm_adamw_defaults();
+    for (int i = 0; i < 3; i++) {
+        if (i > 0) {
+            fx_die(tlm_model_forward(m, inputs, targets, B, T, NULL), "forward");
+            fx_die(tlm_model_backward(m), "backward");
+        }
+        fx_die(tlm_model_adamw_step(m, &opt), "adamw");
+    }
+    snprintf(what, sizeof what, "weights after 3 AdamW steps, %s", tag);
+    fx_compare_flat(m, m->params, refs, "weights_after_3_steps.safetensors", what, limit);
+
+    free(ref_loss);
+    free(ref_logits);
+    free(logits);
+    free(inputs);
+    free(targets);
+    tlm_model_free(m);
+}
+
+#endif
