@@ -15,6 +15,7 @@
 #include "tlm/rng.h"
 #include "cpu/cpu_ops.h"
 #include "core/convert.h"
+#include "test_check.h"
 
 #include <float.h>
 #include <math.h>
@@ -31,21 +32,8 @@
 #define FD_SAMPLES 50    /* elements perturbed per input when it has more than FD_ALL */
 #define FD_ALL 128
 
-static int passed, failed;
 static tlm_backend *be;
 static uint64_t rng = 0x5EED;
-
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok) passed++;
-    else failed++;
-}
 
 /* ---- buffers ----------------------------------------------------------------------------- */
 

@@ -25,6 +25,7 @@
 #include "tlm/backend.h"
 #include "tlm/rng.h"
 #include "cpu/cpu_ops.h"
+#include "test_check.h"
 
 #include <math.h>
 #include <omp.h>
@@ -38,20 +39,7 @@
 #define NORM_TOL 1e-5  /* normalized error against float64 */
 #define CS336_TOL 1e-2 /* rtol = atol of the CS336 reference test */
 
-static int passed, failed;
 static uint64_t rng = 0x5EED;
-
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok) passed++;
-    else failed++;
-}
 
 /* ---- buffers ------------------------------------------------------------------------------- */
 

@@ -33,6 +33,7 @@
 #include "fixture_checks.h"
 #include "tlm/rng.h"
 #include "tlm/safetensors.h"
+#include "test_check.h"
 
 /* Tolerances (normalized error against the CPU backend).
  * TOL: fp32 kernels (elementwise, row reductions); both sides round in fp32, only the order of
@@ -58,29 +59,8 @@
 #define LOWP_TOL 1e-2
 #define FIXTURE_TOL 1e-5
 
-static int passed, failed;
 static tlm_backend *cpu, *gpu;
 static uint64_t rng = 0x6B0A7;
-
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-    if (ok) passed++;
-    else failed++;
-}
-
-static void die_on(tlm_status s, const char *what) {
-    if (s != TLM_OK) {
-        fprintf(stderr, "%s: %s\n", what, tlm_last_error());
-        exit(1);
-    }
-}
 
 /* ---- bf16 and fp16 on the host: round to nearest even, and widen ------------------------------ */
 

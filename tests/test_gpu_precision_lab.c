@@ -15,29 +15,9 @@
 #include "tlm/backend.h"
 #include "tlm/precision_lab.h"
 #include "tlm/toymodel.h"
+#include "test_check.h"
 
-static int passed, failed;
 static tlm_backend *cpu, *gpu;
-
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-    if (ok) passed++;
-    else failed++;
-}
-
-static void die_on(tlm_status s, const char *what) {
-    if (s != TLM_OK) {
-        fprintf(stderr, "%s: %s\n", what, tlm_last_error());
-        exit(1);
-    }
-}
 
 static void test_accumulate(void) {
     static tlm_accumulation g, c;

@@ -34,22 +34,10 @@
 #include "tlm/precision_lab.h"
 #include "tlm/rng.h"
 #include "tlm/toymodel.h"
+#include "test_check.h"
 
-static int passed, failed;
 static tlm_backend *be;
 static uint64_t rng = 0x1AB5;
-
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok) passed++;
-    else failed++;
-}
 
 /* ---- the reference rounding ---------------------------------------------------------------- */
 
