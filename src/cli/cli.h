@@ -65,5 +65,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_step(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_precision(int argc, char **argv);
+int cmd_attention(int argc, char **argv);
 
 #endif

@@ -16,6 +16,8 @@ static void usage(FILE *f) {
             "  step      one forward/backward on given weights and data, writing logits, loss,\n"
             "            gradients (and the weights after N AdamW steps): compare with PyTorch\n"
             "  compare   relative error between two .safetensors or .npy files, tensor by tensor\n"
+            "  attention the attention benchmark: naive vs FlashAttention-2 forward/backward ms, TFLOP/s,\n"
+            "            memory before backward, over batch x heads x seq x d_head (CS336 suites as presets)\n"
             "  precision the mixed-precision experiments: accumulate (0.01 added 1000 times in fp32,\n"
             "            fp16, bf16), autocast (the ToyModel's dtypes), layernorm (LayerNorm in fp16/bf16)\n"
             "\n"
@@ -51,6 +53,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "step") == 0) return cmd_step(argc - 1, argv + 1);
     if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 1, argv + 1);
     if (strcmp(cmd, "precision") == 0) return cmd_precision(argc - 1, argv + 1);
-    fprintf(stderr, "tlm: unknown command '%s' (known: bench, step, compare, precision; see tlm --help)\n", cmd);
+    if (strcmp(cmd, "attention") == 0) return cmd_attention(argc - 1, argv + 1);
+    fprintf(stderr, "tlm: unknown command '%s' (known: bench, step, compare, precision, attention; see tlm --help)\n", cmd);
     return TLM_EXIT_USAGE;
 }

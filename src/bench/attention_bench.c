@@ -1,0 +1,232 @@
+/* attention_bench.c — one case of `tlm attention` (attention_bench.h): naive attention through
+ * the backend's op, or FlashAttention-2 (the CPU reference on the CPU; the CUDA kernels are not
+ * written yet, so flash on CUDA is reported as unsupported). */
+#include "tlm/attention_bench.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tlm/flash_attention.h"
+#include "tlm/rng.h"
+
+const char *tlm_attn_impl_name(tlm_attn_impl impl) { return impl == TLM_ATTN_FLASH ? "flash" : "naive"; }
+
+const char *tlm_attn_status_name(tlm_attn_status s) {
+    switch (s) {
+    case TLM_ATTN_OK: return "ok";
+    case TLM_ATTN_OOM: return "OOM";
+    case TLM_ATTN_UNSUPPORTED: return "unsupported";
+    case TLM_ATTN_SKIPPED: return "skipped";
+    }
+    return "?";
+}
+
+double tlm_attn_flops_forward(int batch, int heads, int seq, int d_head, bool causal) {
+    const double f = 4.0 * batch * heads * (double)seq * (double)seq * d_head;
+    return causal ? f / 2 : f;
+}
+
+double tlm_attn_flops_backward(int batch, int heads, int seq, int d_head, bool causal) {
+    return 2.5 * tlm_attn_flops_forward(batch, heads, seq, d_head, causal);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* The buffers of one case; every pointer NULL until allocated, all freed by free_all. */
+enum { BUF_Q, BUF_K, BUF_V, BUF_DOUT, BUF_OUT, BUF_SAVED, BUF_DQ, BUF_DK, BUF_DV, BUF_SCRATCH, BUF_N };
+static const char *const buf_names[BUF_N] = {"attention.q", "attention.k", "attention.v", "attention.dout",
+                                             "attention.out", "attention.saved", "attention.dq",
+                                             "attention.dk", "attention.dv", "attention.scratch"};
+
+typedef struct {
+    tlm_backend *be;
+    void *p[BUF_N];
+    tlm_attn_result *r;
+} bufs;
+
+static void free_all(bufs *b) {
+    for (int i = BUF_N - 1; i >= 0; i--) {
+        tlm_free(b->be, b->p[i]);
+        b->p[i] = NULL;
+    }
+}
+
+/* allocates buffer i; on failure sets the OOM row and returns false */
+static bool alloc_buf(bufs *b, int i, size_t bytes, tlm_mem_tag tag) {
+    b->p[i] = tlm_alloc(b->be, bytes, tag, buf_names[i]);
+    if (b->p[i]) return true;
+    b->r->status = TLM_ATTN_OOM;
+    b->r->oom_bytes = bytes;
+    snprintf(b->r->note, sizeof b->r->note, "out of memory: %s, %zu bytes (%.1f MiB) asked for with %.1f MiB in use",
+             buf_names[i], bytes, bytes / 1048576.0, b->be->mem_current_total / 1048576.0);
+    return false;
+}
+
+/* fills backend tensor dst (n elements of dt) with normals of the stream (seed, id) */
+static bool fill_random(bufs *b, void *dst, size_t n, tlm_dtype dt, uint64_t seed, uint64_t id) {
+    float *host = malloc(n * sizeof(float));
+    if (!host) {
+        b->r->status = TLM_ATTN_OOM;
+        b->r->oom_bytes = n * sizeof(float);
+        snprintf(b->r->note, sizeof b->r->note, "out of host memory: %zu bytes for the random inputs",
+                 n * sizeof(float));
+        return false;
+    }
+    uint64_t s = tlm_rng_stream(seed, id);
+    for (size_t i = 0; i < n; i++) host[i] = (float)tlm_rng_normal(&s);
+    bool ok = true;
+    if (dt == TLM_DTYPE_F32) {
+        b->be->copy_to_backend(b->be, dst, host, n * sizeof(float));
+    } else { /* through a float32 staging tensor and the backend's cast (round to nearest even) */
+        float *stage = tlm_alloc(b->be, n * sizeof(float), TLM_MEM_WORKSPACE, "attention.stage");
+        if (!stage) {
+            b->r->status = TLM_ATTN_OOM;
+            b->r->oom_bytes = n * sizeof(float);
+            snprintf(b->r->note, sizeof b->r->note, "out of memory: attention.stage, %zu bytes", n * sizeof(float));
+            ok = false;
+        } else {
+            b->be->copy_to_backend(b->be, stage, host, n * sizeof(float));
+            b->be->ops->cast(b->be, dst, stage, n, dt);
+            b->be->synchronize(b->be);
+            tlm_free(b->be, stage);
+        }
+    }
+    free(host);
+    return ok;
+}
+
+static void unsupported(tlm_attn_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void unsupported(tlm_attn_result *r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    r->status = TLM_ATTN_UNSUPPORTED;
+    vsnprintf(r->note, sizeof r->note, fmt, ap);
+    va_end(ap);
+}
+
+tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_attn_result *r) {
+    memset(r, 0, sizeof *r);
+    if (c->batch < 1 || c->heads < 1 || c->seq < 1 || c->d_head < 2 || c->d_head % 2 || c->iters < 1 ||
+        c->warmup < 0)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT,
+                        "attention case: batch %d, heads %d, seq %d, d_head %d (even, >= 2), iters %d, warmup %d",
+                        c->batch, c->heads, c->seq, c->d_head, c->iters, c->warmup);
+    if (c->dtype != TLM_DTYPE_F32 && c->dtype != TLM_DTYPE_BF16 && c->dtype != TLM_DTYPE_F16)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "attention case: dtype %s (known: F32, BF16, F16)",
+                        tlm_dtype_name(c->dtype));
+    const bool flash = c->impl == TLM_ATTN_FLASH;
+    const bool on_cpu = be->device == TLM_DEVICE_CPU;
+    const char *dtn = c->dtype == TLM_DTYPE_F32 ? "fp32" : c->dtype == TLM_DTYPE_BF16 ? "bf16" : "fp16";
+    if (!flash && !c->causal) {
+        unsupported(r, "naive: causal only (the backend's attention op)");
+        return TLM_OK;
+    }
+    if (flash && !on_cpu) {
+        unsupported(r, "flash: not implemented on %s yet (FlashAttention-2 CUDA kernels: issue 4)", be->name);
+        return TLM_OK;
+    }
+    if (flash && c->dtype != TLM_DTYPE_F32) {
+        unsupported(r, "flash %s: not supported on this backend yet (the CPU reference is fp32)", dtn);
+        return TLM_OK;
+    }
+
+    /* the largest tensor, P (B,H,T,T), in double first: past the address space it is an OOM */
+    const double probs_d = (double)c->batch * c->heads * (double)c->seq * c->seq * 4.0;
+    if (probs_d > (double)(SIZE_MAX / 8) || (double)c->heads * c->d_head > 1e9) {
+        r->status = TLM_ATTN_OOM;
+        r->oom_bytes = SIZE_MAX;
+        snprintf(r->note, sizeof r->note, "out of memory: %.3g bytes asked for (past the address space)",
+                 flash ? (double)c->batch * c->seq * c->heads * c->d_head * tlm_dtype_size(c->dtype) : probs_d);
+        return TLM_OK;
+    }
+    const int B = c->batch, H = c->heads, T = c->seq, D = c->d_head, C = H * D;
+    const size_t es = tlm_dtype_size(c->dtype);
+    const size_t rows = (size_t)B * T, nqkv = rows * C;
+    const size_t act = nqkv * es;                        /* one (B,T,H,D) tensor */
+    const size_t probs = (size_t)B * H * T * T * es;     /* naive: P (B,H,T,T) */
+    const size_t lse = (size_t)B * H * T * sizeof(float); /* flash: L (B,H,T) */
+    bufs b = {be, {0}, r};
+    tlm_mem_reset_peak(be);
+    const size_t base = be->mem_current_total; /* anything the caller holds (nothing, normally) */
+
+    /* inputs: q, k, v and the gradient of the output, random normals */
+    if (!alloc_buf(&b, BUF_Q, act, TLM_MEM_ACTIVATIONS) || !alloc_buf(&b, BUF_K, act, TLM_MEM_ACTIVATIONS) ||
+        !alloc_buf(&b, BUF_V, act, TLM_MEM_ACTIVATIONS) || !alloc_buf(&b, BUF_DOUT, act, TLM_MEM_GRADIENTS) ||
+        !fill_random(&b, b.p[BUF_Q], nqkv, c->dtype, c->seed, 1) ||
+        !fill_random(&b, b.p[BUF_K], nqkv, c->dtype, c->seed, 2) ||
+        !fill_random(&b, b.p[BUF_V], nqkv, c->dtype, c->seed, 3) ||
+        !fill_random(&b, b.p[BUF_DOUT], nqkv, c->dtype, c->seed, 4))
+        goto done;
+    /* the forward's outputs: out and what it saves (P for naive, L for flash) */
+    if (!alloc_buf(&b, BUF_OUT, act, TLM_MEM_ACTIVATIONS) ||
+        !alloc_buf(&b, BUF_SAVED, flash ? lse : probs, TLM_MEM_ACTIVATIONS))
+        goto done;
+    r->mem_before_bwd = be->mem_current_total - base;
+    /* the backward's: dq, dk, dv (and dP scratch for naive) */
+    if (!alloc_buf(&b, BUF_DQ, act, TLM_MEM_GRADIENTS) || !alloc_buf(&b, BUF_DK, act, TLM_MEM_GRADIENTS) ||
+        !alloc_buf(&b, BUF_DV, act, TLM_MEM_GRADIENTS) ||
+        (!flash && !alloc_buf(&b, BUF_SCRATCH, probs, TLM_MEM_ACTIVATIONS)))
+        goto done;
+
+    const tlm_flash_tiles tiles = tlm_flash_cpu_default_tiles();
+    void *const *p = b.p;
+#define FORWARD()                                                                                          \
+    do {                                                                                                   \
+        if (flash)                                                                                         \
+            tlm_flash_attention_forward_cpu(p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, C, B, T, \
+                                            T, H, D, c->causal, tiles.Br, tiles.Bc);                        \
+        else                                                                                               \
+            be->ops->attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, B, T, H, \
+                                       D, c->dtype);                                                       \
+    } while (0)
+#define BACKWARD()                                                                                         \
+    do {                                                                                                   \
+        if (flash)                                                                                         \
+            tlm_flash_attention_backward_cpu(p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_DOUT], p[BUF_Q], p[BUF_K], \
+                                             p[BUF_V], p[BUF_OUT], p[BUF_SAVED], C, C, B, T, T, H, D,       \
+                                             c->causal, tiles.Br, tiles.Bc);                               \
+        else                                                                                               \
+            be->ops->attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_SCRATCH], p[BUF_DOUT],  \
+                                        p[BUF_Q], p[BUF_K], p[BUF_V], p[BUF_SAVED], C, B, T, H, D, c->dtype); \
+    } while (0)
+
+    for (int i = 0; i < c->warmup; i++) {
+        FORWARD();
+        BACKWARD();
+    }
+    be->synchronize(be);
+    double fwd = 0, bwd = 0;
+    for (int i = 0; i < c->iters; i++) {
+        const double t0 = now_ms();
+        FORWARD();
+        be->synchronize(be);
+        fwd += now_ms() - t0;
+    }
+    for (int i = 0; i < c->iters; i++) { /* on the last forward's saved outputs */
+        const double t0 = now_ms();
+        BACKWARD();
+        be->synchronize(be);
+        bwd += now_ms() - t0;
+    }
+#undef FORWARD
+#undef BACKWARD
+    r->status = TLM_ATTN_OK;
+    r->fwd_ms = fwd / c->iters;
+    r->bwd_ms = bwd / c->iters;
+    r->fwdbwd_ms = r->fwd_ms + r->bwd_ms;
+    r->tflops_fwd = r->fwd_ms > 0 ? tlm_attn_flops_forward(B, H, T, D, c->causal) / (r->fwd_ms * 1e9) : 0;
+    r->tflops_bwd = r->bwd_ms > 0 ? tlm_attn_flops_backward(B, H, T, D, c->causal) / (r->bwd_ms * 1e9) : 0;
+done:
+    r->peak_bytes = be->mem_peak_total - base;
+    free_all(&b);
+    return TLM_OK;
+}
