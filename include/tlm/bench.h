@@ -75,6 +75,14 @@ void tlm_bench_print_row(FILE *f, tlm_format fmt, const tlm_bench_case *c, const
                          int index);
 void tlm_bench_print_footer(FILE *f, tlm_format fmt, int num_rows, int num_failed);
 
+/* Helpers every report shares: the current time as "YYYY-MM-DD HH:MM:SS UTC" into buf (n bytes),
+ * and s written as a JSON string (quoted; '"', '\\' and control characters escaped). */
+void tlm_utc_now(char *buf, size_t n);
+void tlm_json_string(FILE *f, const char *s);
+
+/* Parses "table", "csv" (when allow_csv) or "json"; false for anything else. */
+bool tlm_format_parse(const char *name, bool allow_csv, tlm_format *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,7 +7,7 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-static void utc_now(char *buf, size_t n) {
+void tlm_utc_now(char *buf, size_t n) {
     time_t t = time(NULL);
     struct tm tm;
     gmtime_r(&t, &tm);
@@ -18,8 +18,7 @@ static const char *flops_note =
     "matmul FLOPs, 2 per multiply-add (projections, SwiGLU, lm_head; attention's two T x T "
     "products in full), backward counted as 2x forward, over forward+backward time";
 
-/* JSON string body: the strings here are ours (names, messages), escape the few that matter */
-static void json_string(FILE *f, const char *s) {
+void tlm_json_string(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
         if (*s == '"' || *s == '\\') fputc('\\', f);
@@ -32,9 +31,17 @@ static void json_string(FILE *f, const char *s) {
     fputc('"', f);
 }
 
+bool tlm_format_parse(const char *name, bool allow_csv, tlm_format *out) {
+    if (strcmp(name, "table") == 0) *out = TLM_FORMAT_TABLE;
+    else if (allow_csv && strcmp(name, "csv") == 0) *out = TLM_FORMAT_CSV;
+    else if (strcmp(name, "json") == 0) *out = TLM_FORMAT_JSON;
+    else return false;
+    return true;
+}
+
 void tlm_bench_print_header(FILE *f, tlm_format fmt, const char *device_desc, const tlm_bench_case *c) {
     char date[64];
-    utc_now(date, sizeof date);
+    tlm_utc_now(date, sizeof date);
     switch (fmt) {
     case TLM_FORMAT_TABLE:
         fprintf(f, "# tlm bench: CS336 Transformer LM, end to end (tlm %s)\n", TLM_VERSION);
@@ -59,11 +66,11 @@ void tlm_bench_print_header(FILE *f, tlm_format fmt, const char *device_desc, co
         break;
     case TLM_FORMAT_JSON:
         fprintf(f, "{\"tool\": \"tlm bench\", \"version\": \"%s\", \"device\": ", TLM_VERSION);
-        json_string(f, device_desc);
+        tlm_json_string(f, device_desc);
         fprintf(f, ", \"date\": \"%s\", \"warmup\": %d, \"steps\": %d, \"std\": \"population\", "
                    "\"cuda_graphs\": %s,\n \"flops\": ",
                 date, c->warmup, c->steps, c->graphs ? "true" : "false");
-        json_string(f, flops_note);
+        tlm_json_string(f, flops_note);
         fprintf(f, ",\n \"rows\": [");
         break;
     }
@@ -117,7 +124,7 @@ void tlm_bench_print_row(FILE *f, tlm_format fmt, const tlm_bench_case *c, const
                 (long long)r->params, ok ? "ok" : oom ? "OOM" : "failed");
         if (!ok) {
             fprintf(f, ", \"error\": ");
-            json_string(f, r->error);
+            tlm_json_string(f, r->error);
         } else {
             fprintf(f, ", \"fwd_ms_mean\": %.4f, \"fwd_ms_std\": %.4f", r->forward.mean_ms, r->forward.std_ms);
             if (bwd) fprintf(f, ", \"bwd_ms_mean\": %.4f, \"bwd_ms_std\": %.4f", r->backward.mean_ms, r->backward.std_ms);

@@ -52,6 +52,9 @@ int cli_handle_shape_option(const char *cmd, int opt, const char *arg, cli_shape
     {"rope-theta", required_argument, 0, OPT_ROPE_THETA},                \
     {"max-context-length", required_argument, 0, OPT_MAX_CONTEXT}
 
+/* True for NULL, "cpu" or "cuda"; otherwise prints the error (the caller exits with usage). */
+bool cli_check_device(const char *cmd, const char *device);
+
 /* Creates the backend named "cpu", "cuda" or NULL (= cuda when a GPU is present, else cpu).
  * Prints the error and returns NULL on failure. `desc` receives a one-line description. */
 tlm_backend *cli_create_backend(const char *cmd, const char *device, int threads, char *desc, size_t desc_n);

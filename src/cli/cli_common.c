@@ -130,6 +130,12 @@ void cli_print_shape_flags_help(FILE *f) {
                "      --max-context-length N  longest sequence the RoPE table covers (preset: 1024)\n");
 }
 
+bool cli_check_device(const char *cmd, const char *device) {
+    if (!device || strcmp(device, "cpu") == 0 || strcmp(device, "cuda") == 0) return true;
+    cli_error(cmd, "--device: unknown device '%s' (known: cpu, cuda)", device);
+    return false;
+}
+
 tlm_backend *cli_create_backend(const char *cmd, const char *device, int threads, char *desc, size_t desc_n) {
     tlm_backend *be = NULL;
     tlm_status s;

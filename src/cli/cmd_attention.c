@@ -5,7 +5,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
 #include "tlm/attention_bench.h"
@@ -77,26 +76,10 @@ static const char *dtype_short(tlm_dtype t) {
     return t == TLM_DTYPE_BF16 ? "bf16" : t == TLM_DTYPE_F16 ? "fp16" : "fp32";
 }
 
-static void json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fputc('\\', f);
-        if ((unsigned char)*s < 0x20) {
-            fprintf(f, "\\u%04x", (unsigned char)*s);
-            continue;
-        }
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 static void print_header(FILE *f, tlm_format fmt, const char *desc, const char *suite, int warmup, int iters,
                          long seed) {
     char date[64];
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    tlm_utc_now(date, sizeof date);
     switch (fmt) {
     case TLM_FORMAT_TABLE:
         fprintf(f, "# tlm attention: naive vs FlashAttention-2 (tlm %s)%s%s\n", TLM_VERSION, suite ? ", suite " : "",
@@ -117,16 +100,16 @@ static void print_header(FILE *f, tlm_format fmt, const char *desc, const char *
         break;
     case TLM_FORMAT_JSON:
         fprintf(f, "{\"tool\": \"tlm attention\", \"version\": \"%s\", \"device\": ", TLM_VERSION);
-        json_string(f, desc);
+        tlm_json_string(f, desc);
         fprintf(f, ", \"date\": \"%s\", \"suite\": ", date);
-        if (suite) json_string(f, suite);
+        if (suite) tlm_json_string(f, suite);
         else fprintf(f, "null");
         fprintf(f, ", \"warmup\": %d, \"iters\": %d, \"seed\": %ld,\n \"flops\": ", warmup, iters, seed);
-        json_string(f, flops_note);
+        tlm_json_string(f, flops_note);
         fprintf(f, ",\n \"memory\": ");
-        json_string(f, mem_note);
+        tlm_json_string(f, mem_note);
         fprintf(f, ",\n \"ratio\": ");
-        json_string(f, ratio_note);
+        tlm_json_string(f, ratio_note);
         fprintf(f, ",\n \"rows\": [");
         break;
     }
@@ -184,7 +167,7 @@ static void print_row(FILE *f, tlm_format fmt, const row *w, int index) {
         } else {
             if (r->status == TLM_ATTN_OOM) fprintf(f, ", \"oom_bytes\": %zu", r->oom_bytes);
             fprintf(f, ", \"note\": ");
-            json_string(f, r->note);
+            tlm_json_string(f, r->note);
         }
         fputc('}', f);
         break;
@@ -283,10 +266,10 @@ int cmd_attention(int argc, char **argv) {
         case 'd': device = optarg; break;
         case 'o': out_path = optarg; break;
         case 'f':
-            if (strcmp(optarg, "table") == 0) fmt = TLM_FORMAT_TABLE;
-            else if (strcmp(optarg, "csv") == 0) fmt = TLM_FORMAT_CSV;
-            else if (strcmp(optarg, "json") == 0) fmt = TLM_FORMAT_JSON;
-            else { cli_error(cmd, "--format: unknown format '%s' (known: table, csv, json)", optarg); ok = false; }
+            if (!tlm_format_parse(optarg, true, &fmt)) {
+                cli_error(cmd, "--format: unknown format '%s' (known: table, csv, json)", optarg);
+                ok = false;
+            }
             break;
         case 'h': attention_usage(stdout); return TLM_EXIT_OK;
         default: attention_usage(stderr); return TLM_EXIT_USAGE;
@@ -332,6 +315,7 @@ int cmd_attention(int argc, char **argv) {
     if (!n_ds) { n_ds = s_n_ds; memcpy(ds, s_ds, sizeof ds); }
     if (!n_dtypes) { n_dtypes = s_n_dtypes; memcpy(dtypes, s_dtypes, sizeof dtypes); }
 
+    if (!cli_check_device(cmd, device)) return TLM_EXIT_USAGE;
     char desc[256];
     tlm_backend *be = cli_create_backend(cmd, device, (int)threads, desc, sizeof desc);
     if (!be) return TLM_EXIT_FAILURE;

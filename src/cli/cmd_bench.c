@@ -104,10 +104,10 @@ int cmd_bench(int argc, char **argv) {
             break;
         }
         case 'f':
-            if (strcmp(optarg, "table") == 0) fmt = TLM_FORMAT_TABLE;
-            else if (strcmp(optarg, "csv") == 0) fmt = TLM_FORMAT_CSV;
-            else if (strcmp(optarg, "json") == 0) fmt = TLM_FORMAT_JSON;
-            else { cli_error(cmd, "--format: unknown format '%s' (known: table, csv, json)", optarg); ok = false; }
+            if (!tlm_format_parse(optarg, true, &fmt)) {
+                cli_error(cmd, "--format: unknown format '%s' (known: table, csv, json)", optarg);
+                ok = false;
+            }
             break;
         case 'h': bench_usage(stdout); return TLM_EXIT_OK;
         default: {
@@ -123,6 +123,7 @@ int cmd_bench(int argc, char **argv) {
         return TLM_EXIT_USAGE;
     }
 
+    if (!cli_check_device(cmd, device)) return TLM_EXIT_USAGE;
     char desc[256];
     tlm_backend *be = cli_create_backend(cmd, device, (int)threads, desc, sizeof desc);
     if (!be) return TLM_EXIT_FAILURE;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "tlm/bench.h"
 #include "tlm/precision_lab.h"
 #include "tlm/toymodel.h"
 
@@ -64,14 +65,15 @@ static int run_accumulate(int argc, char **argv) {
     for (int c; (c = getopt_long(argc, argv, "d:f:h", opts, NULL)) != -1;) {
         switch (c) {
         case 'd': device = optarg; break;
-        case 'f':
-            if (strcmp(optarg, "table") == 0) json = false;
-            else if (strcmp(optarg, "json") == 0) json = true;
-            else {
+        case 'f': {
+            tlm_format f;
+            if (!tlm_format_parse(optarg, false, &f)) {
                 cli_error(cmd, "--format: unknown format '%s' (known: table, json)", optarg);
                 return TLM_EXIT_USAGE;
             }
+            json = f == TLM_FORMAT_JSON;
             break;
+        }
         case 'h': accumulate_usage(stdout); return TLM_EXIT_OK;
         default: accumulate_usage(stderr); return TLM_EXIT_USAGE;
         }
@@ -80,10 +82,7 @@ static int run_accumulate(int argc, char **argv) {
         cli_error(cmd, "unexpected argument '%s' (see tlm precision accumulate --help)", argv[optind]);
         return TLM_EXIT_USAGE;
     }
-    if (device && strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0) {
-        cli_error(cmd, "--device: unknown device '%s' (known: cpu, cuda)", device);
-        return TLM_EXIT_USAGE;
-    }
+    if (!cli_check_device(cmd, device)) return TLM_EXIT_USAGE;
     char desc[256];
     tlm_backend *be = cli_create_backend(cmd, device, 0, desc, sizeof desc);
     if (!be) return TLM_EXIT_FAILURE;
@@ -262,10 +261,7 @@ static int run_autocast(int argc, char **argv) {
         cli_error(cmd, "unexpected argument '%s' (see tlm precision autocast --help)", argv[optind]);
         return TLM_EXIT_USAGE;
     }
-    if (device && strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0) {
-        cli_error(cmd, "--device: unknown device '%s' (known: cpu, cuda)", device);
-        return TLM_EXIT_USAGE;
-    }
+    if (!cli_check_device(cmd, device)) return TLM_EXIT_USAGE;
     char desc[256];
     tlm_backend *be = cli_create_backend(cmd, device, 0, desc, sizeof desc);
     if (!be) return TLM_EXIT_FAILURE;

@@ -147,6 +147,7 @@ int cmd_step(int argc, char **argv) {
         cli_error(cmd, "give both --inputs and --targets (or --data)");
         return TLM_EXIT_USAGE;
     }
+    if (!cli_check_device(cmd, device)) return TLM_EXIT_USAGE;
     tlm_config cfg;
     if (tlm_config_preset(model_name, &cfg) != TLM_OK) {
         cli_error(cmd, "--model: %s", tlm_last_error());
