@@ -3,12 +3,21 @@
 # `tlm bench` and the PyTorch peer on the same sizes, and write a side-by-side table to $OUT.
 # Usage (on the GPU machine, from the repository root):
 #   OUT=/some/dir bench/run-device.sh 2>&1 | tee $OUT/log.txt
-# Files under $OUT: build.log, tlm.json, torch-eager.json, torch-compile.json, side-by-side.md
+# Files under $OUT: build.log, tlm.json, torch-eager.json, torch-compile.json, side-by-side.md;
+#   attention (stages attn, attn-peer): attn-tlm-SUITE.json, attn-torch-SUITE.json, attention-side-by-side.md
 # env: MODELS (small,medium,large,xl,2.7B) CTX (256) BATCH (4) WARMUP (5) STEPS (10)
 #      TLM_PRECISIONS (fp32,tf32,bf16,fp16) PEER_PRECISIONS (fp32,bf16)
 #      GRID_CTX (128,256,512,1024: tlm's context sweep in fp32 and bf16; empty: none)
 #      EAGER (1: PyTorch eager) COMPILE_MODELS (small,large,2.7B: torch.compile bf16 + SDPA; empty: none)
-#      STAGES (build,test,tlm,grid,eager,compile: a subset runs part of it, e.g. in two calls)
+#      ATTN_SUITES (pytorch-attention,flash-benchmarking,leaderboard: `tlm attention --suite` and the
+#        PyTorch peer on each, naive and flash both) ATTN_ITERS (20) ATTN_WARMUP (5): timed passes and
+#        warm-up per row, empty for the suites' own 100 and 10 (CS336's; about 5x the device time)
+#      ATTN_MAX_SEQ (empty: every seq; N skips rows with seq > N) ATTN_PEER_IMPLS
+#        (naive,compile,sdpa-flash,sdpa-cudnn; add sdpa-math for PyTorch's reference kernel)
+#      STAGES (build,test,tlm,grid,eager,compile,attn,attn-peer: a subset runs part of it, e.g. in several
+#        calls: one call has 10 minutes; the attention stages with the defaults take several minutes each,
+#        STAGES=attn then STAGES=attn-peer; each call's attention-side-by-side.md has that call's files only:
+#        `bench/attention_side_by_side.py OUT.md attn-*.json` on the fetched files joins them)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to a folder for the results}
@@ -16,7 +25,10 @@ MODELS=${MODELS:-small,medium,large,xl,2.7B} CTX=${CTX:-256} BATCH=${BATCH:-4}
 WARMUP=${WARMUP:-5} STEPS=${STEPS:-10}
 TLM_PRECISIONS=${TLM_PRECISIONS:-fp32,tf32,bf16,fp16} PEER_PRECISIONS=${PEER_PRECISIONS:-fp32,bf16}
 GRID_CTX=${GRID_CTX-128,256,512,1024} COMPILE_MODELS=${COMPILE_MODELS-small,large,2.7B}
-STAGES=${STAGES:-build,test,tlm,grid,eager,compile}
+ATTN_SUITES=${ATTN_SUITES-pytorch-attention,flash-benchmarking,leaderboard}
+ATTN_ITERS=${ATTN_ITERS-20} ATTN_WARMUP=${ATTN_WARMUP-5} ATTN_MAX_SEQ=${ATTN_MAX_SEQ-}
+ATTN_PEER_IMPLS=${ATTN_PEER_IMPLS:-naive,compile,sdpa-flash,sdpa-cudnn}
+STAGES=${STAGES:-build,test,tlm,grid,eager,compile,attn,attn-peer}
 stage() { [[ ",$STAGES," == *",$1,"* ]]; }
 mkdir -p "$OUT"
 {
@@ -75,5 +87,35 @@ for f in "$OUT/torch-eager.json" "$OUT/torch-compile.json"; do [ -f "$f" ] && pe
 if [ -f "$OUT/tlm.json" ] && [ ${#peers[@]} -gt 0 ]; then
   echo "== side by side"
   python3 bench/side_by_side.py "$OUT/side-by-side.md" "$OUT/tlm.json" --peers "${peers[@]}"
+fi
+
+# ---- attention: `tlm attention` and its PyTorch peer on the CS336 suites (SPEC.md §2.7-2.8) -----------
+attn_flags=()
+[ -n "$ATTN_ITERS" ] && attn_flags+=(--iters "$ATTN_ITERS")
+[ -n "$ATTN_WARMUP" ] && attn_flags+=(--warmup "$ATTN_WARMUP")
+[ -n "$ATTN_MAX_SEQ" ] && attn_flags+=(--max-seq "$ATTN_MAX_SEQ")
+IFS=, read -r -a attn_suites <<<"$ATTN_SUITES"
+if stage attn; then
+  for suite in "${attn_suites[@]}"; do
+    echo "== tlm attention --suite $suite"
+    ./build-gpu/tlm attention --device cuda --suite "$suite" --impl both ${attn_flags[@]+"${attn_flags[@]}"} --format json \
+      --out "$OUT/attn-tlm-$suite.json"
+  done
+fi
+if stage attn-peer; then
+  for suite in "${attn_suites[@]}"; do
+    echo "== PyTorch attention --suite $suite ($ATTN_PEER_IMPLS)"
+    PYTHONUNBUFFERED=1 python3 bench/peers/pytorch_attention.py --device cuda --suite "$suite" --impl "$ATTN_PEER_IMPLS" \
+      ${attn_flags[@]+"${attn_flags[@]}"} --format json --out "$OUT/attn-torch-$suite.json"
+  done
+fi
+attn_files=()
+for suite in "${attn_suites[@]}"; do
+  for f in "$OUT/attn-tlm-$suite.json" "$OUT/attn-torch-$suite.json"; do [ -f "$f" ] && attn_files+=("$f"); done
+done
+if { stage attn || stage attn-peer; } && [ ${#attn_files[@]} -gt 0 ]; then
+  echo "== attention side by side"
+  python3 bench/attention_side_by_side.py "$OUT/attention-side-by-side.md" "${attn_files[@]}" > /dev/null \
+    && echo "written: $OUT/attention-side-by-side.md"
 fi
 exit "$tests_rc"

@@ -3,7 +3,8 @@
  * the CS336 model in PyTorch for the tiny preset and wrote weights, a batch, logits, loss, every
  * gradient and the weights after 3 AdamW steps (tests/fixtures/tiny/, and the same computed in
  * float64 under f64/). fx_run checks a backend's fp32 run against one set: per tensor
- * ||tlm - torch|| / ||torch|| within `limit`, every value finite, no tensor missing. */
+ * ||tlm - torch|| / ||torch|| within `limit`, every value finite, no tensor missing;
+ * fx_run_attention the same with the model's attention chosen (naive or flash). */
 #ifndef TLM_TESTS_FIXTURE_CHECKS_H
 #define TLM_TESTS_FIXTURE_CHECKS_H
 
@@ -106,19 +107,22 @@ static inline void fx_compare_flat(const tlm_model *m, const float *flat, const 
     tlm_safetensors_free(&st);
 }
 
-/* The tiny model on `be` in fp32 from the fixture weights and batch in `fixtures`, against the
- * references in fixtures/<sub> ("" float32 PyTorch, "f64" float64 PyTorch): loss, logits,
- * every gradient, and the weights after 3 AdamW steps on the same batch. */
-static inline void fx_run(tlm_backend *be, const char *fixtures, const char *sub, double limit) {
+/* The tiny model on `be` in fp32 with attention `att` from the fixture weights and batch in
+ * `fixtures`, against the references in fixtures/<sub> ("" float32 PyTorch, "f64" float64
+ * PyTorch): loss, logits, every gradient, and the weights after 3 AdamW steps on the same batch. */
+static inline void fx_run_attention(tlm_backend *be, const char *fixtures, const char *sub, double limit,
+                                    tlm_attention att) {
     char refs[600];
     snprintf(refs, sizeof refs, "%s%s%s", fixtures, sub[0] ? "/" : "", sub);
     char tag[64];
-    snprintf(tag, sizeof tag, "%s vs %s PyTorch", be->name, sub[0] ? "float64" : "float32");
+    snprintf(tag, sizeof tag, "%s %s attention vs %s PyTorch", be->name, tlm_attention_name(att),
+             sub[0] ? "float64" : "float32");
     be->precision = TLM_PRECISION_FP32;
     tlm_config cfg;
     fx_die(tlm_config_preset("tiny", &cfg), "tiny");
     tlm_model *m;
     fx_die(tlm_model_create(&m, &cfg, be), "model");
+    fx_die(tlm_model_set_attention(m, att), "attention");
     fx_die(tlm_model_load(m, fx_path(fixtures, "weights.safetensors")), "weights");
     int B, T, Bt, Tt;
     int32_t *inputs = fx_tokens(fixtures, "inputs.npy", cfg.vocab_size, &B, &T);
@@ -164,6 +168,11 @@ static inline void fx_run(tlm_backend *be, const char *fixtures, const char *sub
     free(inputs);
     free(targets);
     tlm_model_free(m);
+}
+
+/* fx_run_attention with the naive attention (the model's default) */
+static inline void fx_run(tlm_backend *be, const char *fixtures, const char *sub, double limit) {
+    fx_run_attention(be, fixtures, sub, limit, TLM_ATTENTION_NAIVE);
 }
 
 #endif

@@ -1,12 +1,43 @@
 /* test_attention_bench.c — the attention benchmark's library part (attention_bench.h): FLOP
- * counts in FlashAttention's convention, the memory accounting of a naive and a flash case,
- * the rows that must not run (naive non-causal, flash bf16 on the CPU), invalid cases. */
+ * counts in FlashAttention's convention, the memory accounting of a naive and a flash case (the
+ * flash backward's workspace included), the rows that must not run (naive non-causal), invalid
+ * cases; and how flash runs: through the backend's flash ops when its op table has them (checked
+ * with an op table whose flash ops count their calls, wrap the CPU reference and refuse bf16
+ * through flash_attention_check), else on the CPU through the fp32 reference (an op table without
+ * them: bf16 unsupported). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "test_check.h"
 #include "tlm/attention_bench.h"
+#include "tlm/flash_attention.h"
+
+/* ---- an op table whose flash ops count their calls and wrap the fp32 CPU reference ---------- */
+
+static int fwd_calls, bwd_calls, null_workspace;
+
+static void counting_forward(tlm_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
+                             int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D, bool causal, tlm_dtype dt) {
+    fwd_calls++;
+    tlm_flash_attention_forward_cpu(out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, D, causal, 64, 64);
+}
+
+static void counting_backward(tlm_backend *be, void *dq, void *dk, void *dv, float *workspace, const void *dout,
+                              const void *q, const void *k, const void *v, const void *out, const float *lse,
+                              int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D, bool causal,
+                              tlm_dtype dt) {
+    bwd_calls++;
+    null_workspace += workspace == NULL;
+    tlm_flash_attention_backward_cpu(dq, dk, dv, dout, q, k, v, out, lse, ld_qkv, ld_out, B, Tq, Tk, H, D, causal,
+                                     64, 64);
+}
+
+static tlm_status fp32_only_check(tlm_backend *be, int D, tlm_dtype dt) {
+    if (dt != TLM_DTYPE_F32)
+        return tlm_fail(TLM_ERR_UNSUPPORTED, "test flash ops: %s not supported (d_head %d)", tlm_dtype_name(dt), D);
+    return TLM_OK;
+}
 
 int main(void) {
     /* forward 4*b*h*s^2*d, halved when causal; backward 2.5x */
@@ -37,9 +68,12 @@ int main(void) {
 
     c.impl = TLM_ATTN_FLASH;
     die_on(tlm_attention_bench_run(be, &c, &r), "flash");
-    check(r.status == TLM_ATTN_OK, "flash ran on the CPU");
-    check(r.mem_before_bwd == 5 * act + (size_t)B * H * T * 4, "flash memory before backward = + L (%zu)",
-          r.mem_before_bwd);
+    check(r.status == TLM_ATTN_OK, "flash ran on the CPU (%s)",
+          be->ops->flash_attention_forward ? "the backend's flash ops" : "the fp32 reference: no flash ops");
+    const size_t lse = (size_t)B * H * T * 4, workspace = tlm_flash_workspace_floats(B, T, H, D) * 4;
+    check(r.mem_before_bwd == 5 * act + lse, "flash memory before backward = + L (%zu)", r.mem_before_bwd);
+    check(r.peak_bytes == 8 * act + lse + workspace, "flash peak = + dq,dk,dv + the fp32 workspace (%zu, expected %zu)",
+          r.peak_bytes, 8 * act + lse + workspace);
     c.causal = false;
     die_on(tlm_attention_bench_run(be, &c, &r), "flash non-causal");
     check(r.status == TLM_ATTN_OK, "flash non-causal ran");
@@ -49,10 +83,57 @@ int main(void) {
     check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "naive: causal only"), "naive non-causal: %s", r.note);
     c.causal = true;
     c.impl = TLM_ATTN_FLASH;
+    /* bf16 and fp16 with the CPU backend's own op table: they run through its flash ops where it
+     * has them; without them (the reference alone is fp32) they are unsupported */
+    for (int t = 0; t < 2; t++) {
+        c.dtype = t ? TLM_DTYPE_F16 : TLM_DTYPE_BF16;
+        die_on(tlm_attention_bench_run(be, &c, &r), "flash bf16/fp16");
+        if (be->ops->flash_attention_forward)
+            check(r.status == TLM_ATTN_OK && r.peak_bytes == 8 * act / 2 + lse + workspace,
+                  "flash %s on the CPU: runs through the flash ops (peak %zu)", tlm_dtype_name(c.dtype),
+                  r.peak_bytes);
+        else
+            check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "not supported on this backend yet"),
+                  "flash %s on the CPU without flash ops: %s", tlm_dtype_name(c.dtype), r.note);
+    }
+    c.dtype = TLM_DTYPE_F32;
+
+    /* an op table with counting flash ops: flash goes through them, with a workspace; their
+     * check refuses bf16 and its message becomes the row's note */
+    const tlm_ops *own = be->ops;
+    tlm_ops counting = *own;
+    counting.flash_attention_forward = counting_forward;
+    counting.flash_attention_backward = counting_backward;
+    counting.flash_attention_check = fp32_only_check;
+    be->ops = &counting;
+    die_on(tlm_attention_bench_run(be, &c, &r), "flash through counting ops");
+    check(r.status == TLM_ATTN_OK && fwd_calls == c.warmup + c.iters && bwd_calls == c.warmup + c.iters &&
+              null_workspace == 0,
+          "flash through the op table: %d forward and %d backward calls (expected %d each), workspace given %s",
+          fwd_calls, bwd_calls, c.warmup + c.iters, null_workspace ? "NOT always" : "every time");
+    check(r.peak_bytes == 8 * act + lse + workspace, "flash through the op table: peak %zu includes the workspace",
+          r.peak_bytes);
     c.dtype = TLM_DTYPE_BF16;
-    die_on(tlm_attention_bench_run(be, &c, &r), "flash bf16");
-    check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "not supported on this backend yet"), "flash bf16: %s",
-          r.note);
+    fwd_calls = bwd_calls = 0;
+    die_on(tlm_attention_bench_run(be, &c, &r), "flash bf16 refused by the check");
+    check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "test flash ops: BF16 not supported (d_head 16)") &&
+              fwd_calls == 0,
+          "flash refused by flash_attention_check: unsupported row with its message: %s", r.note);
+
+    /* an op table without flash ops, on the CPU: fp32 through the reference, bf16 unsupported */
+    tlm_ops bare = *own;
+    bare.flash_attention_forward = NULL;
+    bare.flash_attention_backward = NULL;
+    bare.flash_attention_check = NULL;
+    be->ops = &bare;
+    die_on(tlm_attention_bench_run(be, &c, &r), "flash bf16 without ops");
+    check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "not supported on this backend yet"),
+          "no flash ops, bf16: %s", r.note);
+    c.dtype = TLM_DTYPE_F32;
+    die_on(tlm_attention_bench_run(be, &c, &r), "flash fp32 without ops");
+    check(r.status == TLM_ATTN_OK && r.peak_bytes == 8 * act + lse + workspace,
+          "no flash ops, fp32: the CPU reference runs; the workspace is still accounted (peak %zu)", r.peak_bytes);
+    be->ops = own;
 
     c.dtype = TLM_DTYPE_F32;
     c.d_head = 15;

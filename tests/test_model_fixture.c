@@ -1,6 +1,7 @@
 /* test_model_fixture.c — the whole model on the CPU backend against PyTorch (fixture_checks.h
  * says what is checked): within 1e-5 relative error per tensor of PyTorch's float32 run and of
- * its float64 run; and a save -> load round trip. */
+ * its float64 run, with the naive attention and with FlashAttention-2 (PyTorch's run is naive
+ * attention: the same function); and a save -> load round trip. */
 #include "fixture_checks.h"
 
 /* save -> load gives back the same bits; the file loads under its state-dict names */
@@ -34,6 +35,8 @@ int main(void) {
     fx_die(tlm_backend_cpu_create(&be, 0), "cpu backend");
     fx_run(be, fixtures, "", 1e-5);
     fx_run(be, fixtures, "f64", 1e-5);
+    fx_run_attention(be, fixtures, "", 1e-5, TLM_ATTENTION_FLASH);
+    fx_run_attention(be, fixtures, "f64", 1e-5, TLM_ATTENTION_FLASH);
     tlm_backend_destroy(be);
     roundtrip();
     printf("%d passed, %d failed\n", fx_passed, fx_failed);

@@ -69,6 +69,12 @@ const char *tlm_mem_tag_name(tlm_mem_tag tag); /* "parameters", "gradients", ...
 
 typedef struct tlm_backend tlm_backend;
 
+/* float32 elements of the flash_attention_backward workspace: delta (B,H,Tq) and the fp32
+ * dQ accumulator (B,H,Tq,D). */
+static inline size_t tlm_flash_workspace_floats(int B, int Tq, int H, int D) {
+    return (size_t)B * H * Tq * ((size_t)D + 1);
+}
+
 /* The ops. Shapes: B batch, T seq_len, N = B*T, C d_model, H num_heads, D d_head (C = H*D),
  * F d_ff, V vocab_size. `dt` is the activation dtype of the mode (tlm_precision_act_dtype):
  * a `void *` tensor holds dt elements; a `float *` tensor is always float32. Every op
@@ -166,6 +172,39 @@ typedef struct tlm_ops {
     void (*attention_backward)(tlm_backend *be, void *dq, void *dk, void *dv, void *dprobs,
                                const void *dout, const void *q, const void *k, const void *v,
                                const void *probs, int ld, int B, int T, int H, int D, tlm_dtype dt);
+
+    /* ---- FlashAttention-2 (Dao 2023, Algorithm 1 forward, Algorithm 2 backward) -------------
+     * The exact semantics, layout and masking are those of tlm/flash_attention.h (the CPU
+     * reference is the spec): q (B,Tq,H,D), k, v (B,Tk,H,D) dt with row stride ld_qkv (3*C for
+     * the thirds of the fused projection); out (B,Tq,H*D) dt with row stride ld_out; lse (B,H,Tq)
+     * float32 natural-log logsumexp of each query row (-inf for a fully masked row, whose out is
+     * 0); causal masking bottom-right aligned (key j visible to query i iff j <= i + Tk - Tq),
+     * tiles above the diagonal skipped. Scores, softmax and every accumulation in fp32; with
+     * dt = BF16/F16 the tensor-core products take bf16/fp16 operands (P rounded to dt before
+     * P V, dS before dS K and dS^T Q, as FlashAttention-2 does); with dt = F32 the products are
+     * exact fp32 (no TF32, in the fp32 and the tf32 modes alike).
+     * Which (D, dt) a backend has kernels for: flash_attention_check (below). The CUDA kernels
+     * load rows in 16-byte pieces: q, k, v, out, dout (and dq, dk, dv) 16-byte aligned, ld_qkv
+     * and ld_out multiples of 8 elements (true of every layout the model uses; violating it is
+     * a programmer error, fatal with a message). */
+    void (*flash_attention_forward)(tlm_backend *be, void *out, float *lse, const void *q,
+                                    const void *k, const void *v, int ld_qkv, int ld_out, int B,
+                                    int Tq, int Tk, int H, int D, bool causal, tlm_dtype dt);
+    /* dq, dk, dv (dt): same layout as q, k, v (row stride ld_qkv), written (=); dout (B,Tq,H*D)
+     * dt and out (the forward's) row stride ld_out; lse the forward's. workspace: float32 scratch
+     * of tlm_flash_workspace_floats(B, Tq, H, D) elements (the CUDA backend keeps
+     * delta_i = rowsum(dO_i * O_i) (B,H,Tq) and an fp32 dQ accumulator (B,H,Tq,D) there; the
+     * CPU backend needs none and accepts NULL). Same shape arguments as the forward. */
+    void (*flash_attention_backward)(tlm_backend *be, void *dq, void *dk, void *dv,
+                                     float *workspace, const void *dout, const void *q,
+                                     const void *k, const void *v, const void *out,
+                                     const float *lse, int ld_qkv, int ld_out, int B, int Tq,
+                                     int Tk, int H, int D, bool causal, tlm_dtype dt);
+    /* TLM_OK when the two ops above have kernels for d_head D and dtype dt on this backend;
+     * otherwise TLM_ERR_UNSUPPORTED with a message naming D, dt and what is supported
+     * (CPU: any D >= 1 in F32, BF16, F16; CUDA: D in {16, 32, 64, 80, 128} in F32, BF16, F16).
+     * Calling the ops with an unsupported (D, dt) is a programmer error (fatal). */
+    tlm_status (*flash_attention_check)(tlm_backend *be, int D, tlm_dtype dt);
 
     /* ---- SwiGLU's elementwise part (Shazeer 2020): out = silu(a) * b ----------------------
      * ab (N, 2F) dt: a = columns 0..F-1 (w1 x), b = columns F..2F-1 (w3 x); out (N,F) dt.

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include "tlm/backend.h"
 #include "tlm/config.h"
+#include "tlm/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,6 +36,7 @@ typedef struct {
     tlm_pass pass;
     tlm_precision precision; /* set on the backend for the run */
     bool graphs;             /* the backend's use_graphs (CUDA graphs), for the report */
+    tlm_attention attention; /* naive, flash, or auto (resolved for the row: model.h) */
     uint64_t seed;         /* weights and batch */
 } tlm_bench_case;
 
@@ -59,6 +61,7 @@ typedef struct {
                                set by the caller for the same model and context; 0: none */
     float loss_scale;       /* fp16: the loss scale after the run (GradScaler); else 1 */
     int64_t skipped_steps;  /* fp16: AdamW steps skipped for inf/NaN gradients, warm-up included */
+    tlm_attention attention; /* the attention the row ran (or would have): naive or flash */
 } tlm_bench_result;
 
 /* Runs one case on `be`: creates and initialises the model, runs, frees it. Failures of the

@@ -13,6 +13,7 @@
 #ifndef TLM_MODEL_H
 #define TLM_MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "tlm/backend.h"
@@ -50,7 +51,8 @@ typedef struct {
     void *ln1;       /* (N,C) dt */
     float *ln1_rstd; /* (N) */
     void *qkv;       /* (N,3C) dt: q, k after RoPE; v */
-    void *probs;     /* (B,H,T,T) dt: softmax of the masked scores */
+    void *probs;     /* (B,H,T,T) dt: softmax of the masked scores (naive attention; else NULL) */
+    float *lse;      /* (B,H,T) float32: logsumexp of each query row (flash attention; else NULL) */
     void *att;       /* (N,C) dt: merged heads, before output_proj */
     float *h;        /* (N,C) float32: x + attention branch */
     void *ln2;       /* (N,C) dt */
@@ -62,6 +64,31 @@ typedef struct {
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
 } tlm_adamw_config;
+
+/* How the model computes attention; the function is the same (causal softmax(q k^T/sqrt(D)) v),
+ * the memory and the kernels differ:
+ *   NAIVE: the backend's attention_forward/backward (backend.h). Saves P (B,H,T,T) dt per layer;
+ *          the backward needs one (B,H,T,T) dt scratch for dP.
+ *   FLASH: FlashAttention-2 (Dao 2023; flash_attention_forward/backward), on the fused q, k, v
+ *          projection in place. Saves the logsumexp (B,H,T) float32 per layer, nothing of size
+ *          T x T; the backward recomputes P tile by tile and needs one float32 workspace of
+ *          tlm_flash_workspace_floats(B,T,H,D) elements, shared by all layers.
+ *   AUTO:  chosen by tlm_attention_resolve: FLASH on CUDA where the backend has kernels for the
+ *          model's d_head in the mode's dtype, else NAIVE; NAIVE on the CPU (its flash is the
+ *          fp32 reference, slower than the naive op's BLAS products). */
+typedef enum { TLM_ATTENTION_NAIVE = 0, TLM_ATTENTION_FLASH = 1, TLM_ATTENTION_AUTO = 2 } tlm_attention;
+
+const char *tlm_attention_name(tlm_attention a);             /* "naive", "flash", "auto" */
+bool tlm_attention_parse(const char *name, tlm_attention *out); /* those three; false otherwise */
+
+/* TLM_OK when `be` can run attention `a` for the shape `c` in precision mode `p`: NAIVE and AUTO
+ * always; FLASH when the backend has the FlashAttention-2 ops (a NULL op is unsupported) and its
+ * flash_attention_check accepts d_head and the mode's dtype. Otherwise TLM_ERR_UNSUPPORTED with a
+ * message naming the backend, d_head, the mode and what the backend supports. */
+tlm_status tlm_attention_check(tlm_backend *be, const tlm_config *c, tlm_precision p, tlm_attention a);
+
+/* NAIVE or FLASH: `a` itself, or what AUTO means for (be, c, p) (above). */
+tlm_attention tlm_attention_resolve(tlm_backend *be, const tlm_config *c, tlm_precision p, tlm_attention a);
 
 /* A pass (forward or backward) as a CUDA graph: the first run with the current buffers runs
  * eagerly (it warms the GEMM plan cache), the second is captured, later runs replay it. */
@@ -92,6 +119,8 @@ typedef struct tlm_model {
     void *params_lp;               /* (flat_numel) bf16/fp16 copy of params for the GEMMs, cast
                                       once per step; NULL in fp32/tf32 */
     int params_lp_stale;           /* params changed since the last cast */
+    tlm_attention attention;       /* NAIVE (the default) or FLASH, never AUTO:
+                                      tlm_model_set_attention */
 
     /* fp16 dynamic loss scaling, torch.cuda.amp.GradScaler semantics: the loss is multiplied
      * by loss_scale (initially 2^16) before backward; the step unscales the gradients; a step
@@ -130,7 +159,9 @@ typedef struct tlm_model {
     void *d_resid_lp;              /* (N,C) dt: its GEMM-operand copy (== d_resid in fp32) */
     void *d_tmp;                   /* (N,C) dt */
     void *d_qkv;                   /* (N,3C) dt */
-    void *d_probs;                 /* (B,H,T,T) dt */
+    void *d_probs;                 /* (B,H,T,T) dt: naive attention's dP (else NULL) */
+    float *flash_workspace;        /* (tlm_flash_workspace_floats(B,T,H,D)) float32: flash
+                                      attention's backward workspace, every layer's (else NULL) */
     void *d_ab;                    /* (N,2F) dt */
     void *d_g;                     /* (N,F) dt */
     int have_forward;              /* a forward ran and backward may follow */
@@ -138,10 +169,16 @@ typedef struct tlm_model {
 } tlm_model;
 
 /* Creates the model on `be` and allocates its parameters (uninitialised: call
- * tlm_model_init_random or tlm_model_load). Errors: INVALID_ARGUMENT (config, see
- * tlm_config_validate), OUT_OF_MEMORY. */
+ * tlm_model_init_random or tlm_model_load). Attention is NAIVE until tlm_model_set_attention.
+ * Errors: INVALID_ARGUMENT (config, see tlm_config_validate), OUT_OF_MEMORY. */
 tlm_status tlm_model_create(tlm_model **out, const tlm_config *cfg, tlm_backend *be);
 void tlm_model_free(tlm_model *m);
+
+/* Chooses the attention (AUTO is resolved here, for be->precision), checked with
+ * tlm_attention_check for be->precision: TLM_ERR_UNSUPPORTED, message set and the model
+ * unchanged, when the backend cannot run it. A change frees the activations (the next forward
+ * allocates the new layout). The forward checks again when the precision mode has changed. */
+tlm_status tlm_model_set_attention(tlm_model *m, tlm_attention a);
 
 /* CS336 initialisation from `seed`: Linear weights trunc_normal(0, std = sqrt(2/(d_in+d_out)),
  * cut at +-3 std); embedding trunc_normal(0, 1, cut at +-3); RMSNorm weights 1. */

@@ -1,6 +1,15 @@
-/* attention_bench.c — one case of `tlm attention` (attention_bench.h): naive attention through
- * the backend's op, or FlashAttention-2 (the CPU reference on the CPU; the CUDA kernels are not
- * written yet, so flash on CUDA is reported as unsupported). */
+/* attention_bench.c — one case of `tlm attention` (attention_bench.h): naive attention or
+ * FlashAttention-2, each through the backend's op table (backend.h).
+ *   naive: attention_forward/backward (causal only; P (B,H,T,T) saved, dP scratch of that size).
+ *   flash: flash_attention_forward/backward on any backend whose op table has them (CUDA: the
+ *          kernels of src/cuda/flash_attention*.cu; CPU: the reference of src/cpu/flash_attention.c
+ *          behind the ops). flash_attention_check comes first: a (d_head, dtype) it refuses is an
+ *          "unsupported" row carrying its message. The backward's fp32 workspace
+ *          (tlm_flash_workspace_floats: delta and the dQ accumulator) is allocated before the
+ *          backward on every backend, the CPU included (its ops accept NULL), so memory is
+ *          accounted alike. A CPU backend whose op table lacks the flash ops falls back to calling
+ *          the fp32 reference directly (fp32 only).
+ * q, k, v, dout, out are separate (B,T,H*D) tensors (ld = H*D), Tq = Tk = seq. */
 #include "tlm/attention_bench.h"
 
 #include <math.h>
@@ -42,10 +51,11 @@ static double now_ms(void) {
 }
 
 /* The buffers of one case; every pointer NULL until allocated, all freed by free_all. */
-enum { BUF_Q, BUF_K, BUF_V, BUF_DOUT, BUF_OUT, BUF_SAVED, BUF_DQ, BUF_DK, BUF_DV, BUF_SCRATCH, BUF_N };
+enum { BUF_Q, BUF_K, BUF_V, BUF_DOUT, BUF_OUT, BUF_SAVED, BUF_DQ, BUF_DK, BUF_DV, BUF_SCRATCH, BUF_WORKSPACE, BUF_N };
 static const char *const buf_names[BUF_N] = {"attention.q", "attention.k", "attention.v", "attention.dout",
                                              "attention.out", "attention.saved", "attention.dq",
-                                             "attention.dk", "attention.dv", "attention.scratch"};
+                                             "attention.dk", "attention.dv", "attention.scratch",
+                                             "attention.flash_workspace"};
 
 typedef struct {
     tlm_backend *be;
@@ -104,6 +114,65 @@ static bool fill_random(bufs *b, void *dst, size_t n, tlm_dtype dt, uint64_t see
     return ok;
 }
 
+/* ---- the timed passes ------------------------------------------------------------------------ */
+
+typedef enum { PATH_NAIVE, PATH_FLASH_OPS, PATH_FLASH_CPU_REFERENCE } pass_path;
+
+typedef struct {
+    tlm_backend *be;
+    const tlm_attn_case *c;
+    pass_path path;
+    void *const *p; /* the case's buffers, BUF_* */
+} pass_args;
+
+/* one forward pass: out and what it saves (naive P, flash L) from q, k, v (ld = C, Tq = Tk) */
+static void forward(const pass_args *a) {
+    tlm_backend *be = a->be;
+    const tlm_attn_case *c = a->c;
+    void *const *p = a->p;
+    const int B = c->batch, H = c->heads, T = c->seq, D = c->d_head, C = H * D;
+    const tlm_flash_tiles tiles = tlm_flash_cpu_default_tiles();
+    switch (a->path) {
+    case PATH_NAIVE:
+        be->ops->attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, B, T, H, D,
+                                   c->dtype);
+        break;
+    case PATH_FLASH_OPS:
+        be->ops->flash_attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, C, B, T, T,
+                                         H, D, c->causal, c->dtype);
+        break;
+    case PATH_FLASH_CPU_REFERENCE:
+        tlm_flash_attention_forward_cpu(p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, C, B, T, T, H, D,
+                                        c->causal, tiles.Br, tiles.Bc);
+        break;
+    }
+}
+
+/* one backward pass: dq, dk, dv from dout and the last forward's saved tensors */
+static void backward(const pass_args *a) {
+    tlm_backend *be = a->be;
+    const tlm_attn_case *c = a->c;
+    void *const *p = a->p;
+    const int B = c->batch, H = c->heads, T = c->seq, D = c->d_head, C = H * D;
+    const tlm_flash_tiles tiles = tlm_flash_cpu_default_tiles();
+    switch (a->path) {
+    case PATH_NAIVE:
+        be->ops->attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_SCRATCH], p[BUF_DOUT], p[BUF_Q],
+                                    p[BUF_K], p[BUF_V], p[BUF_SAVED], C, B, T, H, D, c->dtype);
+        break;
+    case PATH_FLASH_OPS:
+        be->ops->flash_attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_WORKSPACE], p[BUF_DOUT],
+                                          p[BUF_Q], p[BUF_K], p[BUF_V], p[BUF_OUT], p[BUF_SAVED], C, C, B, T, T, H,
+                                          D, c->causal, c->dtype);
+        break;
+    case PATH_FLASH_CPU_REFERENCE:
+        tlm_flash_attention_backward_cpu(p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_DOUT], p[BUF_Q], p[BUF_K], p[BUF_V],
+                                         p[BUF_OUT], p[BUF_SAVED], C, C, B, T, T, H, D, c->causal, tiles.Br,
+                                         tiles.Bc);
+        break;
+    }
+}
+
 static void unsupported(tlm_attn_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void unsupported(tlm_attn_result *r, const char *fmt, ...) {
     va_list ap;
@@ -130,12 +199,21 @@ tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_
         unsupported(r, "naive: causal only (the backend's attention op)");
         return TLM_OK;
     }
-    if (flash && !on_cpu) {
-        unsupported(r, "flash: not implemented on %s yet (FlashAttention-2 CUDA kernels: issue 4)", be->name);
+    /* flash: through the ops when the backend has them (and they take this d_head and dtype), else
+     * on the CPU the fp32 reference called directly */
+    const tlm_ops *ops = be->ops;
+    const bool flash_ops = ops->flash_attention_forward && ops->flash_attention_backward && ops->flash_attention_check;
+    if (flash && flash_ops && ops->flash_attention_check(be, c->d_head, c->dtype) != TLM_OK) {
+        unsupported(r, "flash: %s", tlm_last_error());
         return TLM_OK;
     }
-    if (flash && c->dtype != TLM_DTYPE_F32) {
-        unsupported(r, "flash %s: not supported on this backend yet (the CPU reference is fp32)", dtn);
+    if (flash && !flash_ops && !on_cpu) {
+        unsupported(r, "flash: the %s backend has no FlashAttention-2 ops", be->name);
+        return TLM_OK;
+    }
+    if (flash && !flash_ops && c->dtype != TLM_DTYPE_F32) {
+        unsupported(r, "flash %s: not supported on this backend yet (no flash ops in its op table; the CPU "
+                    "reference is fp32)", dtn);
         return TLM_OK;
     }
 
@@ -154,6 +232,7 @@ tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_
     const size_t act = nqkv * es;                        /* one (B,T,H,D) tensor */
     const size_t probs = (size_t)B * H * T * T * es;     /* naive: P (B,H,T,T) */
     const size_t lse = (size_t)B * H * T * sizeof(float); /* flash: L (B,H,T) */
+    const size_t workspace = tlm_flash_workspace_floats(B, T, H, D) * sizeof(float); /* flash backward */
     bufs b = {be, {0}, r};
     tlm_mem_reset_peak(be);
     const size_t base = be->mem_current_total; /* anything the caller holds (nothing, normally) */
@@ -171,54 +250,32 @@ tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_
         !alloc_buf(&b, BUF_SAVED, flash ? lse : probs, TLM_MEM_ACTIVATIONS))
         goto done;
     r->mem_before_bwd = be->mem_current_total - base;
-    /* the backward's: dq, dk, dv (and dP scratch for naive) */
+    /* the backward's: dq, dk, dv and its scratch (naive: dP (B,H,T,T); flash: the fp32 workspace) */
     if (!alloc_buf(&b, BUF_DQ, act, TLM_MEM_GRADIENTS) || !alloc_buf(&b, BUF_DK, act, TLM_MEM_GRADIENTS) ||
         !alloc_buf(&b, BUF_DV, act, TLM_MEM_GRADIENTS) ||
-        (!flash && !alloc_buf(&b, BUF_SCRATCH, probs, TLM_MEM_ACTIVATIONS)))
+        (!flash && !alloc_buf(&b, BUF_SCRATCH, probs, TLM_MEM_ACTIVATIONS)) ||
+        (flash && !alloc_buf(&b, BUF_WORKSPACE, workspace, TLM_MEM_ACTIVATIONS)))
         goto done;
 
-    const tlm_flash_tiles tiles = tlm_flash_cpu_default_tiles();
-    void *const *p = b.p;
-#define FORWARD()                                                                                          \
-    do {                                                                                                   \
-        if (flash)                                                                                         \
-            tlm_flash_attention_forward_cpu(p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, C, B, T, \
-                                            T, H, D, c->causal, tiles.Br, tiles.Bc);                        \
-        else                                                                                               \
-            be->ops->attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, B, T, H, \
-                                       D, c->dtype);                                                       \
-    } while (0)
-#define BACKWARD()                                                                                         \
-    do {                                                                                                   \
-        if (flash)                                                                                         \
-            tlm_flash_attention_backward_cpu(p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_DOUT], p[BUF_Q], p[BUF_K], \
-                                             p[BUF_V], p[BUF_OUT], p[BUF_SAVED], C, C, B, T, T, H, D,       \
-                                             c->causal, tiles.Br, tiles.Bc);                               \
-        else                                                                                               \
-            be->ops->attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_SCRATCH], p[BUF_DOUT],  \
-                                        p[BUF_Q], p[BUF_K], p[BUF_V], p[BUF_SAVED], C, B, T, H, D, c->dtype); \
-    } while (0)
-
+    const pass_args a = {be, c, flash ? (flash_ops ? PATH_FLASH_OPS : PATH_FLASH_CPU_REFERENCE) : PATH_NAIVE, b.p};
     for (int i = 0; i < c->warmup; i++) {
-        FORWARD();
-        BACKWARD();
+        forward(&a);
+        backward(&a);
     }
     be->synchronize(be);
     double fwd = 0, bwd = 0;
     for (int i = 0; i < c->iters; i++) {
         const double t0 = now_ms();
-        FORWARD();
+        forward(&a);
         be->synchronize(be);
         fwd += now_ms() - t0;
     }
     for (int i = 0; i < c->iters; i++) { /* on the last forward's saved outputs */
         const double t0 = now_ms();
-        BACKWARD();
+        backward(&a);
         be->synchronize(be);
         bwd += now_ms() - t0;
     }
-#undef FORWARD
-#undef BACKWARD
     r->status = TLM_ATTN_OK;
     r->fwd_ms = fwd / c->iters;
     r->bwd_ms = bwd / c->iters;

@@ -71,6 +71,7 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     const size_t N = (size_t)B * T;
 
     be->precision = c->precision;
+    r->attention = tlm_attention_resolve(be, &cfg, c->precision, c->attention);
     tlm_mem_reset_peak(be);
     /* device memory in use that tlm's allocator does not hold (context, libraries, others) */
     const size_t outside = be->device_memory_used ? be->device_memory_used(be) - be->mem_current_total : 0;
@@ -88,6 +89,7 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     for (size_t i = 0; i <= N; i++) tokens[i] = (int32_t)tlm_rng_below(&rng, (uint64_t)cfg.vocab_size);
 
     tlm_status s = tlm_model_create(&m, &cfg, be);
+    if (s == TLM_OK) s = tlm_model_set_attention(m, r->attention);
     if (s == TLM_OK) s = tlm_model_init_random(m, c->seed);
     const tlm_adamw_config opt = tlm_adamw_defaults();
     double *fwd = ms, *bwd = ms + c->steps, *upd = ms + 2 * c->steps, *step = ms + 3 * c->steps;

@@ -14,6 +14,16 @@ void tlm_utc_now(char *buf, size_t n) {
     strftime(buf, n, "%Y-%m-%d %H:%M:%S UTC", &tm);
 }
 
+/* the header's line on attention, for the one asked for (naive, flash or auto) */
+static const char *attention_note(tlm_attention a) {
+    switch (a) {
+    case TLM_ATTENTION_NAIVE: return "naive (the backend's attention op; saves the probabilities (B,H,T,T) per layer)";
+    case TLM_ATTENTION_FLASH: return "flash (FlashAttention-2; saves only the logsumexp (B,H,T) per layer)";
+    case TLM_ATTENTION_AUTO: break;
+    }
+    return "auto (flash on CUDA where it has kernels for the d_head and dtype, else naive; naive on the CPU)";
+}
+
 static const char *flops_note =
     "matmul FLOPs, 2 per multiply-add (projections, SwiGLU, lm_head; attention's two T x T "
     "products in full), backward counted as 2x forward, over forward+backward time";
@@ -50,17 +60,18 @@ void tlm_bench_print_header(FILE *f, tlm_format fmt, const char *device_desc, co
                    "std of synchronized steps\n",
                 tlm_pass_name(c->pass), c->batch_size, c->warmup, c->steps, (unsigned long long)c->seed);
         fprintf(f, "# CUDA graphs: %s\n", c->graphs ? "on (forward and backward captured after one eager run)" : "off");
+        fprintf(f, "# attention: %s; column attn: the one each row ran\n", attention_note(c->attention));
         fprintf(f, "# TFLOP/s: %s\n", flops_note);
         fprintf(f, "# peak: tracked allocator peak (parameters, gradients, optimizer state, activations, "
                    "workspace), GiB = 2^30 bytes\n");
-        fprintf(f, "%-8s %5s %5s %-5s %8s %10s %8s %10s %8s %10s %8s %11s %8s %8s %8s\n", "model", "ctx", "batch",
-                "prec", "params", "forward", "std", "backward", "std", "optimizer", "std", "tokens/s", "TFLOP/s",
-                "peak", "loss");
-        fprintf(f, "%-8s %5s %5s %-5s %8s %10s %8s %10s %8s %10s %8s %11s %8s %8s %8s\n", "", "", "", "", "M", "ms",
-                "ms", "ms", "ms", "ms", "ms", "", "", "GiB", "");
+        fprintf(f, "%-8s %5s %5s %-5s %-5s %8s %10s %8s %10s %8s %10s %8s %11s %8s %8s %8s\n", "model", "ctx",
+                "batch", "prec", "attn", "params", "forward", "std", "backward", "std", "optimizer", "std", "tokens/s",
+                "TFLOP/s", "peak", "loss");
+        fprintf(f, "%-8s %5s %5s %-5s %-5s %8s %10s %8s %10s %8s %10s %8s %11s %8s %8s %8s\n", "", "", "", "", "",
+                "M", "ms", "ms", "ms", "ms", "ms", "ms", "", "", "GiB", "");
         break;
     case TLM_FORMAT_CSV:
-        fprintf(f, "impl,model,context_length,batch_size,precision,pass,params,fwd_ms_mean,fwd_ms_std,bwd_ms_mean,"
+        fprintf(f, "impl,model,context_length,batch_size,precision,attention,pass,params,fwd_ms_mean,fwd_ms_std,bwd_ms_mean,"
                    "bwd_ms_std,opt_ms_mean,opt_ms_std,step_ms_mean,step_ms_std,tokens_per_s,tflops,peak_bytes,"
                    "loss_first,loss_last,loss_scale,skipped_steps,status\n");
         break;
@@ -68,8 +79,8 @@ void tlm_bench_print_header(FILE *f, tlm_format fmt, const char *device_desc, co
         fprintf(f, "{\"tool\": \"tlm bench\", \"version\": \"%s\", \"device\": ", TLM_VERSION);
         tlm_json_string(f, device_desc);
         fprintf(f, ", \"date\": \"%s\", \"warmup\": %d, \"steps\": %d, \"std\": \"population\", "
-                   "\"cuda_graphs\": %s,\n \"flops\": ",
-                date, c->warmup, c->steps, c->graphs ? "true" : "false");
+                   "\"cuda_graphs\": %s, \"attention\": \"%s\",\n \"flops\": ",
+                date, c->warmup, c->steps, c->graphs ? "true" : "false", tlm_attention_name(c->attention));
         tlm_json_string(f, flops_note);
         fprintf(f, ",\n \"rows\": [");
         break;
@@ -86,8 +97,8 @@ void tlm_bench_print_row(FILE *f, tlm_format fmt, const tlm_bench_case *c, const
     const int oom = r->status == TLM_ERR_OUT_OF_MEMORY;
     switch (fmt) {
     case TLM_FORMAT_TABLE:
-        fprintf(f, "%-8s %5d %5d %-5s %8.1f ", c->model_name, c->context_length, c->batch_size,
-                tlm_precision_name(c->precision), r->params / 1e6);
+        fprintf(f, "%-8s %5d %5d %-5s %-5s %8.1f ", c->model_name, c->context_length, c->batch_size,
+                tlm_precision_name(c->precision), tlm_attention_name(r->attention), r->params / 1e6);
         if (!ok) {
             fprintf(f, "%s: %s\n", oom ? "OOM" : "FAILED", r->error);
             break;
@@ -105,8 +116,9 @@ void tlm_bench_print_row(FILE *f, tlm_format fmt, const tlm_bench_case *c, const
         fputc('\n', f);
         break;
     case TLM_FORMAT_CSV:
-        fprintf(f, "tlm,%s,%d,%d,%s,%s,%lld,", c->model_name, c->context_length, c->batch_size,
-                tlm_precision_name(c->precision), tlm_pass_name(c->pass), (long long)r->params);
+        fprintf(f, "tlm,%s,%d,%d,%s,%s,%s,%lld,", c->model_name, c->context_length, c->batch_size,
+                tlm_precision_name(c->precision), tlm_attention_name(r->attention), tlm_pass_name(c->pass),
+                (long long)r->params);
         if (ok)
             fprintf(f, "%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.4f,%zu,%.6f,%.6f,%g,%lld,ok\n",
                     r->forward.mean_ms, r->forward.std_ms, ms_or_nan(&r->backward, bwd), r->backward.std_ms,
@@ -118,9 +130,10 @@ void tlm_bench_print_row(FILE *f, tlm_format fmt, const tlm_bench_case *c, const
         break;
     case TLM_FORMAT_JSON:
         fprintf(f, "%s\n  {\"impl\": \"tlm\", \"model\": \"%s\", \"context_length\": %d, \"batch_size\": %d, "
-                   "\"precision\": \"%s\", \"pass\": \"%s\", \"params\": %lld, \"status\": \"%s\"",
+                   "\"precision\": \"%s\", \"attention\": \"%s\", \"pass\": \"%s\", \"params\": %lld, "
+                   "\"status\": \"%s\"",
                 index ? "," : "", c->model_name, c->context_length, c->batch_size, tlm_precision_name(c->precision),
-                tlm_pass_name(c->pass),
+                tlm_attention_name(r->attention), tlm_pass_name(c->pass),
                 (long long)r->params, ok ? "ok" : oom ? "OOM" : "failed");
         if (!ok) {
             fprintf(f, ", \"error\": ");

@@ -8,6 +8,7 @@
 
 #include "tlm/backend.h"
 #include "tlm/config.h"
+#include "tlm/model.h"
 
 /* Exit codes: 0 success; 1 a runtime failure (bad file, OOM, failed check); 2 bad usage. */
 enum { TLM_EXIT_OK = 0, TLM_EXIT_FAILURE = 1, TLM_EXIT_USAGE = 2 };
@@ -51,6 +52,11 @@ int cli_handle_shape_option(const char *cmd, int opt, const char *arg, cli_shape
     {"num-heads", required_argument, 0, OPT_NUM_HEADS},                  \
     {"rope-theta", required_argument, 0, OPT_ROPE_THETA},                \
     {"max-context-length", required_argument, 0, OPT_MAX_CONTEXT}
+
+/* --attention flash|naive|auto (model.h, tlm_attention); false, the error printed, otherwise. */
+bool cli_parse_attention(const char *cmd, const char *text, tlm_attention *out);
+/* The help lines of --attention, shared by `bench` and `step`. */
+void cli_print_attention_help(FILE *f);
 
 /* True for NULL, "cpu" or "cuda"; otherwise prints the error (the caller exits with usage). */
 bool cli_check_device(const char *cmd, const char *device);

@@ -130,6 +130,20 @@ void cli_print_shape_flags_help(FILE *f) {
                "      --max-context-length N  longest sequence the RoPE table covers (preset: 1024)\n");
 }
 
+bool cli_parse_attention(const char *cmd, const char *text, tlm_attention *out) {
+    if (tlm_attention_parse(text, out)) return true;
+    cli_error(cmd, "--attention: unknown attention '%s' (known: flash, naive, auto)", text);
+    return false;
+}
+
+void cli_print_attention_help(FILE *f) {
+    fprintf(f, "  -a, --attention A         flash | naive | auto (default: auto = flash on CUDA, naive on the\n"
+               "                            CPU). flash: FlashAttention-2, saves only the logsumexp (B,H,T) per\n"
+               "                            layer; naive: saves the probabilities (B,H,T,T). On the CPU flash is\n"
+               "                            the slow fp32 reference; CUDA flash needs d_head 16, 32, 64, 80 or\n"
+               "                            128 (auto falls back to naive there, flash fails)\n");
+}
+
 bool cli_check_device(const char *cmd, const char *device) {
     if (!device || strcmp(device, "cpu") == 0 || strcmp(device, "cuda") == 0) return true;
     cli_error(cmd, "--device: unknown device '%s' (known: cpu, cuda)", device);

@@ -17,7 +17,8 @@ static const char *flops_note = "FlashAttention's convention: forward 4*b*h*s^2*
                                 "backward 2.5x forward, over the mean time of that pass";
 static const char *mem_note = "tracked allocator bytes in use before the backward pass: q, k, v, dout, out and "
                               "what the forward saves (naive: P (b,h,s,s); flash: L (b,h,s) fp32); "
-                              "MiB = 2^20 bytes; peak = the row's allocator peak";
+                              "MiB = 2^20 bytes; peak = the row's allocator peak (adds dq, dk, dv and the "
+                              "backward's scratch: naive dP (b,h,s,s), flash its fp32 workspace (b,h,s,d+1))";
 static const char *ratio_note = "flash/naive = naive time / flash time for the same shape (forward+backward)";
 
 static void attention_usage(FILE *f) {
@@ -45,9 +46,9 @@ static void attention_usage(FILE *f) {
             "  -b, --batch-size N    batch (default: 1)\n"
             "  -H, --heads N         heads (default: 1)\n"
             "  -s, --seq LIST        comma list of sequence lengths, Tq = Tk (default: 256,1024)\n"
-            "  -D, --d-head LIST     comma list of head sizes, even and >= 2 (default: 64; the CUDA kernels\n"
-            "                        will support 16, 32, 64, 80, 128)\n"
-            "  -T, --dtype LIST      comma list of fp32, bf16, fp16 (default: fp32; flash on the CPU: fp32 only)\n"
+            "  -D, --d-head LIST     comma list of head sizes, even and >= 2 (default: 64; flash on CUDA:\n"
+            "                        16, 32, 64, 80, 128)\n"
+            "  -T, --dtype LIST      comma list of fp32, bf16, fp16 (default: fp32)\n"
             "  -c, --causal on|off   causal mask (default: on; naive is causal only: off gives naive rows\n"
             "                        that say so)\n"
             "  -i, --impl I          naive | flash | both (default: both)\n"
@@ -61,9 +62,10 @@ static void attention_usage(FILE *f) {
             "  -o, --out FILE        write the results, in --format, to FILE (stdout then shows the table)\n"
             "  -h, --help            this text\n"
             "\n"
-            "Flash runs on the CPU through the fp32 CPU reference; on CUDA its kernels are not written yet\n"
-            "(rows say \"unsupported\"). An out-of-memory case is a row saying OOM with the bytes asked for,\n"
-            "and the sweep goes on.\n");
+            "Both run through the backend's ops. Flash on CUDA: tensor-core kernels in bf16/fp16, exact-fp32\n"
+            "kernels in fp32, d_head 16, 32, 64, 80, 128; on the CPU: the FlashAttention-2 reference, any\n"
+            "d_head. A (d_head, dtype) the backend has no kernel for is a row saying \"unsupported\" and why.\n"
+            "An out-of-memory case is a row saying OOM with the bytes asked for, and the sweep goes on.\n");
 }
 
 typedef struct {
@@ -241,8 +243,8 @@ int cmd_attention(int argc, char **argv) {
             ok = cli_parse_int_list(cmd, "--d-head", optarg, -(1L << 20), 1L << 20, ds, MAX_LIST, &n_ds);
             for (int i = 0; ok && i < n_ds; i++)
                 if (ds[i] < 2 || ds[i] % 2) {
-                    cli_error(cmd, "--d-head: %d is not supported: d_head must be even and >= 2 (the CUDA "
-                                   "kernels will take 16, 32, 64, 80, 128)", ds[i]);
+                    cli_error(cmd, "--d-head: %d is not supported: d_head must be even and >= 2 (flash on "
+                                   "CUDA takes 16, 32, 64, 80, 128)", ds[i]);
                     ok = false;
                 }
             break;

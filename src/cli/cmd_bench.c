@@ -37,6 +37,7 @@ static void bench_usage(FILE *f) {
             "  -o, --out FILE            write the results, in --format, to FILE (stdout then shows the table)\n"
             "  -h, --help                this text\n",
             tlm_config_preset_names());
+    cli_print_attention_help(f);
     cli_print_shape_flags_help(f);
     fprintf(f, "\nWith no --model, --context-length, --warmup or --steps on a machine without a GPU, tlm bench\n"
                "runs small at context 128 with 1 warm-up and 3 timed steps on the CPU (about a minute).\n");
@@ -52,7 +53,7 @@ int cmd_bench(int argc, char **argv) {
         {"device", required_argument, 0, 'd'},  {"threads", required_argument, 0, 't'},
         {"seed", required_argument, 0, 's'},    {"format", required_argument, 0, 'f'},
         {"out", required_argument, 0, 'o'},     {"help", no_argument, 0, 'h'},
-        {"cuda-graph", required_argument, 0, 'g'},
+        {"cuda-graph", required_argument, 0, 'g'}, {"attention", required_argument, 0, 'a'},
         CLI_SHAPE_LONG_OPTIONS,                 {0, 0, 0, 0}};
     const char *models_arg = NULL, *device = NULL, *out_path = NULL;
     int contexts[MAX_CONTEXTS], num_contexts = 0;
@@ -62,10 +63,11 @@ int cmd_bench(int argc, char **argv) {
     int num_precisions = 1;
     tlm_format fmt = TLM_FORMAT_TABLE;
     bool graphs = true;
+    tlm_attention attention = TLM_ATTENTION_AUTO;
     cli_shape_flags shape;
     cli_shape_flags_init(&shape);
     optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "m:c:b:w:n:p:P:d:t:s:f:o:g:h", opts, NULL)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, "m:c:b:w:n:p:P:d:t:s:f:o:g:a:h", opts, NULL)) != -1;) {
         bool ok = true;
         switch (c) {
         case 'm': models_arg = optarg; break;
@@ -82,6 +84,7 @@ int cmd_bench(int argc, char **argv) {
             else { cli_error(cmd, "--cuda-graph: '%s' is neither on nor off", optarg); ok = false; }
             break;
         case 'o': out_path = optarg; break;
+        case 'a': ok = cli_parse_attention(cmd, optarg, &attention); break;
         case 'p':
             if (strcmp(optarg, "forward") == 0) pass = TLM_PASS_FORWARD;
             else if (strcmp(optarg, "forward-backward") == 0) pass = TLM_PASS_FORWARD_BACKWARD;
@@ -161,6 +164,14 @@ int cmd_bench(int argc, char **argv) {
         bc->pass = pass;
         bc->graphs = graphs && be->graph_begin != NULL;
         bc->seed = (uint64_t)seed;
+        bc->attention = attention;
+        /* --attention flash where the backend cannot run it fails before anything runs */
+        for (int k = 0; k < num_precisions; k++)
+            if (tlm_attention_check(be, &bc->config, precisions[k], attention) != TLM_OK) {
+                cli_error(cmd, "--attention flash: %s %s: %s", name, tlm_precision_name(precisions[k]), tlm_last_error());
+                tlm_backend_destroy(be);
+                return TLM_EXIT_FAILURE;
+            }
     }
 
     FILE *out = NULL;

@@ -39,6 +39,7 @@ static void step_usage(FILE *f) {
             "  -t, --threads N           CPU threads (default: all cores)\n"
             "  -h, --help                this text\n",
             tlm_config_preset_names());
+    cli_print_attention_help(f);
     cli_print_shape_flags_help(f);
 }
 
@@ -87,17 +88,18 @@ int cmd_step(int argc, char **argv) {
         {"beta1", required_argument, 0, OPT_BETA1}, {"beta2", required_argument, 0, OPT_BETA2},
         {"eps", required_argument, 0, OPT_EPS},    {"weight-decay", required_argument, 0, OPT_WD},
         {"device", required_argument, 0, 'd'},     {"threads", required_argument, 0, 't'},
-        {"precision", required_argument, 0, 'P'},
+        {"precision", required_argument, 0, 'P'}, {"attention", required_argument, 0, 'a'},
         {"help", no_argument, 0, 'h'},             CLI_SHAPE_LONG_OPTIONS, {0, 0, 0, 0}};
     const char *model_name = "small", *weights = NULL, *inputs_path = NULL, *targets_path = NULL;
     const char *data_path = NULL, *out_logits = NULL, *out_grads = NULL, *out_weights = NULL, *device = NULL;
     long batch = 4, ctx = 128, seed = 0, opt_steps = 0, threads = 0;
     tlm_adamw_config adamw = tlm_adamw_defaults();
     tlm_precision precision = TLM_PRECISION_FP32;
+    tlm_attention attention = TLM_ATTENTION_AUTO;
     cli_shape_flags shape;
     cli_shape_flags_init(&shape);
     optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "m:b:c:s:d:t:P:h", opts, NULL)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, "m:b:c:s:d:t:P:a:h", opts, NULL)) != -1;) {
         bool ok = true;
         double x = 0;
         switch (c) {
@@ -116,6 +118,7 @@ int cmd_step(int argc, char **argv) {
                 ok = false;
             }
             break;
+        case 'a': ok = cli_parse_attention(cmd, optarg, &attention); break;
         case 'b': ok = cli_parse_int(cmd, "--batch-size", optarg, 1, 1 << 20, &batch); break;
         case 'c': ok = cli_parse_int(cmd, "--context-length", optarg, 1, 1 << 20, &ctx); break;
         case 's': ok = cli_parse_int(cmd, "--seed", optarg, 0, 0x7fffffffL, &seed); break;
@@ -202,6 +205,7 @@ int cmd_step(int argc, char **argv) {
     if (!be) goto done;
     be->precision = precision;
     tlm_status s = tlm_model_create(&m, &cfg, be);
+    if (s == TLM_OK) s = tlm_model_set_attention(m, attention);
     if (s == TLM_OK) s = weights ? tlm_model_load(m, weights) : tlm_model_init_random(m, (uint64_t)seed);
     float loss = 0;
     if (s == TLM_OK) s = tlm_model_forward(m, inputs, targets, B, T, &loss);

@@ -70,6 +70,19 @@ void tlm_cpu_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, v
                                 const void *probs, int ld, int B, int T, int H, int D,
                                 tlm_dtype dt);
 
+/* flash_attention.c: FlashAttention-2, the fp32 reference (tlm/flash_attention.h) with its
+ * default tiles; bf16/fp16 tensors widened to float32 in the scratch arena, outputs rounded to dt.
+ * Any d_head >= 1; the workspace is unused (may be NULL). */
+void tlm_cpu_flash_attention_forward(tlm_backend *be, void *out, float *lse, const void *q,
+                                     const void *k, const void *v, int ld_qkv, int ld_out, int B,
+                                     int Tq, int Tk, int H, int D, bool causal, tlm_dtype dt);
+void tlm_cpu_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv,
+                                      float *workspace, const void *dout, const void *q,
+                                      const void *k, const void *v, const void *out,
+                                      const float *lse, int ld_qkv, int ld_out, int B, int Tq,
+                                      int Tk, int H, int D, bool causal, tlm_dtype dt);
+tlm_status tlm_cpu_flash_attention_check(tlm_backend *be, int D, tlm_dtype dt);
+
 /* swiglu.c */
 void tlm_cpu_swiglu_forward(tlm_backend *be, void *out, const void *ab, int N, int F, tlm_dtype dt);
 void tlm_cpu_swiglu_backward(tlm_backend *be, void *dab, const void *dout, const void *ab,

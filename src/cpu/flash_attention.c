@@ -23,7 +23,10 @@
  * Fully masked rows (i + off < 0, only when causal and Tk < Tq) see -inf scores in every tile
  * they meet: the forward keeps their m at -inf, adds nothing (P = 0) and writes out = 0,
  * lse = -inf; the backward gives their masked entries P = 0 without reading L. exp is
- * tlm_cpu_expf (cpu_ops.h: vectorises; within 1 ulp of expf). */
+ * tlm_cpu_expf (cpu_ops.h: vectorises; within 1 ulp of expf).
+ *
+ * At the end, the CPU backend's ops (tlm_cpu_flash_attention_forward/_backward/_check): the
+ * reference with the default tiles, bf16/fp16 tensors widened to float32 at the edges. */
 #include "tlm/flash_attention.h"
 #include "tlm/status.h"
 #include "cpu/cpu_ops.h"
@@ -284,4 +287,99 @@ void tlm_flash_attention_backward_cpu(float *dq, float *dk, float *dv, const flo
         free(Kj);
     }
     free(delta);
+}
+
+/* ---- the backend ops (tlm_ops.flash_attention_*, tlm/backend.h) ------------------------------
+ * The reference above with the default tiles. dt = F32: called on the tensors directly.
+ * dt = BF16/F16: the inputs are widened (exactly) into float32 copies in the scratch arena, the
+ * reference computes on them in fp32, and what the op writes (out; dq, dk, dv) is rounded to dt
+ * (nearest even); lse is float32 in every mode. So the CPU's low-precision flash rounds only at
+ * its edges: it does not round P before P V nor dS before dS K, dS^T Q as the CUDA kernels'
+ * tensor-core products do; the two differ by about one dt rounding of those products (a GPU test
+ * compares them at dt's tolerance). The workspace is not needed (the reference allocates its own
+ * delta); it may be NULL. */
+
+static bool flash_dtype_ok(tlm_dtype dt) {
+    return dt == TLM_DTYPE_F32 || dt == TLM_DTYPE_BF16 || dt == TLM_DTYPE_F16;
+}
+
+tlm_status tlm_cpu_flash_attention_check(tlm_backend *be, int D, tlm_dtype dt) {
+    if (D < 1)
+        return tlm_fail(TLM_ERR_UNSUPPORTED,
+                        "flash attention (cpu): d_head %d is not supported (the CPU backend takes any d_head "
+                        ">= 1, in F32, BF16 and F16)", D);
+    if (!flash_dtype_ok(dt))
+        return tlm_fail(TLM_ERR_UNSUPPORTED,
+                        "flash attention (cpu): dtype %s is not supported (the CPU backend takes F32, BF16 and "
+                        "F16, any d_head >= 1)", tlm_dtype_name(dt));
+    return TLM_OK;
+}
+
+static void check_op(int D, tlm_dtype dt, const char *op) {
+    if (D < 1 || !flash_dtype_ok(dt))
+        tlm_fatal("cpu %s: d_head %d, dtype %s: not supported (flash_attention_check says which are)", op, D,
+                  tlm_dtype_name(dt));
+}
+
+/* dst (rows, HD) float32, contiguous = the first HD columns of each of `rows` rows of src (dt),
+ * row stride ld */
+static void widen_rows(float *dst, const void *src, size_t rows, int ld, int HD, tlm_dtype dt) {
+#pragma omp parallel for schedule(static) if (rows * HD >= TLM_CPU_GRAIN)
+    for (size_t n = 0; n < rows; n++) tlm_cpu_widen(dst + n * HD, src, n * (size_t)ld, (size_t)HD, dt);
+}
+
+/* the first HD columns of each row of dst (dt, row stride ld) = src (rows, HD) rounded to dt */
+static void narrow_rows(void *dst, int ld, const float *src, size_t rows, int HD, tlm_dtype dt) {
+#pragma omp parallel for schedule(static) if (rows * HD >= TLM_CPU_GRAIN)
+    for (size_t n = 0; n < rows; n++) tlm_cpu_narrow(dst, n * (size_t)ld, src + n * HD, (size_t)HD, dt);
+}
+
+void tlm_cpu_flash_attention_forward(tlm_backend *be, void *out, float *lse, const void *q, const void *k,
+                                     const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
+                                     bool causal, tlm_dtype dt) {
+    check_op(D, dt, "flash_attention_forward");
+    const tlm_flash_tiles t = tlm_flash_cpu_default_tiles();
+    if (dt == TLM_DTYPE_F32) {
+        tlm_flash_attention_forward_cpu(out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, D, causal, t.Br, t.Bc);
+        return;
+    }
+    /* one scratch request, partitioned: q, out (B*Tq, HD); k, v (B*Tk, HD); float32, ld = HD */
+    const int HD = H * D;
+    const size_t nq = (size_t)B * Tq * HD, nk = (size_t)B * Tk * HD;
+    float *q32 = tlm_cpu_scratch(be, (2 * nq + 2 * nk) * sizeof(float), "flash_attention_forward");
+    float *o32 = q32 + nq, *k32 = o32 + nq, *v32 = k32 + nk;
+    widen_rows(q32, q, (size_t)B * Tq, ld_qkv, HD, dt);
+    widen_rows(k32, k, (size_t)B * Tk, ld_qkv, HD, dt);
+    widen_rows(v32, v, (size_t)B * Tk, ld_qkv, HD, dt);
+    tlm_flash_attention_forward_cpu(o32, lse, q32, k32, v32, HD, HD, B, Tq, Tk, H, D, causal, t.Br, t.Bc);
+    narrow_rows(out, ld_out, o32, (size_t)B * Tq, HD, dt);
+}
+
+void tlm_cpu_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, float *workspace,
+                                      const void *dout, const void *q, const void *k, const void *v,
+                                      const void *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq,
+                                      int Tk, int H, int D, bool causal, tlm_dtype dt) {
+    check_op(D, dt, "flash_attention_backward");
+    const tlm_flash_tiles t = tlm_flash_cpu_default_tiles();
+    if (dt == TLM_DTYPE_F32) {
+        tlm_flash_attention_backward_cpu(dq, dk, dv, dout, q, k, v, out, lse, ld_qkv, ld_out, B, Tq, Tk, H, D,
+                                         causal, t.Br, t.Bc);
+        return;
+    }
+    /* one scratch request, partitioned: q, out, dout, dq (B*Tq, HD); k, v, dk, dv (B*Tk, HD) */
+    const int HD = H * D;
+    const size_t rq = (size_t)B * Tq, rk = (size_t)B * Tk, nq = rq * HD, nk = rk * HD;
+    float *q32 = tlm_cpu_scratch(be, (4 * nq + 4 * nk) * sizeof(float), "flash_attention_backward");
+    float *o32 = q32 + nq, *do32 = o32 + nq, *dq32 = do32 + nq;
+    float *k32 = dq32 + nq, *v32 = k32 + nk, *dk32 = v32 + nk, *dv32 = dk32 + nk;
+    widen_rows(q32, q, rq, ld_qkv, HD, dt);
+    widen_rows(o32, out, rq, ld_out, HD, dt);
+    widen_rows(do32, dout, rq, ld_out, HD, dt);
+    widen_rows(k32, k, rk, ld_qkv, HD, dt);
+    widen_rows(v32, v, rk, ld_qkv, HD, dt);
+    tlm_flash_attention_backward_cpu(dq32, dk32, dv32, do32, q32, k32, v32, o32, lse, HD, HD, B, Tq, Tk, H, D,
+                                     causal, t.Br, t.Bc);
+    narrow_rows(dq, ld_qkv, dq32, rq, HD, dt);
+    narrow_rows(dk, ld_qkv, dk32, rk, HD, dt);
+    narrow_rows(dv, ld_qkv, dv32, rk, HD, dt);
 }

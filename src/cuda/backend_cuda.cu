@@ -27,6 +27,9 @@ static tlm_ops cuda_ops_table(void) {
     ops.rope_backward = tlm_cuda_rope_backward;
     ops.attention_forward = tlm_cuda_attention_forward;
     ops.attention_backward = tlm_cuda_attention_backward;
+    ops.flash_attention_forward = tlm_cuda_flash_attention_forward;
+    ops.flash_attention_backward = tlm_cuda_flash_attention_backward;
+    ops.flash_attention_check = tlm_cuda_flash_attention_check;
     ops.swiglu_forward = tlm_cuda_swiglu_forward;
     ops.swiglu_backward = tlm_cuda_swiglu_backward;
     ops.cross_entropy_forward = tlm_cuda_cross_entropy_forward;

@@ -155,6 +155,25 @@ void tlm_cuda_attention_forward(tlm_backend *be, void *out, void *probs, const v
 void tlm_cuda_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, void *dprobs, const void *dout,
                                  const void *q, const void *k, const void *v, const void *probs, int ld, int B,
                                  int T, int H, int D, tlm_dtype dt);
+/* FlashAttention-2 (flash_attention.cu: the ops, and the bf16/fp16 tensor-core kernels) */
+void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, const void *q, const void *k,
+                                      const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
+                                      bool causal, tlm_dtype dt);
+void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, float *workspace,
+                                       const void *dout, const void *q, const void *k, const void *v,
+                                       const void *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq,
+                                       int Tk, int H, int D, bool causal, tlm_dtype dt);
+tlm_status tlm_cuda_flash_attention_check(tlm_backend *be, int D, tlm_dtype dt);
+/* the exact-fp32 kernels (flash_attention_f32.cu), called by the ops above for dt == F32;
+ * same arguments and semantics; D in {16, 32, 64, 80, 128} (tlm_cuda_flash_f32_supports) */
+bool tlm_cuda_flash_f32_supports(int D);
+void tlm_cuda_flash_forward_f32(cudaStream_t st, float *out, float *lse, const float *q, const float *k,
+                                const float *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
+                                bool causal);
+void tlm_cuda_flash_backward_f32(cudaStream_t st, float *dq, float *dk, float *dv, float *workspace,
+                                 const float *dout, const float *q, const float *k, const float *v,
+                                 const float *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq, int Tk,
+                                 int H, int D, bool causal);
 void tlm_cuda_swiglu_forward(tlm_backend *be, void *out, const void *ab, int N, int F, tlm_dtype dt);
 void tlm_cuda_swiglu_backward(tlm_backend *be, void *dab, const void *dout, const void *ab, int N, int F,
                               tlm_dtype dt);

@@ -170,6 +170,68 @@ void tlm_model_free(tlm_model *m) {
     free(m);
 }
 
+/* ---- attention: naive or FlashAttention-2 ------------------------------------------------ */
+
+const char *tlm_attention_name(tlm_attention a) {
+    switch (a) {
+    case TLM_ATTENTION_NAIVE: return "naive";
+    case TLM_ATTENTION_FLASH: return "flash";
+    case TLM_ATTENTION_AUTO: return "auto";
+    }
+    return "?";
+}
+
+bool tlm_attention_parse(const char *name, tlm_attention *out) {
+    static const tlm_attention all[] = {TLM_ATTENTION_NAIVE, TLM_ATTENTION_FLASH, TLM_ATTENTION_AUTO};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(name, tlm_attention_name(all[i])) == 0) {
+            *out = all[i];
+            return true;
+        }
+    return false;
+}
+
+static const char *mode_name(tlm_precision p) {
+    return p == TLM_PRECISION_TF32 ? "tf32" : p == TLM_PRECISION_BF16 ? "bf16" : p == TLM_PRECISION_FP16 ? "fp16" : "fp32";
+}
+
+tlm_status tlm_attention_check(tlm_backend *be, const tlm_config *c, tlm_precision p, tlm_attention a) {
+    if (a != TLM_ATTENTION_FLASH) return TLM_OK;
+    const tlm_ops *op = be->ops;
+    const int D = tlm_config_d_head(c);
+    if (!op->flash_attention_forward || !op->flash_attention_backward || !op->flash_attention_check)
+        return tlm_fail(TLM_ERR_UNSUPPORTED,
+                        "flash attention is not supported on the %s backend: it has no FlashAttention-2 "
+                        "kernels (use the naive attention)", be->name);
+    if (op->flash_attention_check(be, D, tlm_precision_act_dtype(p)) != TLM_OK) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", tlm_last_error());
+        return tlm_fail(TLM_ERR_UNSUPPORTED,
+                        "flash attention is not supported on the %s backend for d_head %d in %s (use the "
+                        "naive attention): %s", be->name, D, mode_name(p), why);
+    }
+    return TLM_OK;
+}
+
+tlm_attention tlm_attention_resolve(tlm_backend *be, const tlm_config *c, tlm_precision p, tlm_attention a) {
+    if (a != TLM_ATTENTION_AUTO) return a;
+    if (be->device == TLM_DEVICE_CPU) return TLM_ATTENTION_NAIVE;
+    return tlm_attention_check(be, c, p, TLM_ATTENTION_FLASH) == TLM_OK ? TLM_ATTENTION_FLASH : TLM_ATTENTION_NAIVE;
+}
+
+tlm_status tlm_model_set_attention(tlm_model *m, tlm_attention a) {
+    if (a != TLM_ATTENTION_NAIVE && a != TLM_ATTENTION_FLASH && a != TLM_ATTENTION_AUTO)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown attention %d (known: naive, flash, auto)", (int)a);
+    tlm_backend *be = m->backend;
+    a = tlm_attention_resolve(be, &m->config, be->precision, a);
+    TLM_TRY(tlm_attention_check(be, &m->config, be->precision, a));
+    if (a != m->attention) {
+        tlm_model_free_activations(m); /* the saved tensors differ: the next forward allocates */
+        m->attention = a;
+    }
+    return TLM_OK;
+}
+
 int tlm_model_find_tensor(const tlm_model *m, const char *name) {
     for (int i = 0; i < m->num_tensors; i++)
         if (strcmp(m->tensors[i].name, name) == 0) return i;

@@ -34,7 +34,7 @@ void tlm_model_free_activations(tlm_model *m) {
     if (m->acts) {
         for (int l = 0; l < m->config.num_layers; l++) {
             tlm_layer_acts *a = &m->acts[l];
-            void *bufs[] = {a->x, a->ln1, a->ln1_rstd, a->qkv, a->probs, a->att,
+            void *bufs[] = {a->x, a->ln1, a->ln1_rstd, a->qkv, a->probs, a->lse, a->att,
                             a->h, a->ln2, a->ln2_rstd, a->ab, a->g};
             for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tlm_free(be, bufs[i]);
         }
@@ -43,13 +43,13 @@ void tlm_model_free_activations(tlm_model *m) {
     }
     void *bufs[] = {m->x_final, m->ln_f, m->ln_f_rstd, m->logits, m->lse, m->losses, m->d_resid,
                     m->d_resid_lp != (void *)m->d_resid ? m->d_resid_lp : NULL, m->d_tmp, m->d_qkv,
-                    m->d_probs, m->d_ab, m->d_g};
+                    m->d_probs, m->flash_workspace, m->d_ab, m->d_g};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tlm_free(be, bufs[i]);
     tlm_free(be, m->inputs);
     tlm_free(be, m->targets);
     free(m->host_losses);
     m->x_final = m->ln_f = m->ln_f_rstd = m->logits = m->lse = m->losses = NULL;
-    m->d_resid = NULL;
+    m->d_resid = m->flash_workspace = NULL;
     m->d_resid_lp = m->d_tmp = m->d_qkv = m->d_probs = m->d_ab = m->d_g = NULL;
     m->inputs = m->targets = NULL;
     m->host_losses = NULL;
@@ -58,13 +58,21 @@ void tlm_model_free_activations(tlm_model *m) {
 }
 
 /* Allocates what a forward and backward over (B,T) need, each buffer tagged with its layer;
- * `dt` buffers (GEMM operands and outputs) in the activation dtype, the rest float32. */
+ * `dt` buffers (GEMM operands and outputs) in the activation dtype, the rest float32. What
+ * attention saves depends on m->attention (model.h): naive, P (B,H,T,T) dt per layer and a dP
+ * scratch of the same size; flash, the logsumexp (B,H,T) float32 per layer and one float32
+ * backward workspace (tlm_flash_workspace_floats) for all layers. */
 static tlm_status alloc_activations(tlm_model *m, int B, int T, tlm_dtype dt) {
     if (m->act_B == B && m->act_T == T && m->act_dt == dt) return TLM_OK;
     tlm_model_free_activations(m);
     const tlm_config *c = &m->config;
+    const bool flash = m->attention == TLM_ATTENTION_FLASH;
+    /* the mode may have changed since tlm_model_set_attention checked */
+    if (flash) TLM_TRY(tlm_attention_check(m->backend, c, m->backend->precision, m->attention));
     const size_t N = (size_t)B * T, C = c->d_model, F = c->d_ff, V = c->vocab_size;
-    const size_t P = (size_t)B * c->num_heads * T * T; /* attention probabilities */
+    const size_t H = c->num_heads, D = tlm_config_d_head(c);
+    const size_t P = flash ? 0 : H * B * T * T;  /* naive: attention probabilities */
+    const size_t L = flash ? H * B * T : 0;      /* flash: logsumexp of each query row */
     const size_t f4 = sizeof(float), e = tlm_dtype_size(dt);
     act_alloc a = {m->backend, TLM_OK};
     m->acts = calloc((size_t)c->num_layers, sizeof *m->acts);
@@ -75,7 +83,8 @@ static tlm_status alloc_activations(tlm_model *m, int B, int T, tlm_dtype dt) {
         x->ln1 = act_bytes(&a, N * C, e, "layers.%d.ln1", l);
         x->ln1_rstd = act_bytes(&a, N, f4, "layers.%d.ln1.rstd", l);
         x->qkv = act_bytes(&a, N * 3 * C, e, "layers.%d.attn.qkv", l);
-        x->probs = act_bytes(&a, P, e, "layers.%d.attn.probs", l);
+        if (flash) x->lse = act_bytes(&a, L, f4, "layers.%d.attn.lse", l);
+        else x->probs = act_bytes(&a, P, e, "layers.%d.attn.probs", l);
         x->att = act_bytes(&a, N * C, e, "layers.%d.attn.out", l);
         x->h = act_bytes(&a, N * C, f4, "layers.%d.h", l);
         x->ln2 = act_bytes(&a, N * C, e, "layers.%d.ln2", l);
@@ -93,7 +102,11 @@ static tlm_status alloc_activations(tlm_model *m, int B, int T, tlm_dtype dt) {
     m->d_resid_lp = dt == TLM_DTYPE_F32 ? (void *)m->d_resid : act_bytes(&a, N * C, e, "backward.d_resid_lowp", 0);
     m->d_tmp = act_bytes(&a, N * C, e, "backward.d_tmp", 0);
     m->d_qkv = act_bytes(&a, N * 3 * C, e, "backward.d_qkv", 0);
-    m->d_probs = act_bytes(&a, P, e, "backward.d_probs", 0);
+    if (flash)
+        m->flash_workspace = act_bytes(&a, tlm_flash_workspace_floats(B, T, (int)H, (int)D), f4,
+                                       "backward.flash_workspace", 0);
+    else
+        m->d_probs = act_bytes(&a, P, e, "backward.d_probs", 0);
     m->d_ab = act_bytes(&a, N * 2 * F, e, "backward.d_w13_out", 0);
     m->d_g = act_bytes(&a, N * F, e, "backward.d_swiglu", 0);
     if (a.status == TLM_OK) {
@@ -219,8 +232,12 @@ static void forward_pass(tlm_model *m, uint32_t with_targets) {
         op->rmsnorm_forward(be, a->ln1, a->ln1_rstd, a->x, w->ln1, n, C, c->rmsnorm_eps, dt);
         op->matmul_forward(be, a->qkv, NULL, a->ln1, gemm_w(m, w->qkv), n, C, 3 * C, dt);
         op->rope_forward(be, a->qkv, m->rope_cos, m->rope_sin, B, T, 2 * H, D, 3 * C, dt); /* q and k */
-        op->attention_forward(be, a->att, a->probs, a->qkv, at(a->qkv, C, dt), at(a->qkv, 2 * C, dt), 3 * C,
-                              B, T, H, D, dt);
+        if (m->attention == TLM_ATTENTION_FLASH) /* causal, Tq = Tk = T; saves lse */
+            op->flash_attention_forward(be, a->att, a->lse, a->qkv, at(a->qkv, C, dt), at(a->qkv, 2 * C, dt),
+                                        3 * C, C, B, T, T, H, D, true, dt);
+        else /* saves probs */
+            op->attention_forward(be, a->att, a->probs, a->qkv, at(a->qkv, C, dt), at(a->qkv, 2 * C, dt),
+                                  3 * C, B, T, H, D, dt);
         op->matmul_forward(be, a->h, a->x, a->att, gemm_w(m, w->out_proj), n, C, C, dt);
         /* feed-forward branch: x_next = h + w2(silu(w1 ln2(h)) * w3 ln2(h)) */
         op->rmsnorm_forward(be, a->ln2, a->ln2_rstd, a->h, w->ln2, n, C, c->rmsnorm_eps, dt);
@@ -242,8 +259,9 @@ tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t 
     if (T > c->context_length)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "context length %d exceeds the model's context_length %d",
                         T, c->context_length);
-    if ((double)B * c->num_heads * T * T > 2147483647.0 || (double)B * T * c->vocab_size > 2147483647.0 ||
-        (double)B * T * 2 * c->d_ff > 2147483647.0)
+    const double probs = m->attention == TLM_ATTENTION_FLASH ? 0 : (double)B * c->num_heads * T * T;
+    if (probs > 2147483647.0 || (double)B * T * c->vocab_size > 2147483647.0 ||
+        (double)B * T * 2 * c->d_ff > 2147483647.0 || (double)B * T * 3 * c->d_model > 2147483647.0)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT,
                         "batch %d x context %d makes an activation of more than 2^31 elements", B, T);
     const size_t N = (size_t)B * T;
@@ -341,8 +359,14 @@ static void backward_pass(tlm_model *m, uint32_t scale_bits) {
         /* attention branch */
         if (lowp) op->cast(be, m->d_resid_lp, m->d_resid, N * C, dt);
         op->matmul_backward(be, m->d_tmp, g->out_proj, m->d_resid_lp, a->att, gemm_w(m, w->out_proj), n, C, C, dt);
-        op->attention_backward(be, m->d_qkv, at(m->d_qkv, C, dt), at(m->d_qkv, 2 * C, dt), m->d_probs, m->d_tmp,
-                               a->qkv, at(a->qkv, C, dt), at(a->qkv, 2 * C, dt), a->probs, 3 * C, B, T, H, D, dt);
+        if (m->attention == TLM_ATTENTION_FLASH) /* recomputes P from the forward's out and lse */
+            op->flash_attention_backward(be, m->d_qkv, at(m->d_qkv, C, dt), at(m->d_qkv, 2 * C, dt),
+                                         m->flash_workspace, m->d_tmp, a->qkv, at(a->qkv, C, dt),
+                                         at(a->qkv, 2 * C, dt), a->att, a->lse, 3 * C, C, B, T, T, H, D, true, dt);
+        else
+            op->attention_backward(be, m->d_qkv, at(m->d_qkv, C, dt), at(m->d_qkv, 2 * C, dt), m->d_probs,
+                                   m->d_tmp, a->qkv, at(a->qkv, C, dt), at(a->qkv, 2 * C, dt), a->probs, 3 * C, B,
+                                   T, H, D, dt);
         op->rope_backward(be, m->d_qkv, m->rope_cos, m->rope_sin, B, T, 2 * H, D, 3 * C, dt);
         op->matmul_backward(be, m->d_tmp, g->qkv, m->d_qkv, a->ln1, gemm_w(m, w->qkv), n, C, 3 * C, dt);
         op->rmsnorm_backward(be, m->d_resid, g->ln1, m->d_tmp, a->x, w->ln1, a->ln1_rstd, n, C, dt);

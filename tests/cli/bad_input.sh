@@ -16,6 +16,8 @@ expect_fail "unknown device 'tpu'" bench --model tiny --device tpu
 expect_fail "unknown pass 'sideways'" bench --model tiny --pass sideways
 expect_fail "unknown format 'xml'" bench --model tiny --format xml
 expect_fail "unknown precision 'fp8'" bench --model tiny --precision fp32,fp8
+expect_fail "--attention: unknown attention 'fast'" bench --model tiny --attention fast
+expect_fail "--attention: unknown attention 'FLASH'" step --attention FLASH --inputs "$X" --targets "$Y"
 # shapes that cannot work
 expect_fail "d_model 64 is not divisible by num_heads 3" bench --model tiny --num-heads 3
 expect_fail "is odd" bench --model tiny --d-model 96 --num-heads 32

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench_smoke.sh — `tlm bench` runs a tiny sweep on the CPU in each output format.
+# bench_smoke.sh — `tlm bench` runs a tiny sweep on the CPU in each output format, with the
+# naive attention (auto on the CPU) and with --attention flash.
 source "$(dirname "$0")/lib.bash"
 B=("$TLM" bench --device cpu --model tiny --context-length 8,16 --batch-size 2 --warmup 1 --steps 2)
 out=$("${B[@]}" 2>&1)
@@ -7,13 +8,23 @@ check "table run exits 0" test $? -eq 0
 echo "$out"
 check "table has a row per context length" test "$(grep -cE '^tiny +(8|16) +2 +fp32 ' <<<"$out")" -eq 2
 check "table header names the device" grep -q '^# device: cpu' <<<"$out"
+check "auto attention is naive on the CPU" test "$(grep -cE '^tiny +(8|16) +2 +fp32 +naive ' <<<"$out")" -eq 2
+out=$("${B[@]}" --attention flash 2>&1)
+check "--attention flash runs (exit 0)" test $? -eq 0
+check "flash rows say flash" test "$(grep -cE '^tiny +(8|16) +2 +fp32 +flash ' <<<"$out")" -eq 2
+check "the header names the attention" grep -q '^# attention: flash' <<<"$out"
 expect_ok "csv to a file" "${B[@]}" --format csv --out "$TMP/r.csv"
 check "csv has a header and 2 rows" test "$(wc -l < "$TMP/r.csv")" -eq 3
+check "csv has the attention field" grep -q '^impl,model,context_length,batch_size,precision,attention,' "$TMP/r.csv"
 expect_ok "json to a file" "${B[@]}" --format json --out "$TMP/r.json" --pass forward
 check "json has 2 rows" test "$(grep -c '"model": "tiny"' "$TMP/r.json")" -eq 2
 if command -v python3 >/dev/null; then
   check "json parses" python3 -c "import json,sys; d=json.load(open('$TMP/r.json')); assert len(d['rows'])==2"
+  expect_ok "json with --attention flash" "${B[@]}" --format json --out "$TMP/f.json" --pass forward --attention flash
+  check "json rows say attention flash" python3 -c "import json; d=json.load(open('$TMP/f.json')); \
+assert d['attention']=='flash' and [r['attention'] for r in d['rows']]==['flash','flash']"
 fi
 expect_ok "help lists every flag" "$TLM" bench --help
 check "help names the defaults" grep -q 'default: 5' <<<"$("$TLM" bench --help)"
+check "help describes --attention" grep -q -- '--attention A' <<<"$("$TLM" bench --help)"
 finish

@@ -1,0 +1,705 @@
+/* flash_attention.cu — FlashAttention-2 on the GPU (Dao 2023, "FlashAttention-2: Faster Attention
+ * with Better Parallelism and Work Partitioning", Algorithm 1 forward, Algorithm 2 backward): the
+ * ops of tlm/backend.h (flash_attention_forward, _backward, _check) and their bf16/fp16
+ * tensor-core kernels. fp32 goes to the exact-fp32 kernels of flash_attention_f32.cu.
+ * The spec, layout and masking rules are those of tlm/flash_attention.h (the CPU reference).
+ *
+ * Tensor cores: Ampere-style warp-level mma.sync.m16n8k16 (bf16 or fp16 operands, fp32
+ * accumulators), operands fed from shared memory by ldmatrix (.trans where the product needs the
+ * transposed tile), tiles brought in by cp.async (16-byte pieces, zero-filled past the sequence).
+ * Shared-memory rows are padded by 8 elements (16 bytes) so the 8 rows an ldmatrix reads fall in
+ * distinct banks for every D.
+ *
+ * Forward (one block per (query tile, head, batch); 4 warps; causal blocks launched heaviest
+ * first): each warp owns R groups of 16 query rows (R = 2 for D = 32, 64, 128: every K/V fragment
+ * read from shared memory feeds two products, which is what shared-memory bandwidth asks for;
+ * R = 1 where the registers do not allow it). Q stays in registers as mma A-fragments; key/value
+ * tiles of BC rows are double-buffered (the next tile's cp.async overlaps this tile's math).
+ * Per tile: S = Q K^T (fp32), mask (only in tiles that cross the diagonal or the sequence end),
+ * online softmax in the log2 domain (scores prescaled by log2(e)/sqrt(D), exp2), P rounded to
+ * bf16/fp16 straight from the accumulator registers (the m16n8 C-fragment of two adjacent
+ * n-tiles is the A-fragment of a k16 step), O += P V. Tiles (BR x BC): 128 x 64 (D 32, 64),
+ * 128 x 32 (D 128), 64 x 128 (D 16), 64 x 64 (D 80).
+ *
+ * Backward (one block per key tile, head, batch): each warp owns RK groups of 16 keys (D <= 64:
+ * 4 warps of 32 keys, a 128-key tile, 32-query tiles; D 80 and 128: 8 warps of 16 keys, 64- and
+ * 32-query tiles: dK and dV in registers leave no room for more). K and V stay in shared memory,
+ * dK and dV accumulate in registers; query tiles are double-buffered, starting at the first tile
+ * that sees any of the block's keys (causal). Per query tile, transposed so each warp owns its
+ * keys' rows: S^T = K Q^T, P^T = exp2(S^T - L), dV += P^T dO, dP^T = V dO^T,
+ * dS^T = P^T * (dP^T - delta), dK += dS^T Q; dS goes through shared memory and the block
+ * computes dQ_i = dS K for its keys, added to an fp32 accumulator in the workspace with float4
+ * atomics (the paper's atomic add; the order of the adds varies, so dQ is not bitwise
+ * reproducible). Before: delta = rowsum(dO * O) (a warp per row and head); after: dQ rounded from
+ * the accumulator into its third of the gradient buffer.
+ * Tile shapes were chosen by timing on an H100 (bench/results/h100-2026-11-21-flash/README.md).
+ *
+ * Supported: D in {16, 32, 64, 80, 128}; any Tq, Tk >= 1; causal (bottom-right) or not. */
+#include <math.h>
+#include <type_traits>
+
+#include "cuda/cuda_common.cuh"
+
+#define FA_PAD 8 /* elements of padding per shared-memory row */
+
+/* ---- tensor-core and copy primitives ------------------------------------------------------------- */
+
+template <typename E> struct fa_pack;
+template <> struct fa_pack<__nv_bfloat16> {
+    static __device__ __forceinline__ uint32_t two(float lo, float hi) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+};
+template <> struct fa_pack<__half> {
+    static __device__ __forceinline__ uint32_t two(float lo, float hi) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+};
+
+/* d (16x8 fp32) += a (16x16, row) b (16x8, col) */
+template <typename E>
+__device__ __forceinline__ void fa_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    if constexpr (std::is_same<E, __nv_bfloat16>::value) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+}
+
+__device__ __forceinline__ uint32_t fa_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void fa_ldsm_x4(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(fa_smem(p)));
+}
+__device__ __forceinline__ void fa_ldsm_x4_t(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(fa_smem(p)));
+}
+__device__ __forceinline__ void fa_ldsm_x2_t(uint32_t &r0, uint32_t &r1, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r0), "=r"(r1)
+                 : "r"(fa_smem(p)));
+}
+
+/* Lane addresses for ldmatrix.x4 over a 16x16 block at (r0, c0) of a row-major tile with row
+ * stride ld:
+ *  fa_lane_a: A-fragment of rows r0.. (m) by cols c0.. (k); also, with .trans, the B-fragments of
+ *             two adjacent n-tiles from a tile stored [k][n] (r = k, c = n).
+ *  fa_lane_b: B-fragments of two adjacent n-tiles from a tile stored [n][k] (r = n, c = k); also,
+ *             with .trans, the A-fragment of a tile stored [k][m] (r = k, c = m). */
+__device__ __forceinline__ int fa_lane_a(int lane, int r0, int c0, int ld) {
+    return (r0 + (lane & 15)) * ld + c0 + (lane >> 4) * 8;
+}
+__device__ __forceinline__ int fa_lane_b(int lane, int r0, int c0, int ld) {
+    return (r0 + (lane & 7) + ((lane >> 4) << 3)) * ld + c0 + ((lane >> 3) & 1) * 8;
+}
+
+__device__ __forceinline__ void fa_cp16(void *smem, const void *gmem, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(fa_smem(smem)), "l"(gmem),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* rows [row0, row0 + ROWS) of a (rows, D) slice with row stride ld into s[ROWS][D + FA_PAD];
+ * rows >= nrows are zero-filled */
+template <int ROWS, int D, int NT, typename E>
+__device__ __forceinline__ void fa_load_tile(E *s, const E *g, int64_t ld, int row0, int nrows, int tid) {
+    constexpr int CHUNKS = D / 8; /* 16-byte pieces per row */
+#pragma unroll
+    for (int c = tid; c < ROWS * CHUNKS; c += NT) {
+        const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
+        const bool valid = row0 + r < nrows;
+        fa_cp16(s + r * (D + FA_PAD) + col, g + (int64_t)(valid ? row0 + r : 0) * ld + col, valid);
+    }
+}
+
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
+
+/* ---- forward --------------------------------------------------------------------------------- */
+
+template <typename E, int D, int BC, int WARPS, int R>
+__global__ void __launch_bounds__(WARPS * 32)
+    flash_fwd_kernel(E *__restrict__ out, float *__restrict__ lse, const E *__restrict__ q, const E *__restrict__ k,
+                     const E *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale_log2,
+                     int causal) {
+    /* each warp owns R groups of 16 query rows: rows warp*16*R + 16*r .. ; every K/V fragment loaded
+     * from shared memory feeds R products */
+    constexpr int BR = 16 * R * WARPS, LDS = D + FA_PAD, NT = WARPS * 32;
+    extern __shared__ __align__(16) unsigned char fa_smem_raw[];
+    E *sQ = reinterpret_cast<E *>(fa_smem_raw);
+    E *sK = sQ + BR * LDS; /* [2][BC][LDS] */
+    E *sV = sK + 2 * BC * LDS;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int m_block = causal ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int i0 = m_block * BR, offset = Tk - Tq, w0 = i0 + warp * 16 * R; /* the warp's first row */
+    const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
+    const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
+    const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
+    /* keys this tile needs: j < n_end (causal: the last row i0 + BR - 1 sees j <= i0 + BR - 1 + offset) */
+    const int n_end = causal ? min(Tk, i0 + BR + offset) : Tk;
+    const int n_tiles = n_end > 0 ? (n_end + BC - 1) / BC : 0;
+
+    fa_load_tile<BR, D, NT>(sQ, qb, ld_qkv, i0, Tq, tid);
+    if (n_tiles > 0) {
+        fa_load_tile<BC, D, NT>(sK, kb, ld_qkv, 0, Tk, tid);
+        fa_load_tile<BC, D, NT>(sV, vb, ld_qkv, 0, Tk, tid);
+    }
+    fa_commit();
+
+    float o[R][D / 8][4];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int d = 0; d < D / 8; d++) o[r][d][0] = o[r][d][1] = o[r][d][2] = o[r][d][3] = 0.0f;
+    float m[R][2], l[R][2];
+#pragma unroll
+    for (int r = 0; r < R; r++) m[r][0] = m[r][1] = -INFINITY, l[r][0] = l[r][1] = 0.0f;
+    uint32_t qf[R][D / 16][4];
+
+    for (int t = 0; t < n_tiles; t++) {
+        const int buf = t & 1;
+        if (t + 1 < n_tiles) { /* prefetch the next key/value tile into the other buffer */
+            fa_load_tile<BC, D, NT>(sK + (buf ^ 1) * BC * LDS, kb, ld_qkv, (t + 1) * BC, Tk, tid);
+            fa_load_tile<BC, D, NT>(sV + (buf ^ 1) * BC * LDS, vb, ld_qkv, (t + 1) * BC, Tk, tid);
+            fa_commit();
+            fa_wait<1>();
+        } else {
+            fa_wait<0>();
+        }
+        __syncthreads();
+        if (t == 0) {
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++)
+                    fa_ldsm_x4(qf[r][kk], sQ + fa_lane_a(lane, warp * 16 * R + 16 * r, kk * 16, LDS));
+        }
+        const E *sKb = sK + buf * BC * LDS, *sVb = sV + buf * BC * LDS;
+
+        float s[R][BC / 8][4];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int n = 0; n < BC / 8; n++) s[r][n][0] = s[r][n][1] = s[r][n][2] = s[r][n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+            for (int np = 0; np < BC / 16; np++) {
+                uint32_t bf[4];
+                fa_ldsm_x4(bf, sKb + fa_lane_b(lane, np * 16, kk * 16, LDS));
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    fa_mma<E>(s[r][2 * np], qf[r][kk], bf[0], bf[1]);
+                    fa_mma<E>(s[r][2 * np + 1], qf[r][kk], bf[2], bf[3]);
+                }
+            }
+        }
+        const int j0 = t * BC;
+        if (j0 + BC > Tk || (causal && j0 + BC - 1 > w0 + offset)) { /* a tile on the diagonal or the end */
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int row = w0 + 16 * r + g + (e >> 1) * 8, col = j0 + n * 8 + 2 * t4 + (e & 1);
+                        if (col >= Tk || (causal && col > row + offset)) s[r][n][e] = -INFINITY;
+                    }
+        }
+        /* online softmax, rows g (h2 = 0) and g + 8 (h2 = 1) of each 16, in the log2 domain */
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int h2 = 0; h2 < 2; h2++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int n = 0; n < BC / 8; n++) mx = fmaxf(mx, fmaxf(s[r][n][2 * h2], s[r][n][2 * h2 + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float m_new = fmaxf(m[r][h2], mx * scale_log2);
+                const float m_use = m_new == -INFINITY ? 0.0f : m_new; /* a row with no key yet: no NaN */
+                const float alpha = exp2f(m[r][h2] - m_use);
+                m[r][h2] = m_new;
+                l[r][h2] *= alpha;
+#pragma unroll
+                for (int d = 0; d < D / 8; d++) {
+                    o[r][d][2 * h2] *= alpha;
+                    o[r][d][2 * h2 + 1] *= alpha;
+                }
+#pragma unroll
+                for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+                    for (int e = 2 * h2; e < 2 * h2 + 2; e++) {
+                        const float p = exp2f(fmaf(s[r][n][e], scale_log2, -m_use));
+                        s[r][n][e] = p;
+                        l[r][h2] += p;
+                    }
+            }
+        /* O += P V: P's accumulators become the A-fragments, rounded to E */
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; kk++) {
+            uint32_t a[R][4];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                a[r][0] = fa_pack<E>::two(s[r][2 * kk][0], s[r][2 * kk][1]);
+                a[r][1] = fa_pack<E>::two(s[r][2 * kk][2], s[r][2 * kk][3]);
+                a[r][2] = fa_pack<E>::two(s[r][2 * kk + 1][0], s[r][2 * kk + 1][1]);
+                a[r][3] = fa_pack<E>::two(s[r][2 * kk + 1][2], s[r][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t bf[4];
+                fa_ldsm_x4_t(bf, sVb + fa_lane_a(lane, kk * 16, dp * 16, LDS));
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    fa_mma<E>(o[r][2 * dp], a[r], bf[0], bf[1]);
+                    fa_mma<E>(o[r][2 * dp + 1], a[r], bf[2], bf[3]);
+                }
+            }
+        }
+        __syncthreads(); /* every warp is done with this buffer before it is refilled */
+    }
+    if (n_tiles == 0) fa_wait<0>();
+
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+            float sum = l[r][h2];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const int row = w0 + 16 * r + g + 8 * h2;
+            if (row >= Tq) continue;
+            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* a fully masked row: out = 0 */
+            E *orow = out + ((int64_t)b * Tq + row) * ld_out + h * D + 2 * t4;
+#pragma unroll
+            for (int d = 0; d < D / 8; d++)
+                *reinterpret_cast<uint32_t *>(orow + d * 8) =
+                    fa_pack<E>::two(o[r][d][2 * h2] * inv, o[r][d][2 * h2 + 1] * inv);
+            if (t4 == 0)
+                lse[((int64_t)b * H + h) * Tq + row] = sum > 0.0f ? (m[r][h2] + log2f(sum)) * FA_LN2 : -INFINITY;
+        }
+}
+
+/* ---- backward ------------------------------------------------------------------------------ */
+
+/* delta[(b*H + h)*Tq + i] = sum_d dout * out over head h of row n = b*Tq + i: one warp per (n, h) */
+template <typename E>
+__global__ void flash_bwd_delta_kernel(float *__restrict__ delta, const E *__restrict__ dout,
+                                       const E *__restrict__ out, int ld_out, int B, int Tq, int H, int D) {
+    const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (w >= (int64_t)B * Tq * H) return;
+    const int h = (int)(w % H);
+    const int64_t n = w / H; /* b*Tq + i */
+    const E *a = dout + n * ld_out + h * D, *o = out + n * ld_out + h * D;
+    float s = 0.0f;
+    for (int d = 2 * lane; d < D; d += 64) { /* D even, rows 4-byte aligned */
+        s += tlm_f32(a[d]) * tlm_f32(o[d]) + tlm_f32(a[d + 1]) * tlm_f32(o[d + 1]);
+    }
+    s = tlm_warp_sum(s);
+    if (lane == 0) {
+        const int64_t b = n / Tq, i = n % Tq;
+        delta[(b * H + h) * Tq + i] = s;
+    }
+}
+
+/* dq (row stride ld, head h at column h*D) = round(acc (B,H,Tq,D)) */
+template <typename E>
+__global__ void flash_bwd_dq_kernel(E *__restrict__ dq, const float *__restrict__ acc, int ld, int B, int Tq, int H,
+                                    int D) {
+    const int64_t total = (int64_t)B * H * Tq * (D / 2);
+    for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < total; x += (int64_t)gridDim.x * blockDim.x) {
+        const int d = (int)(x % (D / 2)) * 2;
+        const int64_t row = x / (D / 2); /* (b*H + h)*Tq + i */
+        const int64_t i = row % Tq, bh = row / Tq, h = bh % H, b = bh / H;
+        const float2 a = *reinterpret_cast<const float2 *>(acc + row * D + d);
+        *reinterpret_cast<uint32_t *>(dq + (b * Tq + i) * ld + h * D + d) = fa_pack<E>::two(a.x, a.y);
+    }
+}
+
+template <typename E, int D, int BR, int WARPS, int RK>
+__global__ void __launch_bounds__(WARPS * 32)
+    flash_bwd_kernel(float *__restrict__ dq_acc, E *__restrict__ dk, E *__restrict__ dv, const E *__restrict__ dout,
+                     const E *__restrict__ q, const E *__restrict__ k, const E *__restrict__ v,
+                     const float *__restrict__ lse, const float *__restrict__ delta, int ld_qkv, int ld_out, int Tq,
+                     int Tk, int H, float scale, float scale_log2, int causal) {
+    /* each warp owns RK groups of 16 keys (rows warp*16*RK + 16*rk ..): every Q / dO fragment loaded
+     * from shared memory feeds RK products */
+    constexpr int BC = 16 * RK * WARPS, LDS = D + FA_PAD, LDP = BR + FA_PAD, NT = WARPS * 32;
+    constexpr int RG = BR / 16, CG = WARPS / RG, DW = D / CG; /* dQ: warps as RG row groups x CG column groups */
+    static_assert(WARPS % RG == 0 && DW % 8 == 0, "dQ partition");
+    extern __shared__ __align__(16) unsigned char fa_smem_raw[];
+    E *sK = reinterpret_cast<E *>(fa_smem_raw); /* [BC][LDS] */
+    E *sV = sK + BC * LDS;                      /* [BC][LDS] */
+    E *sQ = sV + BC * LDS;                      /* [2][BR][LDS] */
+    E *sdO = sQ + 2 * BR * LDS;                 /* [2][BR][LDS] */
+    E *sdS = sdO + 2 * BR * LDS;                /* [BC][LDP]: dS^T, keys by queries */
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int j0 = blockIdx.x * BC, offset = Tk - Tq, kw = warp * 16 * RK; /* the warp's first key in the tile */
+    const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
+    const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
+    const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
+    const E *dob = dout + (int64_t)b * Tq * ld_out + h * D;
+    const float *lse_b = lse + ((int64_t)b * H + h) * Tq;
+    const float *delta_b = delta + ((int64_t)b * H + h) * Tq;
+    float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D;
+    /* query tiles that see any key of this block: i >= j0 - offset (causal) */
+    const int m_begin = causal ? max(0, j0 - offset) / BR : 0;
+    const int m_end = (Tq + BR - 1) / BR;
+
+    fa_load_tile<BC, D, NT>(sK, kb, ld_qkv, j0, Tk, tid);
+    fa_load_tile<BC, D, NT>(sV, vb, ld_qkv, j0, Tk, tid);
+    if (m_begin < m_end) {
+        fa_load_tile<BR, D, NT>(sQ, qb, ld_qkv, m_begin * BR, Tq, tid);
+        fa_load_tile<BR, D, NT>(sdO, dob, ld_out, m_begin * BR, Tq, tid);
+    }
+    fa_commit();
+
+    float dk_acc[RK][D / 8][4], dv_acc[RK][D / 8][4];
+#pragma unroll
+    for (int rk = 0; rk < RK; rk++)
+#pragma unroll
+        for (int d = 0; d < D / 8; d++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk_acc[rk][d][e] = dv_acc[rk][d][e] = 0.0f;
+    const int rg = warp % RG, cg = warp / RG;
+
+    for (int mb = m_begin; mb < m_end; mb++) {
+        const int it = mb - m_begin, buf = it & 1, i0 = mb * BR;
+        if (mb + 1 < m_end) {
+            fa_load_tile<BR, D, NT>(sQ + (buf ^ 1) * BR * LDS, qb, ld_qkv, i0 + BR, Tq, tid);
+            fa_load_tile<BR, D, NT>(sdO + (buf ^ 1) * BR * LDS, dob, ld_out, i0 + BR, Tq, tid);
+            fa_commit();
+            fa_wait<1>();
+        } else {
+            fa_wait<0>();
+        }
+        __syncthreads();
+        const E *sQb = sQ + buf * BR * LDS, *sdOb = sdO + buf * BR * LDS;
+
+        /* L (log2 domain) and delta of the query columns this thread holds: 2*t4 + e of each n-tile */
+        float lc[BR / 8][2], dc[BR / 8][2];
+#pragma unroll
+        for (int n = 0; n < BR / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int col = i0 + n * 8 + 2 * t4 + e;
+                lc[n][e] = col < Tq ? lse_b[col] * FA_LOG2E : 0.0f;
+                dc[n][e] = col < Tq ? delta_b[col] : 0.0f;
+            }
+
+        /* S^T (the warp's keys x BR queries) = K_w Q^T and dP^T = V_w dO^T */
+        float s[RK][BR / 8][4], dp[RK][BR / 8][4];
+#pragma unroll
+        for (int rk = 0; rk < RK; rk++)
+#pragma unroll
+            for (int n = 0; n < BR / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[rk][n][e] = dp[rk][n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t a[RK][4], a2[RK][4];
+#pragma unroll
+            for (int rk = 0; rk < RK; rk++) {
+                fa_ldsm_x4(a[rk], sK + fa_lane_a(lane, kw + 16 * rk, kk * 16, LDS));
+                fa_ldsm_x4(a2[rk], sV + fa_lane_a(lane, kw + 16 * rk, kk * 16, LDS));
+            }
+#pragma unroll
+            for (int np = 0; np < BR / 16; np++) {
+                uint32_t bf[4];
+                fa_ldsm_x4(bf, sQb + fa_lane_b(lane, np * 16, kk * 16, LDS));
+#pragma unroll
+                for (int rk = 0; rk < RK; rk++) {
+                    fa_mma<E>(s[rk][2 * np], a[rk], bf[0], bf[1]);
+                    fa_mma<E>(s[rk][2 * np + 1], a[rk], bf[2], bf[3]);
+                }
+                fa_ldsm_x4(bf, sdOb + fa_lane_b(lane, np * 16, kk * 16, LDS));
+#pragma unroll
+                for (int rk = 0; rk < RK; rk++) {
+                    fa_mma<E>(dp[rk][2 * np], a2[rk], bf[0], bf[1]);
+                    fa_mma<E>(dp[rk][2 * np + 1], a2[rk], bf[2], bf[3]);
+                }
+            }
+        }
+        /* P^T = exp2(S^T scale log2(e) - L log2(e)), 0 where masked; dS^T = P^T (dP^T - delta) */
+        const bool need_mask = i0 + BR > Tq || j0 + BC > Tk || (causal && j0 + BC - 1 > i0 + offset);
+#pragma unroll
+        for (int rk = 0; rk < RK; rk++)
+#pragma unroll
+            for (int n = 0; n < BR / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = j0 + kw + 16 * rk + g + (e >> 1) * 8, qi = i0 + n * 8 + 2 * t4 + (e & 1);
+                    const bool ok = !need_mask || (qi < Tq && key < Tk && (!causal || key <= qi + offset));
+                    const float p = ok ? exp2f(fmaf(s[rk][n][e], scale_log2, -lc[n][e & 1])) : 0.0f;
+                    s[rk][n][e] = p;
+                    dp[rk][n][e] = p * (dp[rk][n][e] - dc[n][e & 1]);
+                }
+        /* dV += P^T dO and dK += dS^T Q (k = the BR queries); dS^T to shared memory for dQ */
+#pragma unroll
+        for (int kk = 0; kk < BR / 16; kk++) {
+            uint32_t a[RK][4], ds[RK][4];
+#pragma unroll
+            for (int rk = 0; rk < RK; rk++) {
+                a[rk][0] = fa_pack<E>::two(s[rk][2 * kk][0], s[rk][2 * kk][1]);
+                a[rk][1] = fa_pack<E>::two(s[rk][2 * kk][2], s[rk][2 * kk][3]);
+                a[rk][2] = fa_pack<E>::two(s[rk][2 * kk + 1][0], s[rk][2 * kk + 1][1]);
+                a[rk][3] = fa_pack<E>::two(s[rk][2 * kk + 1][2], s[rk][2 * kk + 1][3]);
+                ds[rk][0] = fa_pack<E>::two(dp[rk][2 * kk][0], dp[rk][2 * kk][1]);
+                ds[rk][1] = fa_pack<E>::two(dp[rk][2 * kk][2], dp[rk][2 * kk][3]);
+                ds[rk][2] = fa_pack<E>::two(dp[rk][2 * kk + 1][0], dp[rk][2 * kk + 1][1]);
+                ds[rk][3] = fa_pack<E>::two(dp[rk][2 * kk + 1][2], dp[rk][2 * kk + 1][3]);
+                E *srow = sdS + (kw + 16 * rk + g) * LDP + kk * 16 + 2 * t4;
+                *reinterpret_cast<uint32_t *>(srow) = ds[rk][0];
+                *reinterpret_cast<uint32_t *>(srow + 8 * LDP) = ds[rk][1];
+                *reinterpret_cast<uint32_t *>(srow + 8) = ds[rk][2];
+                *reinterpret_cast<uint32_t *>(srow + 8 * LDP + 8) = ds[rk][3];
+            }
+#pragma unroll
+            for (int dd = 0; dd < D / 16; dd++) {
+                uint32_t bf[4];
+                fa_ldsm_x4_t(bf, sdOb + fa_lane_a(lane, kk * 16, dd * 16, LDS));
+#pragma unroll
+                for (int rk = 0; rk < RK; rk++) {
+                    fa_mma<E>(dv_acc[rk][2 * dd], a[rk], bf[0], bf[1]);
+                    fa_mma<E>(dv_acc[rk][2 * dd + 1], a[rk], bf[2], bf[3]);
+                }
+                fa_ldsm_x4_t(bf, sQb + fa_lane_a(lane, kk * 16, dd * 16, LDS));
+#pragma unroll
+                for (int rk = 0; rk < RK; rk++) {
+                    fa_mma<E>(dk_acc[rk][2 * dd], ds[rk], bf[0], bf[1]);
+                    fa_mma<E>(dk_acc[rk][2 * dd + 1], ds[rk], bf[2], bf[3]);
+                }
+            }
+        }
+        __syncthreads(); /* dS^T complete */
+        /* dQ_i (rows rg*16.., columns cg*DW..) += scale dS K over the block's BC keys */
+        float acc[DW / 8][4];
+#pragma unroll
+        for (int n = 0; n < DW / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; kk++) {
+            uint32_t a[4];
+            fa_ldsm_x4_t(a, sdS + fa_lane_b(lane, kk * 16, rg * 16, LDP));
+#pragma unroll
+            for (int n = 0; n < DW / 8; n++) {
+                uint32_t b0, b1;
+                fa_ldsm_x2_t(b0, b1, sK + (kk * 16 + (lane & 15)) * LDS + cg * DW + n * 8);
+                fa_mma<E>(acc[n], a, b0, b1);
+            }
+        }
+        /* float4 atomics: lane pairs (t4, t4 ^ 1) swap halves so the even lane holds 4 columns of
+         * row g, the odd lane 4 columns of row g + 8 (16-byte aligned: D and DW are multiples of 8) */
+        const bool even = (t4 & 1) == 0;
+        const int row = i0 + rg * 16 + g + (even ? 0 : 8);
+        float *dst = dqa + (int64_t)row * D + cg * DW + 2 * (t4 & ~1);
+#pragma unroll
+        for (int n = 0; n < DW / 8; n++) {
+            const float send0 = even ? acc[n][2] : acc[n][0], send1 = even ? acc[n][3] : acc[n][1];
+            const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+            const float4 val = even ? make_float4(acc[n][0], acc[n][1], got0, got1)
+                                    : make_float4(got0, got1, acc[n][2], acc[n][3]);
+            if (row < Tq)
+                atomicAdd(reinterpret_cast<float4 *>(dst + n * 8),
+                          make_float4(val.x * scale, val.y * scale, val.z * scale, val.w * scale));
+        }
+        __syncthreads(); /* sdS and this buffer are free for the next tile */
+    }
+    if (m_begin >= m_end) fa_wait<0>();
+
+    /* dK = scale dS^T Q and dV, rows of the warp's keys */
+#pragma unroll
+    for (int rk = 0; rk < RK; rk++)
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+            const int key = j0 + kw + 16 * rk + g + 8 * h2;
+            if (key >= Tk) continue;
+            const int64_t off = ((int64_t)b * Tk + key) * ld_qkv + h * D + 2 * t4;
+#pragma unroll
+            for (int d = 0; d < D / 8; d++) {
+                *reinterpret_cast<uint32_t *>(dk + off + d * 8) =
+                    fa_pack<E>::two(dk_acc[rk][d][2 * h2] * scale, dk_acc[rk][d][2 * h2 + 1] * scale);
+                *reinterpret_cast<uint32_t *>(dv + off + d * 8) =
+                    fa_pack<E>::two(dv_acc[rk][d][2 * h2], dv_acc[rk][d][2 * h2 + 1]);
+            }
+        }
+}
+
+/* ---- launchers ------------------------------------------------------------------------------- */
+
+template <typename F> static void fa_dispatch_d(int D, const char *op, F &&f) {
+    switch (D) {
+    case 16: f(std::integral_constant<int, 16>{}); return;
+    case 32: f(std::integral_constant<int, 32>{}); return;
+    case 64: f(std::integral_constant<int, 64>{}); return;
+    case 80: f(std::integral_constant<int, 80>{}); return;
+    case 128: f(std::integral_constant<int, 128>{}); return;
+    default: tlm_fatal("%s: d_head %d has no kernel (16, 32, 64, 80, 128)", op, D);
+    }
+}
+
+static bool fa_supported_d(int D) { return D == 16 || D == 32 || D == 64 || D == 80 || D == 128; }
+
+tlm_status tlm_cuda_flash_attention_check(tlm_backend *be, int D, tlm_dtype dt) {
+    if (dt != TLM_DTYPE_F32 && dt != TLM_DTYPE_BF16 && dt != TLM_DTYPE_F16)
+        return tlm_fail(TLM_ERR_UNSUPPORTED, "flash attention on %s: dtype %s is not supported (F32, BF16, F16)",
+                        be->name, tlm_dtype_name(dt));
+    if (!fa_supported_d(D) || (dt == TLM_DTYPE_F32 && !tlm_cuda_flash_f32_supports(D)))
+        return tlm_fail(TLM_ERR_UNSUPPORTED,
+                        "flash attention on %s: d_head %d is not supported (kernels for d_head 16, 32, 64, 80, 128; "
+                        "use --attention naive)",
+                        be->name, D);
+    return TLM_OK;
+}
+
+static void fa_check_args(tlm_backend *be, const char *op, int D, tlm_dtype dt, int ld_qkv, int ld_out, int H,
+                          const void *const *ptrs, int nptrs) {
+    if (tlm_cuda_flash_attention_check(be, D, dt) != TLM_OK) tlm_fatal("%s: %s", op, tlm_last_error());
+    if (ld_qkv < H * D || ld_out < H * D) tlm_fatal("%s: ld_qkv %d, ld_out %d < H*D = %d", op, ld_qkv, ld_out, H * D);
+    if (dt == TLM_DTYPE_F32) return;
+    if (ld_qkv % 8 || ld_out % 8)
+        tlm_fatal("%s: ld_qkv %d and ld_out %d must be multiples of 8 elements (16-byte rows)", op, ld_qkv, ld_out);
+    for (int i = 0; i < nptrs; i++)
+        if (!tlm_aligned16(ptrs[i])) tlm_fatal("%s: tensor %d is not 16-byte aligned", op, i);
+}
+
+/* raises a kernel's dynamic shared-memory limit, once per kernel (the sizes are fixed per
+ * instantiation; done before any graph capture reaches the launch, and harmless inside one) */
+template <auto kernel> static void fa_set_smem(size_t bytes) {
+    static bool done = false; /* one per kernel: the kernel is the template argument */
+    if (done) return;
+    TLM_CUDA_CHECK_OP("flash_attention",
+                      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    done = true;
+}
+
+/* forward tile configurations: WARPS warps of R x 16 query rows, BC keys per tile */
+template <int W, int BC, int R> struct fa_fwd_cfg {
+    static constexpr int warps = W, bc = BC, r = R;
+};
+
+/* backward tile configurations: WARPS warps of RK x 16 keys, BR queries per tile */
+template <int W, int BR, int RK> struct fa_bwd_cfg {
+    static constexpr int warps = W, br = BR, rk = RK;
+};
+
+void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, const void *q, const void *k,
+                                      const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
+                                      bool causal, tlm_dtype dt) {
+    const char *op = "flash_attention_forward";
+    if (B <= 0 || Tq <= 0 || Tk <= 0 || H <= 0) return;
+    const void *ptrs[] = {out, q, k, v};
+    fa_check_args(be, op, D, dt, ld_qkv, ld_out, H, ptrs, 4);
+    if (H > 65535 || B > 65535) tlm_fatal("%s: batch %d or heads %d above 65535", op, B, H);
+    cudaStream_t st = tlm_cuda_stream(be);
+    if (dt == TLM_DTYPE_F32) {
+        tlm_cuda_flash_forward_f32(st, (float *)out, lse, (const float *)q, (const float *)k, (const float *)v, ld_qkv,
+                                   ld_out, B, Tq, Tk, H, D, causal);
+        return;
+    }
+    const float scale_log2 = FA_LOG2E / sqrtf((float)D);
+    tlm_cuda_dispatch(dt, op, [&](auto tag) {
+        using E = typename decltype(tag)::type;
+        if constexpr (!std::is_same<E, float>::value) {
+            fa_dispatch_d(D, op, [&](auto dc) {
+                constexpr int DD = decltype(dc)::value;
+                auto launch = [&](auto cfg) {
+                    constexpr int WARPS = decltype(cfg)::warps, BC = decltype(cfg)::bc, R = decltype(cfg)::r;
+                    constexpr int BR = 16 * R * WARPS;
+                    constexpr auto kernel = flash_fwd_kernel<E, DD, BC, WARPS, R>;
+                    const size_t smem = (size_t)(BR + 4 * BC) * (DD + FA_PAD) * sizeof(E);
+                    fa_set_smem<kernel>(smem);
+                    const dim3 grid((unsigned)((Tq + BR - 1) / BR), (unsigned)H, (unsigned)B);
+                    kernel<<<grid, WARPS * 32, smem, st>>>((E *)out, lse, (const E *)q, (const E *)k, (const E *)v,
+                                                           ld_qkv, ld_out, Tq, Tk, H, scale_log2, causal ? 1 : 0);
+                    TLM_CUDA_CHECK_LAUNCH();
+                };
+                /* two row groups a warp where the registers allow it (H100, 2026-11-21, leaderboard
+                 * shape: d_head 64 forward 2.24 -> 2.01 ms, d_head 128 4.83 -> 4.08 ms) */
+                if constexpr (DD == 64 || DD == 32) {
+                    launch(fa_fwd_cfg<4, 64, 2>{});
+                } else if constexpr (DD == 128) {
+                    launch(fa_fwd_cfg<4, 32, 2>{});
+                } else {
+                    launch(fa_fwd_cfg<4, DD <= 64 ? 128 : 64, 1>{});
+                }
+            });
+        }
+    });
+}
+
+void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, float *workspace,
+                                       const void *dout, const void *q, const void *k, const void *v,
+                                       const void *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq,
+                                       int Tk, int H, int D, bool causal, tlm_dtype dt) {
+    const char *op = "flash_attention_backward";
+    if (B <= 0 || Tq <= 0 || Tk <= 0 || H <= 0) return;
+    const void *ptrs[] = {dq, dk, dv, dout, q, k, v, out};
+    fa_check_args(be, op, D, dt, ld_qkv, ld_out, H, ptrs, 8);
+    if (H > 65535 || B > 65535) tlm_fatal("%s: batch %d or heads %d above 65535", op, B, H);
+    if (!workspace) tlm_fatal("%s: no workspace (tlm_flash_workspace_floats floats)", op);
+    cudaStream_t st = tlm_cuda_stream(be);
+    if (dt == TLM_DTYPE_F32) {
+        tlm_cuda_flash_backward_f32(st, (float *)dq, (float *)dk, (float *)dv, workspace, (const float *)dout,
+                                    (const float *)q, (const float *)k, (const float *)v, (const float *)out, lse,
+                                    ld_qkv, ld_out, B, Tq, Tk, H, D, causal);
+        return;
+    }
+    /* workspace: the dQ accumulator (B,H,Tq,D) first (8-byte aligned for float2 atomics), then delta */
+    float *dq_acc = workspace, *delta = workspace + (size_t)B * H * Tq * D;
+    const float scale = 1.0f / sqrtf((float)D), scale_log2 = FA_LOG2E * scale;
+    TLM_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, (size_t)B * H * Tq * D * sizeof(float), st));
+    tlm_cuda_dispatch(dt, op, [&](auto tag) {
+        using E = typename decltype(tag)::type;
+        if constexpr (!std::is_same<E, float>::value) {
+            const int64_t warps = (int64_t)B * Tq * H;
+            flash_bwd_delta_kernel<E><<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(delta, (const E *)dout,
+                                                                                   (const E *)out, ld_out, B, Tq, H, D);
+            TLM_CUDA_CHECK_LAUNCH();
+            fa_dispatch_d(D, op, [&](auto dc) {
+                constexpr int DD = decltype(dc)::value;
+                auto launch = [&](auto cfg) {
+                    constexpr int WARPS = decltype(cfg)::warps, BR = decltype(cfg)::br, RK = decltype(cfg)::rk;
+                    constexpr int BC = 16 * RK * WARPS;
+                    constexpr auto kernel = flash_bwd_kernel<E, DD, BR, WARPS, RK>;
+                    const size_t smem =
+                        ((size_t)(2 * BC + 4 * BR) * (DD + FA_PAD) + (size_t)BC * (BR + FA_PAD)) * sizeof(E);
+                    fa_set_smem<kernel>(smem);
+                    const dim3 grid((unsigned)((Tk + BC - 1) / BC), (unsigned)H, (unsigned)B);
+                    kernel<<<grid, WARPS * 32, smem, st>>>(dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q,
+                                                           (const E *)k, (const E *)v, lse, delta, ld_qkv, ld_out, Tq,
+                                                           Tk, H, scale, scale_log2, causal ? 1 : 0);
+                    TLM_CUDA_CHECK_LAUNCH();
+                };
+                /* d_head <= 64: 4 warps of 32 keys (H100, 2026-11-21, leaderboard shape: backward 6.42 ->
+                 * 5.85 ms against 8 warps of 16 keys); above, the dK, dV registers allow 16 keys a warp */
+                if constexpr (DD <= 64) {
+                    launch(fa_bwd_cfg<4, 32, 2>{});
+                } else {
+                    launch(fa_bwd_cfg<8, DD <= 80 ? 64 : 32, 1>{});
+                }
+            });
+            flash_bwd_dq_kernel<E><<<tlm_cuda_grid(be, (size_t)B * H * Tq * (D / 2), 256), 256, 0, st>>>(
+                (E *)dq, dq_acc, ld_qkv, B, Tq, H, D);
+            TLM_CUDA_CHECK_LAUNCH();
+        }
+    });
+}

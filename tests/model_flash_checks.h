@@ -1,0 +1,225 @@
+/* model_flash_checks.h — the whole model with FlashAttention-2 against the same model with the
+ * naive attention, shared by the CPU test (test_model_flash.c, in CI) and the GPU test
+ * (test_gpu_model_flash.c). Both attentions compute the same function, so on the same weights
+ * (seeded CS336 init) and batch (seeded tokens) one forward and backward must agree:
+ *
+ * - fp32: loss, logits and every gradient within MF_F32_TOL. The two differ only in the order of
+ *   fp32 sums (the online softmax rescales, the backward recomputes P from the logsumexp): ~1e-7
+ *   per op, a few 1e-7 after two layers and the lm_head; 1e-5 is the fixture tests' bound and
+ *   far below a wrong mask, scale or layout (O(1)).
+ * - bf16, fp16: each attention rounds at different points (naive: S, P, dP, dS to the mode's
+ *   dtype, as autocast; CUDA flash: P and dS before its tensor-core products; CPU flash: only
+ *   its outputs), so they differ by the mode's rounding, not by fp32 round-off. The criterion is
+ *   accuracy, measured against the fp32 naive run: flash in a mode must be no further from fp32
+ *   than MF_LOWP_FACTOR x the naive attention's distance in the same mode (what PyTorch autocast
+ *   computes), plus a floor of u/8, u the mode's unit roundoff (bf16 2^-8, fp16 2^-11), for
+ *   quantities where naive's errors happen to cancel (the loss, a mean over all positions: seen
+ *   at 7e-8 in fp16). Measured on the CPU (tiny, context 32 and 100): naive bf16 is 2e-5..3e-5
+ *   from fp32 in the loss, 4.5e-3 in the logits, 1.1e-2 in the worst gradient, flash 0.9x..1.3x
+ *   that; fp16 8x smaller. The flash-naive distance itself is printed (by the triangle inequality
+ *   it is at most 3x naive's distance + the floor).
+ * - CUDA graphs (backends that have them): the flash passes captured and replayed give the eager
+ *   run's loss, logits and gradients (within 1e-6 / 1e-5: the dQ accumulation's atomics may
+ *   differ in the last bits from run to run).
+ * - memory (tracked allocator): flash saves (B,H,T) float32 per layer instead of (B,H,T,T) dt and
+ *   needs tlm_flash_workspace_floats(B,T,H,D) float32 instead of a (B,H,T,T) dt dP scratch: the
+ *   activation bytes differ by exactly that. */
+#ifndef TLM_TESTS_MODEL_FLASH_CHECKS_H
+#define TLM_TESTS_MODEL_FLASH_CHECKS_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture_checks.h"
+#include "tlm/rng.h"
+
+#define MF_F32_TOL 1e-5    /* fp32: flash vs naive, loss, logits and each gradient */
+#define MF_LOWP_FACTOR 2.0 /* bf16/fp16: flash's distance to fp32 <= 2 x naive's + floor */
+#define MF_GRAPH_TOL 1e-5  /* graphs on vs off (gradients; loss and logits 1e-6) */
+
+static int mf_passed, mf_failed;
+
+static inline void mf_check(int ok, const char *what, double value, double limit) {
+    printf("%-6s %-78s %.3e (limit %.1e)\n", ok ? "ok" : "FAIL", what, value, limit);
+    if (ok) mf_passed++;
+    else mf_failed++;
+}
+
+/* a model shape and a batch shape */
+typedef struct {
+    const char *name;
+    tlm_config cfg;
+    int B, T;
+} mf_shape;
+
+/* what one run leaves, on the host */
+typedef struct {
+    float loss;
+    float *logits;            /* (B*T*V) float32 (widened from bf16/fp16) */
+    float *grads;             /* (flat_numel), divided by the loss scale they carry (fp16) */
+    size_t n_logits;
+    size_t act_bytes;         /* tracked activation bytes in use after the run */
+    int num_tensors;
+    tlm_tensor_info *tensors; /* the model's table: per-tensor gradient errors */
+} mf_out;
+
+static inline void mf_free(mf_out *o) {
+    free(o->logits);
+    free(o->grads);
+    free(o->tensors);
+    memset(o, 0, sizeof *o);
+}
+
+static inline const char *mf_mode(tlm_precision p) {
+    return p == TLM_PRECISION_BF16 ? "bf16" : p == TLM_PRECISION_FP16 ? "fp16"
+           : p == TLM_PRECISION_TF32 ? "tf32" : "fp32";
+}
+
+/* `passes` forward+backward passes (no AdamW: every pass computes the same) of a fresh model
+ * (init seed 1234, tokens seed 99) in mode p with attention a; the last pass's loss, logits and
+ * gradients. With graphs, pass 1 is eager, pass 2 captured, pass 3 on replays (model.h). */
+static inline mf_out mf_run(tlm_backend *be, const mf_shape *s, tlm_precision p, tlm_attention a, bool graphs,
+                            int passes) {
+    mf_out o;
+    memset(&o, 0, sizeof o);
+    be->precision = p;
+    be->use_graphs = graphs;
+    tlm_model *m;
+    fx_die(tlm_model_create(&m, &s->cfg, be), s->name);
+    fx_die(tlm_model_init_random(m, 1234), "init");
+    fx_die(tlm_model_set_attention(m, a), "attention");
+    const size_t N = (size_t)s->B * s->T, V = (size_t)s->cfg.vocab_size;
+    int32_t *x = malloc(N * sizeof(int32_t)), *y = malloc(N * sizeof(int32_t));
+    uint64_t st = tlm_rng_stream(99, 7);
+    for (size_t i = 0; i < N; i++) {
+        x[i] = (int32_t)tlm_rng_below(&st, V);
+        y[i] = (int32_t)tlm_rng_below(&st, V);
+    }
+    o.n_logits = N * V;
+    o.logits = malloc(o.n_logits * sizeof(float));
+    o.grads = malloc(m->flat_numel * sizeof(float));
+    for (int i = 0; i < passes; i++) {
+        fx_die(tlm_model_forward(m, x, y, s->B, s->T, &o.loss), "forward");
+        if (i == passes - 1) fx_die(tlm_model_copy_logits(m, o.logits), "logits");
+        fx_die(tlm_model_backward(m), "backward");
+    }
+    be->copy_to_host(be, o.grads, m->grads, m->flat_numel * sizeof(float));
+    be->synchronize(be);
+    for (size_t i = 0; i < m->flat_numel; i++) o.grads[i] /= m->grads_scale;
+    o.act_bytes = be->mem_current[TLM_MEM_ACTIVATIONS];
+    o.num_tensors = m->num_tensors;
+    o.tensors = malloc((size_t)m->num_tensors * sizeof *o.tensors);
+    memcpy(o.tensors, m->tensors, (size_t)m->num_tensors * sizeof *o.tensors);
+    tlm_model_free(m);
+    free(x);
+    free(y);
+    be->use_graphs = false;
+    be->precision = TLM_PRECISION_FP32;
+    return o;
+}
+
+/* a's distance to the reference b: loss (relative), logits (normalized), gradients (normalized,
+ * the worst tensor) */
+typedef struct {
+    double loss, logits, grads;
+    char worst[64];
+} mf_err;
+
+static inline mf_err mf_error(const mf_out *a, const mf_out *b) {
+    mf_err e;
+    memset(&e, 0, sizeof e);
+    e.loss = fabs((double)a->loss - b->loss) / fabs((double)b->loss);
+    if (!isfinite(a->loss)) e.loss = INFINITY;
+    e.logits = fx_rel_err(a->logits, b->logits, a->n_logits);
+    for (int i = 0; i < b->num_tensors; i++) {
+        const tlm_tensor_info *t = &b->tensors[i];
+        double g = fx_rel_err(a->grads + t->offset, b->grads + t->offset, t->numel);
+        if (!(g <= e.grads)) { /* NaN propagates as the worst */
+            e.grads = g;
+            snprintf(e.worst, sizeof e.worst, "%s", t->name);
+        }
+    }
+    return e;
+}
+
+/* activation bytes flash saves relative to naive (see the header comment) */
+static inline double mf_expected_saving(const mf_shape *s, tlm_precision p) {
+    const double B = s->B, T = s->T, H = s->cfg.num_heads, L = s->cfg.num_layers;
+    const int D = tlm_config_d_head(&s->cfg);
+    const double e = (double)tlm_dtype_size(tlm_precision_act_dtype(p));
+    return (L + 1) * B * H * T * T * e - L * B * H * T * 4.0 -
+           (double)tlm_flash_workspace_floats(s->B, s->T, s->cfg.num_heads, D) * 4.0;
+}
+
+/* Every check of the header comment for one shape on `be`. */
+static inline void mf_run_shape(tlm_backend *be, const mf_shape *s) {
+    char what[192];
+    printf("-- %s (batch %d, context %d, d_head %d, %d heads) on %s\n", s->name, s->B, s->T,
+           tlm_config_d_head(&s->cfg), s->cfg.num_heads, be->name);
+    mf_out n32 = mf_run(be, s, TLM_PRECISION_FP32, TLM_ATTENTION_NAIVE, false, 1);
+    mf_out f32 = mf_run(be, s, TLM_PRECISION_FP32, TLM_ATTENTION_FLASH, false, 1);
+    mf_err e = mf_error(&f32, &n32);
+    snprintf(what, sizeof what, "%s fp32: loss flash %.7f = naive %.7f", s->name, f32.loss, n32.loss);
+    mf_check(e.loss <= MF_F32_TOL, what, e.loss, MF_F32_TOL);
+    snprintf(what, sizeof what, "%s fp32: logits flash = naive", s->name);
+    mf_check(e.logits <= MF_F32_TOL, what, e.logits, MF_F32_TOL);
+    snprintf(what, sizeof what, "%s fp32: every gradient flash = naive (worst %s)", s->name, e.worst);
+    mf_check(e.grads <= MF_F32_TOL, what, e.grads, MF_F32_TOL);
+    const double saving = (double)n32.act_bytes - (double)f32.act_bytes;
+    const double want = mf_expected_saving(s, TLM_PRECISION_FP32);
+    snprintf(what, sizeof what, "%s fp32: activations %.3f MiB flash vs %.3f MiB naive (saves %.0f B, expect %.0f)",
+             s->name, f32.act_bytes / 1048576.0, n32.act_bytes / 1048576.0, saving, want);
+    mf_check(saving == want, what, fabs(saving - want), 0);
+
+    const tlm_precision lowp[2] = {TLM_PRECISION_BF16, TLM_PRECISION_FP16};
+    for (int i = 0; i < 2; i++) {
+        const char *mode = mf_mode(lowp[i]);
+        const double u = lowp[i] == TLM_PRECISION_BF16 ? 0x1p-8 : 0x1p-11, floor = u / 8;
+        mf_out n = mf_run(be, s, lowp[i], TLM_ATTENTION_NAIVE, false, 1);
+        mf_out f = mf_run(be, s, lowp[i], TLM_ATTENTION_FLASH, false, 1);
+        mf_err en = mf_error(&n, &n32), ef = mf_error(&f, &n32), ex = mf_error(&f, &n);
+        printf("       %s %s vs fp32 naive: naive loss %.2e logits %.2e grads %.2e | flash loss %.2e logits %.2e "
+               "grads %.2e | flash vs naive loss %.2e logits %.2e grads %.2e\n",
+               s->name, mode, en.loss, en.logits, en.grads, ef.loss, ef.logits, ef.grads, ex.loss, ex.logits,
+               ex.grads);
+        double lim = MF_LOWP_FACTOR * en.loss + floor;
+        snprintf(what, sizeof what, "%s %s: loss flash %.5f, naive %.5f, fp32 %.5f: flash as close to fp32", s->name,
+                 mode, f.loss, n.loss, n32.loss);
+        mf_check(ef.loss <= lim, what, ef.loss, lim);
+        lim = MF_LOWP_FACTOR * en.logits + floor;
+        snprintf(what, sizeof what, "%s %s: logits, flash as close to fp32 as naive (naive %.2e)", s->name, mode,
+                 en.logits);
+        mf_check(ef.logits <= lim, what, ef.logits, lim);
+        lim = MF_LOWP_FACTOR * en.grads + floor;
+        snprintf(what, sizeof what, "%s %s: worst gradient, flash as close to fp32 as naive (naive %.2e; %s)",
+                 s->name, mode, en.grads, ef.worst);
+        mf_check(ef.grads <= lim, what, ef.grads, lim);
+        const double sv = (double)n.act_bytes - (double)f.act_bytes, sw = mf_expected_saving(s, lowp[i]);
+        snprintf(what, sizeof what, "%s %s: flash saves %.0f activation bytes (expect %.0f)", s->name, mode, sv, sw);
+        mf_check(sv == sw, what, fabs(sv - sw), 0);
+        mf_free(&n);
+        mf_free(&f);
+    }
+
+    if (be->graph_begin) {
+        const tlm_precision modes[3] = {TLM_PRECISION_FP32, TLM_PRECISION_BF16, TLM_PRECISION_FP16};
+        for (int i = 0; i < 3; i++) {
+            mf_out eager = mf_run(be, s, modes[i], TLM_ATTENTION_FLASH, false, 3);
+            mf_out graph = mf_run(be, s, modes[i], TLM_ATTENTION_FLASH, true, 3);
+            mf_err g = mf_error(&graph, &eager);
+            snprintf(what, sizeof what, "%s %s flash: CUDA graphs on = off (loss, logits, worst gradient %s)",
+                     s->name, mf_mode(modes[i]), g.worst);
+            mf_check(g.loss <= 1e-6 && g.logits <= 1e-6 && g.grads <= MF_GRAPH_TOL, what,
+                     fmax(fmax(g.loss, g.logits), g.grads), MF_GRAPH_TOL);
+            mf_free(&eager);
+            mf_free(&graph);
+        }
+    }
+    mf_free(&n32);
+    mf_free(&f32);
+}
+
+#endif

@@ -1,0 +1,786 @@
+/* test_gpu_flash_attention.c — the CUDA FlashAttention-2 ops (backend.h: flash_attention_forward,
+ * flash_attention_backward, flash_attention_check; src/cuda/flash_attention.cu for bf16/fp16,
+ * flash_attention_f32.cu for fp32), called through be->ops of the CUDA backend, against a float64
+ * naive attention computed here on the host, and at a large size against the CUDA naive attention
+ * op. The semantics are those of include/tlm/flash_attention.h (the CPU reference is the spec):
+ * layout (B,T,H,D) with row strides, bottom-right causal mask, a fully masked row gives out = 0 and
+ * lse = -inf, never NaN.
+ *
+ * 1. flash_attention_check: TLM_OK for d_head 16, 32, 64, 80, 128 in fp32, bf16, fp16;
+ *    TLM_ERR_UNSUPPORTED with a message (naming the d_head) for d_head 8, 48, 256 and for the
+ *    dtypes I32 and F64.
+ * 2. The CS336 reference case (A2 §2.8): q, k, v, dO ~ normal (4,128,64) (B = 4, T = 128, one
+ *    head, D = 64), seed 0 of tlm's generator (the numbers of test_flash_attention_cpu.c, not
+ *    PyTorch's), fp32, causal and not: O, L, dQ, dK, dV elementwise within rtol = atol = 1e-2
+ *    (torch.allclose: |a - b| <= atol + rtol |b|) of the float64 naive reference.
+ * 3. Random cases in fp32, bf16 and fp16: every d_head {16, 32, 64, 80, 128} x T in {1, 17, 129}
+ *    x causal or not; T = 64, 128, 256 with B = 2, H = 4; T = 1000 (every d_head in bf16, two in
+ *    fp32 and fp16; B = 1, H = 2: the float64 reference is the slow part); Tq != Tk: Tk > Tq and
+ *    Tk < Tq, not causal and causal (Tk < Tq causal: the first Tq - Tk rows are fully masked, up
+ *    to whole query tiles of them). The reference is float64 naive attention on the SAME inputs:
+ *    drawn in float32 and, for bf16/fp16, rounded to the dtype (round to nearest even, with
+ *    src/core/convert.h) before both the upload and the reference, so the reference is exact for
+ *    what the kernel was given. Normalized error ||got - want|| / ||want|| per tensor (a tensor
+ *    that is exactly 0 in the reference, dQ and dK when every row sees one key, is measured by the
+ *    RMS of the result instead: the inputs are O(1)).
+ *    Layouts: q, k, v as the thirds of one buffer (ld_qkv = 3*H*D [+ 8 padding columns]) with
+ *    dq, dk, dv the thirds of one gradient buffer, as the model calls it; or three separate
+ *    buffers (ld_qkv = H*D + 8); ld_out = H*D or H*D + 8. Every byte the kernels must not touch
+ *    is poisoned: outputs, lse and the workspace start as all-0xFF bytes (NaN in fp32, bf16 and
+ *    fp16); the padding columns and the unused rows of the input buffers (a fused buffer has
+ *    B*max(Tq,Tk) rows) are NaN too, so reading them shows up as NaN. Checked: every element of
+ *    out, dq, dk, dv written and finite; lse finite except exactly -inf on the fully masked rows,
+ *    whose out and dq are exactly 0; the padding and unused rows of out, dq, dk, dv still the
+ *    poison bytes; the inputs (q, k, v, dout, padding included) bitwise unchanged by both passes
+ *    and out, lse unchanged by the backward.
+ * 4. A large case exercising many tiles: B = 1, H = 16, T = 4096, D = 64, bf16, causal, fused
+ *    ld = 3*C, against the CUDA naive attention op on the same inputs (normalized error of out,
+ *    dq, dk, dv), and a sample of rows (out, lse, dq) against float64.
+ * 5. Last, fp32 rows that are not 16-byte aligned (ld_qkv = 3*H*D + 1 or H*D + 1, ld_out =
+ *    H*D + 3): backend.h allows any ld >= H*D, and the fp32 kernels fall back to 4-byte copies
+ *    (a misaligned-address error would be fatal and end the test, after everything else has been
+ *    reported). The bf16/fp16 kernels require ld_qkv, ld_out multiples of 8 and 16-byte aligned
+ *    tensors (flash_attention.cu refuses anything else, fatally), so their cases keep rows 16-byte
+ *    aligned: padding of 8 columns.
+ * Skipped causal tiles are a performance property (test_flash_attention_cpu counts them on the
+ * CPU); determinism is not required (the backward may add dQ with atomics).
+ *
+ * Tolerances (normalized error against float64; METHOD.md: fp32 far under 1e-3, bf16 operands
+ * between 1e-3 and 1e-2, NaN never passes):
+ *   fp32 1e-5: the products are exact fp32 (no TF32). A length-n fp32 sum has a relative error
+ *     ~u sqrt(n), u = 2^-24 = 6e-8: ~2e-6 for the 1000-key rows, ~7e-7 for D = 128; exp in
+ *     fast-math is within 2 ulp. 1e-5 keeps a margin and still fails TF32 (~3e-4) by far.
+ *   bf16 2e-2, fp16 5e-3: the inputs are exact (the reference reads the rounded values), the
+ *     scores and softmax are fp32, but FlashAttention-2 rounds P to the dtype before P V, dS before
+ *     dS K and dS^T Q, and the outputs O, dQ, dK, dV to the dtype: each rounding is a relative
+ *     error up to the unit roundoff u (bf16 2^-8 = 3.9e-3, fp16 2^-11 = 4.9e-4; about u/3 on
+ *     average) per element, with random signs, so the normalized error is about u: a float64
+ *     emulation of exactly those roundings (T = 17..2048, D = 16..128) gives 1.7e-3..3.1e-3 in
+ *     bf16 and 2.1e-4..3.1e-4 in fp16. 2e-2 and 5e-3 hold that with margins of 6x and 16x and are
+ *     far below the O(1) error of a wrong index, mask, scale or layout.
+ *   lse: fp32 from exact products (bf16 x bf16 and fp16 x fp16 are exact in fp32) in every
+ *     dtype, ~1e-6: 1e-5 in fp32, 1e-4 in bf16/fp16 (a margin for tensor-core accumulation).
+ *   Flash against the CUDA naive op (bf16, T = 4096): the naive op also rounds S and dP to bf16,
+ *     so the two differ by about twice the above (emulated: 4.2e-3..5.1e-3): within the bf16 2e-2.
+ * Prints one line per check and a final "N passed, M failed"; exits 1 on any failure, and 77
+ * (ctest: skipped) with "no GPU: skipped" when no CUDA GPU is usable. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/convert.h"
+#include "tlm/backend.h"
+#include "tlm/rng.h"
+#include "test_check.h"
+
+#define F32_TOL 1e-5
+#define BF16_TOL 2e-2
+#define F16_TOL 5e-3
+#define F32_LSE_TOL 1e-5
+#define LOWP_LSE_TOL 1e-4
+#define CS336_TOL 1e-2 /* rtol = atol of the CS336 reference test */
+
+static tlm_backend *gpu;
+static uint64_t rng = 0xF1A54A77u;
+
+static const char *dt_name(tlm_dtype dt) {
+    if (dt == TLM_DTYPE_BF16) return "bf16";
+    if (dt == TLM_DTYPE_F16) return "fp16";
+    return dt == TLM_DTYPE_F32 ? "fp32" : tlm_dtype_name(dt);
+}
+
+static double tol_of(tlm_dtype dt) {
+    return dt == TLM_DTYPE_BF16 ? BF16_TOL : dt == TLM_DTYPE_F16 ? F16_TOL : F32_TOL;
+}
+static double lse_tol_of(tlm_dtype dt) { return dt == TLM_DTYPE_F32 ? F32_LSE_TOL : LOWP_LSE_TOL; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* appends printf output to the string buf (capacity cap), truncating */
+static void append(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t cap, const char *fmt, ...) {
+    const size_t len = strlen(buf);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + len, cap - len, fmt, ap);
+    va_end(ap);
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) die_on(TLM_ERR_OUT_OF_MEMORY, "host buffer");
+    return p;
+}
+
+static float *floats(size_t n) { return xmalloc(n * sizeof(float)); }
+
+static double *doubles(size_t n) {
+    double *p = calloc(n ? n : 1, sizeof(double));
+    if (!p) die_on(TLM_ERR_OUT_OF_MEMORY, "host buffer");
+    return p;
+}
+
+/* ---- dtype elements on the host (convert.h: round to nearest even, exact widening) ----------- */
+
+static float elem_get(tlm_dtype dt, const void *raw, size_t i) {
+    if (dt == TLM_DTYPE_BF16) return tlm_bf16_to_f32(((const uint16_t *)raw)[i]);
+    if (dt == TLM_DTYPE_F16) return tlm_f16_to_f32(((const uint16_t *)raw)[i]);
+    return ((const float *)raw)[i];
+}
+
+/* raw[i] = x rounded to dt; returns the rounded value, widened */
+static float elem_set(tlm_dtype dt, void *raw, size_t i, float x) {
+    if (dt == TLM_DTYPE_BF16) ((uint16_t *)raw)[i] = tlm_f32_to_bf16(x);
+    else if (dt == TLM_DTYPE_F16) ((uint16_t *)raw)[i] = tlm_f32_to_f16(x);
+    else ((float *)raw)[i] = x;
+    return elem_get(dt, raw, i);
+}
+
+/* the poison: every byte 0xFF, a NaN in fp32, bf16 and fp16 */
+static bool elem_poisoned(const void *raw, size_t i, size_t es) {
+    const unsigned char *p = (const unsigned char *)raw + i * es;
+    for (size_t b = 0; b < es; b++)
+        if (p[b] != 0xFF) return false;
+    return true;
+}
+
+/* ---- device buffers with a host image --------------------------------------------------------- */
+
+typedef struct {
+    size_t rows;
+    int ld;              /* elements per row */
+    tlm_dtype dt;
+    size_t es, n;        /* bytes per element, rows * ld */
+    unsigned char *host; /* the image: what was uploaded, then what came back */
+    void *dev;
+} dbuf;
+
+/* rows x ld elements of dt, poisoned on the host (not uploaded yet) */
+static dbuf db_new(const char *name, size_t rows, int ld, tlm_dtype dt) {
+    dbuf b = {rows, ld, dt, tlm_dtype_size(dt), rows * (size_t)ld, NULL, NULL};
+    b.host = xmalloc(b.n * b.es);
+    memset(b.host, 0xFF, b.n * b.es);
+    b.dev = tlm_alloc(gpu, b.n * b.es, TLM_MEM_ACTIVATIONS, name);
+    if (!b.dev) die_on(TLM_ERR_OUT_OF_MEMORY, name);
+    return b;
+}
+
+static void db_upload(dbuf *b) { gpu->copy_to_backend(gpu, b->dev, b->host, b->n * b->es); }
+static void db_download(dbuf *b) { gpu->copy_to_host(gpu, b->host, b->dev, b->n * b->es); }
+
+/* a copy of the host image (to compare with later) */
+static unsigned char *db_snapshot(const dbuf *b) {
+    unsigned char *s = xmalloc(b->n * b->es);
+    memcpy(s, b->host, b->n * b->es);
+    return s;
+}
+
+/* true when the device contents equal `image` bitwise (downloads into the host image) */
+static bool db_equals(dbuf *b, const unsigned char *image) {
+    db_download(b);
+    return memcmp(b->host, image, b->n * b->es) == 0;
+}
+
+static void db_free(dbuf *b) {
+    free(b->host);
+    tlm_free(gpu, b->dev);
+    memset(b, 0, sizeof *b);
+}
+
+/* A (rows, C) tensor inside a buffer: element (r, c) at r*ld + col + c. */
+typedef struct {
+    dbuf *b;
+    int col;
+    size_t rows;
+} view;
+
+static void *view_dev(view v) { return (char *)v.b->dev + (size_t)v.col * v.b->es; }
+static size_t view_index(view v, size_t r, int c) { return r * v.b->ld + v.col + c; }
+
+/* (rows, C) compact float32 copy of a view, from the host image */
+static float *view_gather(view v, int C) {
+    float *x = floats(v.rows * C);
+    for (size_t r = 0; r < v.rows; r++)
+        for (int c = 0; c < C; c++) x[r * C + c] = elem_get(v.b->dt, v.b->host, view_index(v, r, c));
+    return x;
+}
+
+/* random normals (never 0) rounded to the buffer's dtype into row r of the view; the rounded
+ * values into host[r*C ..] */
+static void view_fill_row(view v, size_t r, int C, float *host, uint64_t *state) {
+    for (int c = 0; c < C; c++) {
+        float x;
+        do x = elem_set(v.b->dt, v.b->host, view_index(v, r, c), (float)tlm_rng_normal(state));
+        while (x == 0.0f);
+        host[r * C + c] = x;
+    }
+}
+
+/* For a buffer holding `nv` views of C columns each: counts elements inside a view that are not
+ * finite (unwritten or NaN) and elements outside every view that are not the poison (touched). */
+static void scan_buffer(const dbuf *b, const view *views, int nv, int C, size_t *not_finite, size_t *touched) {
+    for (size_t r = 0; r < b->rows; r++)
+        for (int c = 0; c < b->ld; c++) {
+            const size_t i = r * b->ld + c;
+            bool inside = false;
+            for (int k = 0; k < nv; k++) inside |= r < views[k].rows && c >= views[k].col && c < views[k].col + C;
+            if (inside) *not_finite += !isfinite(elem_get(b->dt, b->host, i));
+            else *touched += !elem_poisoned(b->host, i, b->es);
+        }
+}
+
+/* ---- comparisons (an infinite `want`, lse of a fully masked row, must be matched exactly) ----- */
+
+/* ||got - want|| / ||want||; NaN or a missed infinity gives +inf. A `want` that is exactly 0
+ * everywhere (dQ, dK when each row sees one key) gives the RMS of got (inputs are O(1)). */
+static double norm_error(const float *got, const double *want, size_t n) {
+    double num = 0.0, den = 0.0, got2 = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (isinf(want[i])) {
+            if (got[i] != want[i]) return INFINITY;
+            continue;
+        }
+        if (!isfinite(got[i])) return INFINITY;
+        num += (got[i] - want[i]) * (got[i] - want[i]);
+        den += want[i] * want[i];
+        got2 += (double)got[i] * got[i];
+    }
+    if (den == 0.0) return sqrt(got2 / (double)(n ? n : 1));
+    return sqrt(num / den);
+}
+
+/* the same between two float arrays (flash against the naive op) */
+static double norm_error_f(const float *got, const float *want, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i]) || !isfinite(want[i])) return INFINITY;
+        num += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        den += (double)want[i] * want[i];
+    }
+    return sqrt(num / (den > 0.0 ? den : 1.0));
+}
+
+static double max_error(const float *got, const double *want, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (isinf(want[i]) && got[i] == want[i]) continue;
+        const double e = fabs(got[i] - want[i]);
+        if (!(e == e)) return INFINITY;
+        if (e > m) m = e;
+    }
+    return m;
+}
+
+/* torch.allclose: |got - want| <= atol + rtol |want| everywhere */
+static bool allclose(const float *got, const double *want, size_t n, double rtol, double atol) {
+    for (size_t i = 0; i < n; i++) {
+        if (isinf(want[i]) && got[i] == want[i]) continue;
+        if (!(fabs(got[i] - want[i]) <= atol + rtol * fabs(want[i]))) return false;
+    }
+    return true;
+}
+
+/* ---- the float64 naive reference ---------------------------------------------------------------
+ * q, dout (B*Tq, C), k, v (B*Tk, C) compact (C = H*D), the values the GPU was given; out, dq
+ * (B*Tq, C), dk, dv (B*Tk, C), lse (B,H,Tq) written (dk, dv must be zero on entry). Causal: query
+ * i sees key j iff j <= i + Tk - Tq; a row that sees no key: out = dq = 0, lse = -inf. Backward:
+ * dP = dO v^T, dS = P (dP - rowsum(P dP)), dq = dS k/sqrt(D), dk = dS^T q/sqrt(D), dv = P^T dO
+ * (the naive formulas, not the rowsum(dO * O) the flash backward uses). */
+static void reference(int B, int Tq, int Tk, int H, int D, bool causal, const float *q, const float *k,
+                      const float *v, const float *dout, double *out, double *lse, double *dq, double *dk,
+                      double *dv) {
+    const int C = H * D;
+    const double scale = 1.0 / sqrt((double)D);
+#pragma omp parallel for schedule(dynamic)
+    for (int bh = 0; bh < B * H; bh++) {
+        const int b = bh / H, h = bh % H;
+        double *p = doubles(Tk), *dp = doubles(Tk);
+        for (int i = 0; i < Tq; i++) {
+            const size_t qi = (size_t)b * Tq + i;
+            const float *qrow = q + qi * C + h * D, *dorow = dout + qi * C + h * D;
+            double *orow = out + qi * C + h * D, *dqrow = dq + qi * C + h * D;
+            int seen = causal ? i + (Tk - Tq) + 1 : Tk;
+            seen = seen < 0 ? 0 : seen > Tk ? Tk : seen;
+            for (int d = 0; d < D; d++) orow[d] = dqrow[d] = 0.0;
+            if (seen == 0) {
+                lse[(size_t)bh * Tq + i] = -INFINITY;
+                continue;
+            }
+            double max = -INFINITY, sum = 0.0;
+            for (int j = 0; j < seen; j++) {
+                const float *krow = k + ((size_t)b * Tk + j) * C + h * D;
+                double s = 0.0;
+                for (int d = 0; d < D; d++) s += (double)qrow[d] * krow[d];
+                p[j] = s * scale;
+                max = fmax(max, p[j]);
+            }
+            for (int j = 0; j < seen; j++) sum += exp(p[j] - max);
+            const double L = max + log(sum);
+            lse[(size_t)bh * Tq + i] = L;
+            double rowsum = 0.0; /* rowsum(P * dP) */
+            for (int j = 0; j < seen; j++) {
+                const float *vrow = v + ((size_t)b * Tk + j) * C + h * D;
+                p[j] = exp(p[j] - L);
+                double acc = 0.0;
+                for (int d = 0; d < D; d++) {
+                    orow[d] += p[j] * vrow[d];
+                    acc += (double)dorow[d] * vrow[d];
+                }
+                dp[j] = acc;
+                rowsum += p[j] * acc;
+            }
+            for (int j = 0; j < seen; j++) {
+                const size_t kj = (size_t)b * Tk + j;
+                const float *krow = k + kj * C + h * D;
+                const double ds = p[j] * (dp[j] - rowsum) * scale, pj = p[j];
+                double *dkrow = dk + kj * C + h * D, *dvrow = dv + kj * C + h * D;
+                for (int d = 0; d < D; d++) {
+                    dqrow[d] += ds * krow[d];
+                    dkrow[d] += ds * qrow[d];
+                    dvrow[d] += pj * dorow[d];
+                }
+            }
+        }
+        free(p);
+        free(dp);
+    }
+}
+
+/* ---- 1. flash_attention_check ------------------------------------------------------------------- */
+
+static const int supported_d[5] = {16, 32, 64, 80, 128};
+static const tlm_dtype act_dtypes[3] = {TLM_DTYPE_F32, TLM_DTYPE_BF16, TLM_DTYPE_F16};
+
+static void test_check_op(void) {
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < 5; i++) {
+            tlm_status s = gpu->ops->flash_attention_check(gpu, supported_d[i], act_dtypes[t]);
+            check(s == TLM_OK, "flash_attention_check(D=%d, %s) = TLM_OK%s%s", supported_d[i], dt_name(act_dtypes[t]),
+                  s == TLM_OK ? "" : ": ", s == TLM_OK ? "" : tlm_last_error());
+        }
+    static const char sentinel[] = "(no message set)";
+    const int bad_d[3] = {8, 48, 256};
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < 3; i++) {
+            tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s", sentinel);
+            tlm_status s = gpu->ops->flash_attention_check(gpu, bad_d[i], act_dtypes[t]);
+            const char *msg = tlm_last_error();
+            char dstr[16];
+            snprintf(dstr, sizeof dstr, "%d", bad_d[i]);
+            check(s == TLM_ERR_UNSUPPORTED && strcmp(msg, sentinel) != 0 && strstr(msg, dstr),
+                  "flash_attention_check(D=%d, %s) = TLM_ERR_UNSUPPORTED, message naming %d: \"%s\"", bad_d[i],
+                  dt_name(act_dtypes[t]), bad_d[i], msg);
+        }
+    const tlm_dtype bad_dt[2] = {TLM_DTYPE_I32, TLM_DTYPE_F64};
+    for (int t = 0; t < 2; t++) {
+        tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s", sentinel);
+        tlm_status s = gpu->ops->flash_attention_check(gpu, 64, bad_dt[t]);
+        const char *msg = tlm_last_error();
+        check(s == TLM_ERR_UNSUPPORTED && strcmp(msg, sentinel) != 0 && msg[0],
+              "flash_attention_check(D=64, %s) = TLM_ERR_UNSUPPORTED with a message: \"%s\"",
+              tlm_dtype_name(bad_dt[t]), msg);
+    }
+}
+
+/* ---- 2, 3, 5. one case against float64 --------------------------------------------------------- */
+
+typedef struct {
+    int B, Tq, Tk, H, D;
+    bool causal;
+    tlm_dtype dt;
+    bool fused;  /* q, k, v (and dq, dk, dv) the thirds of one buffer, ld_qkv = 3C + pad_qkv;
+                    else three buffers, ld_qkv = C + pad_qkv */
+    int pad_qkv; /* padding columns of the q/k/v and dq/dk/dv rows */
+    int pad_out; /* ld_out = C + pad_out (out and dout) */
+    bool cs336;  /* also the CS336 allclose checks */
+} fa_case;
+
+static const char *tensor_name[5] = {"O", "L", "dQ", "dK", "dV"};
+static double worst[3][5]; /* per dtype (F32, BF16, F16), per tensor */
+static char worst_case[3][5][160];
+
+static int dt_index(tlm_dtype dt) { return dt == TLM_DTYPE_BF16 ? 1 : dt == TLM_DTYPE_F16 ? 2 : 0; }
+
+/* Runs forward and backward of c on the GPU with inputs drawn from *state; checks as above. */
+static void run_case(const fa_case *c, uint64_t *state) {
+    const int B = c->B, Tq = c->Tq, Tk = c->Tk, H = c->H, D = c->D, C = H * D;
+    const tlm_dtype dt = c->dt;
+    const size_t nq = (size_t)B * Tq, nk = (size_t)B * Tk, nlse = (size_t)B * H * Tq;
+    const int ld = (c->fused ? 3 * C : C) + c->pad_qkv, ld_out = C + c->pad_out;
+    char name[160];
+    snprintf(name, sizeof name, "%s B=%d H=%d D=%d Tq=%d Tk=%d %s, qkv %s ld=%s%s+%d, ld_out=C+%d", dt_name(dt), B,
+             H, D, Tq, Tk, c->causal ? "causal" : "full", c->fused ? "fused" : "separate", c->fused ? "3" : "",
+             "C", c->pad_qkv, c->pad_out);
+
+    /* buffers: inputs and gradients (fused: one of B*max(Tq,Tk) rows each; else three) */
+    dbuf in[3] = {{0}}, gr[3] = {{0}};
+    view q, k, v, dq, dk, dv;
+    int nbuf;
+    if (c->fused) {
+        const size_t rows = nq > nk ? nq : nk;
+        in[0] = db_new("test.qkv", rows, ld, dt);
+        gr[0] = db_new("test.dqkv", rows, ld, dt);
+        q = (view){&in[0], 0, nq}, k = (view){&in[0], C, nk}, v = (view){&in[0], 2 * C, nk};
+        dq = (view){&gr[0], 0, nq}, dk = (view){&gr[0], C, nk}, dv = (view){&gr[0], 2 * C, nk};
+        nbuf = 1;
+    } else {
+        const char *in_names[3] = {"test.q", "test.k", "test.v"}, *gr_names[3] = {"test.dq", "test.dk", "test.dv"};
+        for (int s = 0; s < 3; s++) {
+            in[s] = db_new(in_names[s], s ? nk : nq, ld, dt);
+            gr[s] = db_new(gr_names[s], s ? nk : nq, ld, dt);
+        }
+        q = (view){&in[0], 0, nq}, k = (view){&in[1], 0, nk}, v = (view){&in[2], 0, nk};
+        dq = (view){&gr[0], 0, nq}, dk = (view){&gr[1], 0, nk}, dv = (view){&gr[2], 0, nk};
+        nbuf = 3;
+    }
+    dbuf dob = db_new("test.dout", nq, ld_out, dt), outb = db_new("test.out", nq, ld_out, dt);
+    dbuf lseb = db_new("test.lse", nlse, 1, TLM_DTYPE_F32);
+    dbuf ws = db_new("test.workspace", tlm_flash_workspace_floats(B, Tq, H, D), 1, TLM_DTYPE_F32);
+    view dov = {&dob, 0, nq}, outv = {&outb, 0, nq};
+
+    /* inputs: fused row by row (q, k, v of a row in turn: the CS336 test's order), else q, k, v
+     * each whole; then dout. Everything else stays the poison. */
+    float *qh = floats(nq * C), *kh = floats(nk * C), *vh = floats(nk * C), *doh = floats(nq * C);
+    if (c->fused) {
+        const size_t rows = in[0].rows;
+        for (size_t r = 0; r < rows; r++) {
+            if (r < nq) view_fill_row(q, r, C, qh, state);
+            if (r < nk) view_fill_row(k, r, C, kh, state);
+            if (r < nk) view_fill_row(v, r, C, vh, state);
+        }
+    } else {
+        for (size_t r = 0; r < nq; r++) view_fill_row(q, r, C, qh, state);
+        for (size_t r = 0; r < nk; r++) view_fill_row(k, r, C, kh, state);
+        for (size_t r = 0; r < nk; r++) view_fill_row(v, r, C, vh, state);
+    }
+    for (size_t r = 0; r < nq; r++) view_fill_row(dov, r, C, doh, state);
+    unsigned char *in_image[3] = {NULL, NULL, NULL}, *do_image = db_snapshot(&dob);
+    for (int s = 0; s < nbuf; s++) {
+        in_image[s] = db_snapshot(&in[s]);
+        db_upload(&in[s]);
+        db_upload(&gr[s]);
+    }
+    db_upload(&dob);
+    db_upload(&outb);
+    db_upload(&lseb);
+    db_upload(&ws);
+
+    /* forward, then backward */
+    const tlm_ops *ops = gpu->ops;
+    ops->flash_attention_forward(gpu, view_dev(outv), lseb.dev, view_dev(q), view_dev(k), view_dev(v), ld, ld_out,
+                                 B, Tq, Tk, H, D, c->causal, dt);
+    gpu->synchronize(gpu);
+    db_download(&outb);
+    db_download(&lseb);
+    unsigned char *out_image = db_snapshot(&outb), *lse_image = db_snapshot(&lseb);
+    ops->flash_attention_backward(gpu, view_dev(dq), view_dev(dk), view_dev(dv), ws.dev, view_dev(dov), view_dev(q),
+                                  view_dev(k), view_dev(v), view_dev(outv), lseb.dev, ld, ld_out, B, Tq, Tk, H, D,
+                                  c->causal, dt);
+    gpu->synchronize(gpu);
+    for (int s = 0; s < nbuf; s++) db_download(&gr[s]);
+
+    /* the float64 reference on the same (rounded) inputs */
+    double *want[5] = {doubles(nq * C), doubles(nlse), doubles(nq * C), doubles(nk * C), doubles(nk * C)};
+    reference(B, Tq, Tk, H, D, c->causal, qh, kh, vh, doh, want[0], want[1], want[2], want[3], want[4]);
+    float *got[5] = {view_gather(outv, C), floats(nlse), view_gather(dq, C), view_gather(dk, C), view_gather(dv, C)};
+    memcpy(got[1], lse_image, nlse * sizeof(float));
+    const size_t n[5] = {nq * C, nlse, nq * C, nk * C, nk * C};
+    double err[5];
+    bool ok = true;
+    const int ti = dt_index(dt);
+    for (int t = 0; t < 5; t++) {
+        err[t] = norm_error(got[t], want[t], n[t]);
+        ok &= err[t] <= (t == 1 ? lse_tol_of(dt) : tol_of(dt));
+        if (err[t] > worst[ti][t]) {
+            worst[ti][t] = err[t];
+            snprintf(worst_case[ti][t], sizeof worst_case[ti][t], "%s", name);
+        }
+    }
+    check(ok, "%s: vs float64: O %.1e, L %.1e, dQ %.1e, dK %.1e, dV %.1e (tolerance %.0e, L %.0e)", name, err[0],
+          err[1], err[2], err[3], err[4], tol_of(dt), lse_tol_of(dt));
+
+    /* written, untouched, unchanged, fully masked rows */
+    size_t not_finite = 0, touched = 0;
+    scan_buffer(&outb, &outv, 1, C, &not_finite, &touched);
+    if (c->fused) {
+        const view g3[3] = {dq, dk, dv};
+        scan_buffer(&gr[0], g3, 3, C, &not_finite, &touched);
+    } else {
+        scan_buffer(&gr[0], &dq, 1, C, &not_finite, &touched);
+        scan_buffer(&gr[1], &dk, 1, C, &not_finite, &touched);
+        scan_buffer(&gr[2], &dv, 1, C, &not_finite, &touched);
+    }
+    int masked_rows = 0;
+    size_t masked_bad = 0, lse_bad = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < Tq; i++) {
+                const float L = got[1][((size_t)b * H + h) * Tq + i];
+                const bool empty = c->causal && i + (Tk - Tq) < 0;
+                masked_rows += empty;
+                lse_bad += empty ? L != -INFINITY : !isfinite(L);
+                for (int d = 0; d < D && empty; d++) {
+                    const size_t e = ((size_t)b * Tq + i) * C + (size_t)h * D + d;
+                    masked_bad += got[0][e] != 0.0f || got[2][e] != 0.0f;
+                }
+            }
+    bool inputs_same = db_equals(&dob, do_image);
+    for (int s = 0; s < nbuf; s++) inputs_same &= db_equals(&in[s], in_image[s]);
+    const bool fwd_same = db_equals(&outb, out_image) && db_equals(&lseb, lse_image);
+    char problems[256] = "";
+    if (not_finite) append(problems, sizeof problems, "; %zu outputs not written or not finite", not_finite);
+    if (touched) append(problems, sizeof problems, "; %zu padding or unused elements written", touched);
+    if (lse_bad) append(problems, sizeof problems, "; %zu lse wrong", lse_bad);
+    if (masked_bad) append(problems, sizeof problems, "; %zu out or dq of fully masked rows not 0", masked_bad);
+    if (!inputs_same) append(problems, sizeof problems, "; inputs CHANGED");
+    if (!fwd_same) append(problems, sizeof problems, "; out or lse CHANGED by the backward");
+    check(!problems[0],
+          "%s: outputs written and finite, padding and unused rows untouched, lse -inf exactly on the %d fully "
+          "masked rows (out = dq = 0 there), inputs unchanged, out and lse unchanged by the backward%s",
+          name, masked_rows, problems);
+
+    if (c->cs336)
+        for (int t = 0; t < 5; t++)
+            check(allclose(got[t], want[t], n[t], CS336_TOL, CS336_TOL),
+                  "CS336 (4,128,64) %s %s %s: allclose(rtol=atol=1e-2) vs float64 naive; max |error| %.1e",
+                  dt_name(dt), c->causal ? "causal" : "non-causal", tensor_name[t], max_error(got[t], want[t], n[t]));
+
+    for (int t = 0; t < 5; t++) {
+        free(want[t]);
+        free(got[t]);
+    }
+    for (int s = 0; s < nbuf; s++) {
+        free(in_image[s]);
+        db_free(&in[s]);
+        db_free(&gr[s]);
+    }
+    free(do_image), free(out_image), free(lse_image);
+    free(qh), free(kh), free(vh), free(doh);
+    db_free(&dob), db_free(&outb), db_free(&lseb), db_free(&ws);
+}
+
+/* ---- 4. a large case against the CUDA naive op, and sampled rows against float64 -------------- */
+
+static void test_large(void) {
+    const int B = 1, H = 16, T = 4096, D = 64, C = H * D, ld = 3 * C;
+    const tlm_dtype dt = TLM_DTYPE_BF16;
+    const size_t N = (size_t)B * T, P = (size_t)B * H * T * T;
+    const char *name = "bf16 B=1 H=16 D=64 T=4096 causal, qkv fused ld=3C";
+
+    dbuf qkv = db_new("test.qkv", N, ld, dt), dob = db_new("test.dout", N, C, dt);
+    view q = {&qkv, 0, N}, k = {&qkv, C, N}, v = {&qkv, 2 * C, N}, dov = {&dob, 0, N};
+    float *qh = floats(N * C), *kh = floats(N * C), *vh = floats(N * C), *doh = floats(N * C);
+    for (size_t r = 0; r < N; r++) {
+        view_fill_row(q, r, C, qh, &rng);
+        view_fill_row(k, r, C, kh, &rng);
+        view_fill_row(v, r, C, vh, &rng);
+    }
+    for (size_t r = 0; r < N; r++) view_fill_row(dov, r, C, doh, &rng);
+    db_upload(&qkv);
+    db_upload(&dob);
+
+    /* flash */
+    dbuf fout = db_new("test.flash.out", N, C, dt);
+    dbuf lseb = db_new("test.flash.lse", (size_t)B * H * T, 1, TLM_DTYPE_F32);
+    dbuf fgrad = db_new("test.flash.dqkv", N, ld, dt);
+    dbuf ws = db_new("test.flash.workspace", tlm_flash_workspace_floats(B, T, H, D), 1, TLM_DTYPE_F32);
+    db_upload(&fout), db_upload(&lseb), db_upload(&fgrad), db_upload(&ws);
+    const tlm_ops *ops = gpu->ops;
+    const double t0 = now_s();
+    ops->flash_attention_forward(gpu, fout.dev, lseb.dev, view_dev(q), view_dev(k), view_dev(v), ld, C, B, T, T, H,
+                                 D, true, dt);
+    ops->flash_attention_backward(gpu, fgrad.dev, (char *)fgrad.dev + (size_t)C * fgrad.es,
+                                  (char *)fgrad.dev + (size_t)2 * C * fgrad.es, ws.dev, dob.dev, view_dev(q),
+                                  view_dev(k), view_dev(v), fout.dev, lseb.dev, ld, C, B, T, T, H, D, true, dt);
+    gpu->synchronize(gpu);
+    const double flash_s = now_s() - t0;
+
+    /* naive (the backend's op: P (B,H,T,T) saved) */
+    dbuf nout = db_new("test.naive.out", N, C, dt), ngrad = db_new("test.naive.dqkv", N, ld, dt);
+    dbuf probs = db_new("test.naive.probs", P, 1, dt), dprobs = db_new("test.naive.dprobs", P, 1, dt);
+    db_upload(&nout), db_upload(&ngrad);
+    ops->attention_forward(gpu, nout.dev, probs.dev, view_dev(q), view_dev(k), view_dev(v), ld, B, T, H, D, dt);
+    ops->attention_backward(gpu, ngrad.dev, (char *)ngrad.dev + (size_t)C * ngrad.es,
+                            (char *)ngrad.dev + (size_t)2 * C * ngrad.es, dprobs.dev, dob.dev, view_dev(q),
+                            view_dev(k), view_dev(v), probs.dev, ld, B, T, H, D, dt);
+    gpu->synchronize(gpu);
+    db_free(&probs), db_free(&dprobs);
+    db_download(&fout), db_download(&lseb), db_download(&fgrad), db_download(&nout), db_download(&ngrad);
+
+    const view fo = {&fout, 0, N}, no = {&nout, 0, N};
+    const view fg[3] = {{&fgrad, 0, N}, {&fgrad, C, N}, {&fgrad, 2 * C, N}};
+    const view ng[3] = {{&ngrad, 0, N}, {&ngrad, C, N}, {&ngrad, 2 * C, N}};
+    float *f[4] = {view_gather(fo, C), view_gather(fg[0], C), view_gather(fg[1], C), view_gather(fg[2], C)};
+    float *g[4] = {view_gather(no, C), view_gather(ng[0], C), view_gather(ng[1], C), view_gather(ng[2], C)};
+    double err[4];
+    bool ok = true;
+    for (int t = 0; t < 4; t++) {
+        err[t] = norm_error_f(f[t], g[t], N * C);
+        ok &= err[t] <= BF16_TOL;
+    }
+    check(ok, "%s: flash vs the CUDA naive op: O %.1e, dQ %.1e, dK %.1e, dV %.1e (tolerance %.0e; flash "
+              "fwd+bwd %.1f ms, first call)", name, err[0], err[1], err[2], err[3], BF16_TOL, flash_s * 1e3);
+    size_t lse_bad = 0;
+    for (size_t i = 0; i < (size_t)B * H * T; i++) lse_bad += !isfinite(((const float *)lseb.host)[i]);
+    check(lse_bad == 0, "%s: lse finite everywhere (%zu not)", name, lse_bad);
+
+    /* sampled rows (query tile edges, the first and last rows) x heads against float64:
+     * out, lse and dq of row i need only keys 0..i */
+    static const int rows[] = {0, 1, 63, 64, 127, 128, 1000, 2047, 2048, 4095};
+    static const int heads[] = {0, 7, 15};
+    const int nr = sizeof rows / sizeof rows[0], nh = sizeof heads / sizeof heads[0];
+    const size_t ns = (size_t)nr * nh;
+    double *wo = doubles(ns * D), *wl = doubles(ns), *wdq = doubles(ns * D);
+    float *go = floats(ns * D), *gl = floats(ns), *gdq = floats(ns * D);
+    const double scale = 1.0 / sqrt((double)D);
+#pragma omp parallel for schedule(dynamic)
+    for (int s = 0; s < (int)ns; s++) {
+        const int i = rows[s / nh], h = heads[s % nh];
+        const float *qrow = qh + (size_t)i * C + h * D, *dorow = doh + (size_t)i * C + h * D;
+        double *p = doubles(i + 1), *dp = doubles(i + 1), max = -INFINITY, sum = 0.0, rowsum = 0.0;
+        for (int j = 0; j <= i; j++) {
+            double acc = 0.0;
+            for (int d = 0; d < D; d++) acc += (double)qrow[d] * kh[(size_t)j * C + h * D + d];
+            p[j] = acc * scale;
+            max = fmax(max, p[j]);
+        }
+        for (int j = 0; j <= i; j++) sum += exp(p[j] - max);
+        const double L = max + log(sum);
+        for (int j = 0; j <= i; j++) {
+            p[j] = exp(p[j] - L);
+            double acc = 0.0;
+            for (int d = 0; d < D; d++) {
+                wo[(size_t)s * D + d] += p[j] * vh[(size_t)j * C + h * D + d];
+                acc += (double)dorow[d] * vh[(size_t)j * C + h * D + d];
+            }
+            dp[j] = acc;
+            rowsum += p[j] * acc;
+        }
+        for (int j = 0; j <= i; j++)
+            for (int d = 0; d < D; d++)
+                wdq[(size_t)s * D + d] += p[j] * (dp[j] - rowsum) * scale * kh[(size_t)j * C + h * D + d];
+        wl[s] = L;
+        gl[s] = ((const float *)lseb.host)[(size_t)h * T + i];
+        for (int d = 0; d < D; d++) {
+            go[(size_t)s * D + d] = f[0][(size_t)i * C + h * D + d];
+            gdq[(size_t)s * D + d] = f[1][(size_t)i * C + h * D + d];
+        }
+        free(p);
+        free(dp);
+    }
+    const double eo = norm_error(go, wo, ns * D), el = norm_error(gl, wl, ns), edq = norm_error(gdq, wdq, ns * D);
+    check(eo <= BF16_TOL && el <= LOWP_LSE_TOL && edq <= BF16_TOL,
+          "%s: %d sampled rows x %d heads vs float64: O %.1e, L %.1e, dQ %.1e (tolerance %.0e, L %.0e)", name, nr, nh,
+          eo, el, edq, BF16_TOL, LOWP_LSE_TOL);
+
+    for (int t = 0; t < 4; t++) free(f[t]), free(g[t]);
+    free(wo), free(wl), free(wdq), free(go), free(gl), free(gdq);
+    free(qh), free(kh), free(vh), free(doh);
+    db_free(&qkv), db_free(&dob), db_free(&fout), db_free(&lseb), db_free(&fgrad), db_free(&ws);
+    db_free(&nout), db_free(&ngrad);
+}
+
+int main(void) {
+    if (!tlm_cuda_available() || tlm_backend_cuda_create(&gpu, 0) != TLM_OK) {
+        printf("no GPU: skipped (%s)\n", tlm_cuda_available() ? tlm_last_error() : "no CUDA device");
+        return 77;
+    }
+    const double t_start = now_s();
+    printf("# cuda: %s\n", tlm_cuda_device_name(gpu));
+    const tlm_ops *ops = gpu->ops;
+    check(ops->flash_attention_forward && ops->flash_attention_backward && ops->flash_attention_check,
+          "flash_attention_forward, flash_attention_backward, flash_attention_check in the CUDA op table");
+    if (!ops->flash_attention_forward || !ops->flash_attention_backward || !ops->flash_attention_check) {
+        tlm_backend_destroy(gpu);
+        return test_finish();
+    }
+
+    /* 1 */
+    test_check_op();
+
+    /* 2. CS336: the same numbers as test_flash_attention_cpu.c (seed 0, q | k | v row by row) */
+    for (int causal = 1; causal >= 0; causal--) {
+        uint64_t seed0 = 0;
+        run_case(&(fa_case){4, 128, 128, 1, 64, causal, TLM_DTYPE_F32, true, 0, 0, true}, &seed0);
+    }
+
+    /* 3. random cases, per dtype */
+    for (int t = 0; t < 3; t++) {
+        const tlm_dtype dt = act_dtypes[t];
+        const double t0 = now_s();
+        int nth = 0;
+        /* every d_head x T in {1, 17, 129} x causal or not; the three layouts in turn */
+        for (int di = 0; di < 5; di++)
+            for (int causal = 0; causal < 2; causal++) {
+                const int D = supported_d[di];
+                run_case(&(fa_case){2, 1, 1, 3, D, causal, dt, true, 0, 0, false}, &rng);
+                run_case(&(fa_case){2, 17, 17, 3, D, causal, dt, nth % 2 == 0, 8, 8, false}, &rng);
+                run_case(&(fa_case){2, 129, 129, 2, D, causal, dt, nth % 2 == 1, 8 * (nth % 2), 8, false}, &rng);
+                nth++;
+            }
+        /* several heads and batch > 1 at tile-sized lengths */
+        run_case(&(fa_case){2, 64, 64, 4, supported_d[(t + 0) % 5], true, dt, true, 0, 0, false}, &rng);
+        run_case(&(fa_case){2, 128, 128, 4, supported_d[(t + 1) % 5], false, dt, true, 8, 8, false}, &rng);
+        run_case(&(fa_case){2, 256, 256, 4, supported_d[(t + 2) % 5], true, dt, false, 8, 0, false}, &rng);
+        run_case(&(fa_case){3, 256, 256, 2, supported_d[(t + 3) % 5], false, dt, true, 0, 8, false}, &rng);
+        /* T = 1000: every d_head in bf16 (the kernels' main dtype), two in fp32 and fp16 */
+        if (dt == TLM_DTYPE_BF16)
+            for (int di = 0; di < 5; di++)
+                run_case(&(fa_case){1, 1000, 1000, 2, supported_d[di], di % 2 == 0, dt, di % 2 == 0, 8, 8, false},
+                         &rng);
+        else {
+            run_case(&(fa_case){1, 1000, 1000, 2, dt == TLM_DTYPE_F32 ? 64 : 80, true, dt, true, 0, 8, false}, &rng);
+            run_case(&(fa_case){1, 1000, 1000, 2, dt == TLM_DTYPE_F32 ? 128 : 64, false, dt, false, 8, 0, false},
+                     &rng);
+        }
+        /* Tq != Tk, not causal */
+        run_case(&(fa_case){2, 17, 100, 2, supported_d[(t + 0) % 5], false, dt, true, 8, 8, false}, &rng);
+        run_case(&(fa_case){2, 100, 17, 2, supported_d[(t + 1) % 5], false, dt, false, 8, 0, false}, &rng);
+        run_case(&(fa_case){3, 1, 100, 2, supported_d[(t + 2) % 5], false, dt, true, 0, 0, false}, &rng);
+        /* causal, Tk > Tq (bottom-right: query 0 sees keys 0..Tk-Tq) */
+        run_case(&(fa_case){3, 1, 100, 2, supported_d[(t + 3) % 5], true, dt, false, 0, 8, false}, &rng);
+        run_case(&(fa_case){2, 17, 100, 2, supported_d[(t + 4) % 5], true, dt, true, 8, 0, false}, &rng);
+        run_case(&(fa_case){1, 64, 256, 2, supported_d[(t + 0) % 5], true, dt, true, 0, 8, false}, &rng);
+        run_case(&(fa_case){1, 129, 1000, 1, supported_d[(t + 1) % 5], true, dt, false, 8, 8, false}, &rng);
+        /* causal, Tk < Tq: the first Tq - Tk rows see no key (136 of 200: whole query tiles) */
+        run_case(&(fa_case){2, 100, 37, 2, supported_d[(t + 2) % 5], true, dt, true, 8, 8, false}, &rng);
+        run_case(&(fa_case){2, 64, 1, 1, supported_d[(t + 3) % 5], true, dt, false, 0, 0, false}, &rng);
+        run_case(&(fa_case){2, 200, 64, 2, supported_d[(t + 4) % 5], true, dt, true, 0, 8, false}, &rng);
+        run_case(&(fa_case){1, 300, 129, 2, supported_d[(t + 0) % 5], true, dt, false, 8, 8, false}, &rng);
+        printf("# %s cases: %.1f s\n", dt_name(dt), now_s() - t0);
+    }
+
+    /* 4 */
+    const double t_large = now_s();
+    test_large();
+    printf("# large case: %.1f s\n", now_s() - t_large);
+
+    printf("worst normalized errors against float64 (tolerances fp32 %.0e, bf16 %.0e, fp16 %.0e; L fp32 %.0e, "
+           "bf16/fp16 %.0e):\n", F32_TOL, BF16_TOL, F16_TOL, F32_LSE_TOL, LOWP_LSE_TOL);
+    for (int t = 0; t < 3; t++)
+        for (int e = 0; e < 5; e++)
+            printf("  %s %-2s %.2e  (%s)\n", dt_name(act_dtypes[t]), tensor_name[e], worst[t][e], worst_case[t][e]);
+
+    /* 5. last: fp32 rows that are not 16-byte aligned (a kernel that needs them aligned dies here) */
+    printf("# next: fp32 rows not 16-byte aligned (ld_qkv = 3C+1 and C+1, ld_out = C+3)\n");
+    fflush(stdout);
+    run_case(&(fa_case){2, 33, 33, 2, 64, true, TLM_DTYPE_F32, true, 1, 3, false}, &rng);
+    run_case(&(fa_case){2, 40, 70, 2, 80, true, TLM_DTYPE_F32, false, 1, 3, false}, &rng);
+    run_case(&(fa_case){1, 100, 100, 3, 16, false, TLM_DTYPE_F32, true, 3, 1, false}, &rng);
+
+    check(gpu->mem_current_total == gpu->mem_current[TLM_MEM_WORKSPACE],
+          "every test buffer freed (%zu bytes still allocated)",
+          gpu->mem_current_total - gpu->mem_current[TLM_MEM_WORKSPACE]);
+    tlm_backend_destroy(gpu);
+    printf("time %.1f s\n", now_s() - t_start);
+    return test_finish();
+}
