@@ -26,6 +26,7 @@
 #include "tlm/rng.h"
 #include "cpu/cpu_ops.h"
 #include "test_check.h"
+#include "attention_reference.h"
 
 #include <math.h>
 #include <omp.h>
@@ -74,42 +75,6 @@ static float *gather(const float *src, size_t rows, int ld, int col, int C) {
     return dst;
 }
 
-/* ---- comparisons (an infinite `want`, lse of a fully masked row, must be matched exactly) -- */
-
-/* ||got - want|| / ||want||; NaN or a missed infinity gives +inf */
-static double norm_error(const float *got, const double *want, size_t n) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (isinf(want[i])) {
-            if (got[i] != want[i]) return INFINITY;
-            continue;
-        }
-        if (isnan(got[i])) return INFINITY;
-        num += (got[i] - want[i]) * (got[i] - want[i]);
-        den += want[i] * want[i];
-    }
-    return sqrt(num / (den > 0.0 ? den : 1.0));
-}
-
-static double max_error(const float *got, const double *want, size_t n) {
-    double m = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (isinf(want[i]) && got[i] == want[i]) continue;
-        double e = fabs(got[i] - want[i]);
-        m = e == e && e > m ? e : (e == e ? m : INFINITY);
-    }
-    return m;
-}
-
-/* torch.allclose: |got - want| <= atol + rtol |want| everywhere */
-static bool allclose(const float *got, const double *want, size_t n, double rtol, double atol) {
-    for (size_t i = 0; i < n; i++) {
-        if (isinf(want[i]) && got[i] == want[i]) continue;
-        if (!(fabs(got[i] - want[i]) <= atol + rtol * fabs(want[i]))) return false;
-    }
-    return true;
-}
-
 static double *widen(const float *x, size_t n) {
     double *d = doubles(n);
     for (size_t i = 0; i < n; i++) d[i] = x[i];
@@ -125,66 +90,11 @@ typedef struct {
     int pad; /* ld_qkv = ld_out = H*D + pad */
 } fa_case;
 
-/* q (B,Tq,H,D), k, v (B,Tk,H,D), dout (B,Tq,H*D), all with row stride ld; the results compact:
- * out, dq (B*Tq, H*D), dk, dv (B*Tk, H*D), lse (B,H,Tq). Causal: query i sees key j iff
- * j <= i + Tk - Tq. Backward: dP = dO v^T, dS = P (dP - rowsum(P dP)), dq = dS k/sqrt(D),
- * dk = dS^T q/sqrt(D), dv = P^T dO (the naive op's formulas). */
+/* the float64 naive reference (attention_reference.h) on a case: inputs with row stride ld */
 static void reference(const fa_case *c, int ld, const float *q, const float *k, const float *v,
                       const float *dout, double *out, double *lse, double *dq, double *dk,
                       double *dv) {
-    const int B = c->B, Tq = c->Tq, Tk = c->Tk, H = c->H, D = c->D, C = H * D;
-    const double scale = 1.0 / sqrt((double)D);
-#pragma omp parallel for schedule(dynamic)
-    for (int bh = 0; bh < B * H; bh++) {
-        const int b = bh / H, h = bh % H;
-        double *p = doubles(Tk), *dp = doubles(Tk);
-        for (int i = 0; i < Tq; i++) {
-            const size_t qi = (size_t)(b * Tq + i);
-            const float *qrow = q + qi * ld + h * D, *dorow = dout + qi * ld + h * D;
-            double *orow = out + qi * C + h * D, *dqrow = dq + qi * C + h * D;
-            int seen = c->causal ? i + (Tk - Tq) + 1 : Tk;
-            seen = seen < 0 ? 0 : seen > Tk ? Tk : seen;
-            for (int d = 0; d < D; d++) orow[d] = dqrow[d] = 0.0;
-            if (seen == 0) {
-                lse[(size_t)bh * Tq + i] = -INFINITY;
-                continue;
-            }
-            double max = -INFINITY, sum = 0.0;
-            for (int j = 0; j < seen; j++) {
-                const float *krow = k + (size_t)(b * Tk + j) * ld + h * D;
-                double s = 0.0;
-                for (int d = 0; d < D; d++) s += (double)qrow[d] * krow[d];
-                p[j] = s * scale;
-                max = fmax(max, p[j]);
-            }
-            for (int j = 0; j < seen; j++) sum += exp(p[j] - max);
-            const double L = max + log(sum);
-            lse[(size_t)bh * Tq + i] = L;
-            double rowsum = 0.0; /* rowsum(P * dP) */
-            for (int j = 0; j < seen; j++) {
-                const float *vrow = v + (size_t)(b * Tk + j) * ld + h * D;
-                p[j] = exp(p[j] - L);
-                dp[j] = 0.0;
-                for (int d = 0; d < D; d++) {
-                    orow[d] += p[j] * vrow[d];
-                    dp[j] += (double)dorow[d] * vrow[d];
-                }
-                rowsum += p[j] * dp[j];
-            }
-            for (int j = 0; j < seen; j++) {
-                const size_t kj = (size_t)(b * Tk + j);
-                const float *krow = k + kj * ld + h * D;
-                const double ds = p[j] * (dp[j] - rowsum);
-                for (int d = 0; d < D; d++) {
-                    dqrow[d] += ds * scale * krow[d];
-                    dk[kj * C + h * D + d] += ds * scale * qrow[d];
-                    dv[kj * C + h * D + d] += p[j] * dorow[d];
-                }
-            }
-        }
-        free(p);
-        free(dp);
-    }
+    attn_reference(c->B, c->Tq, c->Tk, c->H, c->D, c->causal, ld, q, k, v, dout, out, lse, dq, dk, dv);
 }
 
 /* (query tile, key tile) pairs holding at least one visible pair, element by element */
@@ -266,7 +176,7 @@ static int64_t run_case(const fa_case *c) {
     const size_t n[5] = {nq * C, nlse, nq * C, nk * C, nk * C};
     double err[5];
     for (int t = 0; t < 5; t++) {
-        err[t] = norm_error(got[t], want[t], n[t]);
+        err[t] = attn_norm_error(got[t], want[t], n[t]);
         note_worst(t, err[t], name);
     }
     check(err[0] <= NORM_TOL && err[1] <= NORM_TOL, "%s: forward vs float64: O %.1e, L %.1e",
@@ -365,12 +275,12 @@ static void test_cs336(tlm_backend *be, bool causal) {
     for (int t = 0; t < 5; t++) {
         const size_t n = t == 1 ? (size_t)B * H * T : N * C;
         const double *ref = naive[t] ? naive[t] : want[t];
-        bool ok = allclose(got[t], ref, n, CS336_TOL, CS336_TOL);
-        double e64 = max_error(got[t], want[t], n);
+        bool ok = attn_allclose(got[t], ref, n, CS336_TOL, CS336_TOL);
+        double e64 = attn_max_error(got[t], want[t], n);
         if (naive[t])
             check(ok, "CS336 (4,128,64) %s %s: allclose(rtol=atol=1e-2) vs the naive op; "
                   "max |error| %.1e vs naive fp32, %.1e vs float64", mode, tensor_name[t],
-                  max_error(got[t], naive[t], n), e64);
+                  attn_max_error(got[t], naive[t], n), e64);
         else
             check(ok, "CS336 (4,128,64) %s %s: allclose(rtol=atol=1e-2) vs float64 naive; "
                   "max |error| %.1e", mode, tensor_name[t], e64);

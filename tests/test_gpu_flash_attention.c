@@ -77,6 +77,7 @@
 #include "tlm/backend.h"
 #include "tlm/rng.h"
 #include "test_check.h"
+#include "attention_reference.h"
 
 #define F32_TOL 1e-5
 #define BF16_TOL 2e-2
@@ -238,27 +239,7 @@ static void scan_buffer(const dbuf *b, const view *views, int nv, int C, size_t 
         }
 }
 
-/* ---- comparisons (an infinite `want`, lse of a fully masked row, must be matched exactly) ----- */
-
-/* ||got - want|| / ||want||; NaN or a missed infinity gives +inf. A `want` that is exactly 0
- * everywhere (dQ, dK when each row sees one key) gives the RMS of got (inputs are O(1)). */
-static double norm_error(const float *got, const double *want, size_t n) {
-    double num = 0.0, den = 0.0, got2 = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (isinf(want[i])) {
-            if (got[i] != want[i]) return INFINITY;
-            continue;
-        }
-        if (!isfinite(got[i])) return INFINITY;
-        num += (got[i] - want[i]) * (got[i] - want[i]);
-        den += want[i] * want[i];
-        got2 += (double)got[i] * got[i];
-    }
-    if (den == 0.0) return sqrt(got2 / (double)(n ? n : 1));
-    return sqrt(num / den);
-}
-
-/* the same between two float arrays (flash against the naive op) */
+/* ---- comparisons: attention_reference.h; and between two float arrays (flash against the naive op) */
 static double norm_error_f(const float *got, const float *want, size_t n) {
     double num = 0.0, den = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -269,91 +250,6 @@ static double norm_error_f(const float *got, const float *want, size_t n) {
     return sqrt(num / (den > 0.0 ? den : 1.0));
 }
 
-static double max_error(const float *got, const double *want, size_t n) {
-    double m = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (isinf(want[i]) && got[i] == want[i]) continue;
-        const double e = fabs(got[i] - want[i]);
-        if (!(e == e)) return INFINITY;
-        if (e > m) m = e;
-    }
-    return m;
-}
-
-/* torch.allclose: |got - want| <= atol + rtol |want| everywhere */
-static bool allclose(const float *got, const double *want, size_t n, double rtol, double atol) {
-    for (size_t i = 0; i < n; i++) {
-        if (isinf(want[i]) && got[i] == want[i]) continue;
-        if (!(fabs(got[i] - want[i]) <= atol + rtol * fabs(want[i]))) return false;
-    }
-    return true;
-}
-
-/* ---- the float64 naive reference ---------------------------------------------------------------
- * q, dout (B*Tq, C), k, v (B*Tk, C) compact (C = H*D), the values the GPU was given; out, dq
- * (B*Tq, C), dk, dv (B*Tk, C), lse (B,H,Tq) written (dk, dv must be zero on entry). Causal: query
- * i sees key j iff j <= i + Tk - Tq; a row that sees no key: out = dq = 0, lse = -inf. Backward:
- * dP = dO v^T, dS = P (dP - rowsum(P dP)), dq = dS k/sqrt(D), dk = dS^T q/sqrt(D), dv = P^T dO
- * (the naive formulas, not the rowsum(dO * O) the flash backward uses). */
-static void reference(int B, int Tq, int Tk, int H, int D, bool causal, const float *q, const float *k,
-                      const float *v, const float *dout, double *out, double *lse, double *dq, double *dk,
-                      double *dv) {
-    const int C = H * D;
-    const double scale = 1.0 / sqrt((double)D);
-#pragma omp parallel for schedule(dynamic)
-    for (int bh = 0; bh < B * H; bh++) {
-        const int b = bh / H, h = bh % H;
-        double *p = doubles(Tk), *dp = doubles(Tk);
-        for (int i = 0; i < Tq; i++) {
-            const size_t qi = (size_t)b * Tq + i;
-            const float *qrow = q + qi * C + h * D, *dorow = dout + qi * C + h * D;
-            double *orow = out + qi * C + h * D, *dqrow = dq + qi * C + h * D;
-            int seen = causal ? i + (Tk - Tq) + 1 : Tk;
-            seen = seen < 0 ? 0 : seen > Tk ? Tk : seen;
-            for (int d = 0; d < D; d++) orow[d] = dqrow[d] = 0.0;
-            if (seen == 0) {
-                lse[(size_t)bh * Tq + i] = -INFINITY;
-                continue;
-            }
-            double max = -INFINITY, sum = 0.0;
-            for (int j = 0; j < seen; j++) {
-                const float *krow = k + ((size_t)b * Tk + j) * C + h * D;
-                double s = 0.0;
-                for (int d = 0; d < D; d++) s += (double)qrow[d] * krow[d];
-                p[j] = s * scale;
-                max = fmax(max, p[j]);
-            }
-            for (int j = 0; j < seen; j++) sum += exp(p[j] - max);
-            const double L = max + log(sum);
-            lse[(size_t)bh * Tq + i] = L;
-            double rowsum = 0.0; /* rowsum(P * dP) */
-            for (int j = 0; j < seen; j++) {
-                const float *vrow = v + ((size_t)b * Tk + j) * C + h * D;
-                p[j] = exp(p[j] - L);
-                double acc = 0.0;
-                for (int d = 0; d < D; d++) {
-                    orow[d] += p[j] * vrow[d];
-                    acc += (double)dorow[d] * vrow[d];
-                }
-                dp[j] = acc;
-                rowsum += p[j] * acc;
-            }
-            for (int j = 0; j < seen; j++) {
-                const size_t kj = (size_t)b * Tk + j;
-                const float *krow = k + kj * C + h * D;
-                const double ds = p[j] * (dp[j] - rowsum) * scale, pj = p[j];
-                double *dkrow = dk + kj * C + h * D, *dvrow = dv + kj * C + h * D;
-                for (int d = 0; d < D; d++) {
-                    dqrow[d] += ds * krow[d];
-                    dkrow[d] += ds * qrow[d];
-                    dvrow[d] += pj * dorow[d];
-                }
-            }
-        }
-        free(p);
-        free(dp);
-    }
-}
 
 /* ---- 1. flash_attention_check ------------------------------------------------------------------- */
 
@@ -490,7 +386,7 @@ static void run_case(const fa_case *c, uint64_t *state) {
 
     /* the float64 reference on the same (rounded) inputs */
     double *want[5] = {doubles(nq * C), doubles(nlse), doubles(nq * C), doubles(nk * C), doubles(nk * C)};
-    reference(B, Tq, Tk, H, D, c->causal, qh, kh, vh, doh, want[0], want[1], want[2], want[3], want[4]);
+    attn_reference(B, Tq, Tk, H, D, c->causal, H * D, qh, kh, vh, doh, want[0], want[1], want[2], want[3], want[4]);
     float *got[5] = {view_gather(outv, C), floats(nlse), view_gather(dq, C), view_gather(dk, C), view_gather(dv, C)};
     memcpy(got[1], lse_image, nlse * sizeof(float));
     const size_t n[5] = {nq * C, nlse, nq * C, nk * C, nk * C};
@@ -498,7 +394,7 @@ static void run_case(const fa_case *c, uint64_t *state) {
     bool ok = true;
     const int ti = dt_index(dt);
     for (int t = 0; t < 5; t++) {
-        err[t] = norm_error(got[t], want[t], n[t]);
+        err[t] = attn_norm_error(got[t], want[t], n[t]);
         ok &= err[t] <= (t == 1 ? lse_tol_of(dt) : tol_of(dt));
         if (err[t] > worst[ti][t]) {
             worst[ti][t] = err[t];
@@ -550,9 +446,9 @@ static void run_case(const fa_case *c, uint64_t *state) {
 
     if (c->cs336)
         for (int t = 0; t < 5; t++)
-            check(allclose(got[t], want[t], n[t], CS336_TOL, CS336_TOL),
+            check(attn_allclose(got[t], want[t], n[t], CS336_TOL, CS336_TOL),
                   "CS336 (4,128,64) %s %s %s: allclose(rtol=atol=1e-2) vs float64 naive; max |error| %.1e",
-                  dt_name(dt), c->causal ? "causal" : "non-causal", tensor_name[t], max_error(got[t], want[t], n[t]));
+                  dt_name(dt), c->causal ? "causal" : "non-causal", tensor_name[t], attn_max_error(got[t], want[t], n[t]));
 
     for (int t = 0; t < 5; t++) {
         free(want[t]);
@@ -677,7 +573,7 @@ static void test_large(void) {
         free(p);
         free(dp);
     }
-    const double eo = norm_error(go, wo, ns * D), el = norm_error(gl, wl, ns), edq = norm_error(gdq, wdq, ns * D);
+    const double eo = attn_norm_error(go, wo, ns * D), el = attn_norm_error(gl, wl, ns), edq = attn_norm_error(gdq, wdq, ns * D);
     check(eo <= BF16_TOL && el <= LOWP_LSE_TOL && edq <= BF16_TOL,
           "%s: %d sampled rows x %d heads vs float64: O %.1e, L %.1e, dQ %.1e (tolerance %.0e, L %.0e)", name, nr, nh,
           eo, el, edq, BF16_TOL, LOWP_LSE_TOL);

@@ -58,6 +58,16 @@ template <> struct fa_pack<__half> {
     }
 };
 
+/* The A-fragment (16x16, rounded to E) of k-step kk made of accumulators c[2kk], c[2kk+1] (16x8
+ * each): an m16n8 C-fragment pair is, element for element, the A-fragment of an m16k16 step. */
+template <typename E, int N>
+__device__ __forceinline__ void fa_c_to_a(uint32_t (&a)[4], const float (&c)[N][4], int kk) {
+    a[0] = fa_pack<E>::two(c[2 * kk][0], c[2 * kk][1]);
+    a[1] = fa_pack<E>::two(c[2 * kk][2], c[2 * kk][3]);
+    a[2] = fa_pack<E>::two(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[3] = fa_pack<E>::two(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
 /* d (16x8 fp32) += a (16x16, row) b (16x8, col) */
 template <typename E>
 __device__ __forceinline__ void fa_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -255,12 +265,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         for (int kk = 0; kk < BC / 16; kk++) {
             uint32_t a[R][4];
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                a[r][0] = fa_pack<E>::two(s[r][2 * kk][0], s[r][2 * kk][1]);
-                a[r][1] = fa_pack<E>::two(s[r][2 * kk][2], s[r][2 * kk][3]);
-                a[r][2] = fa_pack<E>::two(s[r][2 * kk + 1][0], s[r][2 * kk + 1][1]);
-                a[r][3] = fa_pack<E>::two(s[r][2 * kk + 1][2], s[r][2 * kk + 1][3]);
-            }
+            for (int r = 0; r < R; r++) fa_c_to_a<E>(a[r], s[r], kk);
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t bf[4];
@@ -459,14 +464,8 @@ __global__ void __launch_bounds__(WARPS * 32)
             uint32_t a[RK][4], ds[RK][4];
 #pragma unroll
             for (int rk = 0; rk < RK; rk++) {
-                a[rk][0] = fa_pack<E>::two(s[rk][2 * kk][0], s[rk][2 * kk][1]);
-                a[rk][1] = fa_pack<E>::two(s[rk][2 * kk][2], s[rk][2 * kk][3]);
-                a[rk][2] = fa_pack<E>::two(s[rk][2 * kk + 1][0], s[rk][2 * kk + 1][1]);
-                a[rk][3] = fa_pack<E>::two(s[rk][2 * kk + 1][2], s[rk][2 * kk + 1][3]);
-                ds[rk][0] = fa_pack<E>::two(dp[rk][2 * kk][0], dp[rk][2 * kk][1]);
-                ds[rk][1] = fa_pack<E>::two(dp[rk][2 * kk][2], dp[rk][2 * kk][3]);
-                ds[rk][2] = fa_pack<E>::two(dp[rk][2 * kk + 1][0], dp[rk][2 * kk + 1][1]);
-                ds[rk][3] = fa_pack<E>::two(dp[rk][2 * kk + 1][2], dp[rk][2 * kk + 1][3]);
+                fa_c_to_a<E>(a[rk], s[rk], kk);
+                fa_c_to_a<E>(ds[rk], dp[rk], kk);
                 E *srow = sdS + (kw + 16 * rk + g) * LDP + kk * 16 + 2 * t4;
                 *reinterpret_cast<uint32_t *>(srow) = ds[rk][0];
                 *reinterpret_cast<uint32_t *>(srow + 8 * LDP) = ds[rk][1];

@@ -197,12 +197,32 @@ __device__ __forceinline__ void fa32_mma_abt(float (&acc)[RM][RN], const float *
     }
 }
 
+/* vv[c] = row[col(c)]: the thread's PER columns of a shared-memory row (groups of VW adjacent
+ * columns, FA32_TX threads apart), in float4/float2/scalar reads */
+template <int D>
+__device__ __forceinline__ void fa32_load_cols(float (&vv)[fa32_cols<D>::PER], const float *row, int tx) {
+    constexpr int PER = fa32_cols<D>::PER, VW = fa32_cols<D>::VW;
+#pragma unroll
+    for (int g = 0; g < PER / VW; g++) {
+        const float *vp = row + (g * FA32_TX + tx) * VW;
+        if constexpr (VW == 4) {
+            const float4 t = *reinterpret_cast<const float4 *>(vp);
+            vv[4 * g] = t.x, vv[4 * g + 1] = t.y, vv[4 * g + 2] = t.z, vv[4 * g + 3] = t.w;
+        } else if constexpr (VW == 2) {
+            const float2 t = *reinterpret_cast<const float2 *>(vp);
+            vv[2 * g] = t.x, vv[2 * g + 1] = t.y;
+        } else {
+            vv[g] = vp[0];
+        }
+    }
+}
+
 /* acc[i][c] += sum_k P[ty + 16i][k] * V[k][col(c)], k < K: P (RM*16, K+4), V (K, D+4), both
  * row-major (O += P V, dQ += dS K, dV += P^T dO, dK += dS^T Q with the transposes stored) */
 template <int D, int RM, int K>
 __device__ __forceinline__ void fa32_mma_pv(float (&acc)[RM][D / FA32_TX], const float *P, const float *V,
                                             int ty, int tx) {
-    constexpr int LD = D + 4, LDP = K + 4, PER = fa32_cols<D>::PER, VW = fa32_cols<D>::VW;
+    constexpr int LD = D + 4, LDP = K + 4, PER = fa32_cols<D>::PER;
     const float *p0 = P + ty * LDP;
 #pragma unroll 1
     for (int k = 0; k < K; k += 4) {
@@ -213,19 +233,7 @@ __device__ __forceinline__ void fa32_mma_pv(float (&acc)[RM][D / FA32_TX], const
         for (int u = 0; u < 4; u++) {
             const float *vrow = V + (k + u) * LD;
             float vv[PER];
-#pragma unroll
-            for (int g = 0; g < PER / VW; g++) {
-                const float *vp = vrow + (g * FA32_TX + tx) * VW;
-                if constexpr (VW == 4) {
-                    const float4 t = *reinterpret_cast<const float4 *>(vp);
-                    vv[4 * g] = t.x, vv[4 * g + 1] = t.y, vv[4 * g + 2] = t.z, vv[4 * g + 3] = t.w;
-                } else if constexpr (VW == 2) {
-                    const float2 t = *reinterpret_cast<const float2 *>(vp);
-                    vv[2 * g] = t.x, vv[2 * g + 1] = t.y;
-                } else {
-                    vv[g] = vp[0];
-                }
-            }
+            fa32_load_cols<D>(vv, vrow, tx);
 #pragma unroll
             for (int i = 0; i < RM; i++) {
                 const float pu = fa32_get(p[i], u);
@@ -242,7 +250,7 @@ __device__ __forceinline__ void fa32_mma_pv(float (&acc)[RM][D / FA32_TX], const
 template <int D, int K, int LDA>
 __device__ __forceinline__ void fa32_mma_tpv(float (&acc)[4][D / FA32_TX], const float *At, const float *V, int ty,
                                              int tx) {
-    constexpr int LD = D + 4, PER = fa32_cols<D>::PER, VW = fa32_cols<D>::VW;
+    constexpr int LD = D + 4, PER = fa32_cols<D>::PER;
     const float *a0 = At + 4 * ty;
 #pragma unroll 1
     for (int k = 0; k < K; k += 4) {
@@ -253,19 +261,7 @@ __device__ __forceinline__ void fa32_mma_tpv(float (&acc)[4][D / FA32_TX], const
         for (int u = 0; u < 4; u++) {
             const float *vrow = V + (k + u) * LD;
             float vv[PER];
-#pragma unroll
-            for (int g = 0; g < PER / VW; g++) {
-                const float *vp = vrow + (g * FA32_TX + tx) * VW;
-                if constexpr (VW == 4) {
-                    const float4 t = *reinterpret_cast<const float4 *>(vp);
-                    vv[4 * g] = t.x, vv[4 * g + 1] = t.y, vv[4 * g + 2] = t.z, vv[4 * g + 3] = t.w;
-                } else if constexpr (VW == 2) {
-                    const float2 t = *reinterpret_cast<const float2 *>(vp);
-                    vv[2 * g] = t.x, vv[2 * g + 1] = t.y;
-                } else {
-                    vv[g] = vp[0];
-                }
-            }
+            fa32_load_cols<D>(vv, vrow, tx);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const float pi = fa32_get(p[u], i);
