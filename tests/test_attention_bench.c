@@ -52,7 +52,7 @@ int main(void) {
     die_on(tlm_backend_cpu_create(&be, 2), "cpu backend");
     const int B = 2, H = 3, T = 40, D = 16;
     const size_t act = (size_t)B * T * H * D * 4;
-    tlm_attn_case c = {.impl = TLM_ATTN_NAIVE, .batch = B, .heads = H, .seq = T, .d_head = D,
+    tlm_attn_case c = {.impl = TLM_ATTENTION_NAIVE, .batch = B, .heads = H, .seq = T, .d_head = D,
                        .dtype = TLM_DTYPE_F32, .causal = true, .warmup = 1, .iters = 2, .seed = 0};
     tlm_attn_result r;
     die_on(tlm_attention_bench_run(be, &c, &r), "naive");
@@ -66,7 +66,7 @@ int main(void) {
     check(fabs(r.tflops_fwd - tlm_attn_flops_forward(B, H, T, D, true) / (r.fwd_ms * 1e9)) < 1e-12,
           "TFLOP/s = FLOPs / mean ms");
 
-    c.impl = TLM_ATTN_FLASH;
+    c.impl = TLM_ATTENTION_FLASH;
     die_on(tlm_attention_bench_run(be, &c, &r), "flash");
     check(r.status == TLM_ATTN_OK, "flash ran on the CPU (%s)",
           be->ops->flash_attention_forward ? "the backend's flash ops" : "the fp32 reference: no flash ops");
@@ -78,11 +78,11 @@ int main(void) {
     die_on(tlm_attention_bench_run(be, &c, &r), "flash non-causal");
     check(r.status == TLM_ATTN_OK, "flash non-causal ran");
 
-    c.impl = TLM_ATTN_NAIVE;
+    c.impl = TLM_ATTENTION_NAIVE;
     die_on(tlm_attention_bench_run(be, &c, &r), "naive non-causal");
     check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "naive: causal only"), "naive non-causal: %s", r.note);
     c.causal = true;
-    c.impl = TLM_ATTN_FLASH;
+    c.impl = TLM_ATTENTION_FLASH;
     /* bf16 and fp16 with the CPU backend's own op table: they run through its flash ops where it
      * has them; without them (the reference alone is fp32) they are unsupported */
     for (int t = 0; t < 2; t++) {

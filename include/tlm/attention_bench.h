@@ -16,21 +16,18 @@
 #include <stdint.h>
 #include "tlm/backend.h"
 #include "tlm/dtype.h"
+#include "tlm/model.h" /* tlm_attention: NAIVE or FLASH (AUTO is not a benchmark case) */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum { TLM_ATTN_NAIVE = 0, TLM_ATTN_FLASH = 1 } tlm_attn_impl;
-
-const char *tlm_attn_impl_name(tlm_attn_impl impl); /* "naive", "flash" */
 
 /* FLOPs of one forward / one backward pass, FlashAttention's convention (see above). */
 double tlm_attn_flops_forward(int batch, int heads, int seq, int d_head, bool causal);
 double tlm_attn_flops_backward(int batch, int heads, int seq, int d_head, bool causal);
 
 typedef struct {
-    tlm_attn_impl impl;
+    tlm_attention impl;            /* TLM_ATTENTION_NAIVE or TLM_ATTENTION_FLASH */
     int batch, heads, seq, d_head; /* >= 1; d_head even */
     tlm_dtype dtype;               /* TLM_DTYPE_F32, BF16 or F16 */
     bool causal;

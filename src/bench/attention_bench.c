@@ -23,8 +23,6 @@
 #include "tlm/flash_attention.h"
 #include "tlm/rng.h"
 
-const char *tlm_attn_impl_name(tlm_attn_impl impl) { return impl == TLM_ATTN_FLASH ? "flash" : "naive"; }
-
 const char *tlm_attn_status_name(tlm_attn_status s) {
     switch (s) {
     case TLM_ATTN_OK: return "ok";
@@ -192,7 +190,7 @@ tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_
     if (c->dtype != TLM_DTYPE_F32 && c->dtype != TLM_DTYPE_BF16 && c->dtype != TLM_DTYPE_F16)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "attention case: dtype %s (known: F32, BF16, F16)",
                         tlm_dtype_name(c->dtype));
-    const bool flash = c->impl == TLM_ATTN_FLASH;
+    const bool flash = c->impl == TLM_ATTENTION_FLASH;
     const bool on_cpu = be->device == TLM_DEVICE_CPU;
     const char *dtn = c->dtype == TLM_DTYPE_F32 ? "fp32" : c->dtype == TLM_DTYPE_BF16 ? "bf16" : "fp16";
     if (!flash && !c->causal) {

@@ -124,7 +124,7 @@ static void print_row(FILE *f, tlm_format fmt, const row *w, int index) {
     const bool ok = r->status == TLM_ATTN_OK;
     switch (fmt) {
     case TLM_FORMAT_TABLE:
-        fprintf(f, "%-5s %5d %5d %6d %5d %-5s %-6s ", tlm_attn_impl_name(c->impl), c->batch, c->heads, c->seq,
+        fprintf(f, "%-5s %5d %5d %6d %5d %-5s %-6s ", tlm_attention_name(c->impl), c->batch, c->heads, c->seq,
                 c->d_head, dtype_short(c->dtype), c->causal ? "yes" : "no");
         if (r->status == TLM_ATTN_SKIPPED) { /* the note says "skipped ..." */
             fprintf(f, "%s\n", r->note);
@@ -140,7 +140,7 @@ static void print_row(FILE *f, tlm_format fmt, const row *w, int index) {
         fputc('\n', f);
         break;
     case TLM_FORMAT_CSV:
-        fprintf(f, "tlm,%s,%d,%d,%d,%d,%s,%d,", tlm_attn_impl_name(c->impl), c->batch, c->heads, c->seq, c->d_head,
+        fprintf(f, "tlm,%s,%d,%d,%d,%d,%s,%d,", tlm_attention_name(c->impl), c->batch, c->heads, c->seq, c->d_head,
                 dtype_short(c->dtype), c->causal ? 1 : 0);
         if (ok)
             fprintf(f, "%.4f,%.4f,%.4f,%.4f,%.4f,%.3f,%.3f,", r->fwd_ms, r->bwd_ms, r->fwdbwd_ms, r->tflops_fwd,
@@ -158,7 +158,7 @@ static void print_row(FILE *f, tlm_format fmt, const row *w, int index) {
     case TLM_FORMAT_JSON:
         fprintf(f, "%s\n  {\"tool\": \"tlm\", \"impl\": \"%s\", \"batch\": %d, \"heads\": %d, \"seq\": %d, "
                    "\"d_head\": %d, \"dtype\": \"%s\", \"causal\": %s, \"status\": \"%s\"",
-                index ? "," : "", tlm_attn_impl_name(c->impl), c->batch, c->heads, c->seq, c->d_head,
+                index ? "," : "", tlm_attention_name(c->impl), c->batch, c->heads, c->seq, c->d_head,
                 dtype_short(c->dtype), c->causal ? "true" : "false", tlm_attn_status_name(r->status));
         if (ok) {
             fprintf(f, ", \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwdbwd_ms\": %.4f, \"tflops_fwd\": %.4f, "
@@ -342,7 +342,7 @@ int cmd_attention(int argc, char **argv) {
             if (!(impl_mask & (1 << impl))) continue;
             row w;
             memset(&w, 0, sizeof w);
-            w.c = (tlm_attn_case){.impl = (tlm_attn_impl)impl, .batch = (int)batch, .heads = (int)heads,
+            w.c = (tlm_attn_case){.impl = (tlm_attention)impl, .batch = (int)batch, .heads = (int)heads,
                                   .seq = seqs[si], .d_head = ds[di], .dtype = dtypes[ti], .causal = causal != 0,
                                   .warmup = (int)warmup, .iters = (int)iters, .seed = (uint64_t)seed};
             if (max_seq > 0 && seqs[si] > max_seq) {
@@ -354,7 +354,7 @@ int cmd_attention(int argc, char **argv) {
                 continue;
             }
             if (w.r.status == TLM_ATTN_OK) {
-                if (impl == TLM_ATTN_NAIVE) naive_ms = w.r.fwdbwd_ms;
+                if (impl == TLM_ATTENTION_NAIVE) naive_ms = w.r.fwdbwd_ms;
                 else if (naive_ms > 0 && w.r.fwdbwd_ms > 0) w.ratio = naive_ms / w.r.fwdbwd_ms;
             }
             counts[w.r.status]++;
