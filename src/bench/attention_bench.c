@@ -7,8 +7,7 @@
  *          "unsupported" row carrying its message. The backward's fp32 workspace
  *          (tlm_flash_workspace_floats: delta and the dQ accumulator) is allocated before the
  *          backward on every backend, the CPU included (its ops accept NULL), so memory is
- *          accounted alike. A CPU backend whose op table lacks the flash ops falls back to calling
- *          the fp32 reference directly (fp32 only).
+ *          accounted alike. A backend whose op table lacks the flash ops gives an "unsupported" row.
  * q, k, v, dout, out are separate (B,T,H*D) tensors (ld = H*D), Tq = Tk = seq. */
 #include "tlm/attention_bench.h"
 
@@ -20,7 +19,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "tlm/flash_attention.h"
 #include "tlm/rng.h"
 
 const char *tlm_attn_status_name(tlm_attn_status s) {
@@ -114,7 +112,7 @@ static bool fill_random(bufs *b, void *dst, size_t n, tlm_dtype dt, uint64_t see
 
 /* ---- the timed passes ------------------------------------------------------------------------ */
 
-typedef enum { PATH_NAIVE, PATH_FLASH_OPS, PATH_FLASH_CPU_REFERENCE } pass_path;
+typedef enum { PATH_NAIVE, PATH_FLASH_OPS } pass_path;
 
 typedef struct {
     tlm_backend *be;
@@ -129,7 +127,6 @@ static void forward(const pass_args *a) {
     const tlm_attn_case *c = a->c;
     void *const *p = a->p;
     const int B = c->batch, H = c->heads, T = c->seq, D = c->d_head, C = H * D;
-    const tlm_flash_tiles tiles = tlm_flash_cpu_default_tiles();
     switch (a->path) {
     case PATH_NAIVE:
         be->ops->attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, B, T, H, D,
@@ -138,10 +135,6 @@ static void forward(const pass_args *a) {
     case PATH_FLASH_OPS:
         be->ops->flash_attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, C, B, T, T,
                                          H, D, c->causal, c->dtype);
-        break;
-    case PATH_FLASH_CPU_REFERENCE:
-        tlm_flash_attention_forward_cpu(p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, C, B, T, T, H, D,
-                                        c->causal, tiles.Br, tiles.Bc);
         break;
     }
 }
@@ -152,7 +145,6 @@ static void backward(const pass_args *a) {
     const tlm_attn_case *c = a->c;
     void *const *p = a->p;
     const int B = c->batch, H = c->heads, T = c->seq, D = c->d_head, C = H * D;
-    const tlm_flash_tiles tiles = tlm_flash_cpu_default_tiles();
     switch (a->path) {
     case PATH_NAIVE:
         be->ops->attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_SCRATCH], p[BUF_DOUT], p[BUF_Q],
@@ -162,11 +154,6 @@ static void backward(const pass_args *a) {
         be->ops->flash_attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_WORKSPACE], p[BUF_DOUT],
                                           p[BUF_Q], p[BUF_K], p[BUF_V], p[BUF_OUT], p[BUF_SAVED], C, C, B, T, T, H,
                                           D, c->causal, c->dtype);
-        break;
-    case PATH_FLASH_CPU_REFERENCE:
-        tlm_flash_attention_backward_cpu(p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_DOUT], p[BUF_Q], p[BUF_K], p[BUF_V],
-                                         p[BUF_OUT], p[BUF_SAVED], C, C, B, T, T, H, D, c->causal, tiles.Br,
-                                         tiles.Bc);
         break;
     }
 }
@@ -191,27 +178,19 @@ tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "attention case: dtype %s (known: F32, BF16, F16)",
                         tlm_dtype_name(c->dtype));
     const bool flash = c->impl == TLM_ATTENTION_FLASH;
-    const bool on_cpu = be->device == TLM_DEVICE_CPU;
-    const char *dtn = c->dtype == TLM_DTYPE_F32 ? "fp32" : c->dtype == TLM_DTYPE_BF16 ? "bf16" : "fp16";
     if (!flash && !c->causal) {
         unsupported(r, "naive: causal only (the backend's attention op)");
         return TLM_OK;
     }
-    /* flash: through the ops when the backend has them (and they take this d_head and dtype), else
-     * on the CPU the fp32 reference called directly */
+    /* flash: through the backend's ops, when it has them and they take this d_head and dtype */
     const tlm_ops *ops = be->ops;
     const bool flash_ops = ops->flash_attention_forward && ops->flash_attention_backward && ops->flash_attention_check;
-    if (flash && flash_ops && ops->flash_attention_check(be, c->d_head, c->dtype) != TLM_OK) {
-        unsupported(r, "flash: %s", tlm_last_error());
-        return TLM_OK;
-    }
-    if (flash && !flash_ops && !on_cpu) {
+    if (flash && !flash_ops) {
         unsupported(r, "flash: the %s backend has no FlashAttention-2 ops", be->name);
         return TLM_OK;
     }
-    if (flash && !flash_ops && c->dtype != TLM_DTYPE_F32) {
-        unsupported(r, "flash %s: not supported on this backend yet (no flash ops in its op table; the CPU "
-                    "reference is fp32)", dtn);
+    if (flash && ops->flash_attention_check(be, c->d_head, c->dtype) != TLM_OK) {
+        unsupported(r, "flash: %s", tlm_last_error());
         return TLM_OK;
     }
 
@@ -255,7 +234,7 @@ tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_
         (flash && !alloc_buf(&b, BUF_WORKSPACE, workspace, TLM_MEM_ACTIVATIONS)))
         goto done;
 
-    const pass_args a = {be, c, flash ? (flash_ops ? PATH_FLASH_OPS : PATH_FLASH_CPU_REFERENCE) : PATH_NAIVE, b.p};
+    const pass_args a = {be, c, flash ? PATH_FLASH_OPS : PATH_NAIVE, b.p};
     for (int i = 0; i < c->warmup; i++) {
         forward(&a);
         backward(&a);

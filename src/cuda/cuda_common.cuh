@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <type_traits>
 
 #include "tlm/backend.h"
 #include "tlm/dtype.h"
@@ -164,9 +165,21 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
                                        const void *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq,
                                        int Tk, int H, int D, bool causal, tlm_dtype dt);
 tlm_status tlm_cuda_flash_attention_check(tlm_backend *be, int D, tlm_dtype dt);
+/* the d_head values the FlashAttention kernels are instantiated for (both files), and the switch
+ * from a runtime D to a compile-time one: f(std::integral_constant<int, D>{}); another D is fatal */
+static inline bool tlm_cuda_flash_supports_d(int D) { return D == 16 || D == 32 || D == 64 || D == 80 || D == 128; }
+template <typename F> static inline void tlm_cuda_flash_dispatch_d(int D, const char *op, F &&f) {
+    switch (D) {
+    case 16: f(std::integral_constant<int, 16>{}); return;
+    case 32: f(std::integral_constant<int, 32>{}); return;
+    case 64: f(std::integral_constant<int, 64>{}); return;
+    case 80: f(std::integral_constant<int, 80>{}); return;
+    case 128: f(std::integral_constant<int, 128>{}); return;
+    default: tlm_fatal("%s: d_head %d has no FlashAttention kernel (16, 32, 64, 80, 128)", op, D);
+    }
+}
 /* the exact-fp32 kernels (flash_attention_f32.cu), called by the ops above for dt == F32;
- * same arguments and semantics; D in {16, 32, 64, 80, 128} (tlm_cuda_flash_f32_supports) */
-bool tlm_cuda_flash_f32_supports(int D);
+ * same arguments and semantics */
 void tlm_cuda_flash_forward_f32(cudaStream_t st, float *out, float *lse, const float *q, const float *k,
                                 const float *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                 bool causal);

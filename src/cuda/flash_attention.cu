@@ -544,24 +544,11 @@ __global__ void __launch_bounds__(WARPS * 32)
 
 /* ---- launchers ------------------------------------------------------------------------------- */
 
-template <typename F> static void fa_dispatch_d(int D, const char *op, F &&f) {
-    switch (D) {
-    case 16: f(std::integral_constant<int, 16>{}); return;
-    case 32: f(std::integral_constant<int, 32>{}); return;
-    case 64: f(std::integral_constant<int, 64>{}); return;
-    case 80: f(std::integral_constant<int, 80>{}); return;
-    case 128: f(std::integral_constant<int, 128>{}); return;
-    default: tlm_fatal("%s: d_head %d has no kernel (16, 32, 64, 80, 128)", op, D);
-    }
-}
-
-static bool fa_supported_d(int D) { return D == 16 || D == 32 || D == 64 || D == 80 || D == 128; }
-
 tlm_status tlm_cuda_flash_attention_check(tlm_backend *be, int D, tlm_dtype dt) {
     if (dt != TLM_DTYPE_F32 && dt != TLM_DTYPE_BF16 && dt != TLM_DTYPE_F16)
         return tlm_fail(TLM_ERR_UNSUPPORTED, "flash attention on %s: dtype %s is not supported (F32, BF16, F16)",
                         be->name, tlm_dtype_name(dt));
-    if (!fa_supported_d(D) || (dt == TLM_DTYPE_F32 && !tlm_cuda_flash_f32_supports(D)))
+    if (!tlm_cuda_flash_supports_d(D))
         return tlm_fail(TLM_ERR_UNSUPPORTED,
                         "flash attention on %s: d_head %d is not supported (kernels for d_head 16, 32, 64, 80, 128; "
                         "use --attention naive)",
@@ -618,7 +605,7 @@ void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, co
     tlm_cuda_dispatch(dt, op, [&](auto tag) {
         using E = typename decltype(tag)::type;
         if constexpr (!std::is_same<E, float>::value) {
-            fa_dispatch_d(D, op, [&](auto dc) {
+            tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
                 constexpr int DD = decltype(dc)::value;
                 auto launch = [&](auto cfg) {
                     constexpr int WARPS = decltype(cfg)::warps, BC = decltype(cfg)::bc, R = decltype(cfg)::r;
@@ -673,7 +660,7 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
             flash_bwd_delta_kernel<E><<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(delta, (const E *)dout,
                                                                                    (const E *)out, ld_out, B, Tq, H, D);
             TLM_CUDA_CHECK_LAUNCH();
-            fa_dispatch_d(D, op, [&](auto dc) {
+            tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
                 constexpr int DD = decltype(dc)::value;
                 auto launch = [&](auto cfg) {
                     constexpr int WARPS = decltype(cfg)::warps, BR = decltype(cfg)::br, RK = decltype(cfg)::rk;

@@ -594,11 +594,9 @@ __global__ void __launch_bounds__(FA32_THREADS, D <= 64 ? 2 : 1) fa32_backward_k
 
 /* ---- host side ----------------------------------------------------------------------------------- */
 
-bool tlm_cuda_flash_f32_supports(int D) { return D == 16 || D == 32 || D == 64 || D == 80 || D == 128; }
-
 static fa32_args fa32_make_args(int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D, bool causal,
                                 const char *op) {
-    if (!tlm_cuda_flash_f32_supports(D))
+    if (!tlm_cuda_flash_supports_d(D))
         tlm_fatal("%s: d_head %d has no fp32 FlashAttention kernel (16, 32, 64, 80 or 128)", op, D);
     TLM_ASSERT(ld_qkv >= H * D && ld_out >= H * D);
     fa32_args a;
@@ -651,13 +649,7 @@ void tlm_cuda_flash_forward_f32(cudaStream_t st, float *out, float *lse, const f
     fa32_args a = fa32_make_args(ld_qkv, ld_out, B, Tq, Tk, H, D, causal, op);
     a.out = out, a.lse = lse, a.q = q, a.k = k, a.v = v;
     a.vec_qkv = ld_qkv % 4 == 0 && tlm_aligned16(q) && tlm_aligned16(k) && tlm_aligned16(v);
-    switch (D) {
-    case 16: fa32_forward_launch<16>(st, a, op); break;
-    case 32: fa32_forward_launch<32>(st, a, op); break;
-    case 64: fa32_forward_launch<64>(st, a, op); break;
-    case 80: fa32_forward_launch<80>(st, a, op); break;
-    case 128: fa32_forward_launch<128>(st, a, op); break;
-    }
+    tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) { fa32_forward_launch<decltype(dc)::value>(st, a, op); });
     TLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -677,12 +669,6 @@ void tlm_cuda_flash_backward_f32(cudaStream_t st, float *dq, float *dk, float *d
     a.vec_qkv = ld_qkv % 4 == 0 && tlm_aligned16(q) && tlm_aligned16(k) && tlm_aligned16(v);
     a.vec_out = ld_out % 4 == 0 && tlm_aligned16(dout);
     a.vec_acc = tlm_aligned16(workspace); /* rows of D floats, D a multiple of 16 */
-    switch (D) {
-    case 16: fa32_backward_launch<16>(st, a, op); break;
-    case 32: fa32_backward_launch<32>(st, a, op); break;
-    case 64: fa32_backward_launch<64>(st, a, op); break;
-    case 80: fa32_backward_launch<80>(st, a, op); break;
-    case 128: fa32_backward_launch<128>(st, a, op); break;
-    }
+    tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) { fa32_backward_launch<decltype(dc)::value>(st, a, op); });
     TLM_CUDA_CHECK_LAUNCH();
 }
