@@ -75,15 +75,15 @@ static inline void fx_compare_flat(const tlm_model *m, const float *flat, const 
                             const char *label, double limit) {
     tlm_safetensors st;
     fx_die(tlm_safetensors_read(fx_path(dir, file), &st), file);
-    float *host = malloc(m->flat_numel * sizeof(float));
-    m->backend->copy_to_host(m->backend, host, flat, m->flat_numel * sizeof(float));
-    m->backend->synchronize(m->backend);
+    float *host = malloc(m->layout.flat_numel * sizeof(float));
+    tlm_copy_to_host(m->backend, host, flat, m->layout.flat_numel * sizeof(float));
+    tlm_synchronize(m->backend);
     double worst = 0;
     const char *worst_name = "";
     int missing = 0;
     size_t not_finite = 0;
-    for (int i = 0; i < m->num_tensors; i++) {
-        const tlm_tensor_info *t = &m->tensors[i];
+    for (int i = 0; i < m->layout.num_tensors; i++) {
+        const tlm_tensor_info *t = &m->layout.tensors[i];
         const tlm_st_tensor *ref = tlm_safetensors_find(&st, t->name);
         if (!ref || (size_t)ref->numel != t->numel) {
             missing++;
@@ -100,7 +100,7 @@ static inline void fx_compare_flat(const tlm_model *m, const float *flat, const 
         free(r);
     }
     char what[256];
-    snprintf(what, sizeof what, "%s: all %d tensors (worst %s)%s", label, m->num_tensors, worst_name,
+    snprintf(what, sizeof what, "%s: all %d tensors (worst %s)%s", label, m->layout.num_tensors, worst_name,
              missing || not_finite ? " MISSING/NOT FINITE" : "");
     fx_check(missing == 0 && not_finite == 0 && worst <= limit, what, worst, limit);
     free(host);
@@ -117,12 +117,11 @@ static inline void fx_run_attention(tlm_backend *be, const char *fixtures, const
     char tag[64];
     snprintf(tag, sizeof tag, "%s %s attention vs %s PyTorch", be->name, tlm_attention_name(att),
              sub[0] ? "float64" : "float32");
-    be->precision = TLM_PRECISION_FP32;
     tlm_config cfg;
     fx_die(tlm_config_preset("tiny", &cfg), "tiny");
+    const tlm_run_config run = {.precision = TLM_PRECISION_FP32, .attention = att, .cuda_graphs = false};
     tlm_model *m;
-    fx_die(tlm_model_create(&m, &cfg, be), "model");
-    fx_die(tlm_model_set_attention(m, att), "attention");
+    fx_die(tlm_model_create(&m, &cfg, &run, be), "model");
     fx_die(tlm_model_load(m, fx_path(fixtures, "weights.safetensors")), "weights");
     int B, T, Bt, Tt;
     int32_t *inputs = fx_tokens(fixtures, "inputs.npy", cfg.vocab_size, &B, &T);
@@ -170,7 +169,7 @@ static inline void fx_run_attention(tlm_backend *be, const char *fixtures, const
     tlm_model_free(m);
 }
 
-/* fx_run_attention with the naive attention (the model's default) */
+/* fx_run_attention with the naive attention */
 static inline void fx_run(tlm_backend *be, const char *fixtures, const char *sub, double limit) {
     fx_run_attention(be, fixtures, sub, limit, TLM_ATTENTION_NAIVE);
 }

@@ -73,10 +73,6 @@ static inline void mf_free(mf_out *o) {
     memset(o, 0, sizeof *o);
 }
 
-static inline const char *mf_mode(tlm_precision p) {
-    return p == TLM_PRECISION_BF16 ? "bf16" : p == TLM_PRECISION_FP16 ? "fp16"
-           : p == TLM_PRECISION_TF32 ? "tf32" : "fp32";
-}
 
 /* `passes` forward+backward passes (no AdamW: every pass computes the same) of a fresh model
  * (init seed 1234, tokens seed 99) in mode p with attention a; the last pass's loss, logits and
@@ -85,12 +81,10 @@ static inline mf_out mf_run(tlm_backend *be, const mf_shape *s, tlm_precision p,
                             int passes) {
     mf_out o;
     memset(&o, 0, sizeof o);
-    be->precision = p;
-    be->use_graphs = graphs;
+    const tlm_run_config run = {.precision = p, .attention = a, .cuda_graphs = graphs};
     tlm_model *m;
-    fx_die(tlm_model_create(&m, &s->cfg, be), s->name);
+    fx_die(tlm_model_create(&m, &s->cfg, &run, be), s->name);
     fx_die(tlm_model_init_random(m, 1234), "init");
-    fx_die(tlm_model_set_attention(m, a), "attention");
     const size_t N = (size_t)s->B * s->T, V = (size_t)s->cfg.vocab_size;
     int32_t *x = malloc(N * sizeof(int32_t)), *y = malloc(N * sizeof(int32_t));
     uint64_t st = tlm_rng_stream(99, 7);
@@ -100,24 +94,22 @@ static inline mf_out mf_run(tlm_backend *be, const mf_shape *s, tlm_precision p,
     }
     o.n_logits = N * V;
     o.logits = malloc(o.n_logits * sizeof(float));
-    o.grads = malloc(m->flat_numel * sizeof(float));
+    o.grads = malloc(m->layout.flat_numel * sizeof(float));
     for (int i = 0; i < passes; i++) {
         fx_die(tlm_model_forward(m, x, y, s->B, s->T, &o.loss), "forward");
         if (i == passes - 1) fx_die(tlm_model_copy_logits(m, o.logits), "logits");
         fx_die(tlm_model_backward(m), "backward");
     }
-    be->copy_to_host(be, o.grads, m->grads, m->flat_numel * sizeof(float));
-    be->synchronize(be);
-    for (size_t i = 0; i < m->flat_numel; i++) o.grads[i] /= m->grads_scale;
-    o.act_bytes = be->mem_current[TLM_MEM_ACTIVATIONS];
-    o.num_tensors = m->num_tensors;
-    o.tensors = malloc((size_t)m->num_tensors * sizeof *o.tensors);
-    memcpy(o.tensors, m->tensors, (size_t)m->num_tensors * sizeof *o.tensors);
+    tlm_copy_to_host(be, o.grads, m->grads, m->layout.flat_numel * sizeof(float));
+    tlm_synchronize(be);
+    for (size_t i = 0; i < m->layout.flat_numel; i++) o.grads[i] /= m->grads_scale;
+    o.act_bytes = tlm_mem_stats_now(be).current[TLM_MEM_ACTIVATIONS];
+    o.num_tensors = m->layout.num_tensors;
+    o.tensors = malloc((size_t)m->layout.num_tensors * sizeof *o.tensors);
+    memcpy(o.tensors, m->layout.tensors, (size_t)m->layout.num_tensors * sizeof *o.tensors);
     tlm_model_free(m);
     free(x);
     free(y);
-    be->use_graphs = false;
-    be->precision = TLM_PRECISION_FP32;
     return o;
 }
 
@@ -176,7 +168,7 @@ static inline void mf_run_shape(tlm_backend *be, const mf_shape *s) {
 
     const tlm_precision lowp[2] = {TLM_PRECISION_BF16, TLM_PRECISION_FP16};
     for (int i = 0; i < 2; i++) {
-        const char *mode = mf_mode(lowp[i]);
+        const char *mode = tlm_precision_name(lowp[i]);
         const double u = lowp[i] == TLM_PRECISION_BF16 ? 0x1p-8 : 0x1p-11, floor = u / 8;
         mf_out n = mf_run(be, s, lowp[i], TLM_ATTENTION_NAIVE, false, 1);
         mf_out f = mf_run(be, s, lowp[i], TLM_ATTENTION_FLASH, false, 1);
@@ -204,14 +196,14 @@ static inline void mf_run_shape(tlm_backend *be, const mf_shape *s) {
         mf_free(&f);
     }
 
-    if (be->graph_begin) {
+    if (tlm_backend_has_graphs(be)) {
         const tlm_precision modes[3] = {TLM_PRECISION_FP32, TLM_PRECISION_BF16, TLM_PRECISION_FP16};
         for (int i = 0; i < 3; i++) {
             mf_out eager = mf_run(be, s, modes[i], TLM_ATTENTION_FLASH, false, 3);
             mf_out graph = mf_run(be, s, modes[i], TLM_ATTENTION_FLASH, true, 3);
             mf_err g = mf_error(&graph, &eager);
             snprintf(what, sizeof what, "%s %s flash: CUDA graphs on = off (loss, logits, worst gradient %s)",
-                     s->name, mf_mode(modes[i]), g.worst);
+                     s->name, tlm_precision_name(modes[i]), g.worst);
             mf_check(g.loss <= 1e-6 && g.logits <= 1e-6 && g.grads <= MF_GRAPH_TOL, what,
                      fmax(fmax(g.loss, g.logits), g.grads), MF_GRAPH_TOL);
             mf_free(&eager);

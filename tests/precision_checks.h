@@ -22,28 +22,32 @@ static inline void pc_check(int ok, const char *what, double value, double limit
     else pc_failed++;
 }
 
-/* 3 steps in `p` from the fixture weights: losses[3] and the final params (host copy) */
-static inline float *pc_train(tlm_backend *be, const char *dir, tlm_precision p, float losses[3]) {
+/* the tiny model in mode p (naive attention; CUDA graphs or not) with the fixture weights */
+static inline tlm_model *pc_model(tlm_backend *be, const char *dir, tlm_precision p, bool graphs) {
     tlm_config cfg;
     fx_die(tlm_config_preset("tiny", &cfg), "tiny");
+    const tlm_run_config run = {.precision = p, .attention = TLM_ATTENTION_NAIVE, .cuda_graphs = graphs};
     tlm_model *m;
-    fx_die(tlm_model_create(&m, &cfg, be), "model");
+    fx_die(tlm_model_create(&m, &cfg, &run, be), "model");
     char path[1024];
     snprintf(path, sizeof path, "%s/weights.safetensors", dir);
     fx_die(tlm_model_load(m, path), path);
+    return m;
+}
+
+/* 3 steps in `p` from the fixture weights: losses[3] and the final params (host copy) */
+static inline float *pc_train(tlm_backend *be, const char *dir, tlm_precision p, bool graphs, float losses[3]) {
+    tlm_model *m = pc_model(be, dir, p, graphs);
     int B, T;
     int32_t *x = fx_tokens(dir, "inputs.npy", 512, &B, &T), *y = fx_tokens(dir, "targets.npy", 512, &B, &T);
-    be->precision = p;
     tlm_adamw_config opt = tlm_adamw_defaults();
     for (int i = 0; i < 3; i++) {
         fx_die(tlm_model_forward(m, x, y, B, T, &losses[i]), "forward");
         fx_die(tlm_model_backward(m), "backward");
         fx_die(tlm_model_adamw_step(m, &opt), "adamw");
     }
-    float *host = malloc(m->flat_numel * sizeof(float));
-    be->copy_to_host(be, host, m->params, m->flat_numel * sizeof(float));
-    be->synchronize(be);
-    be->precision = TLM_PRECISION_FP32;
+    float *host = malloc(m->layout.flat_numel * sizeof(float));
+    tlm_copy_to_host(be, host, m->params, m->layout.flat_numel * sizeof(float));
     free(x);
     free(y);
     tlm_model_free(m);
@@ -64,19 +68,13 @@ static inline double pc_update_error(const float *w, const float *r, const float
 
 static inline void pc_run_all(tlm_backend *be, const char *dir) {
     float l32[3], l[3];
-    float *w32 = pc_train(be, dir, TLM_PRECISION_FP32, l32);
-    /* the untouched weights, to measure updates */
-    tlm_config cfg;
-    tlm_config_preset("tiny", &cfg);
-    tlm_model *m;
-    fx_die(tlm_model_create(&m, &cfg, be), "model");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/weights.safetensors", dir);
-    fx_die(tlm_model_load(m, path), path);
-    const size_t n = m->flat_numel;
+    float *w32 = pc_train(be, dir, TLM_PRECISION_FP32, false, l32);
+    /* the untouched weights, to measure updates; the model for the fp16 checks below */
+    tlm_model *m = pc_model(be, dir, TLM_PRECISION_FP16, false);
+    const size_t n = m->layout.flat_numel;
     float *w0 = malloc(n * sizeof(float));
-    be->copy_to_host(be, w0, m->params, n * sizeof(float));
-    be->synchronize(be);
+    tlm_copy_to_host(be, w0, m->params, n * sizeof(float));
+    tlm_synchronize(be);
 
     const struct { tlm_precision p; const char *name; double loss_tol, update_tol; } modes[] = {
         /* tf32 rounds GEMM operands to 10 mantissa bits: ~1e-3 relative */
@@ -87,7 +85,7 @@ static inline void pc_run_all(tlm_backend *be, const char *dir) {
         {TLM_PRECISION_FP16, "fp16", 5e-3, 1.5e-1},
     };
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
-        float *w = pc_train(be, dir, modes[i].p, l);
+        float *w = pc_train(be, dir, modes[i].p, false, l);
         double worst = 0;
         for (int s = 0; s < 3; s++) worst = fmax(worst, fabs((double)l[s] - l32[s]) / fabs(l32[s]));
         char what[128];
@@ -109,10 +107,8 @@ static inline void pc_run_all(tlm_backend *be, const char *dir) {
     for (int bf = 0; bf < 2; bf++) {
         const tlm_precision p = bf ? TLM_PRECISION_BF16 : TLM_PRECISION_FP32;
         float eager_l[3], graph_l[3];
-        float *we = pc_train(be, dir, p, eager_l);
-        be->use_graphs = true;
-        float *wg = pc_train(be, dir, p, graph_l);
-        be->use_graphs = false;
+        float *we = pc_train(be, dir, p, false, eager_l);
+        float *wg = pc_train(be, dir, p, true, graph_l);
         double worst = 0;
         for (int s = 0; s < 3; s++) worst = fmax(worst, fabs((double)graph_l[s] - eager_l[s]) / fabs(eager_l[s]));
         double e = pc_update_error(wg, we, w0, n);
@@ -126,30 +122,29 @@ static inline void pc_run_all(tlm_backend *be, const char *dir) {
     /* fp16 loss scaling: an injected overflow skips the step */
     int B, T;
     int32_t *x = fx_tokens(dir, "inputs.npy", 512, &B, &T), *y = fx_tokens(dir, "targets.npy", 512, &B, &T);
-    be->precision = TLM_PRECISION_FP16;
     tlm_adamw_config opt = tlm_adamw_defaults();
-    pc_check(m->loss_scale == 65536.0f, "fp16: initial loss scale 2^16", m->loss_scale, 65536.0);
-    m->loss_scale = 1e30f; /* 1e30 / N overflows fp16 (max 65504) in dlogits */
+    pc_check(m->scaler.scale == 65536.0f, "fp16: initial loss scale 2^16", m->scaler.scale, 65536.0);
+    m->scaler.scale = 1e30f; /* 1e30 / N overflows fp16 (max 65504) in dlogits */
     float loss;
     fx_die(tlm_model_forward(m, x, y, B, T, &loss), "forward");
     fx_die(tlm_model_backward(m), "backward");
     fx_die(tlm_model_adamw_step(m, &opt), "adamw");
     float *w = malloc(n * sizeof(float));
-    be->copy_to_host(be, w, m->params, n * sizeof(float));
-    be->synchronize(be);
-    pc_check(m->last_step_skipped && m->skipped_steps == 1, "fp16: overflow -> step skipped", (double)m->skipped_steps, 1);
-    pc_check(m->loss_scale == 5e29f, "fp16: overflow -> scale halved", m->loss_scale, 5e29);
-    pc_check(memcmp(w, w0, n * sizeof(float)) == 0 && m->adam_t == 0, "fp16: skipped step leaves weights and t",
-             (double)m->adam_t, 0);
-    m->loss_scale = 65536.0f;
-    m->scale_growth_tracker = 1999;
+    tlm_copy_to_host(be, w, m->params, n * sizeof(float));
+    tlm_synchronize(be);
+    pc_check(m->scaler.last_step_skipped && m->scaler.skipped_steps == 1, "fp16: overflow -> step skipped",
+             (double)m->scaler.skipped_steps, 1);
+    pc_check(m->scaler.scale == 5e29f, "fp16: overflow -> scale halved", m->scaler.scale, 5e29);
+    pc_check(memcmp(w, w0, n * sizeof(float)) == 0 && m->optimizer.t == 0, "fp16: skipped step leaves weights and t",
+             (double)m->optimizer.t, 0);
+    m->scaler.scale = 65536.0f;
+    m->scaler.growth_tracker = 1999;
     fx_die(tlm_model_forward(m, x, y, B, T, &loss), "forward");
     fx_die(tlm_model_backward(m), "backward");
     fx_die(tlm_model_adamw_step(m, &opt), "adamw");
-    pc_check(!m->last_step_skipped && m->adam_t == 1, "fp16: clean step taken", (double)m->adam_t, 1);
-    pc_check(m->loss_scale == 131072.0f && m->scale_growth_tracker == 0, "fp16: 2000th clean step doubles the scale",
-             m->loss_scale, 131072.0);
-    be->precision = TLM_PRECISION_FP32;
+    pc_check(!m->scaler.last_step_skipped && m->optimizer.t == 1, "fp16: clean step taken", (double)m->optimizer.t, 1);
+    pc_check(m->scaler.scale == 131072.0f && m->scaler.growth_tracker == 0, "fp16: 2000th clean step doubles the scale",
+             m->scaler.scale, 131072.0);
     free(w);
     free(x);
     free(y);

@@ -1,10 +1,13 @@
 /* test_attention_bench.c — the attention benchmark's library part (attention_bench.h): FLOP
  * counts in FlashAttention's convention, the memory accounting of a naive and a flash case (the
  * flash backward's workspace included), the rows that must not run (naive non-causal), invalid
- * cases; and how flash runs: through the backend's flash ops when its op table has them (checked
- * with an op table whose flash ops count their calls, wrap the CPU reference and refuse bf16
- * through flash_attention_check), else on the CPU through the fp32 reference (an op table without
- * them: bf16 unsupported). */
+ * cases; and how flash runs: through the dispatch to the backend's flash ops (checked with an op
+ * table whose flash ops count their calls and wrap the CPU reference, and a device that refuses
+ * bf16 through `supports`, whose message becomes the row's note), and not at all where the device
+ * supports no flash kernel.
+ * The CPU ops' scratch is tracked memory (memory.h): each case whose peak is checked runs once
+ * before, so the grow-only scratch is already held when the case starts and its peak is exactly
+ * the case's own tensors. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,11 +36,22 @@ static void counting_backward(tlm_backend *be, void *dq, void *dk, void *dv, flo
                                      64, 64);
 }
 
-static tlm_status fp32_only_check(tlm_backend *be, int D, tlm_dtype dt) {
-    if (dt != TLM_DTYPE_F32)
-        return tlm_fail(TLM_ERR_UNSUPPORTED, "test flash ops: %s not supported (d_head %d)", tlm_dtype_name(dt), D);
-    return TLM_OK;
+static tlm_support fp32_only_supports(tlm_backend *be, tlm_op_id op, tlm_dtype dt, int D) {
+    if (dt != TLM_DTYPE_F32) {
+        tlm_fail(TLM_ERR_UNSUPPORTED, "test flash ops: %s not supported (d_head %d)", tlm_dtype_name(dt), D);
+        return TLM_SUPPORT_NONE;
+    }
+    return TLM_SUPPORT_FAST;
 }
+
+static tlm_support no_flash_supports(tlm_backend *be, tlm_op_id op, tlm_dtype dt, int D) {
+    if (op == TLM_OP_FLASH_ATTENTION_FORWARD || op == TLM_OP_FLASH_ATTENTION_BACKWARD) {
+        tlm_fail(TLM_ERR_UNSUPPORTED, "test device: no FlashAttention-2 kernels");
+        return TLM_SUPPORT_NONE;
+    }
+    return TLM_SUPPORT_FAST;
+}
+
 
 int main(void) {
     /* forward 4*b*h*s^2*d, halved when causal; backward 2.5x */
@@ -55,6 +69,7 @@ int main(void) {
     tlm_attn_case c = {.impl = TLM_ATTENTION_NAIVE, .batch = B, .heads = H, .seq = T, .d_head = D,
                        .dtype = TLM_DTYPE_F32, .causal = true, .warmup = 1, .iters = 2, .seed = 0};
     tlm_attn_result r;
+    die_on(tlm_attention_bench_run(be, &c, &r), "naive (scratch)");
     die_on(tlm_attention_bench_run(be, &c, &r), "naive");
     check(r.status == TLM_ATTN_OK && r.fwd_ms > 0 && r.bwd_ms > 0 && fabs(r.fwdbwd_ms - r.fwd_ms - r.bwd_ms) < 1e-9,
           "naive ran: fwd %.4f ms, bwd %.4f ms", r.fwd_ms, r.bwd_ms);
@@ -62,14 +77,14 @@ int main(void) {
     check(r.mem_before_bwd == 5 * act + probs, "naive memory before backward = q,k,v,dout,out + P (%zu)",
           r.mem_before_bwd);
     check(r.peak_bytes == 8 * act + 2 * probs, "naive peak = + dq,dk,dv + dP (%zu)", r.peak_bytes);
-    check(be->mem_current_total == 0, "naive case freed everything");
+    check(test_bytes_held(be) == 0, "naive case freed everything");
     check(fabs(r.tflops_fwd - tlm_attn_flops_forward(B, H, T, D, true) / (r.fwd_ms * 1e9)) < 1e-12,
           "TFLOP/s = FLOPs / mean ms");
 
     c.impl = TLM_ATTENTION_FLASH;
+    die_on(tlm_attention_bench_run(be, &c, &r), "flash (scratch)");
     die_on(tlm_attention_bench_run(be, &c, &r), "flash");
-    check(r.status == TLM_ATTN_OK, "flash ran on the CPU (%s)",
-          be->ops->flash_attention_forward ? "the backend's flash ops" : "the fp32 reference: no flash ops");
+    check(r.status == TLM_ATTN_OK, "flash ran on the CPU (the backend's flash ops: the reference)");
     const size_t lse = (size_t)B * H * T * 4, workspace = tlm_flash_workspace_floats(B, T, H, D) * 4;
     check(r.mem_before_bwd == 5 * act + lse, "flash memory before backward = + L (%zu)", r.mem_before_bwd);
     check(r.peak_bytes == 8 * act + lse + workspace, "flash peak = + dq,dk,dv + the fp32 workspace (%zu, expected %zu)",
@@ -83,29 +98,27 @@ int main(void) {
     check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "naive: causal only"), "naive non-causal: %s", r.note);
     c.causal = true;
     c.impl = TLM_ATTENTION_FLASH;
-    /* bf16 and fp16 with the CPU backend's own op table: they run through its flash ops where it
-     * has them; without them (the reference alone is fp32) they are unsupported */
+    /* bf16 and fp16 with the CPU backend's own ops: its flash ops widen them to the reference */
     for (int t = 0; t < 2; t++) {
         c.dtype = t ? TLM_DTYPE_F16 : TLM_DTYPE_BF16;
+        die_on(tlm_attention_bench_run(be, &c, &r), "flash bf16/fp16 (scratch)");
         die_on(tlm_attention_bench_run(be, &c, &r), "flash bf16/fp16");
-        if (be->ops->flash_attention_forward)
-            check(r.status == TLM_ATTN_OK && r.peak_bytes == 8 * act / 2 + lse + workspace,
-                  "flash %s on the CPU: runs through the flash ops (peak %zu)", tlm_dtype_name(c.dtype),
-                  r.peak_bytes);
-        else
-            check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "not supported on this backend yet"),
-                  "flash %s on the CPU without flash ops: %s", tlm_dtype_name(c.dtype), r.note);
+        check(r.status == TLM_ATTN_OK && r.peak_bytes == 8 * act / 2 + lse + workspace,
+              "flash %s on the CPU: runs through the flash ops (peak %zu)", tlm_dtype_name(c.dtype), r.peak_bytes);
     }
     c.dtype = TLM_DTYPE_F32;
 
-    /* an op table with counting flash ops: flash goes through them, with a workspace; their
-     * check refuses bf16 and its message becomes the row's note */
+    /* an op table with counting flash ops: flash goes through them, with a workspace; a device
+     * that refuses bf16: its message becomes the row's note */
     const tlm_ops *own = be->ops;
+    const tlm_backend_iface *own_iface = be->iface;
     tlm_ops counting = *own;
     counting.flash_attention_forward = counting_forward;
     counting.flash_attention_backward = counting_backward;
-    counting.flash_attention_check = fp32_only_check;
+    tlm_backend_iface fp32_only = *own_iface;
+    fp32_only.supports = fp32_only_supports;
     be->ops = &counting;
+    be->iface = &fp32_only;
     die_on(tlm_attention_bench_run(be, &c, &r), "flash through counting ops");
     check(r.status == TLM_ATTN_OK && fwd_calls == c.warmup + c.iters && bwd_calls == c.warmup + c.iters &&
               null_workspace == 0,
@@ -118,22 +131,22 @@ int main(void) {
     die_on(tlm_attention_bench_run(be, &c, &r), "flash bf16 refused by the check");
     check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "test flash ops: BF16 not supported (d_head 16)") &&
               fwd_calls == 0,
-          "flash refused by flash_attention_check: unsupported row with its message: %s", r.note);
+          "flash refused by the device's supports: unsupported row with its message: %s", r.note);
 
-    /* an op table without flash ops: an unsupported row, in every dtype, nothing run */
-    tlm_ops bare = *own;
-    bare.flash_attention_forward = NULL;
-    bare.flash_attention_backward = NULL;
-    bare.flash_attention_check = NULL;
-    be->ops = &bare;
-    die_on(tlm_attention_bench_run(be, &c, &r), "flash bf16 without ops");
-    check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "no FlashAttention-2 ops"), "no flash ops, bf16: %s",
-          r.note);
+    /* a device with no flash kernels: an unsupported row, in every dtype, nothing run */
+    tlm_backend_iface bare = *own_iface;
+    bare.supports = no_flash_supports;
+    be->iface = &bare;
+    die_on(tlm_attention_bench_run(be, &c, &r), "flash bf16 without kernels");
+    check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "no FlashAttention-2 kernels") && fwd_calls == 0,
+          "no flash kernels, bf16: %s", r.note);
     c.dtype = TLM_DTYPE_F32;
-    die_on(tlm_attention_bench_run(be, &c, &r), "flash fp32 without ops");
-    check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "no FlashAttention-2 ops") && r.peak_bytes == 0,
-          "no flash ops, fp32: %s", r.note);
+    die_on(tlm_attention_bench_run(be, &c, &r), "flash fp32 without kernels");
+    check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "no FlashAttention-2 kernels") && r.peak_bytes == 0 &&
+              fwd_calls == 0,
+          "no flash kernels, fp32: %s", r.note);
     be->ops = own;
+    be->iface = own_iface;
 
     c.dtype = TLM_DTYPE_F32;
     c.d_head = 15;
@@ -141,7 +154,7 @@ int main(void) {
     c.d_head = 16;
     c.seq = 0;
     check(tlm_attention_bench_run(be, &c, &r) == TLM_ERR_INVALID_ARGUMENT, "seq 0 rejected");
-    check(be->mem_current_total == 0, "nothing left allocated");
+    check(test_bytes_held(be) == 0, "nothing left allocated (but the CPU ops' scratch)");
     tlm_backend_destroy(be);
     return test_finish();
 }

@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <string.h>
+
+#include "tlm/backend.h"
 #include "tlm/status.h"
 
 static int passed, failed;
@@ -31,6 +34,20 @@ static inline void die_on(tlm_status s, const char *what) {
         fprintf(stderr, "%s: %s\n", what, tlm_last_error());
         exit(1);
     }
+}
+
+/* tracked bytes held other than the backend's own workspaces (the CPU ops' scratch, cuBLASLt's
+ * workspace, the CUDA column-sum scratch): what a test's buffers left behind */
+static inline void test_add_held_(void *user, const void *ptr, size_t bytes, tlm_mem_tag tag, const char *name) {
+    static const char *const own[] = {"cpu.scratch", "cublaslt.workspace", "cuda.scratch"};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (strcmp(name, own[i]) == 0) return;
+    *(size_t *)user += bytes;
+}
+static inline size_t test_bytes_held(const tlm_backend *be) {
+    size_t n = 0;
+    tlm_mem_for_each(be, test_add_held_, &n);
+    return n;
 }
 
 static inline int test_finish(void) {

@@ -239,7 +239,7 @@ typedef struct {
 
 static double embedding_objective(void *p) {
     embedding_ctx *c = p;
-    be->ops->embedding_forward(be, c->out, c->tokens, c->wte, c->N, c->C);
+    tlm_embedding_forward(be, c->out, c->tokens, c->wte, c->N, c->C);
     return dot(c->out, c->R, (size_t)c->N * c->C);
 }
 
@@ -255,7 +255,7 @@ static void test_embedding(int N, int V, int C) {
     c.out = alloc_floats((size_t)N * C);
 
     poison(c.out, (size_t)N * C);
-    be->ops->embedding_forward(be, c.out, c.tokens, c.wte, N, C);
+    tlm_embedding_forward(be, c.out, c.tokens, c.wte, N, C);
     bool exact = true;
     for (int n = 0; n < N; n++)
         exact &= memcmp(c.out + (size_t)n * C, c.wte + (size_t)c.tokens[n] * C, C * sizeof(float)) == 0;
@@ -263,7 +263,7 @@ static void test_embedding(int N, int V, int C) {
 
     float *dwte = alloc_floats((size_t)V * C);
     poison(dwte, (size_t)V * C);
-    be->ops->embedding_backward(be, dwte, c.R, c.tokens, N, V, C);
+    tlm_embedding_backward(be, dwte, c.R, c.tokens, N, V, C);
     double *want = calloc((size_t)V * C, sizeof(double));
     for (int n = 0; n < N; n++)
         for (int j = 0; j < C; j++) want[(size_t)c.tokens[n] * C + j] += c.R[(size_t)n * C + j];
@@ -282,7 +282,7 @@ typedef struct {
 
 static double rmsnorm_objective(void *p) {
     rmsnorm_ctx *c = p;
-    be->ops->rmsnorm_forward(be, c->out, c->rstd, c->x, c->w, c->N, c->C, c->eps, F32);
+    tlm_rmsnorm_forward(be, c->out, c->rstd, c->x, c->w, c->N, c->C, c->eps, F32);
     return dot(c->out, c->R, (size_t)c->N * c->C);
 }
 
@@ -299,7 +299,7 @@ static void test_rmsnorm(int N, int C) {
 
     poison(c.out, NC);
     poison(c.rstd, N);
-    be->ops->rmsnorm_forward(be, c.out, c.rstd, c.x, c.w, N, C, c.eps, F32);
+    tlm_rmsnorm_forward(be, c.out, c.rstd, c.x, c.w, N, C, c.eps, F32);
     double *want = malloc(NC * sizeof(double)), *want_rstd = malloc(N * sizeof(double));
     for (int n = 0; n < N; n++) {
         double ss = 0.0;
@@ -315,7 +315,7 @@ static void test_rmsnorm(int N, int C) {
     /* backward: dx accumulates onto its previous (random) contents, dw is overwritten */
     float *dx0 = randn(NC, 1.0f), *dx = copy_of(dx0, NC), *dw = alloc_floats(C);
     poison(dw, C);
-    be->ops->rmsnorm_backward(be, dx, dw, c.R, c.x, c.w, c.rstd, N, C, F32);
+    tlm_rmsnorm_backward(be, dx, dw, c.R, c.x, c.w, c.rstd, N, C, F32);
     float *dx_added = alloc_floats(NC);
     for (size_t i = 0; i < NC; i++) dx_added[i] = dx[i] - dx0[i];
     check(all_finite(dw, C), "rmsnorm N=%d C=%d backward writes every dw", N, C);
@@ -336,7 +336,7 @@ typedef struct {
 
 static double matmul_objective(void *p) {
     matmul_ctx *c = p;
-    be->ops->matmul_forward(be, c->y, NULL, c->x, c->w, c->N, c->in, c->out, F32);
+    tlm_matmul_forward(be, c->y, NULL, c->x, c->w, c->N, c->in, c->out, tlm_precision_of_dtype(F32));
     return dot(c->y, c->R, (size_t)c->N * c->out);
 }
 
@@ -349,7 +349,7 @@ static void test_matmul(int N, int in, int out) {
     c.y = alloc_floats((size_t)N * out);
 
     poison(c.y, (size_t)N * out);
-    be->ops->matmul_forward(be, c.y, NULL, c.x, c.w, N, in, out, F32);
+    tlm_matmul_forward(be, c.y, NULL, c.x, c.w, N, in, out, tlm_precision_of_dtype(F32));
     double *want = malloc((size_t)N * out * sizeof(double));
     for (int n = 0; n < N; n++)
         for (int o = 0; o < out; o++) {
@@ -363,7 +363,7 @@ static void test_matmul(int N, int in, int out) {
     float *dx = alloc_floats((size_t)N * in), *dw = alloc_floats((size_t)out * in);
     poison(dx, (size_t)N * in);
     poison(dw, (size_t)out * in);
-    be->ops->matmul_backward(be, dx, dw, c.R, c.x, c.w, N, in, out, F32);
+    tlm_matmul_backward(be, dx, dw, c.R, c.x, c.w, N, in, out, tlm_precision_of_dtype(F32));
     check(all_finite(dx, (size_t)N * in) && all_finite(dw, (size_t)out * in),
           "matmul N=%d in=%d out=%d backward writes every dx and dw", N, in, out);
     snprintf(name, sizeof name, "matmul N=%d in=%d out=%d dx", N, in, out);
@@ -373,7 +373,7 @@ static void test_matmul(int N, int in, int out) {
 
     float *dw2 = alloc_floats((size_t)out * in);
     poison(dw2, (size_t)out * in);
-    be->ops->matmul_backward(be, NULL, dw2, c.R, c.x, c.w, N, in, out, F32);
+    tlm_matmul_backward(be, NULL, dw2, c.R, c.x, c.w, N, in, out, tlm_precision_of_dtype(F32));
     check(max_abs_diff(dw, dw2, (size_t)out * in) == 0.0,
           "matmul N=%d in=%d out=%d backward with dx == NULL: same dW", N, in, out);
     free(want);
@@ -390,7 +390,7 @@ static double rope_objective(void *p) {
     rope_ctx *c = p;
     size_t n = (size_t)c->B * c->T * c->ld;
     memcpy(c->work, c->x, n * sizeof(float));
-    be->ops->rope_forward(be, c->work, c->cos, c->sin, c->B, c->T, c->nheads, c->D, c->ld, F32);
+    tlm_rope_forward(be, c->work, c->cos, c->sin, c->B, c->T, c->nheads, c->D, c->ld, F32);
     return dot(c->work, c->R, n);
 }
 
@@ -414,7 +414,7 @@ static void test_rope(int B, int T, int nheads, int D, int extra_columns) {
 
     /* forward against the formula, angles in double; columns past the heads untouched */
     float *y = copy_of(c.x, n);
-    be->ops->rope_forward(be, y, c.cos, c.sin, B, T, nheads, D, c.ld, F32);
+    tlm_rope_forward(be, y, c.cos, c.sin, B, T, nheads, D, c.ld, F32);
     double *want = malloc(n * sizeof(double));
     for (size_t i = 0; i < n; i++) want[i] = c.x[i];
     for (int row = 0; row < B * T; row++)
@@ -434,12 +434,12 @@ static void test_rope(int B, int T, int nheads, int D, int extra_columns) {
     check(untouched, "rope forward leaves the columns past the heads untouched");
 
     /* backward(forward(x)) = x: the rotation is orthogonal */
-    be->ops->rope_backward(be, y, c.cos, c.sin, B, T, nheads, D, c.ld, F32);
+    tlm_rope_backward(be, y, c.cos, c.sin, B, T, nheads, D, c.ld, F32);
     double diff = max_abs_diff(y, c.x, n);
     check(diff < 1e-5, "rope backward(forward(x)) = x: max abs diff %.2e", diff);
 
     float *grad = copy_of(c.R, n);
-    be->ops->rope_backward(be, grad, c.cos, c.sin, B, T, nheads, D, c.ld, F32);
+    tlm_rope_backward(be, grad, c.cos, c.sin, B, T, nheads, D, c.ld, F32);
     snprintf(name, sizeof name, "rope B=%d T=%d heads=%d D=%d ld=%d dx", B, T, nheads, D, c.ld);
     check_grad(name, rope_objective, &c, c.x, grad, B * T, c.ld, 0, c.ld, 1e-2f);
     free(want);
@@ -455,8 +455,8 @@ typedef struct {
 static double attention_objective(void *p) {
     attention_ctx *c = p;
     int C = c->H * c->D;
-    be->ops->attention_forward(be, c->out, c->probs, c->qkv, c->qkv + C, c->qkv + 2 * C, 3 * C,
-                               c->B, c->T, c->H, c->D, F32);
+    tlm_attention_forward(be, c->out, c->probs, c->qkv, c->qkv + C, c->qkv + 2 * C, 3 * C,
+                               c->B, c->T, c->H, c->D, tlm_precision_of_dtype(F32));
     return dot(c->out, c->R, (size_t)c->B * c->T * C);
 }
 
@@ -512,8 +512,8 @@ static void test_attention(int B, int T, int H, int D) {
     float *dqkv = alloc_floats((size_t)N * ld), *dprobs = alloc_floats(nprobs);
     poison(dqkv, (size_t)N * ld);
     poison(dprobs, nprobs);
-    be->ops->attention_backward(be, dqkv, dqkv + C, dqkv + 2 * C, dprobs, c.R, q, k, v, c.probs,
-                                ld, B, T, H, D, F32);
+    tlm_attention_backward(be, dqkv, dqkv + C, dqkv + 2 * C, dprobs, c.R, q, k, v, c.probs,
+                                ld, B, T, H, D, tlm_precision_of_dtype(F32));
     check(all_finite(dqkv, (size_t)N * ld), "attention T=%d backward writes every dq, dk, dv", T);
     const char *part[3] = {"dq", "dk", "dv"};
     for (int s = 0; s < 3; s++) {
@@ -533,7 +533,7 @@ typedef struct {
 
 static double swiglu_objective(void *p) {
     swiglu_ctx *c = p;
-    be->ops->swiglu_forward(be, c->out, c->ab, c->N, c->F, F32);
+    tlm_swiglu_forward(be, c->out, c->ab, c->N, c->F, F32);
     return dot(c->out, c->R, (size_t)c->N * c->F);
 }
 
@@ -556,7 +556,7 @@ static void test_swiglu(int N, int F) {
 
     float *dab = alloc_floats((size_t)N * 2 * F);
     poison(dab, (size_t)N * 2 * F);
-    be->ops->swiglu_backward(be, dab, c.R, c.ab, N, F, F32);
+    tlm_swiglu_backward(be, dab, c.R, c.ab, N, F, F32);
     check(all_finite(dab, (size_t)N * 2 * F), "swiglu N=%d F=%d backward writes every dab", N, F);
     snprintf(name, sizeof name, "swiglu N=%d F=%d da", N, F);
     check_grad(name, swiglu_objective, &c, c.ab, dab, N, 2 * F, 0, F, 1e-3f);
@@ -574,7 +574,7 @@ typedef struct {
 
 static double relu_objective(void *p) {
     relu_ctx *c = p;
-    be->ops->relu_forward(be, c->out, c->x, c->n, F32);
+    tlm_relu_forward(be, c->out, c->x, c->n, F32);
     return dot(c->out, c->R, c->n);
 }
 
@@ -594,7 +594,7 @@ static void test_relu(size_t n) {
 
     float *dx = alloc_floats(n);
     poison(dx, n);
-    be->ops->relu_backward(be, dx, c.R, c.x, n, F32);
+    tlm_relu_backward(be, dx, c.R, c.x, n, F32);
     wrong = 0;
     for (size_t i = 0; i < n; i++) wrong += dx[i] != (c.x[i] > 0.0f ? c.R[i] : 0.0f);
     check(wrong == 0, "relu n=%zu backward: dx = dout where x > 0, else 0, exactly (%zu wrong)", n, wrong);
@@ -605,11 +605,11 @@ static void test_relu(size_t n) {
     float *y = copy_of(c.x, n);
     y[0] = NAN, y[n - 1] = 0.0f;
     float *y0 = copy_of(y, n);
-    be->ops->relu_forward(be, y, y, n, F32);
+    tlm_relu_forward(be, y, y, n, F32);
     bool same = isnan(y[0]) && y[n - 1] == 0.0f;
     for (size_t i = 1; i + 1 < n; i++) same &= y[i] == (y0[i] > 0.0f ? y0[i] : 0.0f);
     float *g = copy_of(c.R, n);
-    be->ops->relu_backward(be, g, g, y0, n, F32);
+    tlm_relu_backward(be, g, g, y0, n, F32);
     same &= g[n - 1] == 0.0f && g[0] == c.R[0]; /* NaN x passes dout (PyTorch's threshold_backward) */
     check(same, "relu n=%zu in place (out == x, dx == dout); relu(NaN) = NaN; gradient 0 at x = 0", n);
 }
@@ -624,7 +624,7 @@ typedef struct {
 
 static double layernorm_objective(void *p) {
     layernorm_ctx *c = p;
-    be->ops->layernorm_forward(be, c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C, c->eps, F32);
+    tlm_layernorm_forward(be, c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C, c->eps, F32);
     return dot(c->out, c->R, (size_t)c->N * c->C);
 }
 
@@ -667,7 +667,7 @@ static void test_layernorm(int N, int C) {
     poison(dx, NC);
     poison(dw, C);
     poison(db, C);
-    be->ops->layernorm_backward(be, dx, dw, db, c.R, c.x, c.w, c.mean, c.rstd, N, C, F32);
+    tlm_layernorm_backward(be, dx, dw, db, c.R, c.x, c.w, c.mean, c.rstd, N, C, F32);
     check(all_finite(dx, NC) && all_finite(dw, C) && all_finite(db, C),
           "layernorm N=%d C=%d backward writes every dx, dw, db", N, C);
     snprintf(name, sizeof name, "layernorm N=%d C=%d dx", N, C);
@@ -691,7 +691,7 @@ static void test_matmul_residual(int N, int in, int out) {
     float *res = randn(ny, 1.0f), *res0 = copy_of(res, ny);
     float *y = alloc_floats(ny), *plain = alloc_floats(ny);
     poison(y, ny);
-    be->ops->matmul_forward(be, y, res, x, w, N, in, out, F32);
+    tlm_matmul_forward(be, y, res, x, w, N, in, out, tlm_precision_of_dtype(F32));
     double *want = malloc(ny * sizeof(double));
     for (int n = 0; n < N; n++)
         for (int o = 0; o < out; o++) {
@@ -707,14 +707,14 @@ static void test_matmul_residual(int N, int in, int out) {
           in, out);
 
     /* the same as the plain GEMM's output added to the residual, to fp32 rounding */
-    be->ops->matmul_forward(be, plain, NULL, x, w, N, in, out, F32);
+    tlm_matmul_forward(be, plain, NULL, x, w, N, in, out, tlm_precision_of_dtype(F32));
     for (size_t i = 0; i < ny; i++) want[i] = (double)res[i] + plain[i];
     double err = rel_error(y, want, ny);
     check(err < 1e-6, "matmul N=%d in=%d out=%d: residual + x W^T vs residual + (x W^T, no "
           "residual): error %.2e", N, in, out, err);
 
     float *acc = copy_of(res, ny);
-    be->ops->matmul_forward(be, acc, acc, x, w, N, in, out, F32);
+    tlm_matmul_forward(be, acc, acc, x, w, N, in, out, tlm_precision_of_dtype(F32));
     check(max_abs_diff(acc, y, ny) == 0.0,
           "matmul N=%d in=%d out=%d with residual in place (y == residual): same bits", N, in, out);
     free(want);
@@ -730,7 +730,7 @@ typedef struct {
 
 static double cross_entropy_mean_loss(void *p) {
     cross_entropy_ctx *c = p;
-    be->ops->cross_entropy_forward(be, c->losses, c->lse, c->logits, c->targets, c->N, c->V, F32);
+    tlm_cross_entropy_forward(be, c->losses, c->lse, c->logits, c->targets, c->N, c->V, F32);
     double sum = 0.0;
     for (int n = 0; n < c->N; n++) sum += c->losses[n];
     return sum / c->N;
@@ -766,7 +766,7 @@ static void test_cross_entropy(int N, int V) {
 
     float *dlogits = alloc_floats(NV);
     poison(dlogits, NV);
-    be->ops->cross_entropy_backward(be, dlogits, c.logits, c.lse, c.targets, N, V, 1.0f / N, F32);
+    tlm_cross_entropy_backward(be, dlogits, c.logits, c.lse, c.targets, N, V, 1.0f / N, F32);
     check(all_finite(dlogits, NV), "cross_entropy N=%d V=%d backward writes every dlogits", N, V);
     snprintf(name, sizeof name, "cross_entropy N=%d V=%d dlogits of the mean loss", N, V);
     check_grad(name, cross_entropy_mean_loss, &c, c.logits, dlogits, 1, (int)NV, 0, (int)NV, 1e-2f);
@@ -774,7 +774,7 @@ static void test_cross_entropy(int N, int V) {
 
     /* in place: dlogits == logits gives the same result */
     float *inplace = copy_of(c.logits, NV);
-    be->ops->cross_entropy_backward(be, inplace, inplace, c.lse, c.targets, N, V, 1.0f / N, F32);
+    tlm_cross_entropy_backward(be, inplace, inplace, c.lse, c.targets, N, V, 1.0f / N, F32);
     check(max_abs_diff(inplace, dlogits, NV) == 0.0,
           "cross_entropy N=%d V=%d backward in place (dlogits == logits): same result", N, V);
 
@@ -783,8 +783,8 @@ static void test_cross_entropy(int N, int V) {
     float *shifted = copy_of(c.logits, NV), *ls = alloc_floats(N), *lses = alloc_floats(N);
     for (int n = 0; n < N; n++)
         for (int j = 0; j < V; j++) shifted[(size_t)n * V + j] += n % 2 ? 100.0f : -100.0f;
-    be->ops->cross_entropy_forward(be, ls, lses, shifted, c.targets, N, V, F32);
-    be->ops->cross_entropy_backward(be, shifted, shifted, lses, c.targets, N, V, 1.0f / N, F32);
+    tlm_cross_entropy_forward(be, ls, lses, shifted, c.targets, N, V, F32);
+    tlm_cross_entropy_backward(be, shifted, shifted, lses, c.targets, N, V, 1.0f / N, F32);
     double dl = max_abs_diff(ls, c.losses, N), dg = max_abs_diff(shifted, dlogits, NV);
     check(all_finite(ls, N) && dl < 1e-4 && all_finite(shifted, NV) && dg < 1e-5,
           "cross_entropy logits shifted by +-100: loss diff %.2e, gradient diff %.2e", dl, dg);
@@ -820,7 +820,7 @@ static void test_adamw(size_t n) {
     for (size_t i = 0; i < n; i++) rp[i] = wp[i] = p[i];
     for (int t = 1; t <= 3; t++) {
         float *g = randn(n, 1.0f);
-        be->ops->adamw_step(be, p, g, m, v, n, lr, b1, b2, eps, wd, t, NULL, F32);
+        tlm_adamw_step(be, p, g, m, v, n, lr, b1, b2, eps, wd, t, NULL, F32);
         adamw_reference(rp, rm, rv, g, n, lr, b1, b2, eps, wd, t, false);
         adamw_reference(wp, wm, wv, g, n, lr, b1, b2, eps, wd, t, true);
         double ep = rel_error(p, rp, n), em = rel_error(m, rm, n), ev = rel_error(v, rv, n);
@@ -897,12 +897,12 @@ static void test_cast(size_t n, tlm_dtype dt) {
     memcpy(src, special, sizeof special);
     float *src0 = copy_of(src, n);
     void *dst = alloc_dt(n, dt);
-    be->ops->cast(be, dst, src, n, dt);
+    tlm_cast(be, dst, src, n, dt);
     bool unchanged = memcmp(src, src0, n * sizeof(float)) == 0;
     if (dt == F32) {
         check(unchanged && memcmp(dst, src, n * sizeof(float)) == 0,
               "cast n=%zu fp32: a bitwise copy (inf, NaN, subnormals included)", n);
-        be->ops->cast(be, src, src, n, F32);
+        tlm_cast(be, src, src, n, F32);
         check(memcmp(src, src0, n * sizeof(float)) == 0, "cast n=%zu fp32 onto itself: unchanged",
               n);
         return;
@@ -924,12 +924,19 @@ static void test_cast(size_t n, tlm_dtype dt) {
           nan_kept, nans);
 }
 
+/* grad_unscale's count of non-finite elements (found_inf is host memory on the CPU backend) */
+static size_t unscale(float *g, size_t n, float inv_scale) {
+    float found_inf = 0;
+    tlm_grad_unscale(be, g, n, inv_scale, &found_inf);
+    return (size_t)found_inf;
+}
+
 static void test_grad_unscale(size_t n) {
     /* gradients of a loss scaled by 2^16: unscaling by 2^-16 is exact */
     float *g = randn(n, 1.0f);
     for (size_t i = 0; i < n; i++) g[i] = ldexpf(g[i], 16);
     float *g0 = copy_of(g, n);
-    size_t bad = be->ops->grad_unscale(be, g, n, 0x1p-16f);
+    size_t bad = unscale(g, n, 0x1p-16f);
     bool exact = true;
     for (size_t i = 0; i < n; i++) exact &= g[i] == ldexpf(g0[i], -16);
     check(bad == 0 && exact, "grad_unscale n=%zu by 2^-16: exact, 0 non-finite (got %zu)", n, bad);
@@ -938,7 +945,7 @@ static void test_grad_unscale(size_t n) {
     memcpy(g, g0, n * sizeof(float));
     size_t at[4] = {0, n / 3, n / 2, n - 1};
     g[at[0]] = INFINITY, g[at[1]] = NAN, g[at[2]] = -INFINITY, g[at[3]] = -NAN;
-    bad = be->ops->grad_unscale(be, g, n, 0x1p-16f);
+    bad = unscale(g, n, 0x1p-16f);
     exact = isinf(g[at[0]]) && isnan(g[at[1]]) && isinf(g[at[2]]) && isnan(g[at[3]]);
     for (size_t i = 1; i + 1 < n; i++)
         if (i != at[1] && i != at[2]) exact &= g[i] == ldexpf(g0[i], -16);
@@ -948,7 +955,7 @@ static void test_grad_unscale(size_t n) {
     /* finite values that overflow in the multiply count too */
     memcpy(g, g0, n * sizeof(float));
     g[n / 2] = FLT_MAX / 2;
-    bad = be->ops->grad_unscale(be, g, n, 4.0f);
+    bad = unscale(g, n, 4.0f);
     check(bad == 1 && isinf(g[n / 2]) && g[0] == 4.0f * g0[0],
           "grad_unscale n=%zu by 4: FLT_MAX/2 overflows to inf and is counted (%zu)", n, bad);
 }
@@ -960,8 +967,8 @@ static void test_adamw_lowp(size_t n, tlm_dtype dt) {
     for (size_t i = 0; i < n; i++) v[i] *= v[i];
     float *p2 = copy_of(p, n), *m2 = copy_of(m, n), *v2 = copy_of(v, n);
     void *lp = alloc_dt(n, dt);
-    be->ops->adamw_step(be, p, g, m, v, n, 0.05f, 0.9f, 0.999f, 1e-8f, 0.5f, 3, lp, dt);
-    be->ops->adamw_step(be, p2, g, m2, v2, n, 0.05f, 0.9f, 0.999f, 1e-8f, 0.5f, 3, NULL, F32);
+    tlm_adamw_step(be, p, g, m, v, n, 0.05f, 0.9f, 0.999f, 1e-8f, 0.5f, 3, lp, dt);
+    tlm_adamw_step(be, p2, g, m2, v2, n, 0.05f, 0.9f, 0.999f, 1e-8f, 0.5f, 3, NULL, F32);
     size_t wrong = 0;
     for (size_t i = 0; i < n; i++) wrong += ((uint16_t *)lp)[i] != narrow16(p[i], dt);
     check(memcmp(p, p2, n * sizeof(float)) == 0 && memcmp(m, m2, n * sizeof(float)) == 0 &&
@@ -979,8 +986,8 @@ static void test_rmsnorm_lowp(int N, int C, tlm_dtype dt) {
     void *out = alloc_dt(NC, dt);
     float *rstd = alloc_floats(N), *out32 = alloc_floats(NC), *rstd32 = alloc_floats(N);
     poison(rstd, N);
-    be->ops->rmsnorm_forward(be, out, rstd, x, w, N, C, eps, dt);
-    be->ops->rmsnorm_forward(be, out32, rstd32, x, w, N, C, eps, F32);
+    tlm_rmsnorm_forward(be, out, rstd, x, w, N, C, eps, dt);
+    tlm_rmsnorm_forward(be, out32, rstd32, x, w, N, C, eps, F32);
     snprintf(name, sizeof name, "rmsnorm N=%d C=%d forward out", N, C);
     check_lowp(name, out, out32, NC, dt, true);
     snprintf(name, sizeof name, "rmsnorm N=%d C=%d forward rstd", N, C);
@@ -992,8 +999,8 @@ static void test_rmsnorm_lowp(int N, int C, tlm_dtype dt) {
     float *dx = copy_of(dx0, NC), *dx32 = copy_of(dx0, NC), *dw = alloc_floats(C),
           *dw32 = alloc_floats(C);
     poison(dw, C);
-    be->ops->rmsnorm_backward(be, dx, dw, dout, x, w, rstd32, N, C, dt);
-    be->ops->rmsnorm_backward(be, dx32, dw32, dout32, x, w, rstd32, N, C, F32);
+    tlm_rmsnorm_backward(be, dx, dw, dout, x, w, rstd32, N, C, dt);
+    tlm_rmsnorm_backward(be, dx32, dw32, dout32, x, w, rstd32, N, C, F32);
     snprintf(name, sizeof name, "rmsnorm N=%d C=%d backward dx (+=, dout in dt)", N, C);
     check_lowp_f32(name, dx, dx32, NC, dt);
     snprintf(name, sizeof name, "rmsnorm N=%d C=%d backward dw", N, C);
@@ -1009,21 +1016,21 @@ static void test_matmul_lowp(int N, int in, int out, tlm_dtype dt) {
 
     void *y = alloc_dt(ny, dt);
     float *y32 = alloc_floats(ny);
-    be->ops->matmul_forward(be, y, NULL, x, w, N, in, out, dt);
-    be->ops->matmul_forward(be, y32, NULL, x32, w32, N, in, out, F32);
+    tlm_matmul_forward(be, y, NULL, x, w, N, in, out, tlm_precision_of_dtype(dt));
+    tlm_matmul_forward(be, y32, NULL, x32, w32, N, in, out, tlm_precision_of_dtype(F32));
     snprintf(name, sizeof name, "matmul N=%d in=%d out=%d forward y = x W^T", N, in, out);
     check_lowp(name, y, y32, ny, dt, true);
 
     /* with the residual: y float32 = residual + x W^T, the GEMM's fp32 result not rounded */
     float *res = randn(ny, 1.0f), *yr = alloc_floats(ny), *yr32 = alloc_floats(ny);
     poison(yr, ny);
-    be->ops->matmul_forward(be, yr, res, x, w, N, in, out, dt);
-    be->ops->matmul_forward(be, yr32, res, x32, w32, N, in, out, F32);
+    tlm_matmul_forward(be, yr, res, x, w, N, in, out, tlm_precision_of_dtype(dt));
+    tlm_matmul_forward(be, yr32, res, x32, w32, N, in, out, tlm_precision_of_dtype(F32));
     snprintf(name, sizeof name, "matmul N=%d in=%d out=%d forward y = residual + x W^T", N, in,
              out);
     check_lowp_f32(name, yr, yr32, ny, dt);
     float *acc = copy_of(res, ny);
-    be->ops->matmul_forward(be, acc, acc, x, w, N, in, out, dt);
+    tlm_matmul_forward(be, acc, acc, x, w, N, in, out, tlm_precision_of_dtype(dt));
     check(max_abs_diff(acc, yr, ny) == 0.0,
           "%s matmul N=%d in=%d out=%d with residual in place (y == residual): same bits",
           dt_name(dt), N, in, out);
@@ -1034,13 +1041,13 @@ static void test_matmul_lowp(int N, int in, int out, tlm_dtype dt) {
           *dw32 = alloc_floats(nw), *dw2 = alloc_floats(nw);
     poison(dw, nw);
     poison(dw2, nw);
-    be->ops->matmul_backward(be, dx, dw, dy, x, w, N, in, out, dt);
-    be->ops->matmul_backward(be, dx32, dw32, dy32, x32, w32, N, in, out, F32);
+    tlm_matmul_backward(be, dx, dw, dy, x, w, N, in, out, tlm_precision_of_dtype(dt));
+    tlm_matmul_backward(be, dx32, dw32, dy32, x32, w32, N, in, out, tlm_precision_of_dtype(F32));
     snprintf(name, sizeof name, "matmul N=%d in=%d out=%d backward dx", N, in, out);
     check_lowp(name, dx, dx32, nx, dt, true);
     snprintf(name, sizeof name, "matmul N=%d in=%d out=%d backward dW", N, in, out);
     check_lowp_f32(name, dw, dw32, nw, dt);
-    be->ops->matmul_backward(be, NULL, dw2, dy, x, w, N, in, out, dt);
+    tlm_matmul_backward(be, NULL, dw2, dy, x, w, N, in, out, tlm_precision_of_dtype(dt));
     check(max_abs_diff(dw, dw2, nw) == 0.0,
           "%s matmul N=%d in=%d out=%d backward with dx == NULL: same dW", dt_name(dt), N, in, out);
 }
@@ -1059,8 +1066,8 @@ static void test_rope_lowp(int B, int T, int nheads, int D, int extra_columns, t
     float *x0 = randn(n, 1.0f);
     void *x = to_dt(x0, n, dt), *xin = to_dt(x0, n, dt);
     float *x32 = rounded(x0, n, dt);
-    be->ops->rope_forward(be, x, ct, st, B, T, nheads, D, ld, dt);
-    be->ops->rope_forward(be, x32, ct, st, B, T, nheads, D, ld, F32);
+    tlm_rope_forward(be, x, ct, st, B, T, nheads, D, ld, dt);
+    tlm_rope_forward(be, x32, ct, st, B, T, nheads, D, ld, F32);
     snprintf(name, sizeof name, "rope B=%d T=%d heads=%d D=%d ld=%d forward (in place)", B, T,
              nheads, D, ld);
     check_lowp(name, x, x32, n, dt, true);
@@ -1074,8 +1081,8 @@ static void test_rope_lowp(int B, int T, int nheads, int D, int extra_columns, t
     float *g0 = randn(n, 1.0f);
     void *g = to_dt(g0, n, dt);
     float *g32 = rounded(g0, n, dt);
-    be->ops->rope_backward(be, g, ct, st, B, T, nheads, D, ld, dt);
-    be->ops->rope_backward(be, g32, ct, st, B, T, nheads, D, ld, F32);
+    tlm_rope_backward(be, g, ct, st, B, T, nheads, D, ld, dt);
+    tlm_rope_backward(be, g32, ct, st, B, T, nheads, D, ld, F32);
     snprintf(name, sizeof name, "rope B=%d T=%d heads=%d D=%d ld=%d backward", B, T, nheads, D, ld);
     check_lowp(name, g, g32, n, dt, true);
 }
@@ -1154,10 +1161,8 @@ static void test_attention_lowp(int B, int T, int H, int D, tlm_dtype dt) {
     float *qkv32 = rounded(qkv0, nqkv, dt);
     void *out = alloc_dt((size_t)N * C, dt), *probs = alloc_dt(nprobs, dt);
     float *out32 = alloc_floats((size_t)N * C), *probs32 = alloc_floats(nprobs);
-    be->ops->attention_forward(be, out, probs, qkv, qkv + C * e, qkv + 2 * C * e, ld, B, T, H, D,
-                               dt);
-    be->ops->attention_forward(be, out32, probs32, qkv32, qkv32 + C, qkv32 + 2 * C, ld, B, T, H, D,
-                               F32);
+    tlm_attention_forward(be, out, probs, qkv, qkv + C * e, qkv + 2 * C * e, ld, B, T, H, D, tlm_precision_of_dtype(dt));
+    tlm_attention_forward(be, out32, probs32, qkv32, qkv32 + C, qkv32 + 2 * C, ld, B, T, H, D, tlm_precision_of_dtype(F32));
     snprintf(name, sizeof name, "attention B=%d T=%d H=%d D=%d forward out", B, T, H, D);
     check_lowp(name, out, out32, (size_t)N * C, dt, false);
     snprintf(name, sizeof name, "attention B=%d T=%d H=%d D=%d forward probs", B, T, H, D);
@@ -1184,10 +1189,10 @@ static void test_attention_lowp(int B, int T, int H, int D, tlm_dtype dt) {
     char *dqkv = alloc_dt(nqkv, dt);
     void *dprobs = alloc_dt(nprobs, dt);
     float *dqkv32 = alloc_floats(nqkv), *dprobs32 = alloc_floats(nprobs);
-    be->ops->attention_backward(be, dqkv, dqkv + C * e, dqkv + 2 * C * e, dprobs, dout, qkv,
-                                qkv + C * e, qkv + 2 * C * e, probs, ld, B, T, H, D, dt);
-    be->ops->attention_backward(be, dqkv32, dqkv32 + C, dqkv32 + 2 * C, dprobs32, dout32, qkv32,
-                                qkv32 + C, qkv32 + 2 * C, probs32, ld, B, T, H, D, F32);
+    tlm_attention_backward(be, dqkv, dqkv + C * e, dqkv + 2 * C * e, dprobs, dout, qkv,
+                                qkv + C * e, qkv + 2 * C * e, probs, ld, B, T, H, D, tlm_precision_of_dtype(dt));
+    tlm_attention_backward(be, dqkv32, dqkv32 + C, dqkv32 + 2 * C, dprobs32, dout32, qkv32,
+                                qkv32 + C, qkv32 + 2 * C, probs32, ld, B, T, H, D, tlm_precision_of_dtype(F32));
     const char *part[3] = {"dq", "dk", "dv"};
     for (int s = 0; s < 3; s++) {
         float *got = gather(dqkv, N, ld, s * C, (s + 1) * C, dt);
@@ -1223,12 +1228,12 @@ static void test_swiglu_lowp(int N, int F, tlm_dtype dt) {
     float *ab32 = rounded(ab0, n2, dt), *dout32 = rounded(R, n1, dt);
     void *out = alloc_dt(n1, dt), *dab = alloc_dt(n2, dt);
     float *out32 = alloc_floats(n1), *dab32 = alloc_floats(n2);
-    be->ops->swiglu_forward(be, out, ab, N, F, dt);
-    be->ops->swiglu_forward(be, out32, ab32, N, F, F32);
+    tlm_swiglu_forward(be, out, ab, N, F, dt);
+    tlm_swiglu_forward(be, out32, ab32, N, F, F32);
     snprintf(name, sizeof name, "swiglu N=%d F=%d forward", N, F);
     check_lowp(name, out, out32, n1, dt, true);
-    be->ops->swiglu_backward(be, dab, dout, ab, N, F, dt);
-    be->ops->swiglu_backward(be, dab32, dout32, ab32, N, F, F32);
+    tlm_swiglu_backward(be, dab, dout, ab, N, F, dt);
+    tlm_swiglu_backward(be, dab32, dout32, ab32, N, F, F32);
     snprintf(name, sizeof name, "swiglu N=%d F=%d backward dab", N, F);
     check_lowp(name, dab, dab32, n2, dt, true);
 }
@@ -1245,8 +1250,8 @@ static void test_cross_entropy_lowp(int N, int V, tlm_dtype dt) {
           *lse32 = alloc_floats(N);
     poison(losses, N);
     poison(lse, N);
-    be->ops->cross_entropy_forward(be, losses, lse, logits, targets, N, V, dt);
-    be->ops->cross_entropy_forward(be, losses32, lse32, logits32, targets, N, V, F32);
+    tlm_cross_entropy_forward(be, losses, lse, logits, targets, N, V, dt);
+    tlm_cross_entropy_forward(be, losses32, lse32, logits32, targets, N, V, F32);
     snprintf(name, sizeof name, "cross_entropy N=%d V=%d forward losses", N, V);
     check_lowp_f32(name, losses, losses32, N, dt);
     snprintf(name, sizeof name, "cross_entropy N=%d V=%d forward logsumexp", N, V);
@@ -1257,12 +1262,12 @@ static void test_cross_entropy_lowp(int N, int V, tlm_dtype dt) {
     float dloss = (dt == TLM_DTYPE_F16 ? 1024.0f : 1.0f) / N;
     void *dlogits = alloc_dt(NV, dt);
     float *dlogits32 = alloc_floats(NV);
-    be->ops->cross_entropy_backward(be, dlogits, logits, lse32, targets, N, V, dloss, dt);
-    be->ops->cross_entropy_backward(be, dlogits32, logits32, lse32, targets, N, V, dloss, F32);
+    tlm_cross_entropy_backward(be, dlogits, logits, lse32, targets, N, V, dloss, dt);
+    tlm_cross_entropy_backward(be, dlogits32, logits32, lse32, targets, N, V, dloss, F32);
     snprintf(name, sizeof name, "cross_entropy N=%d V=%d backward dlogits (dloss %g)", N, V,
              (double)dloss);
     check_lowp(name, dlogits, dlogits32, NV, dt, true);
-    be->ops->cross_entropy_backward(be, logits, logits, lse32, targets, N, V, dloss, dt);
+    tlm_cross_entropy_backward(be, logits, logits, lse32, targets, N, V, dloss, dt);
     check(memcmp(logits, dlogits, NV * tlm_dtype_size(dt)) == 0,
           "%s cross_entropy N=%d V=%d backward in place (dlogits == logits): same bits",
           dt_name(dt), N, V);
@@ -1274,12 +1279,12 @@ static void test_relu_lowp(size_t n, tlm_dtype dt) {
     float *x0 = randn(n, 1.0f), *R = randn(n, 1.0f);
     void *x = to_dt(x0, n, dt), *dout = to_dt(R, n, dt), *out = alloc_dt(n, dt), *dx = alloc_dt(n, dt);
     float *x32 = rounded(x0, n, dt), *dout32 = rounded(R, n, dt), *out32 = alloc_floats(n), *dx32 = alloc_floats(n);
-    be->ops->relu_forward(be, out, x, n, dt);
-    be->ops->relu_forward(be, out32, x32, n, F32);
+    tlm_relu_forward(be, out, x, n, dt);
+    tlm_relu_forward(be, out32, x32, n, F32);
     snprintf(name, sizeof name, "relu n=%zu forward", n);
     check_lowp(name, out, out32, n, dt, true);
-    be->ops->relu_backward(be, dx, dout, x, n, dt);
-    be->ops->relu_backward(be, dx32, dout32, x32, n, F32);
+    tlm_relu_backward(be, dx, dout, x, n, dt);
+    tlm_relu_backward(be, dx32, dout32, x32, n, F32);
     snprintf(name, sizeof name, "relu n=%zu backward", n);
     check_lowp(name, dx, dx32, n, dt, true);
     void *ref = to_dt(out32, n, dt), *dref = to_dt(dx32, n, dt);
@@ -1301,8 +1306,8 @@ static void test_layernorm_lowp(int N, int C, tlm_dtype dt) {
     float *out = alloc_floats(NC), *mean = alloc_floats(N), *rstd = alloc_floats(N);
     float *out32 = alloc_floats(NC), *mean32 = alloc_floats(N), *rstd32 = alloc_floats(N);
     poison(out, NC);
-    be->ops->layernorm_forward(be, out, mean, rstd, x, w, b, N, C, eps, dt);
-    be->ops->layernorm_forward(be, out32, mean32, rstd32, x32, w, b, N, C, eps, F32);
+    tlm_layernorm_forward(be, out, mean, rstd, x, w, b, N, C, eps, dt);
+    tlm_layernorm_forward(be, out32, mean32, rstd32, x32, w, b, N, C, eps, F32);
     snprintf(name, sizeof name, "layernorm N=%d C=%d forward out", N, C);
     check_lowp_f32(name, out, out32, NC, dt);
     snprintf(name, sizeof name, "layernorm N=%d C=%d forward mean, rstd", N, C);
@@ -1317,8 +1322,8 @@ static void test_layernorm_lowp(int N, int C, tlm_dtype dt) {
     float *dw = alloc_floats(C), *db = alloc_floats(C), *dw32 = alloc_floats(C), *db32 = alloc_floats(C);
     poison(dw, C);
     poison(db, C);
-    be->ops->layernorm_backward(be, dx, dw, db, dout, x, w, mean32, rstd32, N, C, dt);
-    be->ops->layernorm_backward(be, dx32, dw32, db32, dout32, x32, w, mean32, rstd32, N, C, F32);
+    tlm_layernorm_backward(be, dx, dw, db, dout, x, w, mean32, rstd32, N, C, dt);
+    tlm_layernorm_backward(be, dx32, dw32, db32, dout32, x32, w, mean32, rstd32, N, C, F32);
     snprintf(name, sizeof name, "layernorm N=%d C=%d backward dx", N, C);
     check_lowp(name, dx, dx32, NC, dt, true);
     snprintf(name, sizeof name, "layernorm N=%d C=%d backward dw", N, C);
@@ -1397,86 +1402,85 @@ static int run_parallel_ops(op_output *o, tlm_dtype dt) {
 
     if (dt == F32) {
         o[k] = (op_output){"embedding forward", alloc_dt((size_t)N * C, F32), (size_t)N * C, F32};
-        be->ops->embedding_forward(be, o[k++].out, tokens, wte, N, C);
+        tlm_embedding_forward(be, o[k++].out, tokens, wte, N, C);
         o[k] = (op_output){"embedding backward", alloc_dt((size_t)V * C, F32), (size_t)V * C, F32};
-        be->ops->embedding_backward(be, o[k++].out, dout, tokens, N, V, C);
+        tlm_embedding_backward(be, o[k++].out, dout, tokens, N, V, C);
     }
 
     float *x = randn((size_t)N * C, 1.0f), *w = randn(C, 1.0f);
     float *rstd = alloc_floats(N);
     o[k] = (op_output){"rmsnorm forward", alloc_dt((size_t)N * C, dt), (size_t)N * C, dt};
-    be->ops->rmsnorm_forward(be, o[k++].out, rstd, x, w, N, C, 1e-5f, dt);
+    tlm_rmsnorm_forward(be, o[k++].out, rstd, x, w, N, C, 1e-5f, dt);
     o[k] = (op_output){"rmsnorm backward dx", randn((size_t)N * C, 1.0f), (size_t)N * C, F32};
     o[k + 1] = (op_output){"rmsnorm backward dw", alloc_dt(C, F32), C, F32};
     void *dout_dt = randn_dt((size_t)N * C, 1.0f, dt);
-    be->ops->rmsnorm_backward(be, o[k].out, o[k + 1].out, dout_dt, x, w, rstd, N, C, dt);
+    tlm_rmsnorm_backward(be, o[k].out, o[k + 1].out, dout_dt, x, w, rstd, N, C, dt);
     k += 2;
 
     float *cos = randn((size_t)T * D / 2, 1.0f), *sin = randn((size_t)T * D / 2, 1.0f);
     size_t nrope = (size_t)B * T * H * D * 2;
     o[k] = (op_output){"rope forward", randn_dt(nrope, 1.0f, dt), nrope, dt};
-    be->ops->rope_forward(be, o[k++].out, cos, sin, B, T, 2 * H, D, 2 * H * D, dt);
+    tlm_rope_forward(be, o[k++].out, cos, sin, B, T, 2 * H, D, 2 * H * D, dt);
 
     int ld = 3 * H * D;
     size_t nqkv = (size_t)B * T * ld, natt = (size_t)B * T * H * D, np = (size_t)B * H * T * T;
     char *qkv = randn_dt(nqkv, 1.0f, dt), *datt = randn_dt(natt, 1.0f, dt);
     void *probs = randn_dt(np, 1.0f, dt), *dprobs = randn_dt(np, 1.0f, dt);
     o[k] = (op_output){"attention forward", alloc_dt(natt, dt), natt, dt};
-    be->ops->attention_forward(be, o[k++].out, probs, qkv, qkv + H * D * e, qkv + 2 * H * D * e,
-                               ld, B, T, H, D, dt);
+    tlm_attention_forward(be, o[k++].out, probs, qkv, qkv + H * D * e, qkv + 2 * H * D * e,
+                               ld, B, T, H, D, tlm_precision_of_dtype(dt));
     char *dqkv = alloc_dt(nqkv, dt);
     o[k] = (op_output){"attention backward", dqkv, nqkv, dt};
-    be->ops->attention_backward(be, dqkv, dqkv + H * D * e, dqkv + 2 * H * D * e, dprobs, datt,
-                                qkv, qkv + H * D * e, qkv + 2 * H * D * e, probs, ld, B, T, H, D,
-                                dt);
+    tlm_attention_backward(be, dqkv, dqkv + H * D * e, dqkv + 2 * H * D * e, dprobs, datt,
+                                qkv, qkv + H * D * e, qkv + 2 * H * D * e, probs, ld, B, T, H, D, tlm_precision_of_dtype(dt));
     k++;
 
     float *lb = randn(C, 1.0f), *lmean = alloc_floats(N), *lrstd = alloc_floats(N);
     void *lx = randn_dt((size_t)N * C, 1.0f, dt);
     o[k] = (op_output){"layernorm forward", alloc_dt((size_t)N * C, F32), (size_t)N * C, F32};
-    be->ops->layernorm_forward(be, o[k++].out, lmean, lrstd, lx, w, lb, N, C, 1e-5f, dt);
+    tlm_layernorm_forward(be, o[k++].out, lmean, lrstd, lx, w, lb, N, C, 1e-5f, dt);
     o[k] = (op_output){"layernorm backward dx", alloc_dt((size_t)N * C, dt), (size_t)N * C, dt};
     o[k + 1] = (op_output){"layernorm backward dw", alloc_dt(C, F32), C, F32};
     o[k + 2] = (op_output){"layernorm backward db", alloc_dt(C, F32), C, F32};
-    be->ops->layernorm_backward(be, o[k].out, o[k + 1].out, o[k + 2].out, dout_dt, lx, w, lmean, lrstd, N, C, dt);
+    tlm_layernorm_backward(be, o[k].out, o[k + 1].out, o[k + 2].out, dout_dt, lx, w, lmean, lrstd, N, C, dt);
     k += 3;
     o[k] = (op_output){"relu forward", alloc_dt((size_t)N * C, dt), (size_t)N * C, dt};
-    be->ops->relu_forward(be, o[k++].out, lx, (size_t)N * C, dt);
+    tlm_relu_forward(be, o[k++].out, lx, (size_t)N * C, dt);
     o[k] = (op_output){"relu backward", alloc_dt((size_t)N * C, dt), (size_t)N * C, dt};
-    be->ops->relu_backward(be, o[k++].out, dout_dt, lx, (size_t)N * C, dt);
+    tlm_relu_backward(be, o[k++].out, dout_dt, lx, (size_t)N * C, dt);
 
     void *ab = randn_dt((size_t)N * 2 * F, 2.0f, dt), *dsw = randn_dt((size_t)N * F, 1.0f, dt);
     o[k] = (op_output){"swiglu forward", alloc_dt((size_t)N * F, dt), (size_t)N * F, dt};
-    be->ops->swiglu_forward(be, o[k++].out, ab, N, F, dt);
+    tlm_swiglu_forward(be, o[k++].out, ab, N, F, dt);
     o[k] = (op_output){"swiglu backward", alloc_dt((size_t)N * 2 * F, dt), (size_t)N * 2 * F, dt};
-    be->ops->swiglu_backward(be, o[k++].out, dsw, ab, N, F, dt);
+    tlm_swiglu_backward(be, o[k++].out, dsw, ab, N, F, dt);
 
     void *logits = randn_dt((size_t)64 * VCE, 3.0f, dt);
     float *losses = alloc_floats(64);
     int32_t *targets = alloc_ints(64);
     for (int n = 0; n < 64; n++) targets[n] = (int32_t)tlm_rng_below(&rng, VCE);
     o[k] = (op_output){"cross_entropy forward", alloc_dt(64, F32), 64, F32};
-    be->ops->cross_entropy_forward(be, losses, o[k++].out, logits, targets, 64, VCE, dt);
+    tlm_cross_entropy_forward(be, losses, o[k++].out, logits, targets, 64, VCE, dt);
     o[k] = (op_output){"cross_entropy backward", alloc_dt((size_t)64 * VCE, dt),
                        (size_t)64 * VCE, dt};
-    be->ops->cross_entropy_backward(be, o[k].out, logits, o[k - 1].out, targets, 64, VCE, 0.5f,
+    tlm_cross_entropy_backward(be, o[k].out, logits, o[k - 1].out, targets, 64, VCE, 0.5f,
                                     dt);
     k++;
 
     size_t n = 100003;
     float *src = randn(n, 1.0f);
     o[k] = (op_output){"cast", alloc_dt(n, dt), n, dt};
-    be->ops->cast(be, o[k++].out, src, n, dt);
+    tlm_cast(be, o[k++].out, src, n, dt);
     o[k] = (op_output){"adamw", randn(n, 1.0f), n, F32};
     float *g = randn(n, 1.0f), *m = randn(n, 0.1f), *v = randn(n, 0.1f);
     for (size_t i = 0; i < n; i++) v[i] *= v[i];
     void *params_lp = dt == F32 ? NULL : alloc_dt(n, dt);
-    be->ops->adamw_step(be, o[k++].out, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 7,
+    tlm_adamw_step(be, o[k++].out, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 7,
                         params_lp, dt);
     if (params_lp) o[k++] = (op_output){"adamw params_lp", params_lp, n, dt};
     if (dt == F32) {
         o[k] = (op_output){"grad_unscale", randn(n, 1.0f), n, F32};
-        be->ops->grad_unscale(be, o[k++].out, n, 0.25f);
+        unscale(o[k++].out, n, 0.25f);
     }
     rng = saved;
     return k;
@@ -1513,7 +1517,7 @@ static void test_expf(void) {
 }
 
 static void test_backend(void) {
-    check(strcmp(be->name, "cpu") == 0 && be->device == TLM_DEVICE_CPU && be->ops,
+    check(strcmp(be->name, "cpu") == 0 && be->kind == TLM_DEVICE_CPU && be->ops,
           "backend: name \"cpu\", device CPU, ops present");
     const tlm_ops *o = be->ops;
     check(o->embedding_forward && o->embedding_backward && o->rmsnorm_forward &&
@@ -1526,11 +1530,11 @@ static void test_backend(void) {
     float host[37], back[37];
     for (int i = 0; i < 37; i++) host[i] = (float)i;
     float *dev = alloc_floats(37);
-    be->copy_to_backend(be, dev, host, sizeof host);
-    be->copy_to_host(be, back, dev, sizeof back);
+    tlm_copy_to_backend(be, dev, host, sizeof host);
+    tlm_copy_to_host(be, back, dev, sizeof back);
     bool same = memcmp(host, back, sizeof host) == 0;
-    be->memset_zero(be, dev, sizeof host);
-    be->synchronize(be);
+    tlm_memset_zero(be, dev, sizeof host);
+    tlm_synchronize(be);
     bool zero = true;
     for (int i = 0; i < 37; i++) zero &= dev[i] == 0.0f;
     check(same && zero, "backend: copy to backend and back, memset_zero");

@@ -258,9 +258,9 @@ static void test_cs336(tlm_backend *be, bool causal) {
     if (causal) {
         float *nout = floats(N * C), *probs = floats((size_t)B * H * T * T);
         float *ndqkv = floats(N * ld), *dprobs = floats((size_t)B * H * T * T);
-        tlm_cpu_attention_forward(be, nout, probs, q, k, v, ld, B, T, H, D, TLM_DTYPE_F32);
+        tlm_cpu_attention_forward(be, nout, probs, q, k, v, ld, B, T, H, D, TLM_PRECISION_FP32);
         tlm_cpu_attention_backward(be, ndqkv, ndqkv + C, ndqkv + 2 * C, dprobs, dout, q, k, v,
-                                   probs, ld, B, T, H, D, TLM_DTYPE_F32);
+                                   probs, ld, B, T, H, D, TLM_PRECISION_FP32);
         naive[0] = widen(nout, N * C);
         for (int s = 0; s < 3; s++) {
             float *g = gather(ndqkv, N, ld, s * C, C);

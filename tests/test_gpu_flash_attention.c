@@ -1,13 +1,14 @@
-/* test_gpu_flash_attention.c — the CUDA FlashAttention-2 ops (backend.h: flash_attention_forward,
- * flash_attention_backward, flash_attention_check; src/cuda/flash_attention.cu for bf16/fp16,
- * flash_attention_f32.cu for fp32), called through be->ops of the CUDA backend, against a float64
+/* test_gpu_flash_attention.c — the CUDA FlashAttention-2 ops (ops.def: flash_attention_forward,
+ * flash_attention_backward; the device's `supports` says which (d_head, dtype) they take;
+ * src/cuda/flash_attention.cu for bf16/fp16, flash_attention_f32.cu for fp32), called through the
+ * dispatch on the CUDA backend, against a float64
  * naive attention computed here on the host, and at a large size against the CUDA naive attention
  * op. The semantics are those of include/tlm/flash_attention.h (the CPU reference is the spec):
  * layout (B,T,H,D) with row strides, bottom-right causal mask, a fully masked row gives out = 0 and
  * lse = -inf, never NaN.
  *
- * 1. flash_attention_check: TLM_OK for d_head 16, 32, 64, 80, 128 in fp32, bf16, fp16;
- *    TLM_ERR_UNSUPPORTED with a message (naming the d_head) for d_head 8, 48, 256 and for the
+ * 1. supports (both ops, TLM_SUPPORT_FAST) for d_head 16, 32, 64, 80, 128 in fp32, bf16, fp16;
+ *    TLM_SUPPORT_NONE with a message (naming the d_head) for d_head 8, 48, 256 and for the
  *    dtypes I32 and F64.
  * 2. The CS336 reference case (A2 §2.8): q, k, v, dO ~ normal (4,128,64) (B = 4, T = 128, one
  *    head, D = 64), seed 0 of tlm's generator (the numbers of test_flash_attention_cpu.c, not
@@ -175,8 +176,8 @@ static dbuf db_new(const char *name, size_t rows, int ld, tlm_dtype dt) {
     return b;
 }
 
-static void db_upload(dbuf *b) { gpu->copy_to_backend(gpu, b->dev, b->host, b->n * b->es); }
-static void db_download(dbuf *b) { gpu->copy_to_host(gpu, b->host, b->dev, b->n * b->es); }
+static void db_upload(dbuf *b) { tlm_copy_to_backend(gpu, b->dev, b->host, b->n * b->es); }
+static void db_download(dbuf *b) { tlm_copy_to_host(gpu, b->host, b->dev, b->n * b->es); }
 
 /* a copy of the host image (to compare with later) */
 static unsigned char *db_snapshot(const dbuf *b) {
@@ -251,7 +252,16 @@ static double norm_error_f(const float *got, const float *want, size_t n) {
 }
 
 
-/* ---- 1. flash_attention_check ------------------------------------------------------------------- */
+/* ---- 1. what the device supports -------------------------------------------------------------------- */
+
+/* the device's verdict on FlashAttention-2 for (D, dt) as a status: TLM_OK when both ops are FAST,
+ * else TLM_ERR_UNSUPPORTED (the message is the device's) */
+static tlm_status flash_supported(int D, tlm_dtype dt) {
+    if (tlm_backend_supports(gpu, TLM_OP_FLASH_ATTENTION_FORWARD, dt, D) != TLM_SUPPORT_FAST ||
+        tlm_backend_supports(gpu, TLM_OP_FLASH_ATTENTION_BACKWARD, dt, D) != TLM_SUPPORT_FAST)
+        return TLM_ERR_UNSUPPORTED;
+    return TLM_OK;
+}
 
 static const int supported_d[5] = {16, 32, 64, 80, 128};
 static const tlm_dtype act_dtypes[3] = {TLM_DTYPE_F32, TLM_DTYPE_BF16, TLM_DTYPE_F16};
@@ -259,8 +269,8 @@ static const tlm_dtype act_dtypes[3] = {TLM_DTYPE_F32, TLM_DTYPE_BF16, TLM_DTYPE
 static void test_check_op(void) {
     for (int t = 0; t < 3; t++)
         for (int i = 0; i < 5; i++) {
-            tlm_status s = gpu->ops->flash_attention_check(gpu, supported_d[i], act_dtypes[t]);
-            check(s == TLM_OK, "flash_attention_check(D=%d, %s) = TLM_OK%s%s", supported_d[i], dt_name(act_dtypes[t]),
+            tlm_status s = flash_supported(supported_d[i], act_dtypes[t]);
+            check(s == TLM_OK, "supports(flash, D=%d, %s) = TLM_OK%s%s", supported_d[i], dt_name(act_dtypes[t]),
                   s == TLM_OK ? "" : ": ", s == TLM_OK ? "" : tlm_last_error());
         }
     static const char sentinel[] = "(no message set)";
@@ -268,21 +278,21 @@ static void test_check_op(void) {
     for (int t = 0; t < 3; t++)
         for (int i = 0; i < 3; i++) {
             tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s", sentinel);
-            tlm_status s = gpu->ops->flash_attention_check(gpu, bad_d[i], act_dtypes[t]);
+            tlm_status s = flash_supported(bad_d[i], act_dtypes[t]);
             const char *msg = tlm_last_error();
             char dstr[16];
             snprintf(dstr, sizeof dstr, "%d", bad_d[i]);
             check(s == TLM_ERR_UNSUPPORTED && strcmp(msg, sentinel) != 0 && strstr(msg, dstr),
-                  "flash_attention_check(D=%d, %s) = TLM_ERR_UNSUPPORTED, message naming %d: \"%s\"", bad_d[i],
+                  "supports(flash, D=%d, %s) = TLM_ERR_UNSUPPORTED, message naming %d: \"%s\"", bad_d[i],
                   dt_name(act_dtypes[t]), bad_d[i], msg);
         }
     const tlm_dtype bad_dt[2] = {TLM_DTYPE_I32, TLM_DTYPE_F64};
     for (int t = 0; t < 2; t++) {
         tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s", sentinel);
-        tlm_status s = gpu->ops->flash_attention_check(gpu, 64, bad_dt[t]);
+        tlm_status s = flash_supported(64, bad_dt[t]);
         const char *msg = tlm_last_error();
         check(s == TLM_ERR_UNSUPPORTED && strcmp(msg, sentinel) != 0 && msg[0],
-              "flash_attention_check(D=64, %s) = TLM_ERR_UNSUPPORTED with a message: \"%s\"",
+              "supports(flash, D=64, %s) = TLM_ERR_UNSUPPORTED with a message: \"%s\"",
               tlm_dtype_name(bad_dt[t]), msg);
     }
 }
@@ -371,17 +381,16 @@ static void run_case(const fa_case *c, uint64_t *state) {
     db_upload(&ws);
 
     /* forward, then backward */
-    const tlm_ops *ops = gpu->ops;
-    ops->flash_attention_forward(gpu, view_dev(outv), lseb.dev, view_dev(q), view_dev(k), view_dev(v), ld, ld_out,
+    tlm_flash_attention_forward(gpu, view_dev(outv), lseb.dev, view_dev(q), view_dev(k), view_dev(v), ld, ld_out,
                                  B, Tq, Tk, H, D, c->causal, dt);
-    gpu->synchronize(gpu);
+    tlm_synchronize(gpu);
     db_download(&outb);
     db_download(&lseb);
     unsigned char *out_image = db_snapshot(&outb), *lse_image = db_snapshot(&lseb);
-    ops->flash_attention_backward(gpu, view_dev(dq), view_dev(dk), view_dev(dv), ws.dev, view_dev(dov), view_dev(q),
+    tlm_flash_attention_backward(gpu, view_dev(dq), view_dev(dk), view_dev(dv), ws.dev, view_dev(dov), view_dev(q),
                                   view_dev(k), view_dev(v), view_dev(outv), lseb.dev, ld, ld_out, B, Tq, Tk, H, D,
                                   c->causal, dt);
-    gpu->synchronize(gpu);
+    tlm_synchronize(gpu);
     for (int s = 0; s < nbuf; s++) db_download(&gr[s]);
 
     /* the float64 reference on the same (rounded) inputs */
@@ -490,25 +499,24 @@ static void test_large(void) {
     dbuf fgrad = db_new("test.flash.dqkv", N, ld, dt);
     dbuf ws = db_new("test.flash.workspace", tlm_flash_workspace_floats(B, T, H, D), 1, TLM_DTYPE_F32);
     db_upload(&fout), db_upload(&lseb), db_upload(&fgrad), db_upload(&ws);
-    const tlm_ops *ops = gpu->ops;
     const double t0 = now_s();
-    ops->flash_attention_forward(gpu, fout.dev, lseb.dev, view_dev(q), view_dev(k), view_dev(v), ld, C, B, T, T, H,
+    tlm_flash_attention_forward(gpu, fout.dev, lseb.dev, view_dev(q), view_dev(k), view_dev(v), ld, C, B, T, T, H,
                                  D, true, dt);
-    ops->flash_attention_backward(gpu, fgrad.dev, (char *)fgrad.dev + (size_t)C * fgrad.es,
+    tlm_flash_attention_backward(gpu, fgrad.dev, (char *)fgrad.dev + (size_t)C * fgrad.es,
                                   (char *)fgrad.dev + (size_t)2 * C * fgrad.es, ws.dev, dob.dev, view_dev(q),
                                   view_dev(k), view_dev(v), fout.dev, lseb.dev, ld, C, B, T, T, H, D, true, dt);
-    gpu->synchronize(gpu);
+    tlm_synchronize(gpu);
     const double flash_s = now_s() - t0;
 
     /* naive (the backend's op: P (B,H,T,T) saved) */
     dbuf nout = db_new("test.naive.out", N, C, dt), ngrad = db_new("test.naive.dqkv", N, ld, dt);
     dbuf probs = db_new("test.naive.probs", P, 1, dt), dprobs = db_new("test.naive.dprobs", P, 1, dt);
     db_upload(&nout), db_upload(&ngrad);
-    ops->attention_forward(gpu, nout.dev, probs.dev, view_dev(q), view_dev(k), view_dev(v), ld, B, T, H, D, dt);
-    ops->attention_backward(gpu, ngrad.dev, (char *)ngrad.dev + (size_t)C * ngrad.es,
+    tlm_attention_forward(gpu, nout.dev, probs.dev, view_dev(q), view_dev(k), view_dev(v), ld, B, T, H, D, tlm_precision_of_dtype(dt));
+    tlm_attention_backward(gpu, ngrad.dev, (char *)ngrad.dev + (size_t)C * ngrad.es,
                             (char *)ngrad.dev + (size_t)2 * C * ngrad.es, dprobs.dev, dob.dev, view_dev(q),
-                            view_dev(k), view_dev(v), probs.dev, ld, B, T, H, D, dt);
-    gpu->synchronize(gpu);
+                            view_dev(k), view_dev(v), probs.dev, ld, B, T, H, D, tlm_precision_of_dtype(dt));
+    tlm_synchronize(gpu);
     db_free(&probs), db_free(&dprobs);
     db_download(&fout), db_download(&lseb), db_download(&fgrad), db_download(&nout), db_download(&ngrad);
 
@@ -591,14 +599,7 @@ int main(void) {
         return 77;
     }
     const double t_start = now_s();
-    printf("# cuda: %s\n", tlm_cuda_device_name(gpu));
-    const tlm_ops *ops = gpu->ops;
-    check(ops->flash_attention_forward && ops->flash_attention_backward && ops->flash_attention_check,
-          "flash_attention_forward, flash_attention_backward, flash_attention_check in the CUDA op table");
-    if (!ops->flash_attention_forward || !ops->flash_attention_backward || !ops->flash_attention_check) {
-        tlm_backend_destroy(gpu);
-        return test_finish();
-    }
+    printf("# %s\n", gpu->description);
 
     /* 1 */
     test_check_op();
@@ -673,9 +674,7 @@ int main(void) {
     run_case(&(fa_case){2, 40, 70, 2, 80, true, TLM_DTYPE_F32, false, 1, 3, false}, &rng);
     run_case(&(fa_case){1, 100, 100, 3, 16, false, TLM_DTYPE_F32, true, 3, 1, false}, &rng);
 
-    check(gpu->mem_current_total == gpu->mem_current[TLM_MEM_WORKSPACE],
-          "every test buffer freed (%zu bytes still allocated)",
-          gpu->mem_current_total - gpu->mem_current[TLM_MEM_WORKSPACE]);
+    check(test_bytes_held(gpu) == 0, "every test buffer freed (%zu bytes still allocated)", test_bytes_held(gpu));
     tlm_backend_destroy(gpu);
     printf("time %.1f s\n", now_s() - t_start);
     return test_finish();

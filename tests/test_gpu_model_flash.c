@@ -18,9 +18,10 @@ static void test_choice(tlm_backend *be) {
     mf_check(a == TLM_ATTENTION_FLASH, what, 0, 0);
     cfg.d_model = 96; /* 4 heads: d_head 24 */
     cfg.num_heads = 4;
-    const bool has24 = be->ops->flash_attention_check && be->ops->flash_attention_check(be, 24, TLM_DTYPE_F32) == TLM_OK;
+    const bool has24 = tlm_backend_supports(be, TLM_OP_FLASH_ATTENTION_FORWARD, TLM_DTYPE_F32, 24) != TLM_SUPPORT_NONE;
+    const tlm_run_config naive = {.precision = TLM_PRECISION_FP32, .attention = TLM_ATTENTION_NAIVE};
     tlm_model *m;
-    fx_die(tlm_model_create(&m, &cfg, be), "model");
+    fx_die(tlm_model_create(&m, &cfg, &naive, be), "model");
     tlm_status s = tlm_model_set_attention(m, TLM_ATTENTION_FLASH);
     snprintf(what, sizeof what, "d_head 24: flash %s: %s", has24 ? "accepted (the kernels take it)" : "refused",
              s == TLM_OK ? "ok" : tlm_last_error());

@@ -64,8 +64,8 @@ static void test_toymodel(tlm_precision p, double limit) {
           "%s)", name, n, tlm_lab_dtype_name(mg->fc1_out.dtype), tlm_lab_dtype_name(mg->ln_out.dtype));
     const double el = fabs((double)lg - lc) / fabs((double)lc);
     float *gg = malloc(mg->num_params * sizeof(float)), *gc = malloc(mc->num_params * sizeof(float));
-    gpu->copy_to_host(gpu, gg, mg->grads, mg->num_params * sizeof(float));
-    cpu->copy_to_host(cpu, gc, mc->grads, mc->num_params * sizeof(float));
+    tlm_copy_to_host(gpu, gg, mg->grads, mg->num_params * sizeof(float));
+    tlm_copy_to_host(cpu, gc, mc->grads, mc->num_params * sizeof(float));
     const double eg = rel_err(gg, gc, mg->num_params);
     check(el <= limit && eg <= limit, "%s ToyModel cuda vs cpu: loss %.7f vs %.7f (rel err %.2e), gradients rel err "
           "%.2e (limit %.0e)", name, (double)lg, (double)lc, el, eg, limit);
@@ -81,7 +81,7 @@ int main(void) {
         return 77;
     }
     die_on(tlm_backend_cpu_create(&cpu, 0), "cpu backend");
-    printf("# cuda: %s\n", tlm_cuda_device_name(gpu));
+    printf("# cuda: %s\n", gpu->description);
     test_accumulate();
     test_toymodel(TLM_PRECISION_FP32, 2e-5);
     test_toymodel(TLM_PRECISION_FP16, 1e-2);

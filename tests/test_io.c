@@ -846,8 +846,8 @@ static void test_get_batch(void) {
     for (int i = 0; i < N; i++) ids[i] = 1000 + i;
     tlm_tokens t = {ids, N};
     int32_t in[B * T], tg[B * T];
-    uint64_t rng = 7, rng0 = 7;
-    int ok = tlm_tokens_get_batch(&t, B, T, &rng, in, tg) == TLM_OK && rng != rng0;
+    const tlm_batch_draw one = {7, 0, 0, 1};
+    int ok = tlm_tokens_get_batch(&t, B, T, one, in, tg) == TLM_OK;
     for (int b = 0; ok && b < B; b++) {
         int s = in[b * T] - 1000;
         ok &= s >= 0 && s <= N - T - 1;
@@ -855,15 +855,28 @@ static void test_get_batch(void) {
     }
     check(ok, "get_batch: rows are consecutive windows, targets = inputs shifted by one, starts in [0, n-T-1]");
     int32_t in2[B * T], tg2[B * T];
-    uint64_t r2 = 7;
-    tlm_tokens_get_batch(&t, B, T, &r2, in2, tg2);
-    check(memcmp(in, in2, sizeof in) == 0 && r2 == rng, "get_batch is deterministic for a seed");
+    tlm_tokens_get_batch(&t, B, T, one, in2, tg2);
+    check(memcmp(in, in2, sizeof in) == 0, "get_batch is deterministic for (seed, step)");
+    tlm_tokens_get_batch(&t, B, T, (tlm_batch_draw){7, 1, 0, 1}, in2, tg2);
+    check(memcmp(in, in2, sizeof in) != 0, "the next step draws another batch");
+
+    /* 4 ranks of 2 rows: each the matching rows of one process's batch of 8, and not all alike */
+    int same = 1, distinct = 0;
+    for (int r = 0; r < 4; r++) {
+        int32_t rin[2 * T], rtg[2 * T];
+        ok = tlm_tokens_get_batch(&t, 2, T, (tlm_batch_draw){7, 0, r, 4}, rin, rtg) == TLM_OK;
+        same &= ok && memcmp(rin, in + (size_t)r * 2 * T, sizeof rin) == 0 && memcmp(rtg, tg + (size_t)r * 2 * T, sizeof rtg) == 0;
+        distinct += r > 0 && rin[0] != in[0];
+    }
+    check(same && distinct > 0, "rank r of 4 (batch 2 each) draws rows 2r, 2r+1 of the global batch of 8");
+    check_status(tlm_tokens_get_batch(&t, B, T, (tlm_batch_draw){7, 0, 4, 4}, in, tg), TLM_ERR_INVALID_ARGUMENT,
+                 "rank 4", "get_batch with rank 4 of 4");
 
     /* n = T + 3: starts take exactly the values 0, 1, 2 */
     tlm_tokens small = {ids, T + 3};
     int seen[T + 3] = {0}, bad = 0;
     for (int it = 0; it < 300; it++) {
-        tlm_tokens_get_batch(&small, B, T, &rng, in, tg);
+        tlm_tokens_get_batch(&small, B, T, (tlm_batch_draw){7, it, 0, 1}, in, tg);
         for (int b = 0; b < B; b++) {
             int s = in[b * T] - 1000;
             if (s < 0 || s > 2 || tg[b * T + T - 1] != 1000 + s + T) bad++;
@@ -873,12 +886,12 @@ static void test_get_batch(void) {
     check(!bad && seen[0] && seen[1] && seen[2], "n = T+3: starts are 0, 1, 2 (counts %d %d %d), last target id[s+T]",
           seen[0], seen[1], seen[2]);
     tlm_tokens exact = {ids, T + 1};
-    ok = tlm_tokens_get_batch(&exact, 2, T, &rng, in, tg) == TLM_OK && in[0] == 1000 && tg[T - 1] == 1000 + T &&
+    ok = tlm_tokens_get_batch(&exact, 2, T, one, in, tg) == TLM_OK && in[0] == 1000 && tg[T - 1] == 1000 + T &&
          in[T] == 1000;
     check(ok, "n = T+1: the only start is 0");
     tlm_tokens tiny = {ids, T};
-    check_status(tlm_tokens_get_batch(&tiny, B, T, &rng, in, tg), TLM_ERR_INVALID_ARGUMENT, "too few", "get_batch with n = T < T+1");
-    check_status(tlm_tokens_get_batch(&t, 0, T, &rng, in, tg), TLM_ERR_INVALID_ARGUMENT, NULL, "get_batch with B = 0");
+    check_status(tlm_tokens_get_batch(&tiny, B, T, one, in, tg), TLM_ERR_INVALID_ARGUMENT, "too few", "get_batch with n = T < T+1");
+    check_status(tlm_tokens_get_batch(&t, 0, T, one, in, tg), TLM_ERR_INVALID_ARGUMENT, NULL, "get_batch with B = 0");
 }
 
 static void remove_tree(const char *dir) {

@@ -72,22 +72,22 @@ static void test_layout_and_init(void) {
     tlm_config c;
     tlm_config_preset("tiny", &c);
     tlm_model *m;
-    tlm_status s = tlm_model_create(&m, &c, be);
+    tlm_status s = tlm_model_create(&m, &c, NULL, be);
     check(s == TLM_OK, "create tiny");
     if (s != TLM_OK) return;
-    check(m->num_params == (size_t)tlm_config_num_params(&c), "flat layout holds %zu parameters", m->num_params);
+    check(m->layout.num_params == (size_t)tlm_config_num_params(&c), "flat layout holds %zu parameters", m->layout.num_params);
     int q = tlm_model_find_tensor(m, "layers.1.attn.q_proj.weight");
     int k = tlm_model_find_tensor(m, "layers.1.attn.k_proj.weight");
     int v = tlm_model_find_tensor(m, "layers.1.attn.v_proj.weight");
     int w1 = tlm_model_find_tensor(m, "layers.1.ffn.w1.weight");
     int w3 = tlm_model_find_tensor(m, "layers.1.ffn.w3.weight");
-    check(q >= 0 && k >= 0 && v >= 0 && m->tensors[k].offset == m->tensors[q].offset + m->tensors[q].numel &&
-              m->tensors[v].offset == m->tensors[k].offset + m->tensors[k].numel,
+    check(q >= 0 && k >= 0 && v >= 0 && m->layout.tensors[k].offset == m->layout.tensors[q].offset + m->layout.tensors[q].numel &&
+              m->layout.tensors[v].offset == m->layout.tensors[k].offset + m->layout.tensors[k].numel,
           "q, k, v are adjacent (one (3C, C) GEMM)");
-    check(w1 >= 0 && w3 >= 0 && m->tensors[w3].offset == m->tensors[w1].offset + m->tensors[w1].numel,
+    check(w1 >= 0 && w3 >= 0 && m->layout.tensors[w3].offset == m->layout.tensors[w1].offset + m->layout.tensors[w1].numel,
           "w1, w3 are adjacent (one (2F, C) GEMM)");
-    check(m->layer_w[1].qkv == m->params + m->tensors[q].offset, "layer view qkv points at q_proj");
-    check(tlm_model_find_tensor(m, "lm_head.weight") == m->num_tensors - 1, "lm_head is the last tensor");
+    check(m->w.layers[1].qkv == m->params + m->layout.tensors[q].offset, "layer view qkv points at q_proj");
+    check(tlm_model_find_tensor(m, "lm_head.weight") == m->layout.num_tensors - 1, "lm_head is the last tensor");
 
     tlm_model_init_random(m, 7);
     struct { const char *name; double std; } want[] = {
@@ -96,7 +96,7 @@ static void test_layout_and_init(void) {
         {"layers.1.attn.output_proj.weight", sqrt(2.0 / (64 + 64))},
     };
     for (size_t i = 0; i < 3; i++) {
-        const tlm_tensor_info *t = &m->tensors[tlm_model_find_tensor(m, want[i].name)];
+        const tlm_tensor_info *t = &m->layout.tensors[tlm_model_find_tensor(m, want[i].name)];
         const float *p = m->params + t->offset;
         double sum = 0, sq = 0, maxabs = 0;
         for (size_t j = 0; j < t->numel; j++) {
@@ -110,7 +110,7 @@ static void test_layout_and_init(void) {
         check(fabs(sd - expect) < 0.03 * expect && maxabs <= 3 * want[i].std + 1e-6 && fabs(mean) < 0.05 * want[i].std,
               "init %s: std %.4f (expect %.4f), max |x| %.3f <= 3 std", want[i].name, sd, expect, maxabs);
     }
-    const float *ln = m->params + m->tensors[tlm_model_find_tensor(m, "layers.0.ln2.weight")].offset;
+    const float *ln = m->params + m->layout.tensors[tlm_model_find_tensor(m, "layers.0.ln2.weight")].offset;
     int ones = 1;
     for (int j = 0; j < c.d_model; j++) ones &= ln[j] == 1.0f;
     check(ones, "RMSNorm weights start at 1");
@@ -144,7 +144,7 @@ static void test_layout_and_init(void) {
     tlm_config c2 = c;
     c2.d_ff = 100;
     tlm_model *m2;
-    tlm_model_create(&m2, &c2, be);
+    tlm_model_create(&m2, &c2, NULL, be);
     tlm_model_init_random(m2, 1);
     char tmp[] = "/tmp/tlm_model_XXXXXX";
     int fd = mkstemp(tmp);
@@ -158,7 +158,7 @@ static void test_layout_and_init(void) {
     tlm_config c3 = c;
     c3.num_layers = 1;
     tlm_model *m3;
-    tlm_model_create(&m3, &c3, be);
+    tlm_model_create(&m3, &c3, NULL, be);
     tlm_model_init_random(m3, 1);
     tlm_model_save(m3, tmp);
     s = tlm_model_load(m, tmp);

@@ -11,8 +11,8 @@ static void roundtrip(void) {
     tlm_config cfg;
     fx_die(tlm_config_preset("tiny", &cfg), "tiny");
     tlm_model *a, *b;
-    fx_die(tlm_model_create(&a, &cfg, be), "model");
-    fx_die(tlm_model_create(&b, &cfg, be), "model");
+    fx_die(tlm_model_create(&a, &cfg, NULL, be), "model");
+    fx_die(tlm_model_create(&b, &cfg, NULL, be), "model");
     fx_die(tlm_model_init_random(a, 42), "init");
     char tmp[] = "/tmp/tlm_fixture_XXXXXX";
     int fd = mkstemp(tmp);
@@ -20,7 +20,7 @@ static void roundtrip(void) {
     fx_die(tlm_model_save(a, tmp), "save");
     fx_die(tlm_model_load(b, tmp), "load");
     remove(tmp);
-    int same = memcmp(a->params, b->params, a->flat_numel * sizeof(float)) == 0;
+    int same = memcmp(a->params, b->params, a->layout.flat_numel * sizeof(float)) == 0;
     fx_check(same, "save then load gives identical parameters", same ? 0.0 : 1.0, 0.0);
     tlm_model_free(a);
     tlm_model_free(b);

@@ -1,13 +1,14 @@
 /* test_model_flash.c — FlashAttention-2 in the model, on the CPU backend:
- * 1. the CPU backend's flash ops (tlm_ops.flash_attention_*) are the fp32 reference with its
+ * 1. the CPU backend's flash ops (ops.def: flash_attention_*) are the fp32 reference with its
  *    default tiles: in fp32 bit for bit the reference on the same tensors; in bf16/fp16 bit for
  *    bit the reference on the widened inputs with its outputs rounded to nearest even; on the
  *    fused q|k|v layout with padded rows (ld_qkv = 3C + 5, ld_out = C + 3), whose padding and
- *    other thirds stay untouched; a NULL workspace accepted. flash_attention_check: any
- *    d_head >= 1 in F32, BF16, F16; d_head 0 and F64 unsupported, with a message.
- * 2. choosing the attention: names, parsing, auto = naive on the CPU, a backend without the
- *    flash ops (NULL pointers) refused with a message and the model left as it was, a switch
- *    between naive and flash on a model that holds activations.
+ *    other thirds stay untouched; a NULL workspace accepted. The device supports them as the
+ *    REFERENCE (correct, not what auto picks): any d_head >= 1 in F32, BF16, F16; d_head 0 and
+ *    F64 unsupported, with a message.
+ * 2. choosing the attention: names, parsing, auto = naive on the CPU, a device without flash
+ *    kernels (its supports says none) refused with a message and the model left as it was, a
+ *    switch between naive and flash on a model that holds activations.
  * 3. the whole model, flash against naive (model_flash_checks.h says what and why): the tiny
  *    preset (context 32, d_head 16), context 100 (not a multiple of the 64-row tiles) with
  *    d_head 16 and with d_head 32, in fp32, bf16 and fp16.
@@ -16,6 +17,7 @@
 #include "test_check.h"
 
 #include "cpu/cpu_ops.h"
+#include "model/activations.h"
 #include "tlm/flash_attention.h"
 
 /* ---- 1. the ops ---------------------------------------------------------------------------- */
@@ -63,7 +65,7 @@ static void test_ops_dtype(tlm_backend *be, tlm_dtype dt) {
     tlm_flash_attention_forward_cpu(o32, lse32, q32, q32 + C, q32 + 2 * C, ldq, ldo, B, T, T, H, D, true, tiles.Br,
                                     tiles.Bc);
     tlm_cpu_round(o32, rows * ldo, dt); /* what the op's rounding to dt gives */
-    be->ops->flash_attention_forward(be, out, lse, q, k, v, ldq, ldo, B, T, T, H, D, true, dt);
+    tlm_flash_attention_forward(be, out, lse, q, k, v, ldq, ldo, B, T, T, H, D, true, dt);
     float *got = malloc(rows * ldq * sizeof(float));
     tlm_cpu_widen(got, out, 0, rows * ldo, dt);
     size_t diff = 0, pad_bad = 0;
@@ -85,7 +87,7 @@ static void test_ops_dtype(tlm_backend *be, tlm_dtype dt) {
                                      ldq, ldo, B, T, T, H, D, true, tiles.Br, tiles.Bc);
     tlm_cpu_round(dqkv32, rows * ldq, dt);
     void *qkv_before = copy_of(qkv, rows * ldq * es);
-    be->ops->flash_attention_backward(be, dqkv, (char *)dqkv + C * es, (char *)dqkv + 2 * C * es, NULL, dout, q, k,
+    tlm_flash_attention_backward(be, dqkv, (char *)dqkv + C * es, (char *)dqkv + 2 * C * es, NULL, dout, q, k,
                                       v, out, lse, ldq, ldo, B, T, T, H, D, true, dt);
     tlm_cpu_widen(got, dqkv, 0, rows * ldq, dt);
     diff = pad_bad = 0;
@@ -117,20 +119,26 @@ static void test_ops(tlm_backend *be) {
     test_ops_dtype(be, TLM_DTYPE_F32);
     test_ops_dtype(be, TLM_DTYPE_BF16);
     test_ops_dtype(be, TLM_DTYPE_F16);
-    const tlm_ops *op = be->ops;
-    check(op->flash_attention_check(be, 16, TLM_DTYPE_F32) == TLM_OK &&
-              op->flash_attention_check(be, 7, TLM_DTYPE_BF16) == TLM_OK &&
-              op->flash_attention_check(be, 1, TLM_DTYPE_F16) == TLM_OK &&
-              op->flash_attention_check(be, 256, TLM_DTYPE_F32) == TLM_OK,
-          "flash_attention_check (cpu): d_head 16, 7, 1, 256 in F32, BF16, F16 supported");
-    tlm_status s = op->flash_attention_check(be, 0, TLM_DTYPE_F32);
-    check(s == TLM_ERR_UNSUPPORTED && strstr(tlm_last_error(), "d_head 0"), "d_head 0 unsupported: %s",
+    const tlm_op_id fwd = TLM_OP_FLASH_ATTENTION_FORWARD, bwd = TLM_OP_FLASH_ATTENTION_BACKWARD;
+    check(tlm_backend_supports(be, fwd, TLM_DTYPE_F32, 16) == TLM_SUPPORT_REFERENCE &&
+              tlm_backend_supports(be, fwd, TLM_DTYPE_BF16, 7) == TLM_SUPPORT_REFERENCE &&
+              tlm_backend_supports(be, bwd, TLM_DTYPE_F16, 1) == TLM_SUPPORT_REFERENCE &&
+              tlm_backend_supports(be, bwd, TLM_DTYPE_F32, 256) == TLM_SUPPORT_REFERENCE,
+          "supports (cpu): flash with d_head 16, 7, 1, 256 in F32, BF16, F16, as the reference");
+    tlm_support s = tlm_backend_supports(be, fwd, TLM_DTYPE_F32, 0);
+    check(s == TLM_SUPPORT_NONE && strstr(tlm_last_error(), "d_head 0"), "d_head 0 unsupported: %s",
           tlm_last_error());
-    s = op->flash_attention_check(be, 64, TLM_DTYPE_F64);
-    check(s == TLM_ERR_UNSUPPORTED && strstr(tlm_last_error(), "F64"), "F64 unsupported: %s", tlm_last_error());
+    s = tlm_backend_supports(be, bwd, TLM_DTYPE_F64, 64);
+    check(s == TLM_SUPPORT_NONE && strstr(tlm_last_error(), "F64"), "F64 unsupported: %s", tlm_last_error());
 }
 
 /* ---- 2. choosing the attention --------------------------------------------------------------- */
+
+static tlm_support no_flash_supports(tlm_backend *be, tlm_op_id op, tlm_dtype dt, int d_head) {
+    if (op != TLM_OP_FLASH_ATTENTION_FORWARD && op != TLM_OP_FLASH_ATTENTION_BACKWARD) return TLM_SUPPORT_FAST;
+    tlm_fail(TLM_ERR_UNSUPPORTED, "test device: no FlashAttention-2 kernels");
+    return TLM_SUPPORT_NONE;
+}
 
 static void test_choice(tlm_backend *be) {
     tlm_attention a = TLM_ATTENTION_AUTO;
@@ -143,41 +151,41 @@ static void test_choice(tlm_backend *be) {
     check(tlm_attention_resolve(be, &cfg, TLM_PRECISION_BF16, TLM_ATTENTION_AUTO) == TLM_ATTENTION_NAIVE,
           "auto on the CPU is naive (its flash is the fp32 reference)");
     tlm_model *m;
-    die_on(tlm_model_create(&m, &cfg, be), "model");
+    die_on(tlm_model_create(&m, &cfg, NULL, be), "model");
     die_on(tlm_model_init_random(m, 3), "init");
-    check(m->attention == TLM_ATTENTION_NAIVE, "a new model has the naive attention");
+    check(m->run.attention == TLM_ATTENTION_NAIVE, "a new model on the CPU has the naive attention (auto)");
 
     /* switching with activations live: the layout follows, the loss does not change */
     int32_t x[2 * 16], y[2 * 16];
     for (int i = 0; i < 32; i++) x[i] = i * 37 % cfg.vocab_size, y[i] = i * 11 % cfg.vocab_size;
     float l_naive, l_flash, l_back;
     die_on(tlm_model_forward(m, x, y, 2, 16, &l_naive), "forward");
-    const bool had_probs = m->acts[0].probs && !m->acts[0].lse && m->d_probs && !m->flash_workspace;
+    const tlm_activations *acts = m->acts;
+    const bool had_probs = acts->layers[0].probs && !acts->layers[0].lse && acts->d_probs && !acts->flash_workspace;
     die_on(tlm_model_set_attention(m, TLM_ATTENTION_FLASH), "flash");
     die_on(tlm_model_forward(m, x, y, 2, 16, &l_flash), "forward");
-    const bool has_lse = !m->acts[1].probs && m->acts[1].lse && !m->d_probs && m->flash_workspace;
+    acts = m->acts;
+    const bool has_lse = !acts->layers[1].probs && acts->layers[1].lse && !acts->d_probs && acts->flash_workspace;
     die_on(tlm_model_backward(m), "backward");
     die_on(tlm_model_set_attention(m, TLM_ATTENTION_AUTO), "auto");
     die_on(tlm_model_forward(m, x, y, 2, 16, &l_back), "forward");
-    check(had_probs && has_lse && m->attention == TLM_ATTENTION_NAIVE && m->acts[0].probs,
+    check(had_probs && has_lse && m->run.attention == TLM_ATTENTION_NAIVE && m->acts->layers[0].probs,
           "switching naive -> flash -> auto (naive) reallocates: probs and d_probs, or lse and the workspace");
     check(fabsf(l_flash - l_naive) <= 1e-5f * fabsf(l_naive) && l_back == l_naive,
           "loss naive %.7f, flash %.7f, naive again %.7f", l_naive, l_flash, l_back);
 
-    /* a backend without the flash ops (a CPU backend with those op pointers NULL) */
-    tlm_ops no_flash = *be->ops;
-    no_flash.flash_attention_forward = NULL;
-    no_flash.flash_attention_backward = NULL;
-    no_flash.flash_attention_check = NULL;
-    const tlm_ops *saved = be->ops;
-    be->ops = &no_flash;
+    /* a device without flash kernels (a CPU backend whose supports says none) */
+    tlm_backend_iface no_flash = *be->iface;
+    no_flash.supports = no_flash_supports;
+    const tlm_backend_iface *saved = be->iface;
+    be->iface = &no_flash;
     tlm_status s = tlm_model_set_attention(m, TLM_ATTENTION_FLASH);
     check(s == TLM_ERR_UNSUPPORTED && strstr(tlm_last_error(), "no FlashAttention-2") &&
-              m->attention == TLM_ATTENTION_NAIVE,
-          "flash on a backend without the ops refused, model unchanged: %s", tlm_last_error());
+              m->run.attention == TLM_ATTENTION_NAIVE,
+          "flash on a device without the kernels refused, model unchanged: %s", tlm_last_error());
     s = tlm_attention_check(be, &cfg, TLM_PRECISION_FP32, TLM_ATTENTION_NAIVE);
     check(s == TLM_OK, "naive needs nothing of the backend beyond its attention op");
-    be->ops = saved;
+    be->iface = saved;
     s = tlm_model_set_attention(m, (tlm_attention)7);
     check(s == TLM_ERR_INVALID_ARGUMENT, "an attention outside the enum is refused: %s", tlm_last_error());
     tlm_model_free(m);

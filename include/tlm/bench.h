@@ -1,7 +1,8 @@
 /* bench.h — the end-to-end benchmark of SPEC.md §2.1: build the model from its
  * hyperparameters, a random batch, `warmup` untimed steps, then `steps` timed steps, each
- * phase (forward, backward, optimizer) synchronized and timed on the host clock; mean and
- * population standard deviation (divide by n) per phase, in milliseconds. */
+ * phase (forward, backward, optimizer) timed between events on the compute stream (CUDA events
+ * on CUDA, the host clock on the CPU); mean and population standard deviation (divide by n) per
+ * phase, in milliseconds. */
 #ifndef TLM_BENCH_H
 #define TLM_BENCH_H
 
@@ -24,9 +25,6 @@ typedef enum {
 } tlm_pass;
 
 const char *tlm_pass_name(tlm_pass p); /* "forward", "forward-backward", "train" */
-const char *tlm_precision_name(tlm_precision p); /* "fp32", "tf32", "bf16", "fp16" */
-/* Parses "fp32" | "tf32" | "bf16" | "fp16"; false for anything else. */
-bool tlm_precision_parse(const char *name, tlm_precision *out);
 
 typedef struct {
     char model_name[32];   /* preset name or "custom" */
@@ -34,8 +32,8 @@ typedef struct {
     int batch_size, context_length;
     int warmup, steps;     /* steps >= 1, warmup >= 0 */
     tlm_pass pass;
-    tlm_precision precision; /* set on the backend for the run */
-    bool graphs;             /* the backend's use_graphs (CUDA graphs), for the report */
+    tlm_precision precision;
+    bool graphs;             /* CUDA graphs (tlm_run_config.cuda_graphs) */
     tlm_attention attention; /* naive, flash, or auto (resolved for the row: model.h) */
     uint64_t seed;         /* weights and batch */
 } tlm_bench_case;

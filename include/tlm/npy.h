@@ -51,11 +51,22 @@ typedef struct {
 tlm_status tlm_tokens_load(const char *path, int vocab_size, tlm_tokens *out);
 void tlm_tokens_free(tlm_tokens *t);
 
-/* Samples a batch as CS336's get_batch does: B random start offsets in [0, n - T - 1],
- * inputs[b,:] = ids[s..s+T-1], targets[b,:] = ids[s+1..s+T]. rng_state: a splitmix64
- * state, advanced. TLM_ERR_INVALID_ARGUMENT when n < T + 1 or B, T < 1. */
-tlm_status tlm_tokens_get_batch(const tlm_tokens *t, int B, int T, uint64_t *rng_state,
-                                int32_t *inputs, int32_t *targets);
+/* Which rows of a global batch one process draws (data parallelism): the global batch of step
+ * `step` has B * world_size rows; rank r in [0, world_size) takes rows r*B .. r*B + B - 1. Ranks
+ * thus draw disjoint rows, deterministically, and one process with a batch of B * world_size
+ * draws exactly the union. {seed, step, 0, 1}: one process alone. */
+typedef struct {
+    uint64_t seed;
+    int64_t step;
+    int rank, world_size;
+} tlm_batch_draw;
+
+/* Samples this rank's B rows of a batch as CS336's get_batch does: each row a random start
+ * offset s in [0, n - T - 1] (global row g of step `step` from the generator stream
+ * (seed, step << 32 | g), rng.h), inputs[b,:] = ids[s..s+T-1], targets[b,:] = ids[s+1..s+T].
+ * TLM_ERR_INVALID_ARGUMENT when n < T + 1, B or T < 1, world_size < 1 or rank outside it. */
+tlm_status tlm_tokens_get_batch(const tlm_tokens *t, int B, int T, tlm_batch_draw draw, int32_t *inputs,
+                                int32_t *targets);
 
 #ifdef __cplusplus
 }

@@ -101,7 +101,7 @@ typedef struct tlm_toymodel {
 } tlm_toymodel;
 
 /* Allocates and initializes the model on be (tlm_alloc: parameters, gradients, activations).
- * TLM_ERR_INVALID_ARGUMENT for a size < 1; TLM_ERR_OUT_OF_MEMORY. Sets be->precision at each pass. */
+ * TLM_ERR_INVALID_ARGUMENT for a size < 1; TLM_ERR_OUT_OF_MEMORY. The GEMMs take cfg->precision (TF32). */
 tlm_status tlm_toymodel_create(tlm_toymodel **out, tlm_backend *be, const tlm_toymodel_config *cfg);
 void tlm_toymodel_free(tlm_toymodel *m);
 

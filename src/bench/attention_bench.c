@@ -1,14 +1,15 @@
 /* attention_bench.c — one case of `tlm attention` (attention_bench.h): naive attention or
- * FlashAttention-2, each through the backend's op table (backend.h).
- *   naive: attention_forward/backward (causal only; P (B,H,T,T) saved, dP scratch of that size).
- *   flash: flash_attention_forward/backward on any backend whose op table has them (CUDA: the
- *          kernels of src/cuda/flash_attention*.cu; CPU: the reference of src/cpu/flash_attention.c
- *          behind the ops). flash_attention_check comes first: a (d_head, dtype) it refuses is an
- *          "unsupported" row carrying its message. The backward's fp32 workspace
- *          (tlm_flash_workspace_floats: delta and the dQ accumulator) is allocated before the
- *          backward on every backend, the CPU included (its ops accept NULL), so memory is
- *          accounted alike. A backend whose op table lacks the flash ops gives an "unsupported" row.
- * q, k, v, dout, out are separate (B,T,H*D) tensors (ld = H*D), Tq = Tk = seq. */
+ * FlashAttention-2, each through the dispatch (ops.h).
+ *   naive: attention_forward/backward (causal only; P (B,H,T,T) saved, dP scratch of that size),
+ *          in the precision mode of the case's dtype (fp32 strict, bf16, fp16).
+ *   flash: flash_attention_forward/backward (CUDA: the kernels of src/cuda/flash_attention*.cu;
+ *          CPU: the reference of src/cpu/flash_attention.c). tlm_backend_supports comes first: a
+ *          (d_head, dtype) it refuses is an "unsupported" row carrying its message. The backward's
+ *          fp32 workspace (tlm_flash_workspace_floats: delta and the dQ accumulator) is allocated
+ *          before the backward on every backend, the CPU included (its ops accept NULL), so memory
+ *          is accounted alike.
+ * Each timed pass sits between two events on the compute stream (device time on CUDA, the host
+ * clock on the CPU). q, k, v, dout, out are separate (B,T,H*D) tensors (ld = H*D), Tq = Tk = seq. */
 #include "tlm/attention_bench.h"
 
 #include <math.h>
@@ -40,12 +41,6 @@ double tlm_attn_flops_backward(int batch, int heads, int seq, int d_head, bool c
     return 2.5 * tlm_attn_flops_forward(batch, heads, seq, d_head, causal);
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* The buffers of one case; every pointer NULL until allocated, all freed by free_all. */
 enum { BUF_Q, BUF_K, BUF_V, BUF_DOUT, BUF_OUT, BUF_SAVED, BUF_DQ, BUF_DK, BUF_DV, BUF_SCRATCH, BUF_WORKSPACE, BUF_N };
 static const char *const buf_names[BUF_N] = {"attention.q", "attention.k", "attention.v", "attention.dout",
@@ -73,7 +68,7 @@ static bool alloc_buf(bufs *b, int i, size_t bytes, tlm_mem_tag tag) {
     b->r->status = TLM_ATTN_OOM;
     b->r->oom_bytes = bytes;
     snprintf(b->r->note, sizeof b->r->note, "out of memory: %s, %zu bytes (%.1f MiB) asked for with %.1f MiB in use",
-             buf_names[i], bytes, bytes / 1048576.0, b->be->mem_current_total / 1048576.0);
+             buf_names[i], bytes, bytes / 1048576.0, tlm_mem_stats_now(b->be).current_total / 1048576.0);
     return false;
 }
 
@@ -91,7 +86,7 @@ static bool fill_random(bufs *b, void *dst, size_t n, tlm_dtype dt, uint64_t see
     for (size_t i = 0; i < n; i++) host[i] = (float)tlm_rng_normal(&s);
     bool ok = true;
     if (dt == TLM_DTYPE_F32) {
-        b->be->copy_to_backend(b->be, dst, host, n * sizeof(float));
+        tlm_copy_to_backend(b->be, dst, host, n * sizeof(float));
     } else { /* through a float32 staging tensor and the backend's cast (round to nearest even) */
         float *stage = tlm_alloc(b->be, n * sizeof(float), TLM_MEM_WORKSPACE, "attention.stage");
         if (!stage) {
@@ -100,9 +95,9 @@ static bool fill_random(bufs *b, void *dst, size_t n, tlm_dtype dt, uint64_t see
             snprintf(b->r->note, sizeof b->r->note, "out of memory: attention.stage, %zu bytes", n * sizeof(float));
             ok = false;
         } else {
-            b->be->copy_to_backend(b->be, stage, host, n * sizeof(float));
-            b->be->ops->cast(b->be, dst, stage, n, dt);
-            b->be->synchronize(b->be);
+            tlm_copy_to_backend(b->be, stage, host, n * sizeof(float));
+            tlm_cast(b->be, dst, stage, n, dt);
+            tlm_synchronize(b->be);
             tlm_free(b->be, stage);
         }
     }
@@ -129,12 +124,12 @@ static void forward(const pass_args *a) {
     const int B = c->batch, H = c->heads, T = c->seq, D = c->d_head, C = H * D;
     switch (a->path) {
     case PATH_NAIVE:
-        be->ops->attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, B, T, H, D,
-                                   c->dtype);
+        tlm_attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, B, T, H, D,
+                              tlm_precision_of_dtype(c->dtype));
         break;
     case PATH_FLASH_OPS:
-        be->ops->flash_attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, C, B, T, T,
-                                         H, D, c->causal, c->dtype);
+        tlm_flash_attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, C, B, T, T, H, D,
+                                    c->causal, c->dtype);
         break;
     }
 }
@@ -147,15 +142,35 @@ static void backward(const pass_args *a) {
     const int B = c->batch, H = c->heads, T = c->seq, D = c->d_head, C = H * D;
     switch (a->path) {
     case PATH_NAIVE:
-        be->ops->attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_SCRATCH], p[BUF_DOUT], p[BUF_Q],
-                                    p[BUF_K], p[BUF_V], p[BUF_SAVED], C, B, T, H, D, c->dtype);
+        tlm_attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_SCRATCH], p[BUF_DOUT], p[BUF_Q], p[BUF_K],
+                               p[BUF_V], p[BUF_SAVED], C, B, T, H, D, tlm_precision_of_dtype(c->dtype));
         break;
     case PATH_FLASH_OPS:
-        be->ops->flash_attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_WORKSPACE], p[BUF_DOUT],
-                                          p[BUF_Q], p[BUF_K], p[BUF_V], p[BUF_OUT], p[BUF_SAVED], C, C, B, T, T, H,
-                                          D, c->causal, c->dtype);
+        tlm_flash_attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_WORKSPACE], p[BUF_DOUT], p[BUF_Q],
+                                     p[BUF_K], p[BUF_V], p[BUF_OUT], p[BUF_SAVED], C, C, B, T, T, H, D, c->causal,
+                                     c->dtype);
         break;
     }
+}
+
+/* the mean ms of `iters` runs of pass, each between two events on the compute stream (the backward
+ * runs reuse the last forward's saved outputs); -1 when events cannot be created (message set) */
+static double time_passes(tlm_backend *be, void (*pass)(const pass_args *), const pass_args *a, int iters) {
+    tlm_event *e0 = NULL, *e1 = NULL;
+    if (tlm_event_create(be, &e0) != TLM_OK || tlm_event_create(be, &e1) != TLM_OK) {
+        tlm_event_destroy(be, e0);
+        return -1;
+    }
+    double ms = 0;
+    for (int i = 0; i < iters; i++) {
+        tlm_event_record(be, e0, NULL);
+        pass(a);
+        tlm_event_record(be, e1, NULL);
+        ms += tlm_event_elapsed_ms(be, e0, e1);
+    }
+    tlm_event_destroy(be, e0);
+    tlm_event_destroy(be, e1);
+    return ms / iters;
 }
 
 static void unsupported(tlm_attn_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -182,14 +197,9 @@ tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_
         unsupported(r, "naive: causal only (the backend's attention op)");
         return TLM_OK;
     }
-    /* flash: through the backend's ops, when it has them and they take this d_head and dtype */
-    const tlm_ops *ops = be->ops;
-    const bool flash_ops = ops->flash_attention_forward && ops->flash_attention_backward && ops->flash_attention_check;
-    if (flash && !flash_ops) {
-        unsupported(r, "flash: the %s backend has no FlashAttention-2 ops", be->name);
-        return TLM_OK;
-    }
-    if (flash && ops->flash_attention_check(be, c->d_head, c->dtype) != TLM_OK) {
+    /* flash: when the backend has kernels for this d_head and dtype */
+    if (flash && (tlm_backend_supports(be, TLM_OP_FLASH_ATTENTION_FORWARD, c->dtype, c->d_head) == TLM_SUPPORT_NONE ||
+                  tlm_backend_supports(be, TLM_OP_FLASH_ATTENTION_BACKWARD, c->dtype, c->d_head) == TLM_SUPPORT_NONE)) {
         unsupported(r, "flash: %s", tlm_last_error());
         return TLM_OK;
     }
@@ -212,7 +222,7 @@ tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_
     const size_t workspace = tlm_flash_workspace_floats(B, T, H, D) * sizeof(float); /* flash backward */
     bufs b = {be, {0}, r};
     tlm_mem_reset_peak(be);
-    const size_t base = be->mem_current_total; /* anything the caller holds (nothing, normally) */
+    const size_t base = tlm_mem_stats_now(be).current_total; /* anything the caller holds (nothing, normally) */
 
     /* inputs: q, k, v and the gradient of the output, random normals */
     if (!alloc_buf(&b, BUF_Q, act, TLM_MEM_ACTIVATIONS) || !alloc_buf(&b, BUF_K, act, TLM_MEM_ACTIVATIONS) ||
@@ -226,7 +236,7 @@ tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_
     if (!alloc_buf(&b, BUF_OUT, act, TLM_MEM_ACTIVATIONS) ||
         !alloc_buf(&b, BUF_SAVED, flash ? lse : probs, TLM_MEM_ACTIVATIONS))
         goto done;
-    r->mem_before_bwd = be->mem_current_total - base;
+    r->mem_before_bwd = tlm_mem_stats_now(be).current_total - base;
     /* the backward's: dq, dk, dv and its scratch (naive: dP (B,H,T,T); flash: the fp32 workspace) */
     if (!alloc_buf(&b, BUF_DQ, act, TLM_MEM_GRADIENTS) || !alloc_buf(&b, BUF_DK, act, TLM_MEM_GRADIENTS) ||
         !alloc_buf(&b, BUF_DV, act, TLM_MEM_GRADIENTS) ||
@@ -239,28 +249,19 @@ tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_
         forward(&a);
         backward(&a);
     }
-    be->synchronize(be);
-    double fwd = 0, bwd = 0;
-    for (int i = 0; i < c->iters; i++) {
-        const double t0 = now_ms();
-        forward(&a);
-        be->synchronize(be);
-        fwd += now_ms() - t0;
-    }
-    for (int i = 0; i < c->iters; i++) { /* on the last forward's saved outputs */
-        const double t0 = now_ms();
-        backward(&a);
-        be->synchronize(be);
-        bwd += now_ms() - t0;
+    const double fwd = time_passes(be, forward, &a, c->iters), bwd = time_passes(be, backward, &a, c->iters);
+    if (fwd < 0 || bwd < 0) { /* no events: the message is set */
+        unsupported(r, "%s", tlm_last_error());
+        goto done;
     }
     r->status = TLM_ATTN_OK;
-    r->fwd_ms = fwd / c->iters;
-    r->bwd_ms = bwd / c->iters;
+    r->fwd_ms = fwd;
+    r->bwd_ms = bwd;
     r->fwdbwd_ms = r->fwd_ms + r->bwd_ms;
     r->tflops_fwd = r->fwd_ms > 0 ? tlm_attn_flops_forward(B, H, T, D, c->causal) / (r->fwd_ms * 1e9) : 0;
     r->tflops_bwd = r->bwd_ms > 0 ? tlm_attn_flops_backward(B, H, T, D, c->causal) / (r->bwd_ms * 1e9) : 0;
 done:
-    r->peak_bytes = be->mem_peak_total - base;
+    r->peak_bytes = tlm_mem_stats_now(be).peak_total - base;
     free_all(&b);
     return TLM_OK;
 }

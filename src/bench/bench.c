@@ -1,4 +1,5 @@
-/* bench.c — runs one benchmark case: warm-up, then timed, synchronized steps per phase. */
+/* bench.c — runs one benchmark case: warm-up, then timed steps, each phase between two events on the
+ * compute stream (CUDA events on CUDA, the host clock on the CPU); one synchronization per step. */
 #include "tlm/bench.h"
 
 #include <math.h>
@@ -16,33 +17,6 @@ const char *tlm_pass_name(tlm_pass p) {
     case TLM_PASS_TRAIN: return "train";
     }
     return "?";
-}
-
-const char *tlm_precision_name(tlm_precision p) {
-    switch (p) {
-    case TLM_PRECISION_FP32: return "fp32";
-    case TLM_PRECISION_TF32: return "tf32";
-    case TLM_PRECISION_BF16: return "bf16";
-    case TLM_PRECISION_FP16: return "fp16";
-    }
-    return "?";
-}
-
-bool tlm_precision_parse(const char *name, tlm_precision *out) {
-    static const tlm_precision all[] = {TLM_PRECISION_FP32, TLM_PRECISION_TF32, TLM_PRECISION_BF16,
-                                        TLM_PRECISION_FP16};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(name, tlm_precision_name(all[i])) == 0) {
-            *out = all[i];
-            return true;
-        }
-    return false;
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
 static tlm_timing summarize(const double *ms, int n) {
@@ -70,13 +44,14 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     const int B = c->batch_size, T = c->context_length;
     const size_t N = (size_t)B * T;
 
-    be->precision = c->precision;
+    const tlm_run_config run = {.precision = c->precision, .attention = c->attention, .cuda_graphs = c->graphs};
     r->attention = tlm_attention_resolve(be, &cfg, c->precision, c->attention);
     tlm_mem_reset_peak(be);
     /* device memory in use that tlm's allocator does not hold (context, libraries, others) */
-    const size_t outside = be->device_memory_used ? be->device_memory_used(be) - be->mem_current_total : 0;
+    const size_t outside = tlm_device_memory_used(be) ? tlm_device_memory_used(be) - tlm_mem_stats_now(be).current_total : 0;
     size_t device_max = 0;
     tlm_model *m = NULL;
+    tlm_event *ev[4] = {NULL, NULL, NULL, NULL}; /* before forward, after forward, backward, optimizer */
     int32_t *tokens = malloc((N + 1) * sizeof(int32_t));
     double *ms = malloc(4 * (size_t)c->steps * sizeof(double));
     if (!tokens || !ms) {
@@ -88,41 +63,35 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     uint64_t rng = tlm_rng_stream(c->seed, 0xBA7C4);
     for (size_t i = 0; i <= N; i++) tokens[i] = (int32_t)tlm_rng_below(&rng, (uint64_t)cfg.vocab_size);
 
-    tlm_status s = tlm_model_create(&m, &cfg, be);
-    if (s == TLM_OK) s = tlm_model_set_attention(m, r->attention);
+    tlm_status s = TLM_OK;
+    for (int e = 0; e < 4 && s == TLM_OK; e++) s = tlm_event_create(be, &ev[e]);
+    if (s == TLM_OK) s = tlm_model_create(&m, &cfg, &run, be);
     if (s == TLM_OK) s = tlm_model_init_random(m, c->seed);
     const tlm_adamw_config opt = tlm_adamw_defaults();
     double *fwd = ms, *bwd = ms + c->steps, *upd = ms + 2 * c->steps, *step = ms + 3 * c->steps;
     for (int i = 0; s == TLM_OK && i < c->warmup + c->steps; i++) {
         const int timed = i - c->warmup; /* < 0 during warm-up */
         float loss = 0;
-        be->synchronize(be);
-        /* a profiler can leave the warm-up out by its range name */
-        if (be->range_push) be->range_push(be, timed < 0 ? "warmup step" : "step");
-        double t0 = now_ms();
+        /* profilers leave the warm-up out by the step's scope (ops.h) */
+        tlm_step_begin(be, timed < 0 ? i : timed, timed < 0);
+        tlm_event_record(be, ev[0], NULL);
         s = tlm_model_forward(m, tokens, tokens + 1, B, T, &loss);
-        be->synchronize(be);
-        double t1 = now_ms(), t2 = t1, t3 = t1;
-        if (s == TLM_OK && c->pass >= TLM_PASS_FORWARD_BACKWARD) {
-            s = tlm_model_backward(m);
-            be->synchronize(be);
-            t2 = t3 = now_ms();
-        }
-        if (s == TLM_OK && c->pass == TLM_PASS_TRAIN) {
-            s = tlm_model_adamw_step(m, &opt);
-            be->synchronize(be);
-            t3 = now_ms();
-        }
-        if (be->range_pop) be->range_pop(be);
-        if (be->device_memory_used && s == TLM_OK) {
-            size_t used = be->device_memory_used(be);
+        tlm_event_record(be, ev[1], NULL);
+        if (s == TLM_OK && c->pass >= TLM_PASS_FORWARD_BACKWARD) s = tlm_model_backward(m);
+        tlm_event_record(be, ev[2], NULL);
+        if (s == TLM_OK && c->pass == TLM_PASS_TRAIN) s = tlm_model_adamw_step(m, &opt);
+        tlm_event_record(be, ev[3], NULL);
+        tlm_step_end(be);
+        tlm_synchronize(be);
+        if (s == TLM_OK) {
+            const size_t used = tlm_device_memory_used(be);
             if (used > device_max) device_max = used;
         }
-        if (timed >= 0) {
-            fwd[timed] = t1 - t0;
-            bwd[timed] = t2 - t1;
-            upd[timed] = t3 - t2;
-            step[timed] = t3 - t0;
+        if (timed >= 0 && s == TLM_OK) {
+            fwd[timed] = tlm_event_elapsed_ms(be, ev[0], ev[1]);
+            bwd[timed] = tlm_event_elapsed_ms(be, ev[1], ev[2]);
+            upd[timed] = tlm_event_elapsed_ms(be, ev[2], ev[3]);
+            step[timed] = tlm_event_elapsed_ms(be, ev[0], ev[3]);
             if (timed == 0) r->loss_first = loss;
             r->loss_last = loss;
         }
@@ -141,13 +110,15 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
         fail_case(r, s);
     }
     if (m) {
-        r->loss_scale = c->precision == TLM_PRECISION_FP16 ? m->loss_scale : 1.0f;
-        r->skipped_steps = m->skipped_steps;
+        r->loss_scale = c->precision == TLM_PRECISION_FP16 ? m->scaler.scale : 1.0f;
+        r->skipped_steps = m->scaler.skipped_steps;
     }
-    r->peak_bytes = be->mem_peak_total;
+    const tlm_mem_stats mem = tlm_mem_stats_now(be);
+    r->peak_bytes = mem.peak_total;
     r->device_peak_bytes = device_max > outside ? device_max - outside : 0;
-    memcpy(r->peak_bytes_by_tag, be->mem_peak, sizeof r->peak_bytes_by_tag);
+    memcpy(r->peak_bytes_by_tag, mem.peak, sizeof r->peak_bytes_by_tag);
     tlm_model_free(m);
+    for (int e = 0; e < 4; e++) tlm_event_destroy(be, ev[e]);
     free(tokens);
     free(ms);
     return TLM_OK;

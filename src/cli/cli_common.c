@@ -152,23 +152,11 @@ bool cli_check_device(const char *cmd, const char *device) {
 
 tlm_backend *cli_create_backend(const char *cmd, const char *device, int threads, char *desc, size_t desc_n) {
     tlm_backend *be = NULL;
-    tlm_status s;
-    if (device == NULL) device = tlm_cuda_available() ? "cuda" : "cpu";
-    if (strcmp(device, "cpu") == 0) {
-        s = tlm_backend_cpu_create(&be, threads);
-        if (s == TLM_OK)
-            snprintf(desc, desc_n, "cpu (%d OpenMP threads, OpenBLAS)", threads > 0 ? threads : omp_get_max_threads());
-    } else if (strcmp(device, "cuda") == 0) {
-        s = tlm_backend_cuda_create(&be, 0);
-        if (s == TLM_OK) snprintf(desc, desc_n, "cuda: %s", tlm_cuda_device_name(be));
-    } else {
-        cli_error(cmd, "--device: unknown device '%s' (known: cpu, cuda)", device);
-        return NULL;
-    }
-    if (s != TLM_OK) {
+    if (tlm_backend_create(&be, device, 0, threads) != TLM_OK) {
         cli_error(cmd, "%s", tlm_last_error());
         return NULL;
     }
+    snprintf(desc, desc_n, "%s", be->description);
     return be;
 }
 

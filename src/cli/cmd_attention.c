@@ -321,7 +321,7 @@ int cmd_attention(int argc, char **argv) {
     char desc[256];
     tlm_backend *be = cli_create_backend(cmd, device, (int)threads, desc, sizeof desc);
     if (!be) return TLM_EXIT_FAILURE;
-    const bool on_cpu = be->device == TLM_DEVICE_CPU;
+    const bool on_cpu = be->kind == TLM_DEVICE_CPU;
     if (max_seq < 0 && on_cpu && suite) max_seq = 1024;
 
     FILE *out = NULL;

@@ -130,8 +130,7 @@ int cmd_bench(int argc, char **argv) {
     char desc[256];
     tlm_backend *be = cli_create_backend(cmd, device, (int)threads, desc, sizeof desc);
     if (!be) return TLM_EXIT_FAILURE;
-    be->use_graphs = graphs;
-    const bool on_cpu = be->device == TLM_DEVICE_CPU;
+    const bool on_cpu = be->kind == TLM_DEVICE_CPU;
     const bool cpu_default = on_cpu && device == NULL && !models_arg && num_contexts == 0 && warmup < 0 && steps < 0;
     if (!models_arg) models_arg = on_cpu ? "small" : "small,medium,large,xl,2.7B";
     if (num_contexts == 0) contexts[num_contexts++] = on_cpu ? 128 : 256;
@@ -162,7 +161,7 @@ int cmd_bench(int argc, char **argv) {
         bc->warmup = (int)warmup;
         bc->steps = (int)steps;
         bc->pass = pass;
-        bc->graphs = graphs && be->graph_begin != NULL;
+        bc->graphs = graphs && tlm_backend_has_graphs(be);
         bc->seed = (uint64_t)seed;
         bc->attention = attention;
         /* --attention flash where the backend cannot run it fails before anything runs */

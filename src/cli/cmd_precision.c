@@ -94,7 +94,7 @@ static int run_accumulate(int argc, char **argv) {
     }
     /* on the GPU, the CPU's software rounding as the check */
     int same = TLM_ACC_NUM_WAYS;
-    const bool on_gpu = be->device == TLM_DEVICE_CUDA;
+    const bool on_gpu = be->kind == TLM_DEVICE_CUDA;
     if (on_gpu) {
         tlm_backend *cpu = NULL;
         if (tlm_backend_cpu_create(&cpu, 1) != TLM_OK ||

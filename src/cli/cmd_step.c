@@ -171,8 +171,8 @@ int cmd_step(int argc, char **argv) {
         T = (int)ctx;
         inputs = malloc((size_t)B * T * sizeof(int32_t));
         targets = malloc((size_t)B * T * sizeof(int32_t));
-        uint64_t rng = tlm_rng_stream((uint64_t)seed, 0xDA7A);
-        tlm_status s = inputs && targets ? tlm_tokens_get_batch(&toks, B, T, &rng, inputs, targets)
+        const tlm_batch_draw draw = {.seed = (uint64_t)seed, .step = 0, .rank = 0, .world_size = 1};
+        tlm_status s = inputs && targets ? tlm_tokens_get_batch(&toks, B, T, draw, inputs, targets)
                                          : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the batch");
         tlm_tokens_free(&toks);
         if (s != TLM_OK) {
@@ -203,9 +203,8 @@ int cmd_step(int argc, char **argv) {
     float *logits = NULL;
     tlm_backend *be = cli_create_backend(cmd, device, (int)threads, desc, sizeof desc);
     if (!be) goto done;
-    be->precision = precision;
-    tlm_status s = tlm_model_create(&m, &cfg, be);
-    if (s == TLM_OK) s = tlm_model_set_attention(m, attention);
+    const tlm_run_config run = {.precision = precision, .attention = attention, .cuda_graphs = false};
+    tlm_status s = tlm_model_create(&m, &cfg, &run, be);
     if (s == TLM_OK) s = weights ? tlm_model_load(m, weights) : tlm_model_init_random(m, (uint64_t)seed);
     float loss = 0;
     if (s == TLM_OK) s = tlm_model_forward(m, inputs, targets, B, T, &loss);
@@ -226,8 +225,8 @@ int cmd_step(int argc, char **argv) {
         }
         if (s == TLM_OK) s = tlm_model_adamw_step(m, &adamw);
         if (s == TLM_OK && precision == TLM_PRECISION_FP16)
-            printf("adamw step %ld: loss before %.7f, loss scale after %g%s\n", i + 1, loss, m->loss_scale,
-                   m->last_step_skipped ? " (step skipped: inf/NaN gradient)" : "");
+            printf("adamw step %ld: loss before %.7f, loss scale after %g%s\n", i + 1, loss, m->scaler.scale,
+                   m->scaler.last_step_skipped ? " (step skipped: inf/NaN gradient)" : "");
         else if (s == TLM_OK)
             printf("adamw step %ld: loss before %.7f\n", i + 1, loss);
     }

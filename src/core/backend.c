@@ -1,83 +1,158 @@
-/* backend.c — the tracked allocator shared by every backend: each allocation carries a tag
- * and a name; current and peak bytes are kept per tag and in total. */
-#include "tlm/backend.h"
-
+/* backend.c — what every backend shares (backend.h): the generic constructor and destructor, the
+ * device queries, copies, streams and events (host-clock events for a backend whose ops run
+ * synchronously), the CUDA graph capture service, and creation by name. */
 #include <stdlib.h>
-#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
-struct tlm_allocation {
-    void *ptr;
-    size_t bytes;
-    tlm_mem_tag tag;
-    char name[64];
-    struct tlm_allocation *next;
-};
+#include "core/backend_state.h"
 
-const char *tlm_mem_tag_name(tlm_mem_tag tag) {
-    static const char *names[TLM_MEM_NUM_TAGS] = {"parameters", "gradients", "optimizer",
-                                                  "activations", "workspace"};
-    return (unsigned)tag < TLM_MEM_NUM_TAGS ? names[tag] : "unknown";
+double tlm_host_clock_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
-static int format_bytes_gib(char *buf, size_t n, size_t bytes) {
-    return snprintf(buf, n, "%.3f GiB", (double)bytes / (1024.0 * 1024.0 * 1024.0));
-}
-
-void *tlm_alloc(tlm_backend *be, size_t bytes, tlm_mem_tag tag, const char *name) {
-    TLM_ASSERT(be && (unsigned)tag < TLM_MEM_NUM_TAGS);
-    struct tlm_allocation *a = calloc(1, sizeof *a);
-    if (!a) {
-        tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory allocating the record of '%s'", name);
-        return NULL;
+tlm_status tlm_backend_new(tlm_backend **out, const char *name, tlm_device_kind kind, const tlm_backend_iface *iface,
+                           const tlm_ops *ops) {
+    *out = NULL;
+    tlm_backend *be = calloc(1, sizeof *be);
+    struct tlm_backend_state *s = calloc(1, sizeof *s);
+    if (!be || !s) {
+        free(be);
+        free(s);
+        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory creating the %s backend", name);
     }
-    a->ptr = be->raw_alloc(be, bytes ? bytes : 1);
-    if (!a->ptr) {
-        char want[32], have[32];
-        format_bytes_gib(want, sizeof want, bytes);
-        format_bytes_gib(have, sizeof have, be->mem_current_total);
-        tlm_fail(TLM_ERR_OUT_OF_MEMORY,
-                 "%s backend out of memory: asked for %zu bytes (%s) for '%s' (%s) with %s in use",
-                 be->name, bytes, want, name ? name : "?", tlm_mem_tag_name(tag), have);
-        free(a);
-        return NULL;
-    }
-    a->bytes = bytes;
-    a->tag = tag;
-    snprintf(a->name, sizeof a->name, "%s", name ? name : "");
-    a->next = be->allocations;
-    be->allocations = a;
-    be->mem_current[tag] += bytes;
-    be->mem_current_total += bytes;
-    if (be->mem_current[tag] > be->mem_peak[tag]) be->mem_peak[tag] = be->mem_current[tag];
-    if (be->mem_current_total > be->mem_peak_total) be->mem_peak_total = be->mem_current_total;
-    return a->ptr;
-}
-
-void tlm_free(tlm_backend *be, void *ptr) {
-    if (!ptr) return;
-    for (struct tlm_allocation **p = &be->allocations; *p; p = &(*p)->next) {
-        if ((*p)->ptr == ptr) {
-            struct tlm_allocation *a = *p;
-            *p = a->next;
-            be->mem_current[a->tag] -= a->bytes;
-            be->mem_current_total -= a->bytes;
-            be->raw_free(be, a->ptr);
-            free(a);
-            return;
-        }
-    }
-    tlm_fatal("tlm_free: %p was not allocated by the %s backend", ptr, be->name);
-}
-
-void tlm_mem_reset_peak(tlm_backend *be) {
-    for (int t = 0; t < TLM_MEM_NUM_TAGS; t++) be->mem_peak[t] = be->mem_current[t];
-    be->mem_peak_total = be->mem_current_total;
+    be->name = name;
+    be->kind = kind;
+    be->iface = iface;
+    be->ops = ops;
+    be->state = s;
+    snprintf(be->description, sizeof be->description, "%s", name);
+    s->scope = (tlm_scope){.phase = TLM_PHASE_SETUP, .layer = -1, .step = -1};
+    s->created_us = tlm_host_clock_us();
+    *out = be;
+    return TLM_OK;
 }
 
 void tlm_backend_destroy(tlm_backend *be) {
     if (!be) return;
-    while (be->allocations) tlm_free(be, be->allocations->ptr);
-    if (be->destroy) be->destroy(be);
+    tlm_mem_state_free(be);
+    if (be->iface->destroy) be->iface->destroy(be);
+    free(be->state);
     free(be);
+}
+
+tlm_status tlm_backend_create(tlm_backend **out, const char *device, int gpu, int cpu_threads) {
+    *out = NULL;
+    if (!device) device = tlm_cuda_available() ? "cuda" : "cpu";
+    if (strcmp(device, "cpu") == 0) return tlm_backend_cpu_create(out, cpu_threads);
+    if (strcmp(device, "cuda") == 0) return tlm_backend_cuda_create(out, gpu);
+    return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown device '%s' (known: cpu, cuda)", device);
+}
+
+/* ---- the device ------------------------------------------------------------------------------------ */
+
+tlm_support tlm_backend_supports(tlm_backend *be, tlm_op_id op, tlm_dtype dt, int d_head) {
+    return be->iface->supports(be, op, dt, d_head);
+}
+
+size_t tlm_device_memory_used(tlm_backend *be) {
+    return be->iface->device_memory_used ? be->iface->device_memory_used(be) : 0;
+}
+
+/* ---- memory ------------------------------------------------------------------------------------------ */
+
+void tlm_copy_to_backend(tlm_backend *be, void *dst, const void *src_host, size_t bytes) {
+    if (bytes) be->iface->copy_to_backend(be, dst, src_host, bytes);
+}
+
+void tlm_copy_to_host(tlm_backend *be, void *dst_host, const void *src, size_t bytes) {
+    if (bytes) be->iface->copy_to_host(be, dst_host, src, bytes);
+}
+
+void tlm_memset_zero(tlm_backend *be, void *dst, size_t bytes) {
+    if (bytes) be->iface->memset_zero(be, dst, bytes);
+}
+
+/* ---- streams and events -------------------------------------------------------------------------------
+ * A backend without its own (the CPU: ops are synchronous, one queue) gets these: a stream is a
+ * token, an event the host clock at the moment it is recorded, when all earlier work is done. */
+
+void tlm_stream_synchronize(tlm_backend *be, tlm_stream *s) {
+    if (be->iface->stream_synchronize) be->iface->stream_synchronize(be, s);
+}
+
+tlm_status tlm_stream_create(tlm_backend *be, tlm_stream **out) {
+    if (be->iface->stream_create) return be->iface->stream_create(be, out);
+    *out = calloc(1, sizeof **out);
+    return *out ? TLM_OK : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for a stream");
+}
+
+void tlm_stream_destroy(tlm_backend *be, tlm_stream *s) {
+    if (!s) return;
+    if (be->iface->stream_destroy) be->iface->stream_destroy(be, s);
+    else free(s);
+}
+
+tlm_status tlm_event_create(tlm_backend *be, tlm_event **out) {
+    if (be->iface->event_create) return be->iface->event_create(be, out);
+    *out = calloc(1, sizeof **out);
+    return *out ? TLM_OK : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for an event");
+}
+
+void tlm_event_destroy(tlm_backend *be, tlm_event *e) {
+    if (!e) return;
+    if (be->iface->event_destroy) be->iface->event_destroy(be, e);
+    else free(e);
+}
+
+void tlm_event_record(tlm_backend *be, tlm_event *e, tlm_stream *s) {
+    if (be->iface->event_record) be->iface->event_record(be, e, s);
+    else e->host_ms = tlm_host_clock_us() * 1e-3;
+}
+
+void tlm_stream_wait_event(tlm_backend *be, tlm_stream *s, tlm_event *e) {
+    if (be->iface->stream_wait_event) be->iface->stream_wait_event(be, s, e);
+}
+
+double tlm_event_elapsed_ms(tlm_backend *be, tlm_event *start, tlm_event *end) {
+    if (be->iface->event_elapsed_ms) return be->iface->event_elapsed_ms(be, start, end);
+    return end->host_ms - start->host_ms;
+}
+
+/* ---- CUDA graphs ---------------------------------------------------------------------------------------- */
+
+bool tlm_backend_has_graphs(const tlm_backend *be) { return be->iface->graph_begin != NULL; }
+
+void tlm_graph_reset(tlm_backend *be, tlm_graph *g) {
+    if (g->exec) be->iface->graph_destroy(be, g->exec);
+    memset(g, 0, sizeof *g);
+}
+
+void tlm_graph_run(tlm_backend *be, tlm_graph *g, bool enabled, tlm_graph_fn fn, void *ctx, uint32_t key) {
+    if (!enabled || !tlm_backend_has_graphs(be) || g->failed) {
+        fn(ctx, key);
+        return;
+    }
+    if (g->key != key) tlm_graph_reset(be, g);
+    if (g->exec) {
+        be->iface->graph_launch(be, g->exec);
+        return;
+    }
+    if (!g->warm) { /* the first run with this key: eager, warming plan caches */
+        g->warm = 1;
+        g->key = key;
+        fn(ctx, key);
+        return;
+    }
+    be->iface->graph_begin(be);
+    fn(ctx, key);
+    g->exec = be->iface->graph_end(be);
+    if (g->exec) {
+        be->iface->graph_launch(be, g->exec);
+    } else { /* capture failed (message set): stay eager */
+        g->failed = 1;
+        fn(ctx, key);
+    }
 }

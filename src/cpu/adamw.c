@@ -36,10 +36,10 @@ void tlm_cpu_adamw_step(tlm_backend *be, float *params, const float *grads, floa
     }
 }
 
-/* GradScaler's unscale (PyTorch torch.cuda.amp): grads *= inv_scale, and a count of the
- * elements that are inf or NaN afterwards (the step is skipped when there is any). */
-size_t tlm_cpu_grad_unscale(tlm_backend *be, float *grads, size_t n, float inv_scale) {
-    /* grads (n) float32 */
+/* GradScaler's unscale (PyTorch torch.cuda.amp): grads *= inv_scale, and found_inf += the number
+ * of elements that are inf or NaN afterwards (the step is skipped when there is any). */
+void tlm_cpu_grad_unscale(tlm_backend *be, float *grads, size_t n, float inv_scale, float *found_inf) {
+    /* grads (n) float32; found_inf (1) float32 */
     size_t nonfinite = 0;
 #pragma omp parallel for simd schedule(static) reduction(+ : nonfinite) if (n >= TLM_CPU_GRAIN)
     for (size_t i = 0; i < n; i++) {
@@ -47,5 +47,5 @@ size_t tlm_cpu_grad_unscale(tlm_backend *be, float *grads, size_t n, float inv_s
         grads[i] = g;
         nonfinite += (tlm_f32_bits(g) & 0x7f800000u) == 0x7f800000u; /* exponent all ones */
     }
-    return nonfinite;
+    *found_inf += (float)nonfinite;
 }

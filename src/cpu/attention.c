@@ -42,7 +42,8 @@ static void round_causal(float *x, int T, tlm_dtype dt) {
 
 void tlm_cpu_attention_forward(tlm_backend *be, void *out, void *probs, const void *q,
                                const void *k, const void *v, int ld, int B, int T, int H, int D,
-                               tlm_dtype dt) {
+                               tlm_precision p) {
+    const tlm_dtype dt = tlm_precision_act_dtype(p);
     /* out (N,C) dt; probs (B,H,T,T) dt; q, k, v (N rows, row stride ld) dt, head h at
      * columns h*D.. */
     const int C = H * D;
@@ -113,7 +114,8 @@ void tlm_cpu_attention_forward(tlm_backend *be, void *out, void *probs, const vo
 void tlm_cpu_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, void *dprobs,
                                 const void *dout, const void *q, const void *k, const void *v,
                                 const void *probs, int ld, int B, int T, int H, int D,
-                                tlm_dtype dt) {
+                                tlm_precision p) {
+    const tlm_dtype dt = tlm_precision_act_dtype(p);
     /* dq, dk, dv, q, k, v (N rows, row stride ld) dt; dprobs, probs (B,H,T,T) dt;
      * dout (N,C) dt */
     const int C = H * D;

@@ -1,8 +1,10 @@
 /* backend_cpu.c — the CPU backend: host memory (64-byte aligned), memcpy copies, the ops of
- * src/cpu (OpenMP loops, OpenBLAS SGEMMs) and their scratch arena. Always present; the
- * reference the CUDA backend must match, in every precision mode. */
+ * src/cpu (OpenMP loops, OpenBLAS SGEMMs) and their scratch arena. Always present; the reference
+ * the CUDA backend must match, in every precision mode. Its ops run synchronously on the calling
+ * thread: one queue, and events on the host clock (the generic ones of src/core/backend.c). */
 #include "cpu/cpu_ops.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
@@ -11,35 +13,13 @@
 #define CPU_ALIGNMENT 64 /* bytes: a cache line, one AVX-512 vector */
 
 static const tlm_ops cpu_ops = {
-    .embedding_forward = tlm_cpu_embedding_forward,
-    .embedding_backward = tlm_cpu_embedding_backward,
-    .rmsnorm_forward = tlm_cpu_rmsnorm_forward,
-    .rmsnorm_backward = tlm_cpu_rmsnorm_backward,
-    .layernorm_forward = tlm_cpu_layernorm_forward,
-    .layernorm_backward = tlm_cpu_layernorm_backward,
-    .relu_forward = tlm_cpu_relu_forward,
-    .relu_backward = tlm_cpu_relu_backward,
-    .matmul_forward = tlm_cpu_matmul_forward,
-    .matmul_backward = tlm_cpu_matmul_backward,
-    .cast = tlm_cpu_cast,
-    .rope_forward = tlm_cpu_rope_forward,
-    .rope_backward = tlm_cpu_rope_backward,
-    .attention_forward = tlm_cpu_attention_forward,
-    .attention_backward = tlm_cpu_attention_backward,
-    .flash_attention_forward = tlm_cpu_flash_attention_forward,
-    .flash_attention_backward = tlm_cpu_flash_attention_backward,
-    .flash_attention_check = tlm_cpu_flash_attention_check,
-    .swiglu_forward = tlm_cpu_swiglu_forward,
-    .swiglu_backward = tlm_cpu_swiglu_backward,
-    .cross_entropy_forward = tlm_cpu_cross_entropy_forward,
-    .cross_entropy_backward = tlm_cpu_cross_entropy_backward,
-    .adamw_step = tlm_cpu_adamw_step,
-    .grad_unscale = tlm_cpu_grad_unscale,
+#define TLM_OP(ID, name, cls, params, args, flops, bytes) .name = tlm_cpu_##name,
+#include "tlm/ops.def"
+#undef TLM_OP
 };
 
-/* be->impl: the scratch arena (cpu_ops.h), grown to the largest request, freed by destroy.
- * Host memory private to the backend, outside the tracked allocator, like a BLAS library's
- * own buffers: the bf16/fp16 GEMMs keep float32 copies of their operands in it. */
+/* be->impl: the scratch arena (cpu_ops.h), grown to the largest request through the tracked
+ * allocator; the bf16/fp16 GEMMs keep float32 copies of their operands in it. */
 typedef struct {
     void *scratch;
     size_t scratch_bytes;
@@ -50,10 +30,10 @@ void *tlm_cpu_scratch(tlm_backend *be, size_t bytes, const char *op) {
     if (bytes <= cpu->scratch_bytes) return cpu->scratch;
     size_t rounded = (bytes + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
     if (rounded < bytes) tlm_fatal("cpu %s: scratch of %zu bytes overflows", op, bytes);
-    free(cpu->scratch); /* grow-only: the old contents are not kept */
-    cpu->scratch = aligned_alloc(CPU_ALIGNMENT, rounded);
+    tlm_free(be, cpu->scratch); /* grow-only: the old contents are not kept */
+    cpu->scratch = tlm_alloc(be, rounded, TLM_MEM_WORKSPACE, "cpu.scratch");
     cpu->scratch_bytes = cpu->scratch ? rounded : 0;
-    if (!cpu->scratch) tlm_fatal("cpu %s: out of host memory for %zu bytes of scratch", op, bytes);
+    if (!cpu->scratch) tlm_fatal("cpu %s: %s", op, tlm_last_error());
     return cpu->scratch;
 }
 
@@ -67,6 +47,18 @@ tlm_cpu_thread_scratch tlm_cpu_scratch_per_thread(tlm_backend *be, size_t floats
     return s;
 }
 
+/* every op in F32, BF16 and F16 (d_head any); FlashAttention-2 is the fp32 reference: REFERENCE */
+static tlm_support cpu_supports(tlm_backend *be, tlm_op_id op, tlm_dtype dt, int d_head) {
+    if (op == TLM_OP_FLASH_ATTENTION_FORWARD || op == TLM_OP_FLASH_ATTENTION_BACKWARD)
+        return tlm_cpu_flash_attention_check(d_head, dt) == TLM_OK ? TLM_SUPPORT_REFERENCE : TLM_SUPPORT_NONE;
+    if (dt != TLM_DTYPE_F32 && dt != TLM_DTYPE_BF16 && dt != TLM_DTYPE_F16) {
+        tlm_fail(TLM_ERR_UNSUPPORTED, "%s on cpu: dtype %s is not supported (F32, BF16, F16)", tlm_op_name(op),
+                 tlm_dtype_name(dt));
+        return TLM_SUPPORT_NONE;
+    }
+    return TLM_SUPPORT_FAST;
+}
+
 static void *cpu_raw_alloc(tlm_backend *be, size_t bytes) {
     size_t rounded = (bytes + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
     if (rounded < bytes) return NULL; /* overflow */
@@ -75,46 +67,39 @@ static void *cpu_raw_alloc(tlm_backend *be, size_t bytes) {
 
 static void cpu_raw_free(tlm_backend *be, void *ptr) { free(ptr); }
 
-static void cpu_copy(tlm_backend *be, void *dst, const void *src, size_t bytes) {
-    memcpy(dst, src, bytes);
-}
+static void cpu_copy(tlm_backend *be, void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 
 static void cpu_memset_zero(tlm_backend *be, void *dst, size_t bytes) { memset(dst, 0, bytes); }
 
-static void cpu_synchronize(tlm_backend *be) {} /* the CPU ops are synchronous */
-
 static void cpu_destroy(tlm_backend *be) {
-    tlm_cpu *cpu = be->impl;
-    if (cpu) free(cpu->scratch);
-    free(cpu);
+    free(be->impl); /* the scratch itself was a tracked allocation, already freed */
     be->impl = NULL;
 }
 
+static const tlm_backend_iface cpu_iface = {
+    .supports = cpu_supports,
+    .raw_alloc = cpu_raw_alloc,
+    .raw_free = cpu_raw_free,
+    .copy_to_backend = cpu_copy,
+    .copy_to_host = cpu_copy,
+    .memset_zero = cpu_memset_zero,
+    .destroy = cpu_destroy,
+};
+
 tlm_status tlm_backend_cpu_create(tlm_backend **out, int threads) {
     *out = NULL;
-    tlm_backend *be = calloc(1, sizeof *be);
-    tlm_cpu *cpu = calloc(1, sizeof *cpu);
-    if (!be || !cpu) {
-        free(be);
-        free(cpu);
+    tlm_backend *be;
+    TLM_TRY(tlm_backend_new(&be, "cpu", TLM_DEVICE_CPU, &cpu_iface, &cpu_ops));
+    if (!(be->impl = calloc(1, sizeof(tlm_cpu)))) {
+        tlm_backend_destroy(be);
         return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory creating the CPU backend");
     }
-    be->name = "cpu";
-    be->device = TLM_DEVICE_CPU;
-    be->ops = &cpu_ops;
-    be->impl = cpu;
-    be->precision = TLM_PRECISION_FP32;
-    be->raw_alloc = cpu_raw_alloc;
-    be->raw_free = cpu_raw_free;
-    be->destroy = cpu_destroy;
-    be->copy_to_backend = cpu_copy;
-    be->copy_to_host = cpu_copy;
-    be->memset_zero = cpu_memset_zero;
-    be->synchronize = cpu_synchronize;
     if (threads > 0) {
         omp_set_num_threads(threads);
         openblas_set_num_threads(threads);
     }
+    snprintf(be->description, sizeof be->description, "cpu (%d OpenMP threads, OpenBLAS)",
+             threads > 0 ? threads : omp_get_max_threads());
     *out = be;
     return TLM_OK;
 }

@@ -1,9 +1,9 @@
-/* cpu_ops.h — the CPU backend's ops (one tlm_cpu_<op> per member of tlm_ops, same signatures
- * and semantics as documented in tlm/backend.h), and what they share: TLM_CPU_GRAIN, the size
+/* cpu_ops.h — the CPU backend's ops (one tlm_cpu_<op> per op of tlm/ops.def, same signatures
+ * and semantics as documented there), and what they share: TLM_CPU_GRAIN, the size
  * below which a loop stays on one thread; the dtype helpers (the ops compute in float32 and
  * read/write bf16/fp16 tensors through them); the scratch arena; tlm_cpu_expf, an exp that
  * vectorises.
- * Internal to src/cpu: the model reaches the ops only through tlm_backend.ops. */
+ * Internal to src/cpu: everyone else reaches the ops through the dispatch (tlm/ops.h). */
 #ifndef TLM_CPU_OPS_H
 #define TLM_CPU_OPS_H
 
@@ -13,97 +13,34 @@
 #include <math.h>
 #include <omp.h>
 #include "tlm/backend.h"
+#include "tlm/ops.h"
 #include "core/convert.h"
 
 /* Loops over fewer elements than this run on one thread (OpenMP `if` clause): starting a
  * parallel region costs microseconds. PyTorch uses the same grain (at::internal::GRAIN_SIZE). */
 #define TLM_CPU_GRAIN 32768
 
-/* embedding.c */
-void tlm_cpu_embedding_forward(tlm_backend *be, float *out, const int32_t *tokens,
-                               const float *wte, int N, int C);
-void tlm_cpu_embedding_backward(tlm_backend *be, float *dwte, const float *dout,
-                                const int32_t *tokens, int N, int V, int C);
+/* The ops: tlm_cpu_<op> for every op of the list (tlm/ops.def), with its parameters after
+ * `tlm_backend *be`; one file per op family (embedding.c, rmsnorm.c, layernorm.c, relu.c,
+ * matmul.c, cast.c, rope.c, attention.c, flash_attention.c, swiglu.c, cross_entropy.c,
+ * reduce.c, adamw.c). */
+#define TLM_OP(ID, name, cls, params, args, flops, bytes) void tlm_cpu_##name(tlm_backend *be, TLM_UNPAREN params);
+#include "tlm/ops.def"
+#undef TLM_OP
 
-/* rmsnorm.c */
-void tlm_cpu_rmsnorm_forward(tlm_backend *be, void *out, float *rstd, const float *x,
-                             const float *w, int N, int C, float eps, tlm_dtype dt);
-void tlm_cpu_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void *dout,
-                              const float *x, const float *w, const float *rstd, int N, int C,
-                              tlm_dtype dt);
-
-/* layernorm.c (the ToyModel's LayerNorm, fp32 statistics and output) */
-void tlm_cpu_layernorm_forward(tlm_backend *be, float *out, float *mean, float *rstd, const void *x,
-                               const float *w, const float *b, int N, int C, float eps, tlm_dtype dt);
-void tlm_cpu_layernorm_backward(tlm_backend *be, void *dx, float *dw, float *db, const void *dout,
-                                const void *x, const float *w, const float *mean, const float *rstd,
-                                int N, int C, tlm_dtype dt);
-
-/* relu.c (the ToyModel's ReLU) */
-void tlm_cpu_relu_forward(tlm_backend *be, void *out, const void *x, size_t n, tlm_dtype dt);
-void tlm_cpu_relu_backward(tlm_backend *be, void *dx, const void *dout, const void *x, size_t n,
-                           tlm_dtype dt);
-
-/* matmul.c */
-void tlm_cpu_matmul_forward(tlm_backend *be, void *y, const float *residual, const void *x,
-                            const void *w, int N, int in, int out, tlm_dtype dt);
-void tlm_cpu_matmul_backward(tlm_backend *be, void *dx, float *dw, const void *dy,
-                             const void *x, const void *w, int N, int in, int out, tlm_dtype dt);
-
-/* cast.c: the cast op, and whole-tensor conversions (parallel) for the GEMMs' operands */
-void tlm_cpu_cast(tlm_backend *be, void *dst, const float *src, size_t n, tlm_dtype dt);
+/* cast.c: whole-tensor conversions (parallel) for the GEMMs' operands */
 void tlm_cpu_to_f32(float *dst, const void *src, size_t n, tlm_dtype dt);   /* widen */
 void tlm_cpu_from_f32(void *dst, const float *src, size_t n, tlm_dtype dt); /* round */
 
-/* rope.c */
-void tlm_cpu_rope_forward(tlm_backend *be, void *x, const float *cos, const float *sin,
-                          int B, int T, int nheads, int D, int ld, tlm_dtype dt);
-void tlm_cpu_rope_backward(tlm_backend *be, void *dx, const float *cos, const float *sin,
-                           int B, int T, int nheads, int D, int ld, tlm_dtype dt);
-
-/* attention.c */
-void tlm_cpu_attention_forward(tlm_backend *be, void *out, void *probs, const void *q,
-                               const void *k, const void *v, int ld, int B, int T, int H, int D,
-                               tlm_dtype dt);
-void tlm_cpu_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, void *dprobs,
-                                const void *dout, const void *q, const void *k, const void *v,
-                                const void *probs, int ld, int B, int T, int H, int D,
-                                tlm_dtype dt);
-
-/* flash_attention.c: FlashAttention-2, the fp32 reference (tlm/flash_attention.h) with its
- * default tiles; bf16/fp16 tensors widened to float32 in the scratch arena, outputs rounded to dt.
- * Any d_head >= 1; the workspace is unused (may be NULL). */
-void tlm_cpu_flash_attention_forward(tlm_backend *be, void *out, float *lse, const void *q,
-                                     const void *k, const void *v, int ld_qkv, int ld_out, int B,
-                                     int Tq, int Tk, int H, int D, bool causal, tlm_dtype dt);
-void tlm_cpu_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv,
-                                      float *workspace, const void *dout, const void *q,
-                                      const void *k, const void *v, const void *out,
-                                      const float *lse, int ld_qkv, int ld_out, int B, int Tq,
-                                      int Tk, int H, int D, bool causal, tlm_dtype dt);
-tlm_status tlm_cpu_flash_attention_check(tlm_backend *be, int D, tlm_dtype dt);
-
-/* swiglu.c */
-void tlm_cpu_swiglu_forward(tlm_backend *be, void *out, const void *ab, int N, int F, tlm_dtype dt);
-void tlm_cpu_swiglu_backward(tlm_backend *be, void *dab, const void *dout, const void *ab,
-                             int N, int F, tlm_dtype dt);
-
-/* cross_entropy.c */
-void tlm_cpu_cross_entropy_forward(tlm_backend *be, float *losses, float *lse, const void *logits,
-                                   const int32_t *targets, int N, int V, tlm_dtype dt);
-void tlm_cpu_cross_entropy_backward(tlm_backend *be, void *dlogits, const void *logits,
-                                    const float *lse, const int32_t *targets, int N, int V,
-                                    float dloss, tlm_dtype dt);
-
-/* adamw.c: the optimizer step, and the fp16 loss scaling's unscale */
-void tlm_cpu_adamw_step(tlm_backend *be, float *params, const float *grads, float *m, float *v,
-                        size_t n, float lr, float beta1, float beta2, float eps,
-                        float weight_decay, int t, void *params_lp, tlm_dtype dt);
-size_t tlm_cpu_grad_unscale(tlm_backend *be, float *grads, size_t n, float inv_scale);
+/* flash_attention.c: the (d_head, dtype) the CPU's FlashAttention-2 takes: any d_head >= 1 in F32,
+ * BF16, F16 (TLM_OK), else TLM_ERR_UNSUPPORTED with a message */
+tlm_status tlm_cpu_flash_attention_check(int D, tlm_dtype dt);
 
 /* ---- scratch (backend_cpu.c) -------------------------------------------------------------
  * One grow-only arena per backend (be->impl), 64-byte aligned, for the float32 copies that
- * the bf16/fp16 paths compute in. tlm_cpu_scratch returns at least `bytes`; the memory is the
+ * the bf16/fp16 paths compute in; allocated through the tracked allocator (tag workspace, name
+ * "cpu.scratch"), so it counts in the peaks and the memory events. tlm_cpu_scratch returns at
+ * least `bytes`; the memory is the
  * caller's until the next call (ops run one at a time; the arena is not for nesting).
  * Out of memory is fatal. The fp32 path never touches it. */
 void *tlm_cpu_scratch(tlm_backend *be, size_t bytes, const char *op);

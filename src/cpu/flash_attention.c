@@ -25,8 +25,9 @@
  * lse = -inf; the backward gives their masked entries P = 0 without reading L. exp is
  * tlm_cpu_expf (cpu_ops.h: vectorises; within 1 ulp of expf).
  *
- * At the end, the CPU backend's ops (tlm_cpu_flash_attention_forward/_backward/_check): the
- * reference with the default tiles, bf16/fp16 tensors widened to float32 at the edges. */
+ * At the end, the CPU backend's ops (tlm_cpu_flash_attention_forward/_backward, and the check of
+ * what they take): the reference with the default tiles, bf16/fp16 tensors widened to float32 at
+ * the edges. */
 #include "tlm/flash_attention.h"
 #include "tlm/status.h"
 #include "cpu/cpu_ops.h"
@@ -303,7 +304,7 @@ static bool flash_dtype_ok(tlm_dtype dt) {
     return dt == TLM_DTYPE_F32 || dt == TLM_DTYPE_BF16 || dt == TLM_DTYPE_F16;
 }
 
-tlm_status tlm_cpu_flash_attention_check(tlm_backend *be, int D, tlm_dtype dt) {
+tlm_status tlm_cpu_flash_attention_check(int D, tlm_dtype dt) {
     if (D < 1)
         return tlm_fail(TLM_ERR_UNSUPPORTED,
                         "flash attention (cpu): d_head %d is not supported (the CPU backend takes any d_head "
@@ -317,7 +318,7 @@ tlm_status tlm_cpu_flash_attention_check(tlm_backend *be, int D, tlm_dtype dt) {
 
 static void check_op(int D, tlm_dtype dt, const char *op) {
     if (D < 1 || !flash_dtype_ok(dt))
-        tlm_fatal("cpu %s: d_head %d, dtype %s: not supported (flash_attention_check says which are)", op, D,
+        tlm_fatal("cpu %s: d_head %d, dtype %s: not supported (tlm_backend_supports says which are)", op, D,
                   tlm_dtype_name(dt));
 }
 

@@ -11,7 +11,8 @@
 #include <cblas.h>
 
 void tlm_cpu_matmul_forward(tlm_backend *be, void *y, const float *residual, const void *x,
-                            const void *w, int N, int in, int out, tlm_dtype dt) {
+                            const void *w, int N, int in, int out, tlm_precision p) {
+    const tlm_dtype dt = tlm_precision_act_dtype(p); /* TF32 is computed as fp32 on the CPU */
     /* y (N,out) = [residual (N,out) +] x (N,in) . W^T, W (out,in) */
     const size_t nx = (size_t)N * in, nw = (size_t)out * in, ny = (size_t)N * out;
     const float *xf = x, *wf = w;
@@ -38,7 +39,8 @@ void tlm_cpu_matmul_forward(tlm_backend *be, void *y, const float *residual, con
 }
 
 void tlm_cpu_matmul_backward(tlm_backend *be, void *dx, float *dw, const void *dy,
-                             const void *x, const void *w, int N, int in, int out, tlm_dtype dt) {
+                             const void *x, const void *w, int N, int in, int out, tlm_precision p) {
+    const tlm_dtype dt = tlm_precision_act_dtype(p); /* TF32 is computed as fp32 on the CPU */
     const size_t nx = (size_t)N * in, nw = (size_t)out * in, ny = (size_t)N * out;
     const float *dyf = dy, *xf = x, *wf = w;
     float *dxf = dx; /* where the SGEMM writes dx: dx itself when float32 */

@@ -87,20 +87,15 @@ __global__ void causal_softmax_backward_kernel(E *dP, const E *P, int T, size_t 
     }
 }
 
-static void range_push(tlm_backend *be, const char *name) {
-    if (be->range_push) be->range_push(be, name);
-}
-static void range_pop(tlm_backend *be) {
-    if (be->range_pop) be->range_pop(be);
-}
-
 /* element i of a dt tensor */
 static inline void *at(void *p, size_t i, size_t es) { return (char *)p + i * es; }
 static inline const void *at(const void *p, size_t i, size_t es) { return (const char *)p + i * es; }
 
 void tlm_cuda_attention_forward(tlm_backend *be, void *out, void *probs, const void *q, const void *k,
-                                const void *v, int ld, int B, int T, int H, int D, tlm_dtype dt) {
+                                const void *v, int ld, int B, int T, int H, int D, tlm_precision pm) {
     /* out (N,C); probs (B,H,T,T); q, k, v (N rows, row stride ld), head h at columns h*D.. */
+    const tlm_dtype dt = tlm_precision_act_dtype(pm);
+    const bool tf32 = pm == TLM_PRECISION_TF32;
     if (B <= 0 || T <= 0 || H <= 0) return;
     const char *op = "attention_forward";
     const int C = H * D;
@@ -109,13 +104,13 @@ void tlm_cuda_attention_forward(tlm_backend *be, void *out, void *probs, const v
     const size_t head0 = (size_t)T * ld; /* elements between batch elements in q, k, v */
     const size_t es = tlm_dtype_size(dt);
 
-    range_push(be, "computing attention scores");
+    tlm_stage_begin(be, "computing attention scores");
     for (int b = 0; b < B; b++) /* S_h (T,T) = scale Q_h K_h^T for the H heads of batch b */
         tlm_cuda_gemm(be, op, false, true, T, T, D, scale, at(q, b * head0, es), ld, D, at(k, b * head0, es), ld, D,
-                      dt, 0.0f, NULL, at(probs, (size_t)b * H * TT, es), T, TT, dt, H);
-    range_pop(be);
+                      dt, 0.0f, NULL, at(probs, (size_t)b * H * TT, es), T, TT, dt, H, tf32);
+    tlm_stage_end(be, "computing attention scores");
 
-    range_push(be, "computing softmax");
+    tlm_stage_begin(be, "computing softmax");
     const size_t rows = (size_t)B * H * T;
     const unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
     cudaStream_t st = tlm_cuda_stream(be);
@@ -130,19 +125,21 @@ void tlm_cuda_attention_forward(tlm_backend *be, void *out, void *probs, const v
         }
     });
     TLM_CUDA_CHECK_LAUNCH();
-    range_pop(be);
+    tlm_stage_end(be, "computing softmax");
 
-    range_push(be, "final matmul");
+    tlm_stage_begin(be, "final matmul");
     for (int b = 0; b < B; b++) /* out_h (T,D) = P_h V_h, into columns h*D.. of out */
         tlm_cuda_gemm(be, op, false, false, T, D, T, 1.0f, at(probs, (size_t)b * H * TT, es), T, TT,
-                      at(v, b * head0, es), ld, D, dt, 0.0f, NULL, at(out, (size_t)b * T * C, es), C, D, dt, H);
-    range_pop(be);
+                      at(v, b * head0, es), ld, D, dt, 0.0f, NULL, at(out, (size_t)b * T * C, es), C, D, dt, H, tf32);
+    tlm_stage_end(be, "final matmul");
 }
 
 void tlm_cuda_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, void *dprobs, const void *dout,
                                  const void *q, const void *k, const void *v, const void *probs, int ld, int B,
-                                 int T, int H, int D, tlm_dtype dt) {
+                                 int T, int H, int D, tlm_precision pm) {
     /* dq, dk, dv, q, k, v (N rows, row stride ld); dprobs, probs (B,H,T,T); dout (N,C) */
+    const tlm_dtype dt = tlm_precision_act_dtype(pm);
+    const bool tf32 = pm == TLM_PRECISION_TF32;
     if (B <= 0 || T <= 0 || H <= 0) return;
     const char *op = "attention_backward";
     const int C = H * D;
@@ -156,10 +153,10 @@ void tlm_cuda_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, 
         const void *P = at(probs, (size_t)b * H * TT, es), *dO = at(dout, b * out0, es);
         /* dV_h (T,D) = P_h^T dO_h */
         tlm_cuda_gemm(be, op, true, false, T, D, T, 1.0f, P, T, TT, dO, C, D, dt, 0.0f, NULL, at(dv, b * head0, es),
-                      ld, D, dt, H);
+                      ld, D, dt, H, tf32);
         /* dP_h (T,T) = dO_h V_h^T */
         tlm_cuda_gemm(be, op, false, true, T, T, D, 1.0f, dO, C, D, at(v, b * head0, es), ld, D, dt, 0.0f, NULL,
-                      at(dprobs, (size_t)b * H * TT, es), T, TT, dt, H);
+                      at(dprobs, (size_t)b * H * TT, es), T, TT, dt, H, tf32);
     }
 
     const size_t rows = (size_t)B * H * T;
@@ -182,8 +179,8 @@ void tlm_cuda_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, 
         const void *dS = at(dprobs, (size_t)b * H * TT, es);
         /* dQ_h (T,D) = scale dS_h K_h;  dK_h (T,D) = scale dS_h^T Q_h */
         tlm_cuda_gemm(be, op, false, false, T, D, T, scale, dS, T, TT, at(k, b * head0, es), ld, D, dt, 0.0f, NULL,
-                      at(dq, b * head0, es), ld, D, dt, H);
+                      at(dq, b * head0, es), ld, D, dt, H, tf32);
         tlm_cuda_gemm(be, op, true, false, T, D, T, scale, dS, T, TT, at(q, b * head0, es), ld, D, dt, 0.0f, NULL,
-                      at(dk, b * head0, es), ld, D, dt, H);
+                      at(dk, b * head0, es), ld, D, dt, H, tf32);
     }
 }

@@ -1,51 +1,52 @@
-/* backend_cuda.cu — the CUDA backend: device memory through cudaMalloc, one non-blocking stream
- * that every op and copy runs on, a cuBLASLt handle with a 32 MiB workspace, NVTX ranges, and
- * the table of ops (kernels in src/cuda/<op>.cu, GEMMs through cuBLASLt in matmul.cu), each
- * taking the mode's activation dtype (fp32, bf16, fp16) where the interface says so. */
+/* backend_cuda.cu — the CUDA backend: the device (which ops, dtypes and d_heads it has kernels
+ * for), stream-ordered device memory (cudaMallocAsync / cudaFreeAsync on the compute stream: a free
+ * never synchronizes), the compute stream every op and copy runs on, more streams and CUDA events
+ * for timing and ordering, CUDA graph capture, a cuBLASLt handle with a 32 MiB workspace, and the
+ * table of ops (kernels in src/cuda/<op>.cu, GEMMs through cuBLASLt in matmul.cu). NVTX ranges come
+ * from the hook in nvtx.cu, installed here. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <nvtx3/nvToolsExt.h>
 
 #include "cuda/cuda_common.cuh"
 
 static tlm_ops cuda_ops_table(void) {
     tlm_ops ops;
     memset(&ops, 0, sizeof ops);
-    ops.embedding_forward = tlm_cuda_embedding_forward;
-    ops.embedding_backward = tlm_cuda_embedding_backward;
-    ops.rmsnorm_forward = tlm_cuda_rmsnorm_forward;
-    ops.rmsnorm_backward = tlm_cuda_rmsnorm_backward;
-    ops.layernorm_forward = tlm_cuda_layernorm_forward;
-    ops.layernorm_backward = tlm_cuda_layernorm_backward;
-    ops.relu_forward = tlm_cuda_relu_forward;
-    ops.relu_backward = tlm_cuda_relu_backward;
-    ops.matmul_forward = tlm_cuda_matmul_forward;
-    ops.matmul_backward = tlm_cuda_matmul_backward;
-    ops.cast = tlm_cuda_cast;
-    ops.rope_forward = tlm_cuda_rope_forward;
-    ops.rope_backward = tlm_cuda_rope_backward;
-    ops.attention_forward = tlm_cuda_attention_forward;
-    ops.attention_backward = tlm_cuda_attention_backward;
-    ops.flash_attention_forward = tlm_cuda_flash_attention_forward;
-    ops.flash_attention_backward = tlm_cuda_flash_attention_backward;
-    ops.flash_attention_check = tlm_cuda_flash_attention_check;
-    ops.swiglu_forward = tlm_cuda_swiglu_forward;
-    ops.swiglu_backward = tlm_cuda_swiglu_backward;
-    ops.cross_entropy_forward = tlm_cuda_cross_entropy_forward;
-    ops.cross_entropy_backward = tlm_cuda_cross_entropy_backward;
-    ops.adamw_step = tlm_cuda_adamw_step;
-    ops.grad_unscale = tlm_cuda_grad_unscale;
+#define TLM_OP(ID, name, cls, params, args, flops, bytes) ops.name = tlm_cuda_##name;
+#include "tlm/ops.def"
+#undef TLM_OP
     return ops;
 }
 
 static const tlm_ops cuda_ops = cuda_ops_table();
 
-/* ---- memory, copies, synchronization ------------------------------------------------------- */
+/* ---- the device ------------------------------------------------------------------------------- */
+
+/* every op in F32, BF16, F16; FlashAttention-2 for the d_heads its kernels are built for */
+static tlm_support cuda_supports(tlm_backend *be, tlm_op_id op, tlm_dtype dt, int d_head) {
+    if (op == TLM_OP_FLASH_ATTENTION_FORWARD || op == TLM_OP_FLASH_ATTENTION_BACKWARD)
+        return tlm_cuda_flash_attention_check(d_head, dt) == TLM_OK ? TLM_SUPPORT_FAST : TLM_SUPPORT_NONE;
+    if (dt != TLM_DTYPE_F32 && dt != TLM_DTYPE_BF16 && dt != TLM_DTYPE_F16) {
+        tlm_fail(TLM_ERR_UNSUPPORTED, "%s on cuda: dtype %s is not supported (F32, BF16, F16)", tlm_op_name(op),
+                 tlm_dtype_name(dt));
+        return TLM_SUPPORT_NONE;
+    }
+    return TLM_SUPPORT_FAST;
+}
+
+/* device memory in use as the driver counts it: total - free (cudaMemGetInfo) */
+static size_t cuda_device_memory_used(tlm_backend *be) {
+    size_t free_bytes = 0, total_bytes = 0;
+    TLM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return total_bytes - free_bytes;
+}
+
+/* ---- memory: stream-ordered on the compute stream -------------------------------------------------- */
 
 static void *cuda_raw_alloc(tlm_backend *be, size_t bytes) {
     void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, bytes);
+    cudaError_t e = cudaMallocAsync(&p, bytes, tlm_cuda_stream(be));
     if (e == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError(); /* clear the error so the next call does not see it */
         return NULL;
@@ -54,11 +55,8 @@ static void *cuda_raw_alloc(tlm_backend *be, size_t bytes) {
     return p;
 }
 
-static void cuda_raw_free(tlm_backend *be, void *ptr) {
-    /* ops queued on the stream may still use ptr: wait for them (frees are rare) */
-    if (tlm_cuda_of(be) && tlm_cuda_of(be)->stream) TLM_CUDA_CHECK(cudaStreamSynchronize(tlm_cuda_of(be)->stream));
-    TLM_CUDA_CHECK(cudaFree(ptr));
-}
+/* ordered after the work already queued on the compute stream, which may still read ptr */
+static void cuda_raw_free(tlm_backend *be, void *ptr) { TLM_CUDA_CHECK(cudaFreeAsync(ptr, tlm_cuda_stream(be))); }
 
 static void cuda_copy_to_backend(tlm_backend *be, void *dst, const void *src_host, size_t bytes) {
     /* from pageable memory the call returns once src_host has been staged: the caller may reuse it */
@@ -74,16 +72,75 @@ static void cuda_memset_zero(tlm_backend *be, void *dst, size_t bytes) {
     TLM_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, tlm_cuda_stream(be)));
 }
 
-static void cuda_synchronize(tlm_backend *be) { TLM_CUDA_CHECK(cudaStreamSynchronize(tlm_cuda_stream(be))); }
+/* ---- streams and events ------------------------------------------------------------------------------ */
 
-/* device memory in use as the driver counts it: total - free (cudaMemGetInfo) */
-static size_t cuda_device_memory_used(tlm_backend *be) {
-    size_t free_bytes = 0, total_bytes = 0;
-    TLM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    return total_bytes - free_bytes;
+static cudaStream_t stream_of(tlm_backend *be, tlm_stream *s) {
+    return s ? (cudaStream_t)s->handle : tlm_cuda_stream(be);
 }
 
-/* ---- CUDA graphs: capture on the backend's stream, thread-local mode ----------------------------- */
+static void cuda_stream_synchronize(tlm_backend *be, tlm_stream *s) {
+    TLM_CUDA_CHECK(cudaStreamSynchronize(stream_of(be, s)));
+}
+
+static tlm_status cuda_stream_create(tlm_backend *be, tlm_stream **out) {
+    *out = NULL;
+    tlm_stream *s = (tlm_stream *)calloc(1, sizeof *s);
+    cudaStream_t st;
+    if (!s) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for a stream");
+    cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        free(s);
+        return tlm_fail(TLM_ERR_BACKEND, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
+    }
+    s->handle = st;
+    *out = s;
+    return TLM_OK;
+}
+
+static void cuda_stream_destroy(tlm_backend *be, tlm_stream *s) {
+    TLM_CUDA_CHECK(cudaStreamDestroy((cudaStream_t)s->handle));
+    free(s);
+}
+
+static tlm_status cuda_event_create(tlm_backend *be, tlm_event **out) {
+    *out = NULL;
+    tlm_event *ev = (tlm_event *)calloc(1, sizeof *ev);
+    cudaEvent_t e;
+    if (!ev) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for an event");
+    cudaError_t err = cudaEventCreate(&e); /* with timing */
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        free(ev);
+        return tlm_fail(TLM_ERR_BACKEND, "cudaEventCreate: %s", cudaGetErrorString(err));
+    }
+    ev->handle = e;
+    *out = ev;
+    return TLM_OK;
+}
+
+static void cuda_event_destroy(tlm_backend *be, tlm_event *e) {
+    TLM_CUDA_CHECK(cudaEventDestroy((cudaEvent_t)e->handle));
+    free(e);
+}
+
+static void cuda_event_record(tlm_backend *be, tlm_event *e, tlm_stream *s) {
+    TLM_CUDA_CHECK(cudaEventRecord((cudaEvent_t)e->handle, stream_of(be, s)));
+}
+
+static void cuda_stream_wait_event(tlm_backend *be, tlm_stream *s, tlm_event *e) {
+    TLM_CUDA_CHECK(cudaStreamWaitEvent(stream_of(be, s), (cudaEvent_t)e->handle, 0));
+}
+
+static double cuda_event_elapsed_ms(tlm_backend *be, tlm_event *start, tlm_event *end) {
+    float ms = 0;
+    TLM_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)end->handle));
+    TLM_CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)start->handle, (cudaEvent_t)end->handle));
+    return ms;
+}
+
+/* ---- CUDA graphs: capture on the compute stream, thread-local mode ------------------------------------- */
+
 static void cuda_graph_begin(tlm_backend *be) {
     TLM_CUDA_CHECK(cudaStreamBeginCapture(tlm_cuda_stream(be), cudaStreamCaptureModeThreadLocal));
 }
@@ -110,9 +167,6 @@ static void cuda_graph_destroy(tlm_backend *be, void *graph) {
     if (graph) TLM_CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
 }
 
-static void cuda_range_push(tlm_backend *be, const char *name) { nvtxRangePushA(name); }
-static void cuda_range_pop(tlm_backend *be) { nvtxRangePop(); }
-
 static void cuda_destroy(tlm_backend *be) {
     tlm_cuda *cu = tlm_cuda_of(be);
     if (!cu) return;
@@ -124,83 +178,83 @@ static void cuda_destroy(tlm_backend *be) {
     be->impl = NULL;
 }
 
-/* ---- creation ------------------------------------------------------------------------------- */
+static const tlm_backend_iface cuda_iface = {
+    cuda_supports,
+    cuda_device_memory_used,
+    cuda_raw_alloc,
+    cuda_raw_free,
+    cuda_copy_to_backend,
+    cuda_copy_to_host,
+    cuda_memset_zero,
+    cuda_stream_synchronize,
+    cuda_stream_create,
+    cuda_stream_destroy,
+    cuda_event_create,
+    cuda_event_destroy,
+    cuda_event_record,
+    cuda_stream_wait_event,
+    cuda_event_elapsed_ms,
+    cuda_graph_begin,
+    cuda_graph_end,
+    cuda_graph_launch,
+    cuda_graph_destroy,
+    cuda_destroy,
+};
 
-extern "C" bool tlm_cuda_available(void) {
+/* ---- creation ------------------------------------------------------------------------------------------ */
+
+extern "C" int tlm_cuda_device_count(void) {
     int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) (void)cudaGetLastError();
-    return e == cudaSuccess && n > 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
 }
 
-extern "C" const char *tlm_cuda_device_name(tlm_backend *be) {
-    if (!be || be->device != TLM_DEVICE_CUDA || !be->impl) return "cuda";
-    return tlm_cuda_of(be)->device_name;
-}
+extern "C" bool tlm_cuda_available(void) { return tlm_cuda_device_count() > 0; }
 
 /* a cuda*() call made while creating the backend: its failure is returned, not fatal */
-#define CREATE_TRY(call)                                                                              \
-    do {                                                                                              \
-        cudaError_t e_ = (call);                                                                      \
-        if (e_ != cudaSuccess) {                                                                      \
-            (void)cudaGetLastError();                                                                 \
-            s = tlm_fail(TLM_ERR_BACKEND, "creating the CUDA backend on GPU %d: %s: %s", device_index, \
-                         #call, cudaGetErrorString(e_));                                              \
-            goto fail;                                                                                \
-        }                                                                                             \
+#define CREATE_TRY(call)                                                                                       \
+    do {                                                                                                       \
+        cudaError_t e_ = (call);                                                                               \
+        if (e_ != cudaSuccess) {                                                                               \
+            (void)cudaGetLastError();                                                                          \
+            s = tlm_fail(TLM_ERR_BACKEND, "creating the CUDA backend on GPU %d: %s: %s", gpu, #call,           \
+                         cudaGetErrorString(e_));                                                              \
+            goto fail;                                                                                         \
+        }                                                                                                      \
     } while (0)
 
-extern "C" tlm_status tlm_backend_cuda_create(tlm_backend **out, int device_index) {
+extern "C" tlm_status tlm_backend_cuda_create(tlm_backend **out, int gpu) {
     *out = NULL;
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-        (void)cudaGetLastError();
-        return tlm_fail(TLM_ERR_UNSUPPORTED, "no CUDA GPU found (%s); use --device cpu",
-                        e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    }
-    if (device_index < 0 || device_index >= n)
-        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "GPU %d does not exist (%d visible)", device_index, n);
-
+    const int n = tlm_cuda_device_count();
+    if (n == 0) return tlm_fail(TLM_ERR_UNSUPPORTED, "no CUDA GPU found; use --device cpu");
+    if (gpu < 0 || gpu >= n)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "GPU %d does not exist (%d visible: --gpu 0..%d; CUDA_VISIBLE_DEVICES "
+                                                  "chooses which)", gpu, n, n - 1);
     tlm_status s = TLM_OK;
     cudaDeviceProp prop;
     cublasStatus_t bs;
-    tlm_backend *be = (tlm_backend *)calloc(1, sizeof *be);
+    tlm_backend *be = NULL;
+    TLM_TRY(tlm_backend_new(&be, "cuda", TLM_DEVICE_CUDA, &cuda_iface, &cuda_ops));
     tlm_cuda *cu = (tlm_cuda *)calloc(1, sizeof *cu);
-    if (!be || !cu) {
-        free(be);
-        free(cu);
+    if (!cu) {
+        tlm_backend_destroy(be);
         return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory creating the CUDA backend");
     }
-    be->name = "cuda";
-    be->device = TLM_DEVICE_CUDA;
-    be->ops = &cuda_ops;
     be->impl = cu;
-    be->precision = TLM_PRECISION_FP32;
-    be->graph_begin = cuda_graph_begin;
-    be->graph_end = cuda_graph_end;
-    be->graph_launch = cuda_graph_launch;
-    be->graph_destroy = cuda_graph_destroy;
-    be->range_push = cuda_range_push;
-    be->range_pop = cuda_range_pop;
-    be->raw_alloc = cuda_raw_alloc;
-    be->raw_free = cuda_raw_free;
-    be->destroy = cuda_destroy;
-    be->copy_to_backend = cuda_copy_to_backend;
-    be->copy_to_host = cuda_copy_to_host;
-    be->memset_zero = cuda_memset_zero;
-    be->synchronize = cuda_synchronize;
-    be->device_memory_used = cuda_device_memory_used;
-
-    cu->device = device_index;
-    CREATE_TRY(cudaSetDevice(device_index));
-    CREATE_TRY(cudaGetDeviceProperties(&prop, device_index));
+    be->device_index = gpu;
+    cu->device = gpu;
+    CREATE_TRY(cudaSetDevice(gpu));
+    CREATE_TRY(cudaGetDeviceProperties(&prop, gpu));
     cu->num_sms = prop.multiProcessorCount;
     snprintf(cu->device_name, sizeof cu->device_name, "%.120s (sm_%d%d, %d SMs)", prop.name, prop.major, prop.minor,
              prop.multiProcessorCount);
+    snprintf(be->description, sizeof be->description, "cuda: %s, GPU %d", cu->device_name, gpu);
     if (prop.major < 9) {
-        s = tlm_fail(TLM_ERR_UNSUPPORTED, "GPU %d is %s: tlm's CUDA backend is built for Hopper (sm_90a)",
-                     device_index, cu->device_name);
+        s = tlm_fail(TLM_ERR_UNSUPPORTED, "GPU %d is %s: tlm's CUDA backend is built for Hopper (sm_90a)", gpu,
+                     cu->device_name);
         goto fail;
     }
     CREATE_TRY(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking));
@@ -210,16 +264,17 @@ extern "C" tlm_status tlm_backend_cuda_create(tlm_backend **out, int device_inde
         s = tlm_fail(TLM_ERR_BACKEND, "creating the CUDA backend: cublasLtCreate: %s", cublasLtGetStatusString(bs));
         goto fail;
     }
-    /* through the tracked allocator, now that the struct is set up */
+    /* through the tracked allocator, now that the stream exists */
     cu->workspace = tlm_alloc(be, TLM_CUDA_WORKSPACE_BYTES, TLM_MEM_WORKSPACE, "cublaslt.workspace");
     cu->workspace_bytes = TLM_CUDA_WORKSPACE_BYTES;
     cu->scratch = (float *)tlm_alloc(be, TLM_CUDA_SCRATCH_BYTES, TLM_MEM_WORKSPACE, "cuda.scratch");
     cu->scratch_floats = TLM_CUDA_SCRATCH_BYTES / sizeof(float);
-    cu->counter = (unsigned long long *)tlm_alloc(be, 256, TLM_MEM_WORKSPACE, "cuda.counter");
-    if (!cu->workspace || !cu->scratch || !cu->counter) {
+    if (!cu->workspace || !cu->scratch) {
         s = TLM_ERR_OUT_OF_MEMORY; /* tlm_alloc set the message */
         goto fail;
     }
+    s = tlm_cuda_nvtx_hook_install(be);
+    if (s != TLM_OK) goto fail;
     *out = be;
     return TLM_OK;
 

@@ -2,10 +2,10 @@
  * cuBLASLt call is fatal, naming the op, file:line and the error string), the backend-private
  * state (stream, cuBLASLt handle and workspace, scratch for column reductions), the element
  * types (float, __nv_bfloat16, __half for TLM_DTYPE_F32, BF16, F16) and the switch on dt that
- * launchers use, the ops' declarations (one tlm_cuda_<op> per member of tlm_ops, semantics as in
- * tlm/backend.h), the GEMM helper of matmul.cu, launch helpers, vector loads and stores that
+ * launchers use, the ops' declarations (one tlm_cuda_<op> per op of tlm/ops.def, semantics as
+ * documented there), the GEMM helper of matmul.cu, launch helpers, vector loads and stores that
  * widen to fp32 and round back, and warp/block reductions.
- * Internal to src/cuda: the model reaches the ops only through tlm_backend.ops. */
+ * Internal to src/cuda: everyone else reaches the ops through the dispatch (tlm/ops.h). */
 #ifndef TLM_CUDA_COMMON_CUH
 #define TLM_CUDA_COMMON_CUH
 
@@ -21,6 +21,7 @@
 
 #include "tlm/backend.h"
 #include "tlm/dtype.h"
+#include "tlm/ops.h"
 #include "tlm/status.h"
 
 /* ---- checks ----------------------------------------------------------------------------- */
@@ -64,7 +65,6 @@ typedef struct tlm_cuda {
     size_t workspace_bytes;
     float *scratch;                  /* (TLM_CUDA_SCRATCH_BYTES / 4) per-block partial sums */
     size_t scratch_floats;
-    unsigned long long *counter;     /* (1) grad_unscale's count of non-finite elements */
     struct tlm_cuda_matmul_cache *matmul_cache;
 } tlm_cuda;
 
@@ -117,54 +117,28 @@ template <> __device__ __forceinline__ __half tlm_round<__half>(float v) { retur
  * B; C and D share the row stride ldc and batch stride. A and B hold ab_dt elements, C and D
  * cd_dt elements (F32, or ab_dt). C may be NULL when beta == 0, and may equal D (in place).
  * Accumulates in fp32 through cuBLASLt: CUBLAS_COMPUTE_32F (strict IEEE for fp32 operands),
- * or TF32 tensor cores when the operands are fp32 and be->precision is TLM_PRECISION_TF32.
+ * or TF32 tensor cores when the operands are fp32 and `tf32` is set (the TF32 precision mode).
  * Descriptors and the heuristic's choice are cached per shape, types and beta. `op` names the
  * calling op in error messages. */
 void tlm_cuda_gemm(tlm_backend *be, const char *op, bool trans_a, bool trans_b, int M, int N, int K,
                    float alpha, const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb,
                    int64_t stride_b, tlm_dtype ab_dt, float beta, const void *C, void *D, int64_t ldc,
-                   int64_t stride_c, tlm_dtype cd_dt, int batch);
+                   int64_t stride_c, tlm_dtype cd_dt, int batch, bool tf32);
 void tlm_cuda_matmul_cache_destroy(tlm_cuda *cu);
+
+/* nvtx.cu: adds the hook that turns steps, phases, layers, ops and stages into NVTX ranges */
+tlm_status tlm_cuda_nvtx_hook_install(tlm_backend *be);
 
 /* ---- the ops --------------------------------------------------------------------------------- */
 
-void tlm_cuda_embedding_forward(tlm_backend *be, float *out, const int32_t *tokens, const float *wte, int N,
-                                int C);
-void tlm_cuda_embedding_backward(tlm_backend *be, float *dwte, const float *dout, const int32_t *tokens, int N,
-                                 int V, int C);
-void tlm_cuda_rmsnorm_forward(tlm_backend *be, void *out, float *rstd, const float *x, const float *w, int N,
-                              int C, float eps, tlm_dtype dt);
-void tlm_cuda_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void *dout, const float *x,
-                               const float *w, const float *rstd, int N, int C, tlm_dtype dt);
-void tlm_cuda_layernorm_forward(tlm_backend *be, float *out, float *mean, float *rstd, const void *x,
-                                const float *w, const float *b, int N, int C, float eps, tlm_dtype dt);
-void tlm_cuda_layernorm_backward(tlm_backend *be, void *dx, float *dw, float *db, const void *dout, const void *x,
-                                 const float *w, const float *mean, const float *rstd, int N, int C, tlm_dtype dt);
-void tlm_cuda_relu_forward(tlm_backend *be, void *out, const void *x, size_t n, tlm_dtype dt);
-void tlm_cuda_relu_backward(tlm_backend *be, void *dx, const void *dout, const void *x, size_t n, tlm_dtype dt);
-void tlm_cuda_matmul_forward(tlm_backend *be, void *y, const float *residual, const void *x, const void *w,
-                             int N, int in, int out, tlm_dtype dt);
-void tlm_cuda_matmul_backward(tlm_backend *be, void *dx, float *dw, const void *dy, const void *x, const void *w,
-                              int N, int in, int out, tlm_dtype dt);
-void tlm_cuda_cast(tlm_backend *be, void *dst, const float *src, size_t n, tlm_dtype dt);
-void tlm_cuda_rope_forward(tlm_backend *be, void *x, const float *cos, const float *sin, int B, int T,
-                           int nheads, int D, int ld, tlm_dtype dt);
-void tlm_cuda_rope_backward(tlm_backend *be, void *dx, const float *cos, const float *sin, int B, int T,
-                            int nheads, int D, int ld, tlm_dtype dt);
-void tlm_cuda_attention_forward(tlm_backend *be, void *out, void *probs, const void *q, const void *k,
-                                const void *v, int ld, int B, int T, int H, int D, tlm_dtype dt);
-void tlm_cuda_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, void *dprobs, const void *dout,
-                                 const void *q, const void *k, const void *v, const void *probs, int ld, int B,
-                                 int T, int H, int D, tlm_dtype dt);
-/* FlashAttention-2 (flash_attention.cu: the ops, and the bf16/fp16 tensor-core kernels) */
-void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, const void *q, const void *k,
-                                      const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
-                                      bool causal, tlm_dtype dt);
-void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, float *workspace,
-                                       const void *dout, const void *q, const void *k, const void *v,
-                                       const void *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq,
-                                       int Tk, int H, int D, bool causal, tlm_dtype dt);
-tlm_status tlm_cuda_flash_attention_check(tlm_backend *be, int D, tlm_dtype dt);
+/* tlm_cuda_<op> for every op of the list (tlm/ops.def), with its parameters after `tlm_backend *be`;
+ * one file per op family (embedding.cu, rmsnorm.cu, layernorm.cu, relu.cu, matmul.cu, cast.cu,
+ * rope.cu, attention.cu, flash_attention.cu, swiglu.cu, cross_entropy.cu, reduce.cu, adamw.cu,
+ * grad_unscale.cu) */
+#define TLM_OP(ID, name, cls, params, args, flops, bytes) void tlm_cuda_##name(tlm_backend *be, TLM_UNPAREN params);
+#include "tlm/ops.def"
+#undef TLM_OP
+
 /* the d_head values the FlashAttention kernels are instantiated for (both files), and the switch
  * from a runtime D to a compile-time one: f(std::integral_constant<int, D>{}); another D is fatal */
 static inline bool tlm_cuda_flash_supports_d(int D) { return D == 16 || D == 32 || D == 64 || D == 80 || D == 128; }
@@ -178,6 +152,9 @@ template <typename F> static inline void tlm_cuda_flash_dispatch_d(int D, const 
     default: tlm_fatal("%s: d_head %d has no FlashAttention kernel (16, 32, 64, 80, 128)", op, D);
     }
 }
+/* TLM_OK when the FlashAttention-2 ops have kernels for (D, dt), else TLM_ERR_UNSUPPORTED naming
+ * what they have (flash_attention.cu; the backend's `supports` asks it) */
+tlm_status tlm_cuda_flash_attention_check(int D, tlm_dtype dt);
 /* the exact-fp32 kernels (flash_attention_f32.cu), called by the ops above for dt == F32;
  * same arguments and semantics */
 void tlm_cuda_flash_forward_f32(cudaStream_t st, float *out, float *lse, const float *q, const float *k,
@@ -187,18 +164,6 @@ void tlm_cuda_flash_backward_f32(cudaStream_t st, float *dq, float *dk, float *d
                                  const float *dout, const float *q, const float *k, const float *v,
                                  const float *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq, int Tk,
                                  int H, int D, bool causal);
-void tlm_cuda_swiglu_forward(tlm_backend *be, void *out, const void *ab, int N, int F, tlm_dtype dt);
-void tlm_cuda_swiglu_backward(tlm_backend *be, void *dab, const void *dout, const void *ab, int N, int F,
-                              tlm_dtype dt);
-void tlm_cuda_cross_entropy_forward(tlm_backend *be, float *losses, float *lse, const void *logits,
-                                    const int32_t *targets, int N, int V, tlm_dtype dt);
-void tlm_cuda_cross_entropy_backward(tlm_backend *be, void *dlogits, const void *logits, const float *lse,
-                                     const int32_t *targets, int N, int V, float dloss, tlm_dtype dt);
-void tlm_cuda_adamw_step(tlm_backend *be, float *params, const float *grads, float *m, float *v, size_t n,
-                         float lr, float beta1, float beta2, float eps, float weight_decay, int t, void *params_lp,
-                         tlm_dtype dt);
-size_t tlm_cuda_grad_unscale(tlm_backend *be, float *grads, size_t n, float inv_scale);
-
 /* ---- launch helpers ---------------------------------------------------------------------------- */
 
 static inline bool tlm_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }

@@ -544,21 +544,21 @@ __global__ void __launch_bounds__(WARPS * 32)
 
 /* ---- launchers ------------------------------------------------------------------------------- */
 
-tlm_status tlm_cuda_flash_attention_check(tlm_backend *be, int D, tlm_dtype dt) {
+tlm_status tlm_cuda_flash_attention_check(int D, tlm_dtype dt) {
     if (dt != TLM_DTYPE_F32 && dt != TLM_DTYPE_BF16 && dt != TLM_DTYPE_F16)
-        return tlm_fail(TLM_ERR_UNSUPPORTED, "flash attention on %s: dtype %s is not supported (F32, BF16, F16)",
-                        be->name, tlm_dtype_name(dt));
+        return tlm_fail(TLM_ERR_UNSUPPORTED, "flash attention on cuda: dtype %s is not supported (F32, BF16, F16)",
+                        tlm_dtype_name(dt));
     if (!tlm_cuda_flash_supports_d(D))
         return tlm_fail(TLM_ERR_UNSUPPORTED,
-                        "flash attention on %s: d_head %d is not supported (kernels for d_head 16, 32, 64, 80, 128; "
+                        "flash attention on cuda: d_head %d is not supported (kernels for d_head 16, 32, 64, 80, 128; "
                         "use --attention naive)",
-                        be->name, D);
+                        D);
     return TLM_OK;
 }
 
 static void fa_check_args(tlm_backend *be, const char *op, int D, tlm_dtype dt, int ld_qkv, int ld_out, int H,
                           const void *const *ptrs, int nptrs) {
-    if (tlm_cuda_flash_attention_check(be, D, dt) != TLM_OK) tlm_fatal("%s: %s", op, tlm_last_error());
+    if (tlm_cuda_flash_attention_check(D, dt) != TLM_OK) tlm_fatal("%s: %s", op, tlm_last_error());
     if (ld_qkv < H * D || ld_out < H * D) tlm_fatal("%s: ld_qkv %d, ld_out %d < H*D = %d", op, ld_qkv, ld_out, H * D);
     if (dt == TLM_DTYPE_F32) return;
     if (ld_qkv % 8 || ld_out % 8)

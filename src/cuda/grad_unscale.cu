@@ -1,9 +1,10 @@
 /* grad_unscale.cu — the unscaling half of dynamic loss scaling (fp16; PyTorch's GradScaler,
  * after Micikevicius et al. 2018, "Mixed Precision Training", sec. 3.2): grads (n) *= inv_scale
- * in place, and a count of the elements that are inf or NaN after the multiply, so the model can
- * skip the step and lower the scale. One grid-stride pass, 16-byte accesses when the buffer is
- * 16-byte aligned (a scalar tail); each block adds its count to one device counter (an atomic
- * per block), which is copied back after the stream has drained. The test for non-finite is on
+ * in place, and found_inf += the count of the elements that are inf or NaN after the multiply, so
+ * the caller can skip the step and lower the scale. One grid-stride pass, 16-byte accesses when
+ * the buffer is 16-byte aligned (a scalar tail); each warp that saw any adds its count to the
+ * device scalar found_inf (one atomic). Nothing is copied back here: the caller reads found_inf
+ * once the stream has drained (after combining it across ranks). The test for non-finite is on
  * the exponent bits, so it holds under --use_fast_math too. */
 #include "cuda/cuda_common.cuh"
 
@@ -12,7 +13,7 @@ __device__ __forceinline__ unsigned not_finite(float v) {
 }
 
 template <bool VEC4>
-__global__ void grad_unscale_kernel(float *g, size_t n, float inv_scale, unsigned long long *count) {
+__global__ void grad_unscale_kernel(float *g, size_t n, float inv_scale, float *found_inf) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t done = 0;
@@ -39,26 +40,18 @@ __global__ void grad_unscale_kernel(float *g, size_t n, float inv_scale, unsigne
     /* block total: a warp sum, then one atomic per warp that saw any */
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) bad += __shfl_xor_sync(0xffffffffu, bad, o);
-    if ((threadIdx.x & 31) == 0 && bad) atomicAdd(count, (unsigned long long)bad);
+    if ((threadIdx.x & 31) == 0 && bad) atomicAdd(found_inf, (float)bad);
 }
 
-size_t tlm_cuda_grad_unscale(tlm_backend *be, float *grads, size_t n, float inv_scale) {
-    tlm_cuda *cu = tlm_cuda_of(be);
-    cudaStream_t st = cu->stream;
-    TLM_CUDA_CHECK(cudaMemsetAsync(cu->counter, 0, sizeof *cu->counter, st));
-    if (n > 0) {
-        const int threads = 256;
-        if (tlm_aligned16(grads)) {
-            grad_unscale_kernel<true><<<tlm_cuda_grid(be, (n + 3) / 4, threads), threads, 0, st>>>(grads, n, inv_scale,
-                                                                                                 cu->counter);
-        } else {
-            grad_unscale_kernel<false><<<tlm_cuda_grid(be, n, threads), threads, 0, st>>>(grads, n, inv_scale,
-                                                                                        cu->counter);
-        }
-        TLM_CUDA_CHECK_LAUNCH();
+void tlm_cuda_grad_unscale(tlm_backend *be, float *grads, size_t n, float inv_scale, float *found_inf) {
+    if (n == 0) return;
+    cudaStream_t st = tlm_cuda_stream(be);
+    const int threads = 256;
+    if (tlm_aligned16(grads)) {
+        grad_unscale_kernel<true><<<tlm_cuda_grid(be, (n + 3) / 4, threads), threads, 0, st>>>(grads, n, inv_scale,
+                                                                                             found_inf);
+    } else {
+        grad_unscale_kernel<false><<<tlm_cuda_grid(be, n, threads), threads, 0, st>>>(grads, n, inv_scale, found_inf);
     }
-    unsigned long long count = 0;
-    TLM_CUDA_CHECK(cudaMemcpyAsync(&count, cu->counter, sizeof count, cudaMemcpyDeviceToHost, st));
-    TLM_CUDA_CHECK(cudaStreamSynchronize(st));
-    return (size_t)count;
+    TLM_CUDA_CHECK_LAUNCH();
 }

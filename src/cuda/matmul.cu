@@ -237,7 +237,7 @@ static void gemm_fallback(tlm_backend *be, const char *op, bool trans_a, bool tr
 void tlm_cuda_gemm(tlm_backend *be, const char *op, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                    const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b,
                    tlm_dtype ab_dt, float beta, const void *C, void *D, int64_t ldc, int64_t stride_c,
-                   tlm_dtype cd_dt, int batch) {
+                   tlm_dtype cd_dt, int batch, bool tf32) {
     if (M <= 0 || N <= 0 || batch <= 0) return;
     tlm_cuda *cu = tlm_cuda_of(be);
     if (beta == 0.0f || !C) {
@@ -265,7 +265,7 @@ void tlm_cuda_gemm(tlm_backend *be, const char *op, bool trans_a, bool trans_b, 
     if (cd_dt != TLM_DTYPE_F32 && cd_dt != ab_dt)
         tlm_fatal("%s: GEMM output dtype %s with %s operands", op, tlm_dtype_name(cd_dt), tlm_dtype_name(ab_dt));
     /* fp32 operands: strict fp32 or TF32 as the mode says; bf16/fp16: fp32 accumulation */
-    k.compute = ab_dt == TLM_DTYPE_F32 && be->precision == TLM_PRECISION_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+    k.compute = ab_dt == TLM_DTYPE_F32 && tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                               : CUBLAS_COMPUTE_32F;
     k.has_beta = beta != 0.0f;
     k.align_a = alignment(B, ldb, stride_b, batch, eab);
@@ -287,20 +287,24 @@ void tlm_cuda_gemm(tlm_backend *be, const char *op, bool trans_a, bool trans_b, 
 }
 
 /* residual == NULL: y (N,out) dt = x (N,in) . W^T, W (out,in);
- * else y (N,out) float32 = residual + x . W^T (beta = 1; y may be residual) */
+ * else y (N,out) float32 = residual + x . W^T (beta = 1; y may be residual); dt and TF32 from p */
 void tlm_cuda_matmul_forward(tlm_backend *be, void *y, const float *residual, const void *x, const void *w, int N,
-                             int in, int out, tlm_dtype dt) {
+                             int in, int out, tlm_precision p) {
+    const tlm_dtype dt = tlm_precision_act_dtype(p);
+    const bool tf32 = p == TLM_PRECISION_TF32;
     tlm_cuda_gemm(be, "matmul_forward", false, true, N, out, in, 1.0f, x, in, 0, w, in, 0, dt, residual ? 1.0f : 0.0f,
-                  residual, y, out, 0, residual ? TLM_DTYPE_F32 : dt, 1);
+                  residual, y, out, 0, residual ? TLM_DTYPE_F32 : dt, 1, tf32);
 }
 
 void tlm_cuda_matmul_backward(tlm_backend *be, void *dx, float *dw, const void *dy, const void *x, const void *w,
-                              int N, int in, int out, tlm_dtype dt) {
+                              int N, int in, int out, tlm_precision p) {
+    const tlm_dtype dt = tlm_precision_act_dtype(p);
+    const bool tf32 = p == TLM_PRECISION_TF32;
     /* dx (N,in) dt = dy (N,out) . W (out,in) */
     if (dx)
         tlm_cuda_gemm(be, "matmul_backward", false, false, N, in, out, 1.0f, dy, out, 0, w, in, 0, dt, 0.0f, NULL, dx,
-                      in, 0, dt, 1);
+                      in, 0, dt, 1, tf32);
     /* dW (out,in) float32 = dy^T (out,N) . x (N,in) */
     tlm_cuda_gemm(be, "matmul_backward", true, false, out, in, N, 1.0f, dy, out, 0, x, in, 0, dt, 0.0f, NULL, dw, in,
-                  0, TLM_DTYPE_F32, 1);
+                  0, TLM_DTYPE_F32, 1, tf32);
 }

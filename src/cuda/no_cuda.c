@@ -2,7 +2,7 @@
 #include "tlm/backend.h"
 #include "tlm/precision_lab.h"
 
-tlm_status tlm_backend_cuda_create(tlm_backend **out, int device_index) {
+tlm_status tlm_backend_cuda_create(tlm_backend **out, int gpu) {
     *out = NULL;
     return tlm_fail(TLM_ERR_UNSUPPORTED,
                     "this tlm was built without CUDA (nvcc was not found at build time); "
@@ -11,7 +11,7 @@ tlm_status tlm_backend_cuda_create(tlm_backend **out, int device_index) {
 
 bool tlm_cuda_available(void) { return false; }
 
-const char *tlm_cuda_device_name(tlm_backend *be) { return "no GPU (built without CUDA)"; }
+int tlm_cuda_device_count(void) { return 0; }
 
 /* src/cuda/precision_lab.cu's accumulation kernel */
 tlm_status tlm_accumulate_run_cuda(tlm_backend *be, double value, tlm_accumulation *out) {

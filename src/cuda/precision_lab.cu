@@ -68,7 +68,7 @@ __global__ void accumulate_kernel(float *addend, float *partial, float value, in
 }
 
 extern "C" tlm_status tlm_accumulate_run_cuda(tlm_backend *be, double value, tlm_accumulation *out) {
-    if (be->device != TLM_DEVICE_CUDA)
+    if (be->kind != TLM_DEVICE_CUDA)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "tlm_accumulate_run_cuda: backend '%s' is not CUDA", be->name);
     const size_t n_addend = TLM_ACC_NUM_WAYS, n_partial = (size_t)TLM_ACC_NUM_WAYS * (TLM_ACCUMULATE_STEPS + 1);
     float *d = (float *)tlm_alloc(be, (n_addend + n_partial) * sizeof(float), TLM_MEM_WORKSPACE,
@@ -76,8 +76,8 @@ extern "C" tlm_status tlm_accumulate_run_cuda(tlm_backend *be, double value, tlm
     if (!d) return TLM_ERR_OUT_OF_MEMORY; /* tlm_alloc set the message */
     accumulate_kernel<<<1, 1, 0, tlm_cuda_stream(be)>>>(d, d + n_addend, (float)value, TLM_ACCUMULATE_STEPS);
     TLM_CUDA_CHECK_LAUNCH();
-    be->copy_to_host(be, out->addend, d, n_addend * sizeof(float));
-    be->copy_to_host(be, out->partial, d + n_addend, n_partial * sizeof(float));
+    tlm_copy_to_host(be, out->addend, d, n_addend * sizeof(float));
+    tlm_copy_to_host(be, out->partial, d + n_addend, n_partial * sizeof(float));
     tlm_free(be, d);
     return TLM_OK;
 }

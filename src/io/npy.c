@@ -481,19 +481,24 @@ void tlm_tokens_free(tlm_tokens *t) {
     memset(t, 0, sizeof *t);
 }
 
-tlm_status tlm_tokens_get_batch(const tlm_tokens *t, int B, int T, uint64_t *rng_state, int32_t *inputs,
+tlm_status tlm_tokens_get_batch(const tlm_tokens *t, int B, int T, tlm_batch_draw draw, int32_t *inputs,
                                 int32_t *targets) {
-    TLM_ASSERT(t && rng_state && inputs && targets);
+    TLM_ASSERT(t && inputs && targets);
     if (B < 1 || T < 1)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "get_batch: batch size %d and context length %d must be >= 1",
                         B, T);
+    if (draw.world_size < 1 || draw.rank < 0 || draw.rank >= draw.world_size)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "get_batch: rank %d is not one of world size %d", draw.rank,
+                        draw.world_size);
     if (t->n < (int64_t)T + 1)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT,
                         "get_batch: %lld tokens are too few for context length %d (need at least %lld)",
                         (long long)t->n, T, (long long)T + 1);
-    uint64_t starts = (uint64_t)(t->n - T); /* s in [0, n - T - 1] */
+    const uint64_t starts = (uint64_t)(t->n - T); /* s in [0, n - T - 1] */
     for (int b = 0; b < B; b++) {
-        int64_t s = (int64_t)tlm_rng_below(rng_state, starts);
+        const uint64_t g = (uint64_t)draw.rank * (uint64_t)B + (uint64_t)b; /* the row of the global batch */
+        uint64_t state = tlm_rng_stream(draw.seed, ((uint64_t)draw.step << 32) ^ g);
+        const int64_t s = (int64_t)tlm_rng_below(&state, starts);
         memcpy(inputs + (size_t)b * T, t->ids + s, (size_t)T * sizeof(int32_t));
         memcpy(targets + (size_t)b * T, t->ids + s + 1, (size_t)T * sizeof(int32_t));
     }

@@ -1,5 +1,6 @@
-/* model.c — the CS336 model's parameters: the flat layout with its state-dict names,
- * creation on a backend, the CS336 initialisation, and the RoPE tables. */
+/* model.c — the CS336 model as an object: creation on a backend for a run configuration (the
+ * parameters in their flat layout, the RoPE tables, the optimizer and loss scaler), the choice of
+ * attention, the CS336 initialisation, and what the passes share (model_internal.h). */
 #include "tlm/model.h"
 
 #include <math.h>
@@ -7,89 +8,73 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/activations.h"
 #include "model/model_internal.h"
 #include "tlm/rng.h"
 
-#define TLM_TENSOR_ALIGN 64 /* floats: every tensor group starts on a 256-byte boundary */
-
-tlm_adamw_config tlm_adamw_defaults(void) {
-    return (tlm_adamw_config){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                              .weight_decay = 0.01f};
+tlm_run_config tlm_run_defaults(void) {
+    return (tlm_run_config){.precision = TLM_PRECISION_FP32, .attention = TLM_ATTENTION_AUTO, .cuda_graphs = false};
 }
 
-static size_t align_up(size_t n) { return (n + TLM_TENSOR_ALIGN - 1) / TLM_TENSOR_ALIGN * TLM_TENSOR_ALIGN; }
+/* ---- attention: naive or FlashAttention-2 ---------------------------------------------------- */
 
-/* Appends a tensor at *offset. `packed` keeps it adjacent to the previous one (q, k, v and
- * w1, w3 form one GEMM each); otherwise it starts on an aligned offset. */
-static void add_tensor(tlm_model *m, size_t *offset, int packed, const char *name,
-                       int ndim, int64_t d0, int64_t d1) {
-    tlm_tensor_info *t = &m->tensors[m->num_tensors++];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->ndim = ndim;
-    t->shape[0] = d0;
-    t->shape[1] = ndim == 2 ? d1 : 1;
-    t->numel = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
-    if (!packed) *offset = align_up(*offset);
-    t->offset = *offset;
-    *offset += t->numel;
-    m->num_params += t->numel;
+const char *tlm_attention_name(tlm_attention a) {
+    switch (a) {
+    case TLM_ATTENTION_NAIVE: return "naive";
+    case TLM_ATTENTION_FLASH: return "flash";
+    case TLM_ATTENTION_AUTO: return "auto";
+    }
+    return "?";
 }
 
-/* The flat layout, in this order: token_embeddings; per layer ln1, q_proj, k_proj, v_proj
- * (packed), output_proj, ln2, w1, w3 (packed), w2; ln_final; lm_head. */
-static void build_layout(tlm_model *m) {
-    const tlm_config *c = &m->config;
-    const int64_t C = c->d_model, F = c->d_ff, V = c->vocab_size;
-    size_t off = 0;
-    char name[64];
-    add_tensor(m, &off, 0, "token_embeddings.weight", 2, V, C);
-    for (int l = 0; l < c->num_layers; l++) {
-        snprintf(name, sizeof name, "layers.%d.ln1.weight", l);
-        add_tensor(m, &off, 0, name, 1, C, 0);
-        static const char *qkv[3] = {"q_proj", "k_proj", "v_proj"};
-        for (int i = 0; i < 3; i++) {
-            snprintf(name, sizeof name, "layers.%d.attn.%s.weight", l, qkv[i]);
-            add_tensor(m, &off, i > 0, name, 2, C, C);
+bool tlm_attention_parse(const char *name, tlm_attention *out) {
+    static const tlm_attention all[] = {TLM_ATTENTION_NAIVE, TLM_ATTENTION_FLASH, TLM_ATTENTION_AUTO};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(name, tlm_attention_name(all[i])) == 0) {
+            *out = all[i];
+            return true;
         }
-        snprintf(name, sizeof name, "layers.%d.attn.output_proj.weight", l);
-        add_tensor(m, &off, 0, name, 2, C, C);
-        snprintf(name, sizeof name, "layers.%d.ln2.weight", l);
-        add_tensor(m, &off, 0, name, 1, C, 0);
-        snprintf(name, sizeof name, "layers.%d.ffn.w1.weight", l);
-        add_tensor(m, &off, 0, name, 2, F, C);
-        snprintf(name, sizeof name, "layers.%d.ffn.w3.weight", l);
-        add_tensor(m, &off, 1, name, 2, F, C);
-        snprintf(name, sizeof name, "layers.%d.ffn.w2.weight", l);
-        add_tensor(m, &off, 0, name, 2, C, F);
-    }
-    add_tensor(m, &off, 0, "ln_final.weight", 1, C, 0);
-    add_tensor(m, &off, 0, "lm_head.weight", 2, V, C);
-    m->flat_numel = align_up(off);
+    return false;
 }
 
-/* Per-layer views into a flat buffer laid out by build_layout: layer l owns tensors 1 + 9*l ..
- * 1 + 9*l + 8 (ln1, q, k, v, output_proj, ln2, w1, w3, w2). */
-static void set_views(const tlm_model *m, float *base, float **wte, tlm_layer_weights *layers,
-                      float **ln_final, float **lm_head) {
-    const tlm_tensor_info *t = m->tensors;
-    *wte = base + t[0].offset;
-    for (int l = 0; l < m->config.num_layers; l++) {
-        const tlm_tensor_info *lt = &t[1 + 9 * l];
-        layers[l] = (tlm_layer_weights){.ln1 = base + lt[0].offset,
-                                        .qkv = base + lt[1].offset,
-                                        .out_proj = base + lt[4].offset,
-                                        .ln2 = base + lt[5].offset,
-                                        .w13 = base + lt[6].offset,
-                                        .w2 = base + lt[8].offset};
-    }
-    *ln_final = base + t[m->num_tensors - 2].offset;
-    *lm_head = base + t[m->num_tensors - 1].offset;
+/* how well `be` runs FlashAttention-2 forward and backward for (c, p): the lesser of the two */
+static tlm_support flash_support(tlm_backend *be, const tlm_config *c, tlm_precision p) {
+    const tlm_dtype dt = tlm_precision_act_dtype(p);
+    const int D = tlm_config_d_head(c);
+    const tlm_support f = tlm_backend_supports(be, TLM_OP_FLASH_ATTENTION_FORWARD, dt, D);
+    if (f == TLM_SUPPORT_NONE) return f;
+    const tlm_support b = tlm_backend_supports(be, TLM_OP_FLASH_ATTENTION_BACKWARD, dt, D);
+    return b < f ? b : f;
 }
 
-void tlm_model_set_grad_views(tlm_model *m) {
-    float *wte, *lnf, *lmh;
-    set_views(m, m->grads, &wte, m->layer_g, &lnf, &lmh);
+tlm_status tlm_attention_check(tlm_backend *be, const tlm_config *c, tlm_precision p, tlm_attention a) {
+    if (a != TLM_ATTENTION_FLASH || flash_support(be, c, p) != TLM_SUPPORT_NONE) return TLM_OK;
+    char why[400];
+    snprintf(why, sizeof why, "%s", tlm_last_error());
+    return tlm_fail(TLM_ERR_UNSUPPORTED,
+                    "flash attention is not supported on the %s backend for d_head %d in %s (use the naive "
+                    "attention): %s", be->name, tlm_config_d_head(c), tlm_precision_name(p), why);
 }
+
+tlm_attention tlm_attention_resolve(tlm_backend *be, const tlm_config *c, tlm_precision p, tlm_attention a) {
+    if (a != TLM_ATTENTION_AUTO) return a;
+    return flash_support(be, c, p) == TLM_SUPPORT_FAST ? TLM_ATTENTION_FLASH : TLM_ATTENTION_NAIVE;
+}
+
+tlm_status tlm_model_set_attention(tlm_model *m, tlm_attention a) {
+    if (a != TLM_ATTENTION_NAIVE && a != TLM_ATTENTION_FLASH && a != TLM_ATTENTION_AUTO)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown attention %d (known: naive, flash, auto)", (int)a);
+    tlm_backend *be = m->backend;
+    a = tlm_attention_resolve(be, &m->config, m->run.precision, a);
+    TLM_TRY(tlm_attention_check(be, &m->config, m->run.precision, a));
+    if (a != m->run.attention) {
+        tlm_model_free_activations(m); /* the saved tensors differ: the next forward allocates */
+        m->run.attention = a;
+    }
+    return TLM_OK;
+}
+
+/* ---- creation ---------------------------------------------------------------------------------- */
 
 /* RoPE tables (context_length, d_head/2): angle = pos * theta^(-2k/d_head), in float64. */
 static tlm_status make_rope_tables(tlm_model *m) {
@@ -111,39 +96,44 @@ static tlm_status make_rope_tables(tlm_model *m) {
         free(cs);
         return TLM_ERR_OUT_OF_MEMORY;
     }
-    m->backend->copy_to_backend(m->backend, m->rope_cos, cs, n * sizeof(float));
-    m->backend->copy_to_backend(m->backend, m->rope_sin, cs + n, n * sizeof(float));
-    m->backend->synchronize(m->backend);
+    tlm_copy_to_backend(m->backend, m->rope_cos, cs, n * sizeof(float));
+    tlm_copy_to_backend(m->backend, m->rope_sin, cs + n, n * sizeof(float));
+    tlm_synchronize(m->backend);
     free(cs);
     return TLM_OK;
 }
 
-tlm_status tlm_model_create(tlm_model **out, const tlm_config *cfg, tlm_backend *be) {
+static tlm_status create(tlm_model *m) {
+    tlm_backend *be = m->backend;
+    TLM_TRY(tlm_layout_build(&m->layout, &m->config));
+    m->params = tlm_alloc(be, m->layout.flat_numel * sizeof(float), TLM_MEM_PARAMETERS, "parameters");
+    if (!m->params) return TLM_ERR_OUT_OF_MEMORY;
+    tlm_memset_zero(be, m->params, m->layout.flat_numel * sizeof(float)); /* padding stays zero */
+    TLM_TRY(tlm_views_make(&m->w, &m->layout, m->config.num_layers, m->params));
+    TLM_TRY(make_rope_tables(m));
+    m->step_scalars = tlm_alloc(be, 2 * sizeof(float), TLM_MEM_WORKSPACE, "step.scalars");
+    if (!m->step_scalars) return TLM_ERR_OUT_OF_MEMORY;
+    tlm_adamw_init(&m->optimizer, be, m->layout.flat_numel, NULL);
+    tlm_loss_scaler_init(&m->scaler);
+    m->grads_scale = 1.0f;
+    m->params_lp_stale = true;
+    return TLM_OK;
+}
+
+tlm_status tlm_model_create(tlm_model **out, const tlm_config *cfg, const tlm_run_config *run, tlm_backend *be) {
     *out = NULL;
     TLM_TRY(tlm_config_validate(cfg));
+    tlm_run_config r = run ? *run : tlm_run_defaults();
+    if ((unsigned)r.precision >= TLM_PRECISION_COUNT)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown precision mode %d", (int)r.precision);
+    r.attention = tlm_attention_resolve(be, cfg, r.precision, r.attention);
+    TLM_TRY(tlm_attention_check(be, cfg, r.precision, r.attention));
     tlm_model *m = calloc(1, sizeof *m);
     if (!m) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the model");
     m->config = *cfg;
+    m->run = r;
     m->backend = be;
-    m->tensors = calloc((size_t)(3 + 9 * cfg->num_layers), sizeof *m->tensors);
-    m->layer_w = calloc((size_t)cfg->num_layers, sizeof *m->layer_w);
-    m->layer_g = calloc((size_t)cfg->num_layers, sizeof *m->layer_g);
-    if (!m->tensors || !m->layer_w || !m->layer_g) {
-        tlm_model_free(m);
-        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the model's tables");
-    }
-    build_layout(m);
-    m->params = tlm_alloc(be, m->flat_numel * sizeof(float), TLM_MEM_PARAMETERS, "parameters");
-    if (!m->params) {
-        tlm_model_free(m);
-        return TLM_ERR_OUT_OF_MEMORY;
-    }
-    be->memset_zero(be, m->params, m->flat_numel * sizeof(float)); /* padding stays zero */
-    m->loss_scale = 65536.0f; /* 2^16, GradScaler's initial scale */
-    m->grads_scale = 1.0f;
-    m->params_lp_stale = 1;
-    set_views(m, m->params, &m->wte, m->layer_w, &m->ln_final, &m->lm_head);
-    tlm_status s = make_rope_tables(m);
+    tlm_status s = create(m);
     if (s != TLM_OK) {
         tlm_model_free(m);
         return s;
@@ -152,91 +142,60 @@ tlm_status tlm_model_create(tlm_model **out, const tlm_config *cfg, tlm_backend 
     return TLM_OK;
 }
 
-
 void tlm_model_free(tlm_model *m) {
     if (!m) return;
     tlm_backend *be = m->backend;
     tlm_model_free_activations(m);
+    tlm_adamw_free(&m->optimizer);
     tlm_free(be, m->params);
     tlm_free(be, m->grads);
-    tlm_free(be, m->adam_m);
-    tlm_free(be, m->adam_v);
     tlm_free(be, m->params_lp);
     tlm_free(be, m->rope_cos);
     tlm_free(be, m->rope_sin);
-    free(m->tensors);
-    free(m->layer_w);
-    free(m->layer_g);
+    tlm_free(be, m->step_scalars);
+    tlm_views_free(&m->w);
+    tlm_views_free(&m->g);
+    tlm_layout_free(&m->layout);
     free(m);
 }
 
-/* ---- attention: naive or FlashAttention-2 ------------------------------------------------ */
-
-const char *tlm_attention_name(tlm_attention a) {
-    switch (a) {
-    case TLM_ATTENTION_NAIVE: return "naive";
-    case TLM_ATTENTION_FLASH: return "flash";
-    case TLM_ATTENTION_AUTO: return "auto";
-    }
-    return "?";
+void tlm_model_on_grads_ready(tlm_model *m, tlm_grads_ready_fn fn, void *user) {
+    m->grads_ready = fn;
+    m->grads_ready_user = user;
 }
 
-bool tlm_attention_parse(const char *name, tlm_attention *out) {
-    static const tlm_attention all[] = {TLM_ATTENTION_NAIVE, TLM_ATTENTION_FLASH, TLM_ATTENTION_AUTO};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(name, tlm_attention_name(all[i])) == 0) {
-            *out = all[i];
-            return true;
-        }
-    return false;
+void tlm_model_set_comm(tlm_model *m, tlm_comm *comm) { m->comm = comm; }
+
+int tlm_model_find_tensor(const tlm_model *m, const char *name) { return tlm_layout_find(&m->layout, name); }
+
+/* ---- what the passes share ------------------------------------------------------------------------- */
+
+void tlm_model_free_activations(tlm_model *m) {
+    tlm_graph_reset(m->backend, &m->graph_fwd); /* the captured passes use these buffers */
+    tlm_graph_reset(m->backend, &m->graph_bwd);
+    tlm_activations_free(m->acts, m->backend);
+    m->acts = NULL;
+    m->have_forward = false;
 }
 
-static const char *mode_name(tlm_precision p) {
-    return p == TLM_PRECISION_TF32 ? "tf32" : p == TLM_PRECISION_BF16 ? "bf16" : p == TLM_PRECISION_FP16 ? "fp16" : "fp32";
-}
-
-tlm_status tlm_attention_check(tlm_backend *be, const tlm_config *c, tlm_precision p, tlm_attention a) {
-    if (a != TLM_ATTENTION_FLASH) return TLM_OK;
-    const tlm_ops *op = be->ops;
-    const int D = tlm_config_d_head(c);
-    if (!op->flash_attention_forward || !op->flash_attention_backward || !op->flash_attention_check)
-        return tlm_fail(TLM_ERR_UNSUPPORTED,
-                        "flash attention is not supported on the %s backend: it has no FlashAttention-2 "
-                        "kernels (use the naive attention)", be->name);
-    if (op->flash_attention_check(be, D, tlm_precision_act_dtype(p)) != TLM_OK) {
-        char why[400];
-        snprintf(why, sizeof why, "%s", tlm_last_error());
-        return tlm_fail(TLM_ERR_UNSUPPORTED,
-                        "flash attention is not supported on the %s backend for d_head %d in %s (use the "
-                        "naive attention): %s", be->name, D, mode_name(p), why);
-    }
-    return TLM_OK;
-}
-
-tlm_attention tlm_attention_resolve(tlm_backend *be, const tlm_config *c, tlm_precision p, tlm_attention a) {
-    if (a != TLM_ATTENTION_AUTO) return a;
-    if (be->device == TLM_DEVICE_CPU) return TLM_ATTENTION_NAIVE;
-    return tlm_attention_check(be, c, p, TLM_ATTENTION_FLASH) == TLM_OK ? TLM_ATTENTION_FLASH : TLM_ATTENTION_NAIVE;
-}
-
-tlm_status tlm_model_set_attention(tlm_model *m, tlm_attention a) {
-    if (a != TLM_ATTENTION_NAIVE && a != TLM_ATTENTION_FLASH && a != TLM_ATTENTION_AUTO)
-        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown attention %d (known: naive, flash, auto)", (int)a);
+tlm_status tlm_model_refresh_lowp_weights(tlm_model *m) {
     tlm_backend *be = m->backend;
-    a = tlm_attention_resolve(be, &m->config, be->precision, a);
-    TLM_TRY(tlm_attention_check(be, &m->config, be->precision, a));
-    if (a != m->attention) {
-        tlm_model_free_activations(m); /* the saved tensors differ: the next forward allocates */
-        m->attention = a;
+    const tlm_dtype dt = tlm_precision_act_dtype(m->run.precision);
+    if (dt == TLM_DTYPE_F32) return TLM_OK;
+    if (!m->params_lp) {
+        tlm_graph_reset(be, &m->graph_fwd);
+        tlm_graph_reset(be, &m->graph_bwd);
+        m->params_lp = tlm_alloc(be, m->layout.flat_numel * tlm_dtype_size(dt), TLM_MEM_PARAMETERS,
+                                 dt == TLM_DTYPE_BF16 ? "parameters.bf16" : "parameters.fp16");
+        if (!m->params_lp) return TLM_ERR_OUT_OF_MEMORY;
+        m->params_lp_stale = true;
     }
+    if (m->params_lp_stale) tlm_cast(be, m->params_lp, m->params, m->layout.flat_numel, dt);
+    m->params_lp_stale = false;
     return TLM_OK;
 }
 
-int tlm_model_find_tensor(const tlm_model *m, const char *name) {
-    for (int i = 0; i < m->num_tensors; i++)
-        if (strcmp(m->tensors[i].name, name) == 0) return i;
-    return -1;
-}
+/* ---- initialisation ---------------------------------------------------------------------------------- */
 
 /* Fills one tensor (host staging) with trunc_normal or ones; chunks of 64K elements each
  * draw from their own stream so the result does not depend on the thread count. */
@@ -261,19 +220,44 @@ static void init_tensor(const tlm_tensor_info *t, int index, uint64_t seed, floa
 }
 
 tlm_status tlm_model_init_random(tlm_model *m, uint64_t seed) {
+    const tlm_param_layout *l = &m->layout;
     size_t max_numel = 0;
-    for (int i = 0; i < m->num_tensors; i++)
-        if (m->tensors[i].numel > max_numel) max_numel = m->tensors[i].numel;
+    for (int i = 0; i < l->num_tensors; i++)
+        if (l->tensors[i].numel > max_numel) max_numel = l->tensors[i].numel;
     float *staging = malloc(max_numel * sizeof(float));
     if (!staging) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for initialisation");
-    for (int i = 0; i < m->num_tensors; i++) {
-        const tlm_tensor_info *t = &m->tensors[i];
+    for (int i = 0; i < l->num_tensors; i++) {
+        const tlm_tensor_info *t = &l->tensors[i];
         init_tensor(t, i, seed, staging);
-        m->backend->copy_to_backend(m->backend, m->params + t->offset, staging, t->numel * sizeof(float));
-        m->backend->synchronize(m->backend); /* staging is reused */
+        tlm_copy_to_backend(m->backend, m->params + t->offset, staging, t->numel * sizeof(float));
+        tlm_synchronize(m->backend); /* staging is reused */
     }
     free(staging);
-    m->adam_t = 0;
-    m->params_lp_stale = 1;
+    m->optimizer.t = 0;
+    m->params_lp_stale = true;
     return TLM_OK;
+}
+
+/* ---- the optimizer step ------------------------------------------------------------------------------- */
+
+tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt) {
+    if (!m->grads) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "AdamW step needs gradients: run backward first");
+    tlm_backend *be = m->backend;
+    tlm_status s = TLM_OK;
+    bool skip = false;
+    tlm_phase_begin(be, TLM_PHASE_OPTIMIZER);
+    if (m->run.precision == TLM_PRECISION_FP16) { /* GradScaler: unscale, skip on inf/NaN */
+        s = tlm_loss_scaler_unscale_check(&m->scaler, be, m->grads, m->layout.flat_numel, m->grads_scale,
+                                          &m->step_scalars[1], m->comm, &skip);
+        m->grads_scale = 1.0f;
+    }
+    if (s == TLM_OK && !skip) {
+        m->optimizer.config = *opt;
+        /* the GEMM copy of the weights (bf16/fp16) is refreshed in the same pass */
+        s = tlm_adamw_update(&m->optimizer, m->params, m->grads, m->params_lp,
+                             tlm_precision_act_dtype(m->run.precision));
+        if (s == TLM_OK) m->params_lp_stale = m->params_lp == NULL;
+    }
+    tlm_phase_end(be);
+    return s;
 }

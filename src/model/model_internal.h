@@ -4,15 +4,21 @@
 
 #include "tlm/model.h"
 
-void tlm_model_set_grad_views(tlm_model *m);      /* model.c: layer_g views into grads */
+/* model.c: frees the activations (and forgets the captured graphs that use them) */
+void tlm_model_free_activations(tlm_model *m);
 
-/* profiler ranges (NVTX on CUDA): no-ops on backends without them */
-static inline void tlm_range_push(tlm_backend *be, const char *name) {
-    if (be->range_push) be->range_push(be, name);
+/* model.c: casts the parameters to their bf16/fp16 GEMM copy when they changed (allocating it the
+ * first time); nothing in fp32/tf32. OUT_OF_MEMORY. */
+tlm_status tlm_model_refresh_lowp_weights(tlm_model *m);
+
+/* element i of a dt buffer */
+static inline void *tlm_at(void *p, size_t i, tlm_dtype dt) { return (char *)p + i * tlm_dtype_size(dt); }
+
+/* The GEMM copy of a weight: its place in params_lp (bf16/fp16), or the weight itself. */
+static inline const void *tlm_gemm_w(const tlm_model *m, const float *w) {
+    if (!m->params_lp) return w;
+    return (const char *)m->params_lp +
+           (size_t)(w - m->params) * tlm_dtype_size(tlm_precision_act_dtype(m->run.precision));
 }
-static inline void tlm_range_pop(tlm_backend *be) {
-    if (be->range_pop) be->range_pop(be);
-}
-void tlm_model_free_activations(tlm_model *m);    /* model_pass.c */
 
 #endif

@@ -26,12 +26,12 @@ tlm_status tlm_model_load(tlm_model *m, const char *path) {
                          "(%d layers; names follow the CS336 state dict)",
                          path, st.tensors[i].name, m->config.num_layers);
     size_t max_numel = 0;
-    for (int i = 0; i < m->num_tensors; i++)
-        if (m->tensors[i].numel > max_numel) max_numel = m->tensors[i].numel;
+    for (int i = 0; i < m->layout.num_tensors; i++)
+        if (m->layout.tensors[i].numel > max_numel) max_numel = m->layout.tensors[i].numel;
     float *staging = s == TLM_OK ? malloc(max_numel * sizeof(float)) : NULL;
     if (s == TLM_OK && !staging) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory loading %s", path);
-    for (int i = 0; i < m->num_tensors && s == TLM_OK; i++) {
-        const tlm_tensor_info *t = &m->tensors[i];
+    for (int i = 0; i < m->layout.num_tensors && s == TLM_OK; i++) {
+        const tlm_tensor_info *t = &m->layout.tensors[i];
         const tlm_st_tensor *ft = tlm_safetensors_find(&st, t->name);
         if (!ft) {
             s = tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: missing tensor '%s'", path, t->name);
@@ -52,12 +52,11 @@ tlm_status tlm_model_load(tlm_model *m, const char *path) {
             tlm_fail(s, "%s: tensor '%s': %s", path, t->name, tlm_last_error());
             break;
         }
-        m->backend->copy_to_backend(m->backend, m->params + t->offset, staging, t->numel * sizeof(float));
-        m->backend->synchronize(m->backend);
+        tlm_copy_to_backend(m->backend, m->params + t->offset, staging, t->numel * sizeof(float));
     }
     free(staging);
     tlm_safetensors_free(&st);
-    m->params_lp_stale = 1;
+    m->params_lp_stale = true;
     return s;
 }
 
@@ -65,25 +64,24 @@ tlm_status tlm_model_load(tlm_model *m, const char *path) {
 static tlm_status save_flat(const tlm_model *m, const float *flat, float divide_by, const char *path,
                             const char *what) {
     if (!flat) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "no %s to save (run a backward pass first)", what);
-    float *host = malloc(m->flat_numel * sizeof(float));
-    tlm_st_entry *entries = calloc((size_t)m->num_tensors, sizeof *entries);
+    float *host = malloc(m->layout.flat_numel * sizeof(float));
+    tlm_st_entry *entries = calloc((size_t)m->layout.num_tensors, sizeof *entries);
     if (!host || !entries) {
         free(host);
         free(entries);
         return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory saving %s", path);
     }
-    m->backend->copy_to_host(m->backend, host, flat, m->flat_numel * sizeof(float));
-    m->backend->synchronize(m->backend);
+    tlm_copy_to_host(m->backend, host, flat, m->layout.flat_numel * sizeof(float));
     if (divide_by != 1.0f)
-        for (size_t i = 0; i < m->flat_numel; i++) host[i] /= divide_by;
-    for (int i = 0; i < m->num_tensors; i++) {
-        const tlm_tensor_info *t = &m->tensors[i];
+        for (size_t i = 0; i < m->layout.flat_numel; i++) host[i] /= divide_by;
+    for (int i = 0; i < m->layout.num_tensors; i++) {
+        const tlm_tensor_info *t = &m->layout.tensors[i];
         entries[i] = (tlm_st_entry){.name = t->name, .dtype = TLM_DTYPE_F32, .ndim = t->ndim,
                                     .data = host + t->offset};
         entries[i].shape[0] = t->shape[0];
         entries[i].shape[1] = t->shape[1];
     }
-    tlm_status s = tlm_safetensors_write(path, entries, m->num_tensors);
+    tlm_status s = tlm_safetensors_write(path, entries, m->layout.num_tensors);
     free(entries);
     free(host);
     return s;

@@ -70,7 +70,7 @@ static void run_way_cpu(tlm_accumulate_way w, float value, float *addend, float 
 }
 
 tlm_status tlm_accumulate_run(tlm_backend *be, double value, tlm_accumulation *out) {
-    if (be->device == TLM_DEVICE_CUDA) return tlm_accumulate_run_cuda(be, value, out);
+    if (be->kind == TLM_DEVICE_CUDA) return tlm_accumulate_run_cuda(be, value, out);
     for (int w = 0; w < TLM_ACC_NUM_WAYS; w++)
         run_way_cpu((tlm_accumulate_way)w, (float)value, &out->addend[w], out->partial[w]);
     return TLM_OK;

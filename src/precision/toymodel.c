@@ -122,11 +122,11 @@ tlm_status tlm_toymodel_create(tlm_toymodel **out, tlm_backend *be, const tlm_to
     for (int i = 0; i < H; i++) host[k++] = 1.0f;
     for (int i = 0; i < H; i++) host[k++] = 0.0f;
     for (size_t i = 0; i < (size_t)out_f * H; i++) host[k++] = (float)((2 * tlm_rng_uniform(&r2) - 1) / sqrt(H));
-    be->copy_to_backend(be, m->params, host, m->num_params * sizeof(float));
+    tlm_copy_to_backend(be, m->params, host, m->num_params * sizeof(float));
     for (size_t i = 0; i < (size_t)B * in; i++) host[k + i] = (float)tlm_rng_normal(&rx);
-    be->copy_to_backend(be, m->x.data, host + k, (size_t)B * in * sizeof(float));
+    tlm_copy_to_backend(be, m->x.data, host + k, (size_t)B * in * sizeof(float));
     for (size_t i = 0; i < (size_t)B * out_f; i++) m->y_host[i] = (float)tlm_rng_normal(&ry);
-    be->synchronize(be);
+    tlm_synchronize(be);
     free(host);
     *out = m;
     return TLM_OK;
@@ -164,53 +164,51 @@ void tlm_toymodel_read(const tlm_toymodel *m, const tlm_toy_tensor *t, float *ho
         return;
     }
     if (t->dtype == TLM_DTYPE_F32) {
-        m->be->copy_to_host(m->be, host, t->data, n * sizeof(float));
-        m->be->synchronize(m->be);
+        tlm_copy_to_host(m->be, host, t->data, n * sizeof(float));
+        tlm_synchronize(m->be);
         return;
     }
     uint16_t *raw = malloc(n * sizeof(uint16_t));
     TLM_ASSERT(raw);
-    m->be->copy_to_host(m->be, raw, t->data, n * sizeof(uint16_t));
-    m->be->synchronize(m->be);
+    tlm_copy_to_host(m->be, raw, t->data, n * sizeof(uint16_t));
+    tlm_synchronize(m->be);
     widen_host(host, raw, n, t->dtype);
     free(raw);
 }
 
 void tlm_toymodel_set_params(tlm_toymodel *m, const float *host) {
-    m->be->copy_to_backend(m->be, m->params, host, m->num_params * sizeof(float));
-    m->be->synchronize(m->be);
+    tlm_copy_to_backend(m->be, m->params, host, m->num_params * sizeof(float));
+    tlm_synchronize(m->be);
 }
 
 tlm_status tlm_toymodel_forward(tlm_toymodel *m, float *loss) {
     tlm_backend *be = m->be;
-    const tlm_ops *ops = be->ops;
     const int B = m->cfg.batch_size, in = m->cfg.in_features, H = m->cfg.hidden, out_f = m->cfg.out_features;
-    be->precision = m->cfg.precision; /* the GEMMs read it (TF32) */
 
     /* fc1 = Linear(in, H): autocast casts its input and weight to the GEMM dtype */
     TLM_ASSERT(m->x.dtype == TLM_DTYPE_F32 && m->fc1_weight.dtype == TLM_DTYPE_F32);
-    ops->cast(be, m->x_gemm.data, m->x.data, numel(&m->x), m->x_gemm.dtype);
-    ops->cast(be, m->fc1_weight_gemm.data, m->fc1_weight.data, numel(&m->fc1_weight), m->fc1_weight_gemm.dtype);
+    tlm_cast(be, m->x_gemm.data, m->x.data, numel(&m->x), m->x_gemm.dtype);
+    tlm_cast(be, m->fc1_weight_gemm.data, m->fc1_weight.data, numel(&m->fc1_weight), m->fc1_weight_gemm.dtype);
     TLM_ASSERT(m->x_gemm.dtype == m->fc1_out.dtype && m->fc1_weight_gemm.dtype == m->fc1_out.dtype);
-    ops->matmul_forward(be, m->fc1_out.data, NULL, m->x_gemm.data, m->fc1_weight_gemm.data, B, in, H,
-                        m->fc1_out.dtype);
+    tlm_matmul_forward(be, m->fc1_out.data, NULL, m->x_gemm.data, m->fc1_weight_gemm.data, B, in, H,
+                       m->cfg.precision);
 
     /* ReLU, in its input's dtype */
     TLM_ASSERT(m->relu_out.dtype == m->fc1_out.dtype);
-    ops->relu_forward(be, m->relu_out.data, m->fc1_out.data, numel(&m->fc1_out), m->relu_out.dtype);
+    tlm_relu_forward(be, m->relu_out.data, m->fc1_out.data, numel(&m->fc1_out), m->relu_out.dtype);
 
     /* LayerNorm(H): reads its input in its dtype, writes fp32 statistics and output */
     TLM_ASSERT(m->ln_out.dtype == TLM_DTYPE_F32 && m->ln_mean.dtype == TLM_DTYPE_F32 &&
                m->ln_rstd.dtype == TLM_DTYPE_F32 && m->ln_weight.dtype == TLM_DTYPE_F32);
-    ops->layernorm_forward(be, m->ln_out.data, m->ln_mean.data, m->ln_rstd.data, m->relu_out.data, m->ln_weight.data,
+    tlm_layernorm_forward(be, m->ln_out.data, m->ln_mean.data, m->ln_rstd.data, m->relu_out.data, m->ln_weight.data,
                            m->ln_bias.data, B, H, m->cfg.ln_eps, m->relu_out.dtype);
 
     /* fc2 = Linear(H, out): its input (fp32) and weight cast to the GEMM dtype */
-    ops->cast(be, m->ln_out_gemm.data, m->ln_out.data, numel(&m->ln_out), m->ln_out_gemm.dtype);
-    ops->cast(be, m->fc2_weight_gemm.data, m->fc2_weight.data, numel(&m->fc2_weight), m->fc2_weight_gemm.dtype);
+    tlm_cast(be, m->ln_out_gemm.data, m->ln_out.data, numel(&m->ln_out), m->ln_out_gemm.dtype);
+    tlm_cast(be, m->fc2_weight_gemm.data, m->fc2_weight.data, numel(&m->fc2_weight), m->fc2_weight_gemm.dtype);
     TLM_ASSERT(m->ln_out_gemm.dtype == m->logits.dtype && m->fc2_weight_gemm.dtype == m->logits.dtype);
-    ops->matmul_forward(be, m->logits.data, NULL, m->ln_out_gemm.data, m->fc2_weight_gemm.data, B, H, out_f,
-                        m->logits.dtype);
+    tlm_matmul_forward(be, m->logits.data, NULL, m->ln_out_gemm.data, m->fc2_weight_gemm.data, B, H, out_f,
+                       m->cfg.precision);
 
     /* the loss, fp32 (mse_loss is on the fp32 list): the logits widened exactly, the squared
      * errors summed in double, the result stored as float */
@@ -229,9 +227,7 @@ tlm_status tlm_toymodel_forward(tlm_toymodel *m, float *loss) {
 
 tlm_status tlm_toymodel_backward(tlm_toymodel *m) {
     tlm_backend *be = m->be;
-    const tlm_ops *ops = be->ops;
     const int B = m->cfg.batch_size, in = m->cfg.in_features, H = m->cfg.hidden, out_f = m->cfg.out_features;
-    be->precision = m->cfg.precision;
 
     /* d loss / d logits = scale * 2 (logits - y) in fp32, rounded to the logits' dtype (the
      * backward of autocast's cast of the logits to fp32); host_scratch still holds the logits */
@@ -241,37 +237,37 @@ tlm_status tlm_toymodel_backward(tlm_toymodel *m) {
     const size_t n = (size_t)B * out_f;
     for (size_t i = 0; i < n; i++) dl[i] = scale * (logits[i] - m->y_host[i]);
     if (m->dlogits.dtype == TLM_DTYPE_F32) {
-        be->copy_to_backend(be, m->dlogits.data, dl, n * sizeof(float));
+        tlm_copy_to_backend(be, m->dlogits.data, dl, n * sizeof(float));
     } else {
         uint16_t *raw = (uint16_t *)(dl + n);
         for (size_t i = 0; i < n; i++)
             raw[i] = m->dlogits.dtype == TLM_DTYPE_BF16 ? tlm_f32_to_bf16(dl[i]) : tlm_f32_to_f16(dl[i]);
-        be->copy_to_backend(be, m->dlogits.data, raw, n * sizeof(uint16_t));
+        tlm_copy_to_backend(be, m->dlogits.data, raw, n * sizeof(uint16_t));
     }
-    be->synchronize(be); /* the host buffer is reused by the next forward */
+    tlm_synchronize(be); /* the host buffer is reused by the next forward */
 
     /* fc2: dW2 fp32; the gradient of its (cast) input in its dtype */
     TLM_ASSERT(m->dlogits.dtype == m->logits.dtype && m->dln_out.dtype == m->ln_out_gemm.dtype &&
                m->fc2_weight_grad.dtype == TLM_DTYPE_F32);
-    ops->matmul_backward(be, m->dln_out.data, m->fc2_weight_grad.data, m->dlogits.data, m->ln_out_gemm.data,
-                         m->fc2_weight_gemm.data, B, H, out_f, m->logits.dtype);
+    tlm_matmul_backward(be, m->dln_out.data, m->fc2_weight_grad.data, m->dlogits.data, m->ln_out_gemm.data,
+                        m->fc2_weight_gemm.data, B, H, out_f, m->cfg.precision);
 
     /* LayerNorm: the cast's backward widens dln_out exactly, so the op reads it in its dtype;
      * the gradient of the LayerNorm input in the input's dtype, dweight and dbias fp32 */
     TLM_ASSERT(m->dln_out.dtype == m->relu_out.dtype && m->drelu_out.dtype == m->relu_out.dtype);
-    ops->layernorm_backward(be, m->drelu_out.data, m->ln_weight_grad.data, m->ln_bias_grad.data, m->dln_out.data,
+    tlm_layernorm_backward(be, m->drelu_out.data, m->ln_weight_grad.data, m->ln_bias_grad.data, m->dln_out.data,
                             m->relu_out.data, m->ln_weight.data, m->ln_mean.data, m->ln_rstd.data, B, H,
                             m->relu_out.dtype);
 
     /* ReLU */
     TLM_ASSERT(m->dfc1_out.dtype == m->fc1_out.dtype);
-    ops->relu_backward(be, m->dfc1_out.data, m->drelu_out.data, m->fc1_out.data, numel(&m->fc1_out),
+    tlm_relu_backward(be, m->dfc1_out.data, m->drelu_out.data, m->fc1_out.data, numel(&m->fc1_out),
                        m->fc1_out.dtype);
 
     /* fc1: dW1 fp32; its input x needs no gradient */
-    ops->matmul_backward(be, NULL, m->fc1_weight_grad.data, m->dfc1_out.data, m->x_gemm.data,
-                         m->fc1_weight_gemm.data, B, in, H, m->fc1_out.dtype);
-    be->synchronize(be);
+    tlm_matmul_backward(be, NULL, m->fc1_weight_grad.data, m->dfc1_out.data, m->x_gemm.data,
+                        m->fc1_weight_gemm.data, B, in, H, m->cfg.precision);
+    tlm_synchronize(be);
     return TLM_OK;
 }
 

@@ -1,0 +1,36 @@
+/* backend_state.h — the generic part of every backend (internal to src/core): the tracked
+ * allocator's table and counters, the memory listeners, the dispatch's hooks and the current
+ * scope. backend.c creates it, memory.c keeps the allocator, dispatch.c the hooks and scope. */
+#ifndef TLM_CORE_BACKEND_STATE_H
+#define TLM_CORE_BACKEND_STATE_H
+
+#include "tlm/backend.h"
+
+/* one live allocation */
+typedef struct {
+    void *ptr;           /* NULL: an empty slot */
+    size_t bytes;
+    tlm_mem_tag tag;
+    char name[64];
+} tlm_mem_record;
+
+struct tlm_backend_state {
+    /* allocator (memory.c): open addressing on the pointer, linear probing, power-of-two size */
+    tlm_mem_record *table;
+    size_t capacity;
+    tlm_mem_stats stats;
+    tlm_mem_listener listeners[TLM_MAX_MEM_LISTENERS];
+    int num_listeners;
+    double created_us;   /* host clock at creation: memory events' time origin */
+
+    /* dispatch (dispatch.c) */
+    tlm_hook hooks[TLM_MAX_HOOKS];
+    int num_hooks;
+    tlm_scope scope;
+    char step_name[32], layer_name[32];
+};
+
+double tlm_host_clock_us(void);               /* backend.c: CLOCK_MONOTONIC in microseconds */
+void tlm_mem_state_free(tlm_backend *be);     /* memory.c: frees every live allocation, the table */
+
+#endif

@@ -1,0 +1,91 @@
+/* backward.c — the backward pass of the CS336 model, written once for every backend: from the
+ * gradient of the mean loss to every parameter gradient, each line one op through the dispatch
+ * (ops.h). Where a layer's gradients become ready: after the last op that writes them, the pass
+ * announces the group (layout.h) to the model's grads_ready callback (model.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/activations.h"
+#include "model/model_internal.h"
+
+/* group i of the layout (in completion order) is complete */
+static void grads_ready(tlm_model *m, int i) {
+    if (m->grads_ready) m->grads_ready(m->grads_ready_user, m, &m->layout.groups[i]);
+}
+
+/* The backward ops, from dlogits to the embedding gradient, for a loss scaled by the float whose
+ * bits are `scale_bits` (no host copy, no synchronization: a CUDA graph can capture it). */
+static void backward_pass(void *ctx, uint32_t scale_bits) {
+    tlm_model *m = ctx;
+    tlm_backend *be = m->backend;
+    const tlm_config *c = &m->config;
+    tlm_activations *a = m->acts;
+    const int B = m->B, T = m->T, C = c->d_model, F = c->d_ff, V = c->vocab_size, H = c->num_heads;
+    const int D = C / H, n = B * T;
+    const size_t N = (size_t)n;
+    const tlm_precision pm = m->run.precision;
+    const tlm_dtype dt = a->dt;
+    const int lowp = dt != TLM_DTYPE_F32;
+    float scale;
+    memcpy(&scale, &scale_bits, sizeof scale);
+    int group = 0; /* the next group of m->layout.groups to complete */
+    /* loss = mean over N positions: dlogits = scale * (softmax - onehot) / N, in place */
+    tlm_cross_entropy_backward(be, a->logits, a->logits, a->lse, a->targets, n, V, scale / (float)n, dt);
+    tlm_matmul_backward(be, a->d_tmp, m->g.lm_head, a->logits, a->ln_f, tlm_gemm_w(m, m->w.lm_head), n, C, V, pm);
+    tlm_memset_zero(be, a->d_resid, N * C * sizeof(float));
+    tlm_rmsnorm_backward(be, a->d_resid, m->g.ln_final, a->d_tmp, a->x_final, m->w.ln_final, a->ln_f_rstd, n, C, dt);
+    grads_ready(m, group++); /* ln_final, lm_head */
+    /* d_resid (float32) holds the gradient of the current block's output, walking down the layers;
+     * d_resid_lp is its GEMM-operand copy */
+    for (int l = c->num_layers - 1; l >= 0; l--) {
+        const tlm_layer_acts *x = &a->layers[l];
+        const tlm_layer_weights *w = &m->w.layers[l];
+        const tlm_layer_weights *g = &m->g.layers[l];
+        tlm_layer_begin(be, l);
+        /* feed-forward branch */
+        if (lowp) tlm_cast(be, a->d_resid_lp, a->d_resid, N * C, dt);
+        tlm_matmul_backward(be, a->d_g, g->w2, a->d_resid_lp, x->g, tlm_gemm_w(m, w->w2), n, F, C, pm);
+        tlm_swiglu_backward(be, a->d_ab, a->d_g, x->ab, n, F, dt);
+        tlm_matmul_backward(be, a->d_tmp, g->w13, a->d_ab, x->ln2, tlm_gemm_w(m, w->w13), n, C, 2 * F, pm);
+        tlm_rmsnorm_backward(be, a->d_resid, g->ln2, a->d_tmp, x->h, w->ln2, x->ln2_rstd, n, C, dt);
+        /* attention branch */
+        if (lowp) tlm_cast(be, a->d_resid_lp, a->d_resid, N * C, dt);
+        tlm_matmul_backward(be, a->d_tmp, g->out_proj, a->d_resid_lp, x->att, tlm_gemm_w(m, w->out_proj), n, C, C, pm);
+        if (m->run.attention == TLM_ATTENTION_FLASH) /* recomputes P from the forward's out and lse */
+            tlm_flash_attention_backward(be, a->d_qkv, tlm_at(a->d_qkv, C, dt), tlm_at(a->d_qkv, 2 * C, dt),
+                                         a->flash_workspace, a->d_tmp, x->qkv, tlm_at(x->qkv, C, dt),
+                                         tlm_at(x->qkv, 2 * C, dt), x->att, x->lse, 3 * C, C, B, T, T, H, D, true, dt);
+        else
+            tlm_attention_backward(be, a->d_qkv, tlm_at(a->d_qkv, C, dt), tlm_at(a->d_qkv, 2 * C, dt), a->d_probs,
+                                   a->d_tmp, x->qkv, tlm_at(x->qkv, C, dt), tlm_at(x->qkv, 2 * C, dt), x->probs, 3 * C,
+                                   B, T, H, D, pm);
+        tlm_rope_backward(be, a->d_qkv, m->rope_cos, m->rope_sin, B, T, 2 * H, D, 3 * C, dt);
+        tlm_matmul_backward(be, a->d_tmp, g->qkv, a->d_qkv, x->ln1, tlm_gemm_w(m, w->qkv), n, C, 3 * C, pm);
+        tlm_rmsnorm_backward(be, a->d_resid, g->ln1, a->d_tmp, x->x, w->ln1, x->ln1_rstd, n, C, dt);
+        tlm_layer_end(be);
+        grads_ready(m, group++); /* layer l */
+    }
+    tlm_embedding_backward(be, m->g.wte, a->d_resid, a->inputs, n, V, C);
+    grads_ready(m, group++); /* token_embeddings */
+}
+
+tlm_status tlm_model_backward(tlm_model *m) {
+    if (!m->have_forward)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "backward needs a forward pass with targets first");
+    tlm_backend *be = m->backend;
+    if (!m->grads) {
+        m->grads = tlm_alloc(be, m->layout.flat_numel * sizeof(float), TLM_MEM_GRADIENTS, "gradients");
+        if (!m->grads) return TLM_ERR_OUT_OF_MEMORY;
+        tlm_memset_zero(be, m->grads, m->layout.flat_numel * sizeof(float)); /* padding stays zero */
+        TLM_TRY(tlm_views_make(&m->g, &m->layout, m->config.num_layers, m->grads));
+    }
+    const float scale = m->run.precision == TLM_PRECISION_FP16 ? m->scaler.scale : 1.0f;
+    uint32_t scale_bits;
+    memcpy(&scale_bits, &scale, sizeof scale_bits);
+    tlm_phase_begin(be, TLM_PHASE_BACKWARD);
+    tlm_graph_run(be, &m->graph_bwd, m->run.cuda_graphs, backward_pass, m, scale_bits);
+    tlm_phase_end(be);
+    m->grads_scale = scale;
+    m->have_forward = false; /* the logits now hold their gradient */
+    return TLM_OK;
+}
