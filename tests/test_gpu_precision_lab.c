@@ -53,7 +53,7 @@ static void test_toymodel(tlm_precision p, double limit) {
     die_on(tlm_toymodel_backward(mg), "backward");
     die_on(tlm_toymodel_forward(mc, &lc), "forward");
     die_on(tlm_toymodel_backward(mc), "backward");
-    const char *name = tlm_lab_dtype_name(mg->dt);
+    const char *name = tlm_act_dtype_name(mg->dt);
     const tlm_toy_tensor *tg[32], *tc[32];
     const int n = tlm_toymodel_tensors(mg, tg, 32);
     tlm_toymodel_tensors(mc, tc, 32);
@@ -61,7 +61,7 @@ static void test_toymodel(tlm_precision p, double limit) {
     for (int i = 0; i < n; i++) differ += tg[i]->dtype != tc[i]->dtype;
     check(differ == 0 && mg->ln_out.dtype == TLM_DTYPE_F32 && mg->fc1_out.dtype == mg->dt,
           "%s ToyModel on cuda: the same dtypes as on the cpu for all %d tensors (fc1 output %s, LayerNorm output "
-          "%s)", name, n, tlm_lab_dtype_name(mg->fc1_out.dtype), tlm_lab_dtype_name(mg->ln_out.dtype));
+          "%s)", name, n, tlm_act_dtype_name(mg->fc1_out.dtype), tlm_act_dtype_name(mg->ln_out.dtype));
     const double el = fabs((double)lg - lc) / fabs((double)lc);
     float *gg = malloc(mg->num_params * sizeof(float)), *gc = malloc(mc->num_params * sizeof(float));
     tlm_copy_to_host(gpu, gg, mg->grads, mg->num_params * sizeof(float));

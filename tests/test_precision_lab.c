@@ -265,7 +265,7 @@ static long gemm_ulps_off(const float *x, const float *w, const float *y, int ro
 static void test_autocast_dtypes(tlm_precision p) {
     tlm_toymodel *m = toy(p, TLM_TOY_LOSS_MSE);
     const tlm_dtype dt = m->dt, F32 = TLM_DTYPE_F32;
-    const char *name = tlm_lab_dtype_name(dt);
+    const char *name = tlm_act_dtype_name(dt);
     float loss;
     bool ran = tlm_toymodel_forward(m, &loss) == TLM_OK && tlm_toymodel_backward(m) == TLM_OK && isfinite(loss);
     check(ran, "%s ToyModel: forward and backward run, loss %.6f", name, (double)loss);
@@ -273,13 +273,13 @@ static void test_autocast_dtypes(tlm_precision p) {
               m->fc2_weight.dtype == F32,
           "%s autocast: parameters fp32 (master weights, inside the autocast region)", name);
     check(m->fc1_out.dtype == dt && m->x_gemm.dtype == dt && m->fc1_weight_gemm.dtype == dt,
-          "%s autocast: fc1 output %s, its operands cast to %s", name, tlm_lab_dtype_name(m->fc1_out.dtype), name);
+          "%s autocast: fc1 output %s, its operands cast to %s", name, tlm_act_dtype_name(m->fc1_out.dtype), name);
     check(m->relu_out.dtype == dt, "%s autocast: ReLU output %s (its input's dtype)", name,
-          tlm_lab_dtype_name(m->relu_out.dtype));
+          tlm_act_dtype_name(m->relu_out.dtype));
     check(m->ln_out.dtype == F32 && m->ln_mean.dtype == F32 && m->ln_rstd.dtype == F32,
           "%s autocast: LayerNorm output and statistics fp32", name);
     check(m->logits.dtype == dt && m->ln_out_gemm.dtype == dt, "%s autocast: logits %s", name,
-          tlm_lab_dtype_name(m->logits.dtype));
+          tlm_act_dtype_name(m->logits.dtype));
     check(m->loss.dtype == F32, "%s autocast: loss fp32", name);
     check(m->fc1_weight_grad.dtype == F32 && m->ln_weight_grad.dtype == F32 && m->ln_bias_grad.dtype == F32 &&
               m->fc2_weight_grad.dtype == F32,
@@ -374,7 +374,7 @@ static void test_toymodel_lowp_gradients(tlm_precision p) {
     const double u = ldexp(1.0, -fmt_of(m->dt).p), err = rel_err(g, g32, n), lerr = fabs((double)l - l32) / l32;
     check(err < 8 * u && lerr < 8 * u && err > 0.0,
           "%s ToyModel: gradients vs the fp32 model's: error %.2e (%.2f u), loss %.2e (%.2f u), u = %.2e",
-          tlm_lab_dtype_name(m->dt), err, err / u, lerr, lerr / u, u);
+          tlm_act_dtype_name(m->dt), err, err / u, lerr, lerr / u, u);
     free(g), free(g32);
     tlm_toymodel_free(m);
     tlm_toymodel_free(ref);

@@ -56,6 +56,8 @@ static inline tlm_precision tlm_precision_of_dtype(tlm_dtype dt) {
 /* "fp32", "bf16", "fp16" for the three activation dtypes (the names the reports use), else
  * tlm_dtype_name's. */
 const char *tlm_act_dtype_name(tlm_dtype dt);
+/* Parses "fp32", "bf16", "fp16" into F32, BF16, F16; false for anything else. */
+bool tlm_act_dtype_parse(const char *name, tlm_dtype *out);
 
 #ifdef __cplusplus
 }

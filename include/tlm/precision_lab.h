@@ -22,16 +22,14 @@
 
 #include "tlm/backend.h"
 #include "tlm/dtype.h"
+#include "tlm/precision.h"
 #include "tlm/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* "fp32", "fp16", "bf16" (the names the CLI takes); other dtypes: tlm_dtype_name's. */
-const char *tlm_lab_dtype_name(tlm_dtype dt);
-/* Parses "fp32" | "fp16" | "bf16"; false for anything else. */
-bool tlm_lab_dtype_parse(const char *name, tlm_dtype *out);
+/* Names of fp32, fp16, bf16: tlm_act_dtype_name / tlm_act_dtype_parse (precision.h). */
 /* The largest finite value of fp32, fp16 or bf16, from the encoding (fp16: 65504). */
 double tlm_lab_dtype_max(tlm_dtype dt);
 

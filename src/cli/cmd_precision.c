@@ -136,7 +136,7 @@ static int run_accumulate(int argc, char **argv) {
                    "\"addend_exact\": \"%s\", \"sum\": %.17g, \"sum_exact\": \"%s\", \"error\": %.17g, "
                    "\"representation_error\": %.17g, \"rounding_error\": %.17g, \"inexact_adds\": %d, "
                    "\"spacing_at_sum\": %.17g, \"last_increment\": %.17g, \"last_change\": %d, \"why\": ",
-                   info->name, tlm_lab_dtype_name(info->sum_dtype), tlm_lab_dtype_name(info->addend_dtype),
+                   info->name, tlm_act_dtype_name(info->sum_dtype), tlm_act_dtype_name(info->addend_dtype),
                    an[w].addend, addend, an[w].sum, sum, an[w].error, an[w].representation, an[w].rounding,
                    an[w].inexact_adds, an[w].spacing, an[w].last_increment, an[w].last_change);
             json_str(why[w]);
@@ -229,7 +229,7 @@ static int run_autocast(int argc, char **argv) {
         switch (c) {
         case 'D': {
             tlm_dtype dt;
-            if (!tlm_lab_dtype_parse(optarg, &dt)) {
+            if (!tlm_act_dtype_parse(optarg, &dt)) {
                 cli_error(cmd, "--dtype: unknown dtype '%s' (known: fp16, bf16, fp32)", optarg);
                 ok = false;
             } else {
@@ -279,7 +279,7 @@ static int run_autocast(int argc, char **argv) {
         rc = TLM_EXIT_FAILURE;
         goto done;
     }
-    const char *mode = tlm_lab_dtype_name(m->dt);
+    const char *mode = tlm_act_dtype_name(m->dt);
     printf("# tlm precision autocast: the ToyModel under %s%s (SPEC.md §2.4; tlm %s)\n", mode,
            m->dt == TLM_DTYPE_F32 ? " (no autocast)" : " autocast", TLM_VERSION);
     printf("# device: %s\n", desc);
@@ -300,7 +300,7 @@ static int run_autocast(int argc, char **argv) {
                               : t == &m->dlogits  ? "backward"
                                                   : NULL;
         if (section) printf("%s\n", section);
-        printf("  %-48s %-6s %s\n", t->name, tlm_lab_dtype_name(t->dtype), shape);
+        printf("  %-48s %-6s %s\n", t->name, tlm_act_dtype_name(t->dtype), shape);
     }
     const bool grads_f32 = m->fc1_weight_grad.dtype == TLM_DTYPE_F32 && m->ln_weight_grad.dtype == TLM_DTYPE_F32 &&
                            m->ln_bias_grad.dtype == TLM_DTYPE_F32 && m->fc2_weight_grad.dtype == TLM_DTYPE_F32;
@@ -308,8 +308,8 @@ static int run_autocast(int argc, char **argv) {
                             m->ln_bias.dtype == TLM_DTYPE_F32 && m->fc2_weight.dtype == TLM_DTYPE_F32;
     printf("\nsummary (SPEC.md §2.4's question): parameters %s, fc1 output %s, ReLU output %s, LayerNorm output %s, "
            "logits %s, loss %s, gradients %s\n",
-           params_f32 ? "fp32" : "mixed", tlm_lab_dtype_name(m->fc1_out.dtype), tlm_lab_dtype_name(m->relu_out.dtype),
-           tlm_lab_dtype_name(m->ln_out.dtype), tlm_lab_dtype_name(m->logits.dtype), tlm_lab_dtype_name(m->loss.dtype),
+           params_f32 ? "fp32" : "mixed", tlm_act_dtype_name(m->fc1_out.dtype), tlm_act_dtype_name(m->relu_out.dtype),
+           tlm_act_dtype_name(m->ln_out.dtype), tlm_act_dtype_name(m->logits.dtype), tlm_act_dtype_name(m->loss.dtype),
            grads_f32 ? "fp32" : "mixed");
 
     printf("\nloss %.7f   (the same model in fp32: %.7f; relative difference %.2e)\n", (double)loss, (double)ref_loss,

@@ -1,6 +1,7 @@
 /* backend.c — what every backend shares (backend.h): the generic constructor and destructor, the
  * device queries, copies, streams and events (host-clock events for a backend whose ops run
  * synchronously), the CUDA graph capture service, and creation by name. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -54,6 +55,11 @@ tlm_status tlm_backend_create(tlm_backend **out, const char *device, int gpu, in
 /* ---- the device ------------------------------------------------------------------------------------ */
 
 tlm_support tlm_backend_supports(tlm_backend *be, tlm_op_id op, tlm_dtype dt, int d_head) {
+    if (dt != TLM_DTYPE_F32 && dt != TLM_DTYPE_BF16 && dt != TLM_DTYPE_F16) { /* no backend has other dtypes */
+        tlm_fail(TLM_ERR_UNSUPPORTED, "%s on %s: dtype %s is not supported (F32, BF16, F16)", tlm_op_name(op),
+                 be->name, tlm_dtype_name(dt));
+        return TLM_SUPPORT_NONE;
+    }
     return be->iface->supports(be, op, dt, d_head);
 }
 
@@ -83,10 +89,15 @@ void tlm_stream_synchronize(tlm_backend *be, tlm_stream *s) {
     if (be->iface->stream_synchronize) be->iface->stream_synchronize(be, s);
 }
 
+/* a handle of `bytes` for a backend without its own (a token) */
+static tlm_status token(void **out, size_t bytes, const char *what) {
+    *out = calloc(1, bytes);
+    return *out ? TLM_OK : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for %s", what);
+}
+
 tlm_status tlm_stream_create(tlm_backend *be, tlm_stream **out) {
     if (be->iface->stream_create) return be->iface->stream_create(be, out);
-    *out = calloc(1, sizeof **out);
-    return *out ? TLM_OK : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for a stream");
+    return token((void **)out, sizeof **out, "a stream");
 }
 
 void tlm_stream_destroy(tlm_backend *be, tlm_stream *s) {
@@ -97,8 +108,7 @@ void tlm_stream_destroy(tlm_backend *be, tlm_stream *s) {
 
 tlm_status tlm_event_create(tlm_backend *be, tlm_event **out) {
     if (be->iface->event_create) return be->iface->event_create(be, out);
-    *out = calloc(1, sizeof **out);
-    return *out ? TLM_OK : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for an event");
+    return token((void **)out, sizeof **out, "an event");
 }
 
 void tlm_event_destroy(tlm_backend *be, tlm_event *e) {

@@ -47,16 +47,11 @@ tlm_cpu_thread_scratch tlm_cpu_scratch_per_thread(tlm_backend *be, size_t floats
     return s;
 }
 
-/* every op in F32, BF16 and F16 (d_head any); FlashAttention-2 is the fp32 reference: REFERENCE */
+/* every op in F32, BF16 and F16 (the generic check refuses other dtypes); FlashAttention-2 is the
+ * fp32 reference, any d_head >= 1: REFERENCE */
 static tlm_support cpu_supports(tlm_backend *be, tlm_op_id op, tlm_dtype dt, int d_head) {
-    if (op == TLM_OP_FLASH_ATTENTION_FORWARD || op == TLM_OP_FLASH_ATTENTION_BACKWARD)
-        return tlm_cpu_flash_attention_check(d_head, dt) == TLM_OK ? TLM_SUPPORT_REFERENCE : TLM_SUPPORT_NONE;
-    if (dt != TLM_DTYPE_F32 && dt != TLM_DTYPE_BF16 && dt != TLM_DTYPE_F16) {
-        tlm_fail(TLM_ERR_UNSUPPORTED, "%s on cpu: dtype %s is not supported (F32, BF16, F16)", tlm_op_name(op),
-                 tlm_dtype_name(dt));
-        return TLM_SUPPORT_NONE;
-    }
-    return TLM_SUPPORT_FAST;
+    if (op != TLM_OP_FLASH_ATTENTION_FORWARD && op != TLM_OP_FLASH_ATTENTION_BACKWARD) return TLM_SUPPORT_FAST;
+    return tlm_cpu_flash_attention_check(d_head, dt) == TLM_OK ? TLM_SUPPORT_REFERENCE : TLM_SUPPORT_NONE;
 }
 
 static void *cpu_raw_alloc(tlm_backend *be, size_t bytes) {

@@ -23,16 +23,11 @@ static const tlm_ops cuda_ops = cuda_ops_table();
 
 /* ---- the device ------------------------------------------------------------------------------- */
 
-/* every op in F32, BF16, F16; FlashAttention-2 for the d_heads its kernels are built for */
+/* every op in F32, BF16, F16 (the generic check refuses other dtypes); FlashAttention-2 for the
+ * d_heads its kernels are built for */
 static tlm_support cuda_supports(tlm_backend *be, tlm_op_id op, tlm_dtype dt, int d_head) {
-    if (op == TLM_OP_FLASH_ATTENTION_FORWARD || op == TLM_OP_FLASH_ATTENTION_BACKWARD)
-        return tlm_cuda_flash_attention_check(d_head, dt) == TLM_OK ? TLM_SUPPORT_FAST : TLM_SUPPORT_NONE;
-    if (dt != TLM_DTYPE_F32 && dt != TLM_DTYPE_BF16 && dt != TLM_DTYPE_F16) {
-        tlm_fail(TLM_ERR_UNSUPPORTED, "%s on cuda: dtype %s is not supported (F32, BF16, F16)", tlm_op_name(op),
-                 tlm_dtype_name(dt));
-        return TLM_SUPPORT_NONE;
-    }
-    return TLM_SUPPORT_FAST;
+    if (op != TLM_OP_FLASH_ATTENTION_FORWARD && op != TLM_OP_FLASH_ATTENTION_BACKWARD) return TLM_SUPPORT_FAST;
+    return tlm_cuda_flash_attention_check(d_head, dt) == TLM_OK ? TLM_SUPPORT_FAST : TLM_SUPPORT_NONE;
 }
 
 /* device memory in use as the driver counts it: total - free (cudaMemGetInfo) */
@@ -82,20 +77,26 @@ static void cuda_stream_synchronize(tlm_backend *be, tlm_stream *s) {
     TLM_CUDA_CHECK(cudaStreamSynchronize(stream_of(be, s)));
 }
 
-static tlm_status cuda_stream_create(tlm_backend *be, tlm_stream **out) {
+/* a stream or event object holding the handle `create` makes; the failure is returned, not fatal */
+template <typename Obj, typename Create>
+static tlm_status create_handle(Obj **out, const char *what, Create &&create) {
     *out = NULL;
-    tlm_stream *s = (tlm_stream *)calloc(1, sizeof *s);
-    cudaStream_t st;
-    if (!s) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for a stream");
-    cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    Obj *o = (Obj *)calloc(1, sizeof *o);
+    if (!o) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for %s", what);
+    const cudaError_t e = create(&o->handle);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        free(s);
-        return tlm_fail(TLM_ERR_BACKEND, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
+        free(o);
+        return tlm_fail(TLM_ERR_BACKEND, "creating %s: %s", what, cudaGetErrorString(e));
     }
-    s->handle = st;
-    *out = s;
+    *out = o;
     return TLM_OK;
+}
+
+static tlm_status cuda_stream_create(tlm_backend *be, tlm_stream **out) {
+    return create_handle(out, "a CUDA stream", [](void **h) {
+        return cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t *>(h), cudaStreamNonBlocking);
+    });
 }
 
 static void cuda_stream_destroy(tlm_backend *be, tlm_stream *s) {
@@ -103,20 +104,9 @@ static void cuda_stream_destroy(tlm_backend *be, tlm_stream *s) {
     free(s);
 }
 
-static tlm_status cuda_event_create(tlm_backend *be, tlm_event **out) {
-    *out = NULL;
-    tlm_event *ev = (tlm_event *)calloc(1, sizeof *ev);
-    cudaEvent_t e;
-    if (!ev) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for an event");
-    cudaError_t err = cudaEventCreate(&e); /* with timing */
-    if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        free(ev);
-        return tlm_fail(TLM_ERR_BACKEND, "cudaEventCreate: %s", cudaGetErrorString(err));
-    }
-    ev->handle = e;
-    *out = ev;
-    return TLM_OK;
+static tlm_status cuda_event_create(tlm_backend *be, tlm_event **out) { /* with timing */
+    return create_handle(out, "a CUDA event",
+                         [](void **h) { return cudaEventCreate(reinterpret_cast<cudaEvent_t *>(h)); });
 }
 
 static void cuda_event_destroy(tlm_backend *be, tlm_event *e) {

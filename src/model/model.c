@@ -11,6 +11,7 @@
 #include "model/activations.h"
 #include "model/model_internal.h"
 #include "tlm/rng.h"
+#include "tlm/util.h"
 
 tlm_run_config tlm_run_defaults(void) {
     return (tlm_run_config){.precision = TLM_PRECISION_FP32, .attention = TLM_ATTENTION_AUTO, .cuda_graphs = false};
@@ -18,23 +19,14 @@ tlm_run_config tlm_run_defaults(void) {
 
 /* ---- attention: naive or FlashAttention-2 ---------------------------------------------------- */
 
-const char *tlm_attention_name(tlm_attention a) {
-    switch (a) {
-    case TLM_ATTENTION_NAIVE: return "naive";
-    case TLM_ATTENTION_FLASH: return "flash";
-    case TLM_ATTENTION_AUTO: return "auto";
-    }
-    return "?";
-}
+static const char *const attention_names[] = {"naive", "flash", "auto"}; /* by tlm_attention */
+
+const char *tlm_attention_name(tlm_attention a) { return (unsigned)a <= TLM_ATTENTION_AUTO ? attention_names[a] : "?"; }
 
 bool tlm_attention_parse(const char *name, tlm_attention *out) {
-    static const tlm_attention all[] = {TLM_ATTENTION_NAIVE, TLM_ATTENTION_FLASH, TLM_ATTENTION_AUTO};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(name, tlm_attention_name(all[i])) == 0) {
-            *out = all[i];
-            return true;
-        }
-    return false;
+    const int i = tlm_name_index(attention_names, 3, name);
+    if (i >= 0) *out = (tlm_attention)i;
+    return i >= 0;
 }
 
 /* how well `be` runs FlashAttention-2 forward and backward for (c, p): the lesser of the two */

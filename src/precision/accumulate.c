@@ -119,17 +119,17 @@ void tlm_accumulate_why(tlm_accumulate_way w, const tlm_accumulate_analysis *a, 
         snprintf(buf, n,
                  "s stops at %.9g after add %d of %d: there the %s spacing is %s, and the addend "
                  "%.7g is %s half of it, so every later s + x rounds back to s",
-                 stop, a->last_change, steps, tlm_lab_dtype_name(S), spacing, a->addend,
+                 stop, a->last_change, steps, tlm_act_dtype_name(S), spacing, a->addend,
                  a->addend < gap / 2 ? "less than" : a->addend == gap / 2 ? "exactly" : "more than");
         return;
     }
     power_of_two(a->spacing, spacing, sizeof spacing);
     char head[200];
-    snprintf(head, sizeof head, "%s(0.01) = %s, %+.4e over %d adds", tlm_lab_dtype_name(A), addend,
+    snprintf(head, sizeof head, "%s(0.01) = %s, %+.4e over %d adds", tlm_act_dtype_name(A), addend,
              a->representation, steps);
     if (a->inexact_adds == 0) {
         snprintf(buf, n, "%s; all %d adds are exact in %s, so the error is the rounding of 0.01 alone", head, steps,
-                 tlm_lab_dtype_name(S));
+                 tlm_act_dtype_name(S));
         return;
     }
     char detail[240];
@@ -141,6 +141,6 @@ void tlm_accumulate_why(tlm_accumulate_way w, const tlm_accumulate_analysis *a, 
     else
         snprintf(detail, sizeof detail, "each add rounds s by at most half of it");
     snprintf(buf, n, "%s; %d of the %d adds round, and %s %.4e in all: near the sum the %s spacing is %s; %s", head,
-             a->inexact_adds, steps, a->rounding < 0 ? "lose" : "gain", fabs(a->rounding), tlm_lab_dtype_name(S),
+             a->inexact_adds, steps, a->rounding < 0 ? "lose" : "gain", fabs(a->rounding), tlm_act_dtype_name(S),
              spacing, detail);
 }

@@ -8,25 +8,6 @@
 #include "precision/lowp.h"
 #include "tlm/precision_lab.h"
 
-const char *tlm_lab_dtype_name(tlm_dtype dt) {
-    switch (dt) {
-    case TLM_DTYPE_F32: return "fp32";
-    case TLM_DTYPE_F16: return "fp16";
-    case TLM_DTYPE_BF16: return "bf16";
-    default: return tlm_dtype_name(dt);
-    }
-}
-
-bool tlm_lab_dtype_parse(const char *name, tlm_dtype *out) {
-    static const tlm_dtype all[] = {TLM_DTYPE_F32, TLM_DTYPE_F16, TLM_DTYPE_BF16};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(name, tlm_lab_dtype_name(all[i])) == 0) {
-            *out = all[i];
-            return true;
-        }
-    return false;
-}
-
 double tlm_lab_dtype_max(tlm_dtype dt) { return tlm_lowp_max(dt); }
 
 /* A double is m 2^e with m < 2^53 an integer. For e < 0 its value is m 5^-e / 10^-e: the digits
