@@ -26,7 +26,7 @@
  *
  * Tiles: Br query rows by Bc key columns, any sizes >= 1; sequence lengths need not be
  * multiples of them (the last tile of each is partial). The CPU reference accepts any d_head
- * D >= 1 (the CUDA kernels: 16, 32, 64, 80, 128 and other even D, see their header).
+ * D >= 1 (the CUDA kernels only 16, 32, 64, 80 and 128: tlm_backend_supports says so).
  *
  * Programmer errors (a size < 1, ld < H*D, a NULL tensor) abort via TLM_ASSERT. */
 #ifndef TLM_FLASH_ATTENTION_H

@@ -46,6 +46,7 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
 
     const tlm_run_config run = {.precision = c->precision, .attention = c->attention, .cuda_graphs = c->graphs};
     r->attention = tlm_attention_resolve(be, &cfg, c->precision, c->attention);
+    tlm_backend_release_cached(be); /* what earlier cases freed is not held by this one */
     tlm_mem_reset_peak(be);
     /* device memory in use that tlm's allocator does not hold (context, libraries, others) */
     const size_t outside = tlm_device_memory_used(be) ? tlm_device_memory_used(be) - tlm_mem_stats_now(be).current_total : 0;

@@ -37,6 +37,15 @@ static size_t cuda_device_memory_used(tlm_backend *be) {
     return total_bytes - free_bytes;
 }
 
+/* the default memory pool (cudaMallocAsync's) keeps freed memory until a synchronization releases it:
+ * wait, then trim it to nothing */
+static void cuda_release_cached(tlm_backend *be) {
+    cudaMemPool_t pool;
+    TLM_CUDA_CHECK(cudaStreamSynchronize(tlm_cuda_stream(be)));
+    TLM_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, tlm_cuda_of(be)->device));
+    TLM_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+}
+
 /* ---- memory: stream-ordered on the compute stream -------------------------------------------------- */
 
 static void *cuda_raw_alloc(tlm_backend *be, size_t bytes) {
@@ -171,6 +180,7 @@ static void cuda_destroy(tlm_backend *be) {
 static const tlm_backend_iface cuda_iface = {
     cuda_supports,
     cuda_device_memory_used,
+    cuda_release_cached,
     cuda_raw_alloc,
     cuda_raw_free,
     cuda_copy_to_backend,

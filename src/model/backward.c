@@ -73,16 +73,22 @@ tlm_status tlm_model_backward(tlm_model *m) {
     if (!m->have_forward)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "backward needs a forward pass with targets first");
     tlm_backend *be = m->backend;
+    tlm_phase_begin(be, TLM_PHASE_BACKWARD); /* the gradient buffer is allocated in the backward phase */
     if (!m->grads) {
         m->grads = tlm_alloc(be, m->layout.flat_numel * sizeof(float), TLM_MEM_GRADIENTS, "gradients");
-        if (!m->grads) return TLM_ERR_OUT_OF_MEMORY;
+        tlm_status s = m->grads ? tlm_views_make(&m->g, &m->layout, m->config.num_layers, m->grads)
+                                : TLM_ERR_OUT_OF_MEMORY;
+        if (s != TLM_OK) {
+            tlm_free(be, m->grads);
+            m->grads = NULL;
+            tlm_phase_end(be);
+            return s;
+        }
         tlm_memset_zero(be, m->grads, m->layout.flat_numel * sizeof(float)); /* padding stays zero */
-        TLM_TRY(tlm_views_make(&m->g, &m->layout, m->config.num_layers, m->grads));
     }
     const float scale = m->run.precision == TLM_PRECISION_FP16 ? m->scaler.scale : 1.0f;
     uint32_t scale_bits;
     memcpy(&scale_bits, &scale, sizeof scale_bits);
-    tlm_phase_begin(be, TLM_PHASE_BACKWARD);
     tlm_graph_run(be, &m->graph_bwd, m->run.cuda_graphs, backward_pass, m, scale_bits);
     tlm_phase_end(be);
     m->grads_scale = scale;

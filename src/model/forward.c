@@ -88,18 +88,18 @@ tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t 
     TLM_TRY(check_tokens(inputs, N, c->vocab_size, "inputs"));
     if (targets) TLM_TRY(check_tokens(targets, N, c->vocab_size, "targets"));
     tlm_backend *be = m->backend;
-    TLM_TRY(ensure_activations(m, B, T));
-    TLM_TRY(tlm_model_refresh_lowp_weights(m));
-
-    m->B = B;
-    m->T = T;
-    tlm_phase_begin(be, TLM_PHASE_FORWARD);
-    tlm_copy_to_backend(be, m->acts->inputs, inputs, N * sizeof(int32_t));
-    if (targets) tlm_copy_to_backend(be, m->acts->targets, targets, N * sizeof(int32_t));
-    tlm_graph_run(be, &m->graph_fwd, m->run.cuda_graphs, forward_pass, m, targets != NULL);
-    tlm_status s = TLM_OK;
-    if (targets && m->comm && m->comm->world_size > 1) /* the sum of the ranks' means */
-        s = m->comm->all_reduce_sum_f32(m->comm, be, &m->step_scalars[0], 1);
+    tlm_phase_begin(be, TLM_PHASE_FORWARD); /* the activations are allocated in the forward phase */
+    tlm_status s = ensure_activations(m, B, T);
+    if (s == TLM_OK) s = tlm_model_refresh_lowp_weights(m);
+    if (s == TLM_OK) {
+        m->B = B;
+        m->T = T;
+        tlm_copy_to_backend(be, m->acts->inputs, inputs, N * sizeof(int32_t));
+        if (targets) tlm_copy_to_backend(be, m->acts->targets, targets, N * sizeof(int32_t));
+        tlm_graph_run(be, &m->graph_fwd, m->run.cuda_graphs, forward_pass, m, targets != NULL);
+        if (targets && m->comm && m->comm->world_size > 1) /* the sum of the ranks' means */
+            s = m->comm->all_reduce_sum_f32(m->comm, be, &m->step_scalars[0], 1);
+    }
     tlm_phase_end(be);
     TLM_TRY(s);
     m->have_forward = targets != NULL;
