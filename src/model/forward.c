@@ -103,12 +103,18 @@ tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t 
     tlm_phase_end(be);
     TLM_TRY(s);
     m->have_forward = targets != NULL;
-    if (loss) {
-        *loss = NAN;
-        if (targets) {
-            tlm_copy_to_host(be, loss, &m->step_scalars[0], sizeof *loss);
-            if (m->comm && m->comm->world_size > 1) *loss /= (float)m->comm->world_size;
-        }
+    if (!loss) return TLM_OK;
+    *loss = NAN;
+    if (!targets) return TLM_OK;
+    tlm_copy_to_host(be, loss, &m->step_scalars[0], sizeof *loss);
+    if (m->comm && m->comm->world_size > 1) *loss /= (float)m->comm->world_size;
+    /* a non-finite loss is an error, naming where it comes from (in fp16 an overflow is the loss
+     * scaler's to handle: the step is skipped) */
+    if (!isfinite(*loss) && m->run.precision != TLM_PRECISION_FP16) {
+        const float l = *loss;
+        TLM_TRY(tlm_model_check_finite(m, m->params, "the weights"));
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the loss is %g with finite weights: an activation overflowed in %s",
+                        (double)l, tlm_precision_name(m->run.precision));
     }
     return TLM_OK;
 }

@@ -11,6 +11,11 @@ void tlm_model_free_activations(tlm_model *m);
  * first time); nothing in fp32/tf32. OUT_OF_MEMORY. */
 tlm_status tlm_model_refresh_lowp_weights(tlm_model *m);
 
+/* model_io.c: TLM_OK when the flat buffer (params or grads, backend memory) holds only finite
+ * values; else INVALID_ARGUMENT naming `what`, the first tensor with a NaN/Inf, how many it holds
+ * and where the first is. Copies tensor by tensor to the host: for error paths, not every step. */
+tlm_status tlm_model_check_finite(const tlm_model *m, const float *flat, const char *what);
+
 /* element i of a dt buffer */
 static inline void *tlm_at(void *p, size_t i, tlm_dtype dt) { return (char *)p + i * tlm_dtype_size(dt); }
 
