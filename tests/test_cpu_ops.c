@@ -11,6 +11,7 @@
  * the fp32 op on the same (rounded) inputs ("bf16 / fp16" below says how close and why);
  * cast, grad_unscale and the residual folded into matmul have checks of their own.
  * Prints one line per check and a final "N passed, M failed"; exits 1 on any failure. */
+#include "tlm/util.h"
 #include "tlm/backend.h"
 #include "tlm/rng.h"
 #include "cpu/cpu_ops.h"
@@ -172,16 +173,6 @@ static float *gather(const void *p, int rows, int ld, int c0, int c1, tlm_dtype 
         for (int c = c0; c < c1; c++)
             g[(size_t)r * (c1 - c0) + c - c0] = get_dt(p, (size_t)r * ld + c, dt);
     return g;
-}
-
-/* ||got - want|| / ||want||, both float32 */
-static double rel_error_f(const float *got, const float *want, size_t n) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
-        den += (double)want[i] * want[i];
-    }
-    return sqrt(num / (den > 0.0 ? den : 1.0));
 }
 
 /* Largest distance in units in the last place of dt between got (dt) and want rounded to dt
@@ -863,7 +854,7 @@ static void check_lowp(const char *what, const void *got, const float *want, siz
                        tlm_dtype dt, bool exact) {
     float *g = alloc_floats(n);
     for (size_t i = 0; i < n; i++) g[i] = get_dt(got, i, dt);
-    double err = rel_error_f(g, want, n);
+    double err = tlm_rel_error_f32(g, want, n);
     long ulps = max_ulps(got, want, n, dt);
     bool finite = all_finite(g, n);
     char exactness[64] = "";
@@ -878,7 +869,7 @@ static void check_lowp(const char *what, const void *got, const float *want, siz
 /* A float32 output of a dt op: the same fp32 arithmetic as the fp32 op on the same inputs */
 static void check_lowp_f32(const char *what, const float *got, const float *want, size_t n,
                            tlm_dtype dt) {
-    double err = rel_error_f(got, want, n);
+    double err = tlm_rel_error_f32(got, want, n);
     check(all_finite(got, n) && err < SAME_F32_TOL,
           "%s %s (float32): vs the fp32 op on the same inputs: error %.2e", dt_name(dt), what, err);
 }
@@ -1210,10 +1201,10 @@ static void test_attention_lowp(int B, int T, int H, int D, tlm_dtype dt) {
     float *out_ref = alloc_floats((size_t)N * C), *dqkv_ref = alloc_floats(nqkv);
     attention_rounded_reference(qkv32, dout32, out_ref, dqkv_ref, B, T, H, D, dt);
     float *out_got = gather(out, N, C, 0, C, dt), *dqkv_got = gather(dqkv, N, ld, 0, ld, dt);
-    double e_out = rel_error_f(out_got, out_ref, (size_t)N * C);
-    double e_d = rel_error_f(dqkv_got, dqkv_ref, nqkv);
-    double f_out = rel_error_f(out32, out_ref, (size_t)N * C);
-    double f_d = rel_error_f(dqkv32, dqkv_ref, nqkv);
+    double e_out = tlm_rel_error_f32(out_got, out_ref, (size_t)N * C);
+    double e_d = tlm_rel_error_f32(dqkv_got, dqkv_ref, nqkv);
+    double f_out = tlm_rel_error_f32(out32, out_ref, (size_t)N * C);
+    double f_d = tlm_rel_error_f32(dqkv32, dqkv_ref, nqkv);
     check(e_out < 0.1 * f_out && e_d < 0.1 * f_d,
           "%s attention B=%d T=%d H=%d D=%d vs double with dt rounding of S, P, out, dP, dS, "
           "dq, dk, dv: out error %.2e, dq|dk|dv %.2e (the fp32 op: %.2e, %.2e)", dt_name(dt), B,

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tlm/util.h"
 #include "tlm/backend.h"
 #include "tlm/precision_lab.h"
 #include "tlm/toymodel.h"
@@ -31,15 +32,6 @@ static void test_accumulate(void) {
               tlm_accumulate_way_get((tlm_accumulate_way)w)->name, (double)g.addend[w], TLM_ACCUMULATE_STEPS, differ,
               (double)g.partial[w][TLM_ACCUMULATE_STEPS]);
     }
-}
-
-static double rel_err(const float *a, const float *b, size_t n) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den > 0.0 ? den : 1.0));
 }
 
 static void test_toymodel(tlm_precision p, double limit) {
@@ -66,7 +58,7 @@ static void test_toymodel(tlm_precision p, double limit) {
     float *gg = malloc(mg->num_params * sizeof(float)), *gc = malloc(mc->num_params * sizeof(float));
     tlm_copy_to_host(gpu, gg, mg->grads, mg->num_params * sizeof(float));
     tlm_copy_to_host(cpu, gc, mc->grads, mc->num_params * sizeof(float));
-    const double eg = rel_err(gg, gc, mg->num_params);
+    const double eg = tlm_rel_error_f32(gg, gc, mg->num_params);
     check(el <= limit && eg <= limit, "%s ToyModel cuda vs cpu: loss %.7f vs %.7f (rel err %.2e), gradients rel err "
           "%.2e (limit %.0e)", name, (double)lg, (double)lc, el, eg, limit);
     free(gg);

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "precision/lowp.h"
+#include "tlm/util.h"
 #include "tlm/backend.h"
 #include "tlm/precision_lab.h"
 #include "tlm/rng.h"
@@ -236,15 +237,6 @@ static float *read_t(const tlm_toymodel *m, const tlm_toy_tensor *t) {
     return h;
 }
 
-static double rel_err(const float *a, const float *b, size_t n) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den > 0.0 ? den : 1.0));
-}
-
 /* y (rows, out) = x (rows, in) W^T (out, in), in double, rounded to f: a GEMM with one rounding */
 static long gemm_ulps_off(const float *x, const float *w, const float *y, int rows, int in, int out, format f) {
     long worst = 0;
@@ -371,7 +363,7 @@ static void test_toymodel_lowp_gradients(tlm_precision p) {
     float *g = malloc(n * sizeof(float)), *g32 = malloc(n * sizeof(float));
     tlm_copy_to_host(m->be, g, m->grads, n * sizeof(float));
     tlm_copy_to_host(m->be, g32, ref->grads, n * sizeof(float));
-    const double u = ldexp(1.0, -fmt_of(m->dt).p), err = rel_err(g, g32, n), lerr = fabs((double)l - l32) / l32;
+    const double u = ldexp(1.0, -fmt_of(m->dt).p), err = tlm_rel_error_f32(g, g32, n), lerr = fabs((double)l - l32) / l32;
     check(err < 8 * u && lerr < 8 * u && err > 0.0,
           "%s ToyModel: gradients vs the fp32 model's: error %.2e (%.2f u), loss %.2e (%.2f u), u = %.2e",
           tlm_act_dtype_name(m->dt), err, err / u, lerr, lerr / u, u);

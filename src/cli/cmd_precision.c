@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "tlm/util.h"
 #include "tlm/bench.h"
 #include "tlm/precision_lab.h"
 #include "tlm/toymodel.h"
@@ -196,15 +197,6 @@ static double norm(const float *v, size_t n) {
     return sqrt(s);
 }
 
-static double rel_diff(const float *a, const float *b, size_t n) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den > 0.0 ? den : 1.0));
-}
-
 static void shape_text(const tlm_toy_tensor *t, char *buf, size_t n) {
     if (t->ndim == 2) snprintf(buf, n, "[%d, %d]", t->rows, t->cols);
     else if (t->ndim == 1) snprintf(buf, n, "[%d]", t->cols);
@@ -329,7 +321,7 @@ static int run_autocast(int argc, char **argv) {
         const size_t k = tlm_toy_numel(grads[i]);
         tlm_toymodel_read(m, grads[i], g);
         tlm_toymodel_read(ref, ref_grads[i], g32);
-        printf("%-18s %12.6g %14.6g %28.2e\n", grads[i]->name, norm(g, k), norm(g32, k), rel_diff(g, g32, k));
+        printf("%-18s %12.6g %14.6g %28.2e\n", grads[i]->name, norm(g, k), norm(g32, k), tlm_rel_error_f32(g, g32, k));
     }
     free(g), free(g32);
 done:

@@ -40,49 +40,69 @@ static void round_causal(float *x, int T, tlm_dtype dt) {
     for (int i = 0; i < T; i++) tlm_cpu_round(x + (size_t)i * T, (size_t)i + 1, dt);
 }
 
+/* what both passes derive from their arguments */
+typedef struct {
+    tlm_dtype dt;  /* the mode's activation dtype */
+    int C;         /* H*D */
+    float scale;   /* 1/sqrt(D) */
+    bool lowp;     /* bf16/fp16: the heads are widened into per-thread scratch */
+    size_t TD, TT; /* one head's (T,D) and (T,T) elements */
+} attn_dims;
+
+static attn_dims dims(tlm_precision p, int T, int H, int D) {
+    const tlm_dtype dt = tlm_precision_act_dtype(p);
+    return (attn_dims){dt, H * D, 1.0f / sqrtf((float)D), dt != TLM_DTYPE_F32, (size_t)T * D, (size_t)T * T};
+}
+
+/* The (T,D) blocks of q, k, v at element `head`: the tensors themselves (fp32; row stride ld), or
+ * widened into w, w + TD, w + 2 TD (bf16/fp16; row stride D). Returns the row stride. */
+static int qkv_heads(const attn_dims *a, float *w, const void *q, const void *k, const void *v, size_t head, int T,
+                     int D, int ld, const float **qh, const float **kh, const float **vh) {
+    if (!a->lowp) {
+        *qh = (const float *)q + head, *kh = (const float *)k + head, *vh = (const float *)v + head;
+        return ld;
+    }
+    widen_block(w, q, head, T, D, ld, a->dt);
+    widen_block(w + a->TD, k, head, T, D, ld, a->dt);
+    widen_block(w + 2 * a->TD, v, head, T, D, ld, a->dt);
+    *qh = w, *kh = w + a->TD, *vh = w + 2 * a->TD;
+    return D;
+}
+
 void tlm_cpu_attention_forward(tlm_backend *be, void *out, void *probs, const void *q,
                                const void *k, const void *v, int ld, int B, int T, int H, int D,
                                tlm_precision p) {
-    const tlm_dtype dt = tlm_precision_act_dtype(p);
     /* out (N,C) dt; probs (B,H,T,T) dt; q, k, v (N rows, row stride ld) dt, head h at
      * columns h*D.. */
-    const int C = H * D;
-    const float scale = 1.0f / sqrtf((float)D);
-    const bool lowp = dt != TLM_DTYPE_F32;
-    const size_t TD = (size_t)T * D, TT = (size_t)T * T;
+    const attn_dims a = dims(p, T, H, D);
     /* bf16/fp16, per thread: q, k, v (T,D), P (T,T), out (T,D) of one head, float32 */
     tlm_cpu_thread_scratch work =
-        tlm_cpu_scratch_per_thread(be, lowp ? 4 * TD + TT : 0, "attention_forward");
+        tlm_cpu_scratch_per_thread(be, a.lowp ? 4 * a.TD + a.TT : 0, "attention_forward");
 #pragma omp parallel for schedule(static) if ((size_t)B * H * T * T >= TLM_CPU_GRAIN)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
         size_t head = (size_t)b * T * ld + (size_t)h * D;  /* (T,D) block of q, k, v */
-        size_t ohead = (size_t)b * T * C + (size_t)h * D;  /* (T,D) block of out */
+        size_t ohead = (size_t)b * T * a.C + (size_t)h * D;  /* (T,D) block of out */
         const float *qh, *kh, *vh; /* (T,D), row stride ldh */
         float *P, *oh;             /* (T,T); (T,D), row stride ldo */
         int ldh, ldo;
-        if (!lowp) {
-            qh = (const float *)q + head, kh = (const float *)k + head;
-            vh = (const float *)v + head;
-            P = (float *)probs + (size_t)bh * TT;
+        float *w = tlm_cpu_thread_buf(work, 0);
+        ldh = qkv_heads(&a, w, q, k, v, head, T, D, ld, &qh, &kh, &vh);
+        if (!a.lowp) {
+            P = (float *)probs + (size_t)bh * a.TT;
             oh = (float *)out + ohead;
-            ldh = ld, ldo = C;
+            ldo = a.C;
         } else {
-            float *w = tlm_cpu_thread_buf(work, 0);
-            widen_block(w, q, head, T, D, ld, dt);
-            widen_block(w + TD, k, head, T, D, ld, dt);
-            widen_block(w + 2 * TD, v, head, T, D, ld, dt);
-            qh = w, kh = w + TD, vh = w + 2 * TD;
-            P = w + 3 * TD;
-            oh = w + 3 * TD + TT;
-            ldh = D, ldo = D;
+            P = w + 3 * a.TD;
+            oh = w + 3 * a.TD + a.TT;
+            ldo = D;
         }
 
         /* S = Q K^T / sqrt(D), into P */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D,
-                    scale, qh, ldh, kh, ldh, 0.0f, P, T);
+                    a.scale, qh, ldh, kh, ldh, 0.0f, P, T);
 
-        if (lowp) round_causal(P, T, dt); /* S is a GEMM output: dt */
+        if (a.lowp) round_causal(P, T, a.dt); /* S is a GEMM output: dt */
 
         /* P = softmax over keys j <= i of S (max-subtracted); exact 0 where j > i */
         for (int i = 0; i < T; i++) {
@@ -99,15 +119,15 @@ void tlm_cpu_attention_forward(tlm_backend *be, void *out, void *probs, const vo
             for (int j = 0; j <= i; j++) row[j] *= inv_sum;
             for (int j = i + 1; j < T; j++) row[j] = 0.0f;
         }
-        if (lowp) { /* P is saved in dt and multiplies v as such */
-            round_causal(P, T, dt);
-            tlm_cpu_narrow(probs, (size_t)bh * TT, P, TT, dt);
+        if (a.lowp) { /* P is saved in a.dt and multiplies v as such */
+            round_causal(P, T, a.dt);
+            tlm_cpu_narrow(probs, (size_t)bh * a.TT, P, a.TT, a.dt);
         }
 
         /* out = P V, into this head's columns of out */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T,
                     1.0f, P, T, vh, ldh, 0.0f, oh, ldo);
-        if (lowp) narrow_block(out, ohead, C, oh, T, D, dt);
+        if (a.lowp) narrow_block(out, ohead, a.C, oh, T, D, a.dt);
     }
 }
 
@@ -115,44 +135,36 @@ void tlm_cpu_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, v
                                 const void *dout, const void *q, const void *k, const void *v,
                                 const void *probs, int ld, int B, int T, int H, int D,
                                 tlm_precision p) {
-    const tlm_dtype dt = tlm_precision_act_dtype(p);
     /* dq, dk, dv, q, k, v (N rows, row stride ld) dt; dprobs, probs (B,H,T,T) dt;
      * dout (N,C) dt */
-    const int C = H * D;
-    const float scale = 1.0f / sqrtf((float)D);
-    const bool lowp = dt != TLM_DTYPE_F32;
-    const size_t TD = (size_t)T * D, TT = (size_t)T * T;
+    const attn_dims a = dims(p, T, H, D);
     /* bf16/fp16, per thread: q, k, v, dout (T,D), P, dP (T,T), dq, dk, dv (T,D), float32 */
     tlm_cpu_thread_scratch work =
-        tlm_cpu_scratch_per_thread(be, lowp ? 7 * TD + 2 * TT : 0, "attention_backward");
+        tlm_cpu_scratch_per_thread(be, a.lowp ? 7 * a.TD + 2 * a.TT : 0, "attention_backward");
 #pragma omp parallel for schedule(static) if ((size_t)B * H * T * T >= TLM_CPU_GRAIN)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
         size_t head = (size_t)b * T * ld + (size_t)h * D;  /* (T,D) block of q, k, v, dq, ... */
-        size_t ohead = (size_t)b * T * C + (size_t)h * D;  /* (T,D) block of dout */
+        size_t ohead = (size_t)b * T * a.C + (size_t)h * D;  /* (T,D) block of dout */
         const float *qh, *kh, *vh, *doh, *P; /* (T,D) row stride ldh; dout ldo; P (T,T) */
         float *dqh, *dkh, *dvh, *dP;         /* (T,D) row stride ldh; dP (T,T) */
         int ldh, ldo;
-        if (!lowp) {
-            qh = (const float *)q + head, kh = (const float *)k + head;
-            vh = (const float *)v + head;
+        float *w = tlm_cpu_thread_buf(work, 0);
+        ldh = qkv_heads(&a, w, q, k, v, head, T, D, ld, &qh, &kh, &vh);
+        if (!a.lowp) {
             dqh = (float *)dq + head, dkh = (float *)dk + head, dvh = (float *)dv + head;
             doh = (const float *)dout + ohead;
-            P = (const float *)probs + (size_t)bh * TT;
-            dP = (float *)dprobs + (size_t)bh * TT;
-            ldh = ld, ldo = C;
+            P = (const float *)probs + (size_t)bh * a.TT;
+            dP = (float *)dprobs + (size_t)bh * a.TT;
+            ldo = a.C;
         } else {
-            float *w = tlm_cpu_thread_buf(work, 0);
-            widen_block(w, q, head, T, D, ld, dt);
-            widen_block(w + TD, k, head, T, D, ld, dt);
-            widen_block(w + 2 * TD, v, head, T, D, ld, dt);
-            widen_block(w + 3 * TD, dout, ohead, T, D, C, dt);
-            tlm_cpu_widen(w + 4 * TD, probs, (size_t)bh * TT, TT, dt);
-            qh = w, kh = w + TD, vh = w + 2 * TD, doh = w + 3 * TD;
-            P = w + 4 * TD;
-            dP = w + 4 * TD + TT;
-            dqh = w + 4 * TD + 2 * TT, dkh = dqh + TD, dvh = dqh + 2 * TD;
-            ldh = D, ldo = D;
+            widen_block(w + 3 * a.TD, dout, ohead, T, D, a.C, a.dt);
+            tlm_cpu_widen(w + 4 * a.TD, probs, (size_t)bh * a.TT, a.TT, a.dt);
+            doh = w + 3 * a.TD;
+            P = w + 4 * a.TD;
+            dP = w + 4 * a.TD + a.TT;
+            dqh = w + 4 * a.TD + 2 * a.TT, dkh = dqh + a.TD, dvh = dqh + 2 * a.TD;
+            ldo = D;
         }
 
         /* dV = P^T dout */
@@ -162,7 +174,7 @@ void tlm_cpu_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, v
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D,
                     1.0f, doh, ldo, vh, ldh, 0.0f, dP, T);
 
-        if (lowp) round_causal(dP, T, dt); /* dP is a GEMM output: dt */
+        if (a.lowp) round_causal(dP, T, a.dt); /* dP is a GEMM output: dt */
 
         /* dS = P * (dP - rowsum(P * dP)), in place in dP (softmax backward); 0 where j > i */
         for (int i = 0; i < T; i++) {
@@ -175,20 +187,20 @@ void tlm_cpu_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, v
             for (int j = 0; j <= i; j++) ds[j] = p[j] * (ds[j] - rowsum);
             for (int j = i + 1; j < T; j++) ds[j] = 0.0f;
         }
-        if (lowp) { /* dS, the operand of the GEMMs below: dt */
-            round_causal(dP, T, dt);
-            tlm_cpu_narrow(dprobs, (size_t)bh * TT, dP, TT, dt);
+        if (a.lowp) { /* dS, the operand of the GEMMs below: a.dt */
+            round_causal(dP, T, a.dt);
+            tlm_cpu_narrow(dprobs, (size_t)bh * a.TT, dP, a.TT, a.dt);
         }
 
         /* dQ = dS K / sqrt(D);  dK = dS^T Q / sqrt(D) */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T,
-                    scale, dP, T, kh, ldh, 0.0f, dqh, ldh);
+                    a.scale, dP, T, kh, ldh, 0.0f, dqh, ldh);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T,
-                    scale, dP, T, qh, ldh, 0.0f, dkh, ldh);
-        if (lowp) {
-            narrow_block(dq, head, ld, dqh, T, D, dt);
-            narrow_block(dk, head, ld, dkh, T, D, dt);
-            narrow_block(dv, head, ld, dvh, T, D, dt);
+                    a.scale, dP, T, qh, ldh, 0.0f, dkh, ldh);
+        if (a.lowp) {
+            narrow_block(dq, head, ld, dqh, T, D, a.dt);
+            narrow_block(dk, head, ld, dkh, T, D, a.dt);
+            narrow_block(dv, head, ld, dvh, T, D, a.dt);
         }
     }
 }

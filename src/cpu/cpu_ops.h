@@ -74,16 +74,14 @@ static inline float *tlm_cpu_thread_buf(tlm_cpu_thread_scratch s, size_t offset)
 /* dst[0..n) = src[offset..offset+n) as float32 */
 static inline void tlm_cpu_widen(float *dst, const void *src, size_t offset, size_t n,
                                  tlm_dtype dt) {
-    if (dt == TLM_DTYPE_BF16) tlm_bf16_to_f32_n((const uint16_t *)src + offset, dst, n);
-    else if (dt == TLM_DTYPE_F16) tlm_f16_to_f32_n((const uint16_t *)src + offset, dst, n);
+    if (dt != TLM_DTYPE_F32) tlm_16_to_f32_n((const uint16_t *)src + offset, dst, n, dt == TLM_DTYPE_BF16);
     else memcpy(dst, (const float *)src + offset, n * sizeof(float));
 }
 
 /* dst[offset..offset+n) = src[0..n) rounded to dt */
 static inline void tlm_cpu_narrow(void *dst, size_t offset, const float *src, size_t n,
                                   tlm_dtype dt) {
-    if (dt == TLM_DTYPE_BF16) tlm_f32_to_bf16_n(src, (uint16_t *)dst + offset, n);
-    else if (dt == TLM_DTYPE_F16) tlm_f32_to_f16_n(src, (uint16_t *)dst + offset, n);
+    if (dt != TLM_DTYPE_F32) tlm_f32_to_16_n(src, (uint16_t *)dst + offset, n, dt == TLM_DTYPE_BF16);
     else memmove((float *)dst + offset, src, n * sizeof(float));
 }
 

@@ -87,100 +87,96 @@ __global__ void causal_softmax_backward_kernel(E *dP, const E *P, int T, size_t 
     }
 }
 
+/* The row kernels over (rows, T), 8 rows a block: the causal softmax of P in place (probs == NULL),
+ * or its backward dS = P*(dP - rowsum(P*dP)) in place on d = dP (probs = P). */
+static void softmax_launch(tlm_backend *be, const char *op, void *d, const void *probs, size_t rows, int T,
+                           tlm_dtype dt) {
+    const unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
+    cudaStream_t st = tlm_cuda_stream(be);
+    tlm_cuda_launch_vec(dt, op, T, [&](auto tag, auto vec) {
+        using E = typename decltype(tag)::type;
+        constexpr int V = decltype(vec)::value;
+        if (!probs)
+            causal_softmax_kernel<V, E><<<blocks, 32 * SOFTMAX_WARPS, 0, st>>>(static_cast<E *>(d), T, rows);
+        else
+            causal_softmax_backward_kernel<V, E><<<blocks, 32 * SOFTMAX_WARPS, 0, st>>>(
+                static_cast<E *>(d), static_cast<const E *>(probs), T, rows);
+    }, d, probs ? probs : d);
+}
+
+/* what both passes derive from their arguments */
+typedef struct {
+    tlm_dtype dt;   /* the mode's activation dtype */
+    bool tf32;      /* TF32 GEMMs (the tf32 mode) */
+    int C;          /* H*D */
+    float scale;    /* 1/sqrt(D) */
+    int64_t TT;     /* T*T: one head's scores */
+    size_t head0;   /* elements between batch elements in q, k, v */
+    size_t es;      /* bytes per element */
+} attn_setup;
+
+static attn_setup setup(int ld, int T, int H, int D, tlm_precision pm) {
+    const tlm_dtype dt = tlm_precision_act_dtype(pm);
+    return (attn_setup){dt, pm == TLM_PRECISION_TF32, H * D, 1.0f / sqrtf((float)D), (int64_t)T * T,
+                        (size_t)T * ld, tlm_dtype_size(dt)};
+}
+
 /* element i of a dt tensor */
 static inline void *at(void *p, size_t i, size_t es) { return (char *)p + i * es; }
 static inline const void *at(const void *p, size_t i, size_t es) { return (const char *)p + i * es; }
 
-void tlm_cuda_attention_forward(tlm_backend *be, void *out, void *probs, const void *q, const void *k,
-                                const void *v, int ld, int B, int T, int H, int D, tlm_precision pm) {
+void tlm_cuda_attention_forward(tlm_backend *be, void *out, void *probs, const void *q, const void *k, const void *v,
+                                int ld, int B, int T, int H, int D, tlm_precision pm) {
     /* out (N,C); probs (B,H,T,T); q, k, v (N rows, row stride ld), head h at columns h*D.. */
-    const tlm_dtype dt = tlm_precision_act_dtype(pm);
-    const bool tf32 = pm == TLM_PRECISION_TF32;
     if (B <= 0 || T <= 0 || H <= 0) return;
     const char *op = "attention_forward";
-    const int C = H * D;
-    const float scale = 1.0f / sqrtf((float)D);
-    const int64_t TT = (int64_t)T * T;
-    const size_t head0 = (size_t)T * ld; /* elements between batch elements in q, k, v */
-    const size_t es = tlm_dtype_size(dt);
+    const attn_setup a = setup(ld, T, H, D, pm);
 
     tlm_stage_begin(be, "computing attention scores");
     for (int b = 0; b < B; b++) /* S_h (T,T) = scale Q_h K_h^T for the H heads of batch b */
-        tlm_cuda_gemm(be, op, false, true, T, T, D, scale, at(q, b * head0, es), ld, D, at(k, b * head0, es), ld, D,
-                      dt, 0.0f, NULL, at(probs, (size_t)b * H * TT, es), T, TT, dt, H, tf32);
+        tlm_cuda_gemm(be, op, false, true, T, T, D, a.scale, at(q, b * a.head0, a.es), ld, D, at(k, b * a.head0, a.es),
+                      ld, D, a.dt, 0.0f, NULL, at(probs, (size_t)b * H * a.TT, a.es), T, a.TT, a.dt, H, a.tf32);
     tlm_stage_end(be, "computing attention scores");
 
     tlm_stage_begin(be, "computing softmax");
-    const size_t rows = (size_t)B * H * T;
-    const unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
-    cudaStream_t st = tlm_cuda_stream(be);
-    tlm_cuda_dispatch(dt, op, [&](auto tag) {
-        using E = typename decltype(tag)::type;
-        constexpr int VEC = tlm_vec16<E>();
-        E *p = static_cast<E *>(probs);
-        if (T % VEC == 0 && tlm_aligned16(probs)) {
-            causal_softmax_kernel<VEC, E><<<blocks, 32 * SOFTMAX_WARPS, 0, st>>>(p, T, rows);
-        } else {
-            causal_softmax_kernel<1, E><<<blocks, 32 * SOFTMAX_WARPS, 0, st>>>(p, T, rows);
-        }
-    });
-    TLM_CUDA_CHECK_LAUNCH();
+    softmax_launch(be, op, probs, NULL, (size_t)B * H * T, T, a.dt);
     tlm_stage_end(be, "computing softmax");
 
     tlm_stage_begin(be, "final matmul");
     for (int b = 0; b < B; b++) /* out_h (T,D) = P_h V_h, into columns h*D.. of out */
-        tlm_cuda_gemm(be, op, false, false, T, D, T, 1.0f, at(probs, (size_t)b * H * TT, es), T, TT,
-                      at(v, b * head0, es), ld, D, dt, 0.0f, NULL, at(out, (size_t)b * T * C, es), C, D, dt, H, tf32);
+        tlm_cuda_gemm(be, op, false, false, T, D, T, 1.0f, at(probs, (size_t)b * H * a.TT, a.es), T, a.TT,
+                      at(v, b * a.head0, a.es), ld, D, a.dt, 0.0f, NULL, at(out, (size_t)b * T * a.C, a.es), a.C, D,
+                      a.dt, H, a.tf32);
     tlm_stage_end(be, "final matmul");
 }
 
 void tlm_cuda_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, void *dprobs, const void *dout,
-                                 const void *q, const void *k, const void *v, const void *probs, int ld, int B,
-                                 int T, int H, int D, tlm_precision pm) {
+                                 const void *q, const void *k, const void *v, const void *probs, int ld, int B, int T,
+                                 int H, int D, tlm_precision pm) {
     /* dq, dk, dv, q, k, v (N rows, row stride ld); dprobs, probs (B,H,T,T); dout (N,C) */
-    const tlm_dtype dt = tlm_precision_act_dtype(pm);
-    const bool tf32 = pm == TLM_PRECISION_TF32;
     if (B <= 0 || T <= 0 || H <= 0) return;
     const char *op = "attention_backward";
-    const int C = H * D;
-    const float scale = 1.0f / sqrtf((float)D);
-    const int64_t TT = (int64_t)T * T;
-    const size_t head0 = (size_t)T * ld;
-    const size_t out0 = (size_t)T * C;
-    const size_t es = tlm_dtype_size(dt);
+    const attn_setup a = setup(ld, T, H, D, pm);
+    const size_t out0 = (size_t)T * a.C;
 
     for (int b = 0; b < B; b++) {
-        const void *P = at(probs, (size_t)b * H * TT, es), *dO = at(dout, b * out0, es);
+        const void *P = at(probs, (size_t)b * H * a.TT, a.es), *dO = at(dout, b * out0, a.es);
         /* dV_h (T,D) = P_h^T dO_h */
-        tlm_cuda_gemm(be, op, true, false, T, D, T, 1.0f, P, T, TT, dO, C, D, dt, 0.0f, NULL, at(dv, b * head0, es),
-                      ld, D, dt, H, tf32);
+        tlm_cuda_gemm(be, op, true, false, T, D, T, 1.0f, P, T, a.TT, dO, a.C, D, a.dt, 0.0f, NULL,
+                      at(dv, b * a.head0, a.es), ld, D, a.dt, H, a.tf32);
         /* dP_h (T,T) = dO_h V_h^T */
-        tlm_cuda_gemm(be, op, false, true, T, T, D, 1.0f, dO, C, D, at(v, b * head0, es), ld, D, dt, 0.0f, NULL,
-                      at(dprobs, (size_t)b * H * TT, es), T, TT, dt, H, tf32);
+        tlm_cuda_gemm(be, op, false, true, T, T, D, 1.0f, dO, a.C, D, at(v, b * a.head0, a.es), ld, D, a.dt, 0.0f, NULL,
+                      at(dprobs, (size_t)b * H * a.TT, a.es), T, a.TT, a.dt, H, a.tf32);
     }
 
-    const size_t rows = (size_t)B * H * T;
-    const unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
-    cudaStream_t st = tlm_cuda_stream(be);
-    tlm_cuda_dispatch(dt, op, [&](auto tag) {
-        using E = typename decltype(tag)::type;
-        constexpr int VEC = tlm_vec16<E>();
-        E *d = static_cast<E *>(dprobs);
-        const E *p = static_cast<const E *>(probs);
-        if (T % VEC == 0 && tlm_aligned16(probs) && tlm_aligned16(dprobs)) {
-            causal_softmax_backward_kernel<VEC, E><<<blocks, 32 * SOFTMAX_WARPS, 0, st>>>(d, p, T, rows);
-        } else {
-            causal_softmax_backward_kernel<1, E><<<blocks, 32 * SOFTMAX_WARPS, 0, st>>>(d, p, T, rows);
-        }
-    });
-    TLM_CUDA_CHECK_LAUNCH();
+    softmax_launch(be, op, dprobs, probs, (size_t)B * H * T, T, a.dt);
 
     for (int b = 0; b < B; b++) {
-        const void *dS = at(dprobs, (size_t)b * H * TT, es);
+        const void *dS = at(dprobs, (size_t)b * H * a.TT, a.es);
         /* dQ_h (T,D) = scale dS_h K_h;  dK_h (T,D) = scale dS_h^T Q_h */
-        tlm_cuda_gemm(be, op, false, false, T, D, T, scale, dS, T, TT, at(k, b * head0, es), ld, D, dt, 0.0f, NULL,
-                      at(dq, b * head0, es), ld, D, dt, H, tf32);
-        tlm_cuda_gemm(be, op, true, false, T, D, T, scale, dS, T, TT, at(q, b * head0, es), ld, D, dt, 0.0f, NULL,
-                      at(dk, b * head0, es), ld, D, dt, H, tf32);
+        tlm_cuda_gemm(be, op, false, false, T, D, T, a.scale, dS, T, a.TT, at(k, b * a.head0, a.es), ld, D, a.dt, 0.0f,
+                      NULL, at(dq, b * a.head0, a.es), ld, D, a.dt, H, a.tf32);
+        tlm_cuda_gemm(be, op, true, false, T, D, T, a.scale, dS, T, a.TT, at(q, b * a.head0, a.es), ld, D, a.dt, 0.0f,
+                      NULL, at(dk, b * a.head0, a.es), ld, D, a.dt, H, a.tf32);
     }
 }

@@ -59,41 +59,32 @@ __global__ void cross_entropy_backward_kernel(T *dlogits, const T *logits, const
     }
 }
 
-void tlm_cuda_cross_entropy_forward(tlm_backend *be, float *losses, float *lse, const void *logits,
-                                    const int32_t *targets, int N, int V, tlm_dtype dt) {
+/* forward: losses, lse from logits; backward: dlogits from logits and lse (dloss per row) */
+template <bool BACKWARD>
+static void cross_entropy_launch(tlm_backend *be, const char *op, float *losses, float *lse_out, void *dlogits,
+                                 const void *logits, const float *lse, const int32_t *targets, int N, int V, float dloss,
+                                 tlm_dtype dt) {
     if (N <= 0) return;
     cudaStream_t st = tlm_cuda_stream(be);
-    tlm_cuda_dispatch(dt, __func__, [&](auto tag) {
+    tlm_cuda_launch_vec(dt, op, V, [&](auto tag, auto vec) {
         using T = typename decltype(tag)::type;
-        constexpr int VEC = tlm_vec16<T>();
+        constexpr int W = decltype(vec)::value;
         const T *l = static_cast<const T *>(logits);
-        if (V % VEC == 0 && tlm_aligned16(logits)) {
-            cross_entropy_forward_kernel<VEC, T><<<N, tlm_cuda_row_threads(V / VEC, 512), 0, st>>>(losses, lse, l,
-                                                                                                 targets, V);
-        } else {
-            cross_entropy_forward_kernel<1, T><<<N, tlm_cuda_row_threads(V, 512), 0, st>>>(losses, lse, l, targets,
-                                                                                         V);
-        }
-    });
-    TLM_CUDA_CHECK_LAUNCH();
+        if constexpr (BACKWARD)
+            cross_entropy_backward_kernel<W, T><<<N, tlm_cuda_row_threads(V / W, 512), 0, st>>>(
+                static_cast<T *>(dlogits), l, lse, targets, V, dloss);
+        else
+            cross_entropy_forward_kernel<W, T><<<N, tlm_cuda_row_threads(V / W, 512), 0, st>>>(losses, lse_out, l,
+                                                                                              targets, V);
+    }, logits, BACKWARD ? dlogits : logits);
+}
+
+void tlm_cuda_cross_entropy_forward(tlm_backend *be, float *losses, float *lse, const void *logits,
+                                    const int32_t *targets, int N, int V, tlm_dtype dt) {
+    cross_entropy_launch<false>(be, __func__, losses, lse, NULL, logits, NULL, targets, N, V, 0.0f, dt);
 }
 
 void tlm_cuda_cross_entropy_backward(tlm_backend *be, void *dlogits, const void *logits, const float *lse,
                                      const int32_t *targets, int N, int V, float dloss, tlm_dtype dt) {
-    if (N <= 0) return;
-    cudaStream_t st = tlm_cuda_stream(be);
-    tlm_cuda_dispatch(dt, __func__, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        constexpr int VEC = tlm_vec16<T>();
-        T *d = static_cast<T *>(dlogits);
-        const T *l = static_cast<const T *>(logits);
-        if (V % VEC == 0 && tlm_aligned16(logits) && tlm_aligned16(dlogits)) {
-            cross_entropy_backward_kernel<VEC, T><<<N, tlm_cuda_row_threads(V / VEC, 512), 0, st>>>(d, l, lse,
-                                                                                                  targets, V, dloss);
-        } else {
-            cross_entropy_backward_kernel<1, T><<<N, tlm_cuda_row_threads(V, 512), 0, st>>>(d, l, lse, targets, V,
-                                                                                          dloss);
-        }
-    });
-    TLM_CUDA_CHECK_LAUNCH();
+    cross_entropy_launch<true>(be, __func__, NULL, NULL, dlogits, logits, lse, targets, N, V, dloss, dt);
 }

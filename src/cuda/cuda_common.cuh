@@ -177,6 +177,25 @@ static inline unsigned tlm_cuda_grid(tlm_backend *be, size_t items, int threads)
     return (unsigned)(g > 0 ? g : 1);
 }
 
+/* The launch pattern of the elementwise and row kernels: switches once on dt (T = float,
+ * __nv_bfloat16 or __half, as tlm_cuda_dispatch) and calls launch(tag, vec), vec a
+ * std::integral_constant<int, V>: V = tlm_vec16<T>() (16-byte accesses) when n_inner (the length
+ * the vectors tile: a row, or the whole tensor) is a multiple of it and every pointer in ptrs is
+ * 16-byte aligned, else V = 1 (the scalar path); then checks the launch, naming op.
+ *   tlm_cuda_launch_vec(dt, __func__, C, [&](auto tag, auto vec) {
+ *       using T = typename decltype(tag)::type; constexpr int V = decltype(vec)::value;
+ *       kernel<V, T><<<grid, threads, 0, st>>>(...); }, out, x); */
+template <typename L, typename... P>
+static inline void tlm_cuda_launch_vec(tlm_dtype dt, const char *op, long long n_inner, L &&launch, const P *...ptrs) {
+    tlm_cuda_dispatch(dt, op, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        constexpr int VEC = tlm_vec16<T>();
+        if (n_inner % VEC == 0 && (tlm_aligned16(ptrs) && ...)) launch(tag, std::integral_constant<int, VEC>{});
+        else launch(tag, std::integral_constant<int, 1>{});
+    });
+    TLM_CUDA_CHECK_OP(op, cudaGetLastError());
+}
+
 /* threads for a block that walks a row of `items` vectors: a multiple of 32 in [32, max] */
 static inline int tlm_cuda_row_threads(int items, int max) {
     int t = (items + 31) / 32 * 32;
@@ -271,6 +290,34 @@ __device__ __forceinline__ float tlm_block_sum(float v) {
     __syncthreads();
     v = lane < nwarps ? partial[lane] : 0.0f;
     return tlm_warp_sum(v);
+}
+
+/* The sum over the block of f(x) for the C elements of one row (each thread its strided share, VEC
+ * at a time, in order; then tlm_block_sum); every thread gets it. */
+template <int VEC, typename T, typename F>
+__device__ __forceinline__ float tlm_row_sum(const T *row, int C, F f) {
+    float s = 0.0f;
+    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
+        float v[VEC];
+        tlm_load<VEC>(v, row + c);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) s += f(v[i]);
+    }
+    return tlm_block_sum(s);
+}
+
+/* For each of this thread's VEC-wide pieces of one row, in order: loads x, d (a gradient) and w
+ * (a per-column weight) widened to fp32 and calls f(c, xv, dv, wv), c the piece's first column:
+ * the loop of the normalizations' backward passes. */
+template <int VEC, typename TX, typename TD, typename F>
+__device__ __forceinline__ void tlm_row_for_each(const TX *x, const TD *d, const float *w, int C, F f) {
+    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
+        float xv[VEC], dv[VEC], wv[VEC];
+        tlm_load<VEC>(xv, x + c);
+        tlm_load<VEC>(dv, d + c);
+        tlm_load<VEC>(wv, w + c);
+        f(c, xv, dv, wv);
+    }
 }
 
 /* Online (max, sum of exp(x - max)) pairs (Milakov & Gimelshein 2018, "Online normalizer

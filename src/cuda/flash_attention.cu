@@ -84,6 +84,18 @@ __device__ __forceinline__ void fa_mma(float (&d)[4], const uint32_t (&a)[4], ui
     }
 }
 
+/* The inner step of every tile product: for each r < R, acc[r][2c] += a[r] * (columns 0..7 of the
+ * 16-column B fragment bf) and acc[r][2c + 1] += a[r] * (columns 8..15). */
+template <typename E, int R, int N>
+__device__ __forceinline__ void fa_mma_16(float (&acc)[R][N][4], const uint32_t (&a)[R][4], const uint32_t (&bf)[4],
+                                          int c) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        fa_mma<E>(acc[r][2 * c], a[r], bf[0], bf[1]);
+        fa_mma<E>(acc[r][2 * c + 1], a[r], bf[2], bf[3]);
+    }
+}
+
 __device__ __forceinline__ uint32_t fa_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void fa_ldsm_x4(uint32_t (&r)[4], const void *p) {
@@ -270,11 +282,7 @@ __global__ void __launch_bounds__(WARPS * 32)
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t bf[4];
                 fa_ldsm_x4_t(bf, sVb + fa_lane_a(lane, kk * 16, dp * 16, LDS));
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    fa_mma<E>(o[r][2 * dp], a[r], bf[0], bf[1]);
-                    fa_mma<E>(o[r][2 * dp + 1], a[r], bf[2], bf[3]);
-                }
+                fa_mma_16<E>(o, a, bf, dp);
             }
         }
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
@@ -431,17 +439,9 @@ __global__ void __launch_bounds__(WARPS * 32)
             for (int np = 0; np < BR / 16; np++) {
                 uint32_t bf[4];
                 fa_ldsm_x4(bf, sQb + fa_lane_b(lane, np * 16, kk * 16, LDS));
-#pragma unroll
-                for (int rk = 0; rk < RK; rk++) {
-                    fa_mma<E>(s[rk][2 * np], a[rk], bf[0], bf[1]);
-                    fa_mma<E>(s[rk][2 * np + 1], a[rk], bf[2], bf[3]);
-                }
+                fa_mma_16<E>(s, a, bf, np);
                 fa_ldsm_x4(bf, sdOb + fa_lane_b(lane, np * 16, kk * 16, LDS));
-#pragma unroll
-                for (int rk = 0; rk < RK; rk++) {
-                    fa_mma<E>(dp[rk][2 * np], a2[rk], bf[0], bf[1]);
-                    fa_mma<E>(dp[rk][2 * np + 1], a2[rk], bf[2], bf[3]);
-                }
+                fa_mma_16<E>(dp, a2, bf, np);
             }
         }
         /* P^T = exp2(S^T scale log2(e) - L log2(e)), 0 where masked; dS^T = P^T (dP^T - delta) */
@@ -476,17 +476,9 @@ __global__ void __launch_bounds__(WARPS * 32)
             for (int dd = 0; dd < D / 16; dd++) {
                 uint32_t bf[4];
                 fa_ldsm_x4_t(bf, sdOb + fa_lane_a(lane, kk * 16, dd * 16, LDS));
-#pragma unroll
-                for (int rk = 0; rk < RK; rk++) {
-                    fa_mma<E>(dv_acc[rk][2 * dd], a[rk], bf[0], bf[1]);
-                    fa_mma<E>(dv_acc[rk][2 * dd + 1], a[rk], bf[2], bf[3]);
-                }
+                fa_mma_16<E>(dv_acc, a, bf, dd);
                 fa_ldsm_x4_t(bf, sQb + fa_lane_a(lane, kk * 16, dd * 16, LDS));
-#pragma unroll
-                for (int rk = 0; rk < RK; rk++) {
-                    fa_mma<E>(dk_acc[rk][2 * dd], ds[rk], bf[0], bf[1]);
-                    fa_mma<E>(dk_acc[rk][2 * dd + 1], ds[rk], bf[2], bf[3]);
-                }
+                fa_mma_16<E>(dk_acc, ds, bf, dd);
             }
         }
         __syncthreads(); /* dS^T complete */

@@ -18,22 +18,8 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
     const size_t n = blockIdx.x;
     const T *xn = x + n * C;
     float *on = out + n * C;
-    float sum = 0.0f;
-    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
-        float xv[VEC];
-        tlm_load<VEC>(xv, xn + c);
-#pragma unroll
-        for (int i = 0; i < VEC; i++) sum += xv[i];
-    }
-    const float m = tlm_block_sum(sum) / (float)C;
-    float sum_sq = 0.0f;
-    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
-        float xv[VEC];
-        tlm_load<VEC>(xv, xn + c); /* L1 hits */
-#pragma unroll
-        for (int i = 0; i < VEC; i++) sum_sq += (xv[i] - m) * (xv[i] - m);
-    }
-    sum_sq = tlm_block_sum(sum_sq);
+    const float m = tlm_row_sum<VEC>(xn, C, [](float v) { return v; }) / (float)C;
+    const float sum_sq = tlm_row_sum<VEC>(xn, C, [m](float v) { return (v - m) * (v - m); }); /* L1 hits */
     const float r = (float)(1.0 / sqrt((double)sum_sq / C + (double)eps)); /* IEEE, as the CPU */
     for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
         float xv[VEC], wv[VEC], bv[VEC], o[VEC];
@@ -59,32 +45,25 @@ __global__ void layernorm_backward_dx_kernel(T *dx, const T *dout, const T *x, c
     T *dxn = dx + n * C;
     const float m = mean[n], r = rstd[n];
     float sum_g = 0.0f, sum_g_xhat = 0.0f;
-    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
-        float xv[VEC], dv[VEC], wv[VEC];
-        tlm_load<VEC>(xv, xn + c);
-        tlm_load<VEC>(dv, dn + c);
-        tlm_load<VEC>(wv, w + c);
+    tlm_row_for_each<VEC>(xn, dn, w, C, [&](int c, const float *xv, const float *dv, const float *wv) {
 #pragma unroll
         for (int i = 0; i < VEC; i++) {
             const float g = dv[i] * wv[i];
             sum_g += g;
             sum_g_xhat += g * ((xv[i] - m) * r);
         }
-    }
+    });
     const float mean_g = tlm_block_sum(sum_g) / (float)C;
     const float mean_g_xhat = tlm_block_sum(sum_g_xhat) / (float)C;
-    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
-        float xv[VEC], dv[VEC], wv[VEC], o[VEC];
-        tlm_load<VEC>(xv, xn + c); /* L1 hits */
-        tlm_load<VEC>(dv, dn + c);
-        tlm_load<VEC>(wv, w + c);
+    tlm_row_for_each<VEC>(xn, dn, w, C, [&](int c, const float *xv, const float *dv, const float *wv) { /* L1 hits */
+        float o[VEC];
 #pragma unroll
         for (int i = 0; i < VEC; i++) {
             const float g = dv[i] * wv[i], xhat = (xv[i] - m) * r;
             o[i] = r * (g - mean_g - xhat * mean_g_xhat);
         }
         tlm_store<VEC>(dxn + c, o);
-    }
+    });
 }
 
 template <typename T>
@@ -120,42 +99,30 @@ void tlm_cuda_layernorm_forward(tlm_backend *be, float *out, float *mean, float 
                                 const float *w, const float *b, int N, int C, float eps, tlm_dtype dt) {
     if (N <= 0 || C <= 0) return;
     cudaStream_t st = tlm_cuda_stream(be);
-    tlm_cuda_dispatch(dt, __func__, [&](auto tag) {
+    /* 16-byte accesses of x; out, w, b 16 or 32 bytes */
+    tlm_cuda_launch_vec(dt, __func__, C, [&](auto tag, auto vec) {
         using T = typename decltype(tag)::type;
-        constexpr int VEC = tlm_vec16<T>(); /* 16-byte accesses of x; out, w, b 16 or 32 bytes */
-        const T *xi = static_cast<const T *>(x);
-        if (C % VEC == 0 && tlm_aligned16(out) && tlm_aligned16(x) && tlm_aligned16(w) && tlm_aligned16(b)) {
-            layernorm_forward_kernel<VEC, T>
-                <<<N, tlm_cuda_row_threads(C / VEC, 1024), 0, st>>>(out, mean, rstd, xi, w, b, C, eps);
-        } else {
-            layernorm_forward_kernel<1, T>
-                <<<N, tlm_cuda_row_threads(C, 1024), 0, st>>>(out, mean, rstd, xi, w, b, C, eps);
-        }
-    });
-    TLM_CUDA_CHECK_LAUNCH();
+        constexpr int V = decltype(vec)::value;
+        layernorm_forward_kernel<V, T><<<N, tlm_cuda_row_threads(C / V, 1024), 0, st>>>(
+            out, mean, rstd, static_cast<const T *>(x), w, b, C, eps);
+    }, out, x, w, b);
 }
 
 void tlm_cuda_layernorm_backward(tlm_backend *be, void *dx, float *dw, float *db, const void *dout, const void *x,
                                  const float *w, const float *mean, const float *rstd, int N, int C, tlm_dtype dt) {
     if (C <= 0) return;
     cudaStream_t st = tlm_cuda_stream(be);
-    const char *op = __func__;
-    tlm_cuda_dispatch(dt, op, [&](auto tag) {
+    if (N > 0)
+        tlm_cuda_launch_vec(dt, __func__, C, [&](auto tag, auto vec) {
+            using T = typename decltype(tag)::type;
+            constexpr int V = decltype(vec)::value;
+            layernorm_backward_dx_kernel<V, T><<<N, tlm_cuda_row_threads(C / V, 512), 0, st>>>(
+                static_cast<T *>(dx), static_cast<const T *>(dout), static_cast<const T *>(x), w, mean, rstd, C);
+        }, dx, dout, x, w);
+    tlm_cuda_dispatch(dt, __func__, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        constexpr int VEC = tlm_vec16<T>();
-        T *g = static_cast<T *>(dx);
-        const T *d = static_cast<const T *>(dout), *xi = static_cast<const T *>(x);
-        if (N > 0) {
-            if (C % VEC == 0 && tlm_aligned16(dx) && tlm_aligned16(dout) && tlm_aligned16(x) && tlm_aligned16(w)) {
-                layernorm_backward_dx_kernel<VEC, T>
-                    <<<N, tlm_cuda_row_threads(C / VEC, 512), 0, st>>>(g, d, xi, w, mean, rstd, C);
-            } else {
-                layernorm_backward_dx_kernel<1, T>
-                    <<<N, tlm_cuda_row_threads(C, 512), 0, st>>>(g, d, xi, w, mean, rstd, C);
-            }
-            TLM_CUDA_CHECK_OP(op, cudaGetLastError());
-        }
-        layernorm_backward_dwdb_kernel<T><<<(C + 31) / 32, dim3(32, 32), 0, st>>>(dw, db, d, xi, mean, rstd, N, C);
+        layernorm_backward_dwdb_kernel<T><<<(C + 31) / 32, dim3(32, 32), 0, st>>>(
+            dw, db, static_cast<const T *>(dout), static_cast<const T *>(x), mean, rstd, N, C);
     });
     TLM_CUDA_CHECK_LAUNCH();
 }

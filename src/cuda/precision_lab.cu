@@ -8,63 +8,52 @@
 #include "cuda/cuda_common.cuh"
 #include "tlm/precision_lab.h"
 
+/* s = 0, then s = s + x (x = value rounded to L) `steps` times, in L arithmetic (__hadd: one rounding
+ * to nearest even per add); p[0..steps] the partial sums widened (exact) */
+template <typename L>
+__device__ void accumulate_lowp(float *p, float *addend, float value, int steps) {
+    const L x = tlm_round<L>(value);
+    L s = tlm_round<L>(0.0f);
+    p[0] = tlm_f32(s);
+    for (int i = 1; i <= steps; i++) {
+        s = __hadd(s, x);
+        p[i] = tlm_f32(s);
+    }
+    *addend = tlm_f32(x);
+}
+
+/* s = 0.0f, then s = s + fp32(x) (x = value rounded to L: an fp32 value when L is float) in fp32
+ * arithmetic (__fadd_rn) `steps` times; `cast_first` widens x to a float variable inside the loop
+ * (PyTorch's x.float() before the add) instead of in the add's expression (type promotion): the
+ * same bits, two ways the seeds wrote it */
+template <typename L>
+__device__ void accumulate_fp32(float *p, float *addend, float value, int steps, bool cast_first) {
+    const L x = tlm_round<L>(value);
+    float s = 0.0f;
+    p[0] = s;
+    for (int i = 1; i <= steps; i++) {
+        if (cast_first) {
+            const float x32 = tlm_f32(x);
+            p[i] = s = __fadd_rn(s, x32);
+        } else {
+            p[i] = s = __fadd_rn(s, tlm_f32(x));
+        }
+    }
+    *addend = tlm_f32(x);
+}
+
 __global__ void accumulate_kernel(float *addend, float *partial, float value, int steps) {
     /* addend (TLM_ACC_NUM_WAYS); partial (TLM_ACC_NUM_WAYS, steps + 1); one thread */
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     const size_t ld = (size_t)steps + 1;
-    { /* fp32 += fp32 */
-        float *p = partial + TLM_ACC_FP32_INTO_FP32 * ld, s = 0.0f;
-        const float x = value;
-        p[0] = s;
-        for (int i = 1; i <= steps; i++) p[i] = s = __fadd_rn(s, x);
-        addend[TLM_ACC_FP32_INTO_FP32] = x;
-    }
-    { /* fp16 += fp16 */
-        float *p = partial + TLM_ACC_FP16_INTO_FP16 * ld;
-        const __half x = __float2half_rn(value);
-        __half s = __float2half_rn(0.0f);
-        p[0] = __half2float(s);
-        for (int i = 1; i <= steps; i++) {
-            s = __hadd(s, x);
-            p[i] = __half2float(s);
-        }
-        addend[TLM_ACC_FP16_INTO_FP16] = __half2float(x);
-    }
-    { /* fp32 += fp16: promotion */
-        float *p = partial + TLM_ACC_FP16_INTO_FP32 * ld, s = 0.0f;
-        const __half x = __float2half_rn(value);
-        p[0] = s;
-        for (int i = 1; i <= steps; i++) p[i] = s = __fadd_rn(s, __half2float(x));
-        addend[TLM_ACC_FP16_INTO_FP32] = __half2float(x);
-    }
-    { /* fp32 += fp32(fp16): converted first */
-        float *p = partial + TLM_ACC_FP16_CAST_INTO_FP32 * ld, s = 0.0f;
-        const __half x = __float2half_rn(value);
-        p[0] = s;
-        for (int i = 1; i <= steps; i++) {
-            const float x32 = __half2float(x);
-            p[i] = s = __fadd_rn(s, x32);
-        }
-        addend[TLM_ACC_FP16_CAST_INTO_FP32] = __half2float(x);
-    }
-    { /* bf16 += bf16 */
-        float *p = partial + TLM_ACC_BF16_INTO_BF16 * ld;
-        const __nv_bfloat16 x = __float2bfloat16_rn(value);
-        __nv_bfloat16 s = __float2bfloat16_rn(0.0f);
-        p[0] = __bfloat162float(s);
-        for (int i = 1; i <= steps; i++) {
-            s = __hadd(s, x);
-            p[i] = __bfloat162float(s);
-        }
-        addend[TLM_ACC_BF16_INTO_BF16] = __bfloat162float(x);
-    }
-    { /* fp32 += bf16: promotion */
-        float *p = partial + TLM_ACC_BF16_INTO_FP32 * ld, s = 0.0f;
-        const __nv_bfloat16 x = __float2bfloat16_rn(value);
-        p[0] = s;
-        for (int i = 1; i <= steps; i++) p[i] = s = __fadd_rn(s, __bfloat162float(x));
-        addend[TLM_ACC_BF16_INTO_FP32] = __bfloat162float(x);
-    }
+#define WAY(w) partial + (w) * ld, addend + (w), value, steps
+    accumulate_fp32<float>(WAY(TLM_ACC_FP32_INTO_FP32), false);          /* fp32 += fp32 */
+    accumulate_lowp<__half>(WAY(TLM_ACC_FP16_INTO_FP16));                 /* fp16 += fp16 */
+    accumulate_fp32<__half>(WAY(TLM_ACC_FP16_INTO_FP32), false);         /* fp32 += fp16: promotion */
+    accumulate_fp32<__half>(WAY(TLM_ACC_FP16_CAST_INTO_FP32), true);     /* fp32 += fp32(fp16) */
+    accumulate_lowp<__nv_bfloat16>(WAY(TLM_ACC_BF16_INTO_BF16));          /* bf16 += bf16 */
+    accumulate_fp32<__nv_bfloat16>(WAY(TLM_ACC_BF16_INTO_FP32), false);  /* fp32 += bf16: promotion */
+#undef WAY
 }
 
 extern "C" tlm_status tlm_accumulate_run_cuda(tlm_backend *be, double value, tlm_accumulation *out) {

@@ -17,14 +17,7 @@ __global__ void rmsnorm_forward_kernel(T *out, float *rstd, const float *x, cons
     const size_t n = blockIdx.x;
     const float *xn = x + n * C;
     T *on = out + n * C;
-    float sum_sq = 0.0f;
-    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
-        float xv[VEC];
-        tlm_load<VEC>(xv, xn + c);
-#pragma unroll
-        for (int i = 0; i < VEC; i++) sum_sq += xv[i] * xv[i];
-    }
-    sum_sq = tlm_block_sum(sum_sq);
+    const float sum_sq = tlm_row_sum<VEC>(xn, C, [](float v) { return v * v; });
     const float r = (float)(1.0 / sqrt((double)sum_sq / C + (double)eps)); /* IEEE, as the CPU */
     for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
         float xv[VEC], wv[VEC], o[VEC];
@@ -55,20 +48,13 @@ __global__ void rmsnorm_backward_kernel(float *dx, float *dw_partial, const T *d
         float *dxn = dx + (size_t)n * C;
         const float r = rstd[n];
         float sum_g_xhat = 0.0f;
-        for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
-            float xv[VEC], dv[VEC], wv[VEC];
-            tlm_load<VEC>(xv, xn + c);
-            tlm_load<VEC>(dv, dn + c);
-            tlm_load<VEC>(wv, w + c);
+        tlm_row_for_each<VEC>(xn, dn, w, C, [&](int c, const float *xv, const float *dv, const float *wv) {
 #pragma unroll
             for (int i = 0; i < VEC; i++) sum_g_xhat += dv[i] * wv[i] * (xv[i] * r);
-        }
+        });
         const float mean_g_xhat = tlm_block_sum(sum_g_xhat) / (float)C;
-        for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
-            float xv[VEC], dv[VEC], wv[VEC], dxv[VEC];
-            tlm_load<VEC>(xv, xn + c); /* L1 hits */
-            tlm_load<VEC>(dv, dn + c);
-            tlm_load<VEC>(wv, w + c);
+        tlm_row_for_each<VEC>(xn, dn, w, C, [&](int c, const float *xv, const float *dv, const float *wv) { /* L1 hits */
+            float dxv[VEC];
             tlm_load<VEC>(dxv, dxn + c);
 #pragma unroll
             for (int i = 0; i < VEC; i++) {
@@ -77,7 +63,7 @@ __global__ void rmsnorm_backward_kernel(float *dx, float *dw_partial, const T *d
                 dw_acc[c + i] += dv[i] * xhat;
             }
             tlm_store<VEC>(dxn + c, dxv);
-        }
+        });
     }
     float *part = dw_partial + (size_t)blockIdx.x * C;
     for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC)
@@ -106,17 +92,13 @@ void tlm_cuda_rmsnorm_forward(tlm_backend *be, void *out, float *rstd, const flo
                               int C, float eps, tlm_dtype dt) {
     if (N <= 0) return;
     cudaStream_t st = tlm_cuda_stream(be);
-    tlm_cuda_dispatch(dt, __func__, [&](auto tag) {
+    /* 16-byte accesses of out; x, w read 16 or 32 bytes */
+    tlm_cuda_launch_vec(dt, __func__, C, [&](auto tag, auto vec) {
         using T = typename decltype(tag)::type;
-        constexpr int VEC = tlm_vec16<T>(); /* 16-byte accesses of out; x, w read 16 or 32 bytes */
-        T *o = static_cast<T *>(out);
-        if (C % VEC == 0 && tlm_aligned16(out) && tlm_aligned16(x) && tlm_aligned16(w)) {
-            rmsnorm_forward_kernel<VEC, T><<<N, tlm_cuda_row_threads(C / VEC, 1024), 0, st>>>(o, rstd, x, w, C, eps);
-        } else {
-            rmsnorm_forward_kernel<1, T><<<N, tlm_cuda_row_threads(C, 1024), 0, st>>>(o, rstd, x, w, C, eps);
-        }
-    });
-    TLM_CUDA_CHECK_LAUNCH();
+        constexpr int V = decltype(vec)::value;
+        rmsnorm_forward_kernel<V, T><<<N, tlm_cuda_row_threads(C / V, 1024), 0, st>>>(static_cast<T *>(out), rstd, x,
+                                                                                     w, C, eps);
+    }, out, x, w);
 }
 
 void tlm_cuda_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void *dout, const float *x,
@@ -135,28 +117,15 @@ void tlm_cuda_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void
     const int rows_per_block = (N + blocks - 1) / blocks;
     blocks = (N + rows_per_block - 1) / rows_per_block;
     const size_t smem = (size_t)C * sizeof(float);
-    tlm_cuda_dispatch(dt, __func__, [&](auto tag) {
+    tlm_cuda_launch_vec(dt, __func__, C, [&](auto tag, auto vec) {
         using T = typename decltype(tag)::type;
-        constexpr int VEC = tlm_vec16<T>();
-        const T *d = static_cast<const T *>(dout);
-        const bool vec = C % VEC == 0 && tlm_aligned16(dx) && tlm_aligned16(dout) && tlm_aligned16(x) &&
-                         tlm_aligned16(w);
-        const int threads = vec ? tlm_cuda_row_threads(C / VEC, 512) : tlm_cuda_row_threads(C, 512);
-        if (smem > 48 * 1024) {
-            TLM_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<VEC, T>,
+        constexpr int V = decltype(vec)::value;
+        if (smem > 48 * 1024)
+            TLM_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<V, T>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            TLM_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<1, T>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        }
-        if (vec) {
-            rmsnorm_backward_kernel<VEC, T><<<blocks, threads, smem, st>>>(dx, cu->scratch, d, x, w, rstd, N, C,
-                                                                           rows_per_block);
-        } else {
-            rmsnorm_backward_kernel<1, T><<<blocks, threads, smem, st>>>(dx, cu->scratch, d, x, w, rstd, N, C,
-                                                                         rows_per_block);
-        }
-    });
-    TLM_CUDA_CHECK_LAUNCH();
+        rmsnorm_backward_kernel<V, T><<<blocks, tlm_cuda_row_threads(C / V, 512), smem, st>>>(
+            dx, cu->scratch, static_cast<const T *>(dout), x, w, rstd, N, C, rows_per_block);
+    }, dx, dout, x, w);
     column_sum_kernel<<<(C + 31) / 32, dim3(32, 32), 0, st>>>(dw, cu->scratch, blocks, C);
     TLM_CUDA_CHECK_LAUNCH();
 }

@@ -32,36 +32,25 @@ const char *tlm_dtype_name(tlm_dtype t) {
 
 /* The scalar conversions are the inline ones of core/convert.h. */
 
-void tlm_f16_to_f32_array(const void *src, float *dst, int64_t n) {
+/* file buffers may be unaligned: every 16-bit value goes through memcpy */
+static void widen_array(const void *src, float *dst, int64_t n, float (*widen)(uint16_t)) {
     const unsigned char *p = src;
     for (int64_t i = 0; i < n; i++) {
         uint16_t h;
         memcpy(&h, p + 2 * i, 2);
-        dst[i] = tlm_f16_to_f32(h);
+        dst[i] = widen(h);
     }
 }
 
-void tlm_bf16_to_f32_array(const void *src, float *dst, int64_t n) {
-    const unsigned char *p = src;
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t b;
-        memcpy(&b, p + 2 * i, 2);
-        dst[i] = tlm_bf16_to_f32(b);
-    }
-}
-
-void tlm_f32_to_f16_array(const float *src, void *dst, int64_t n) {
+static void narrow_array(const float *src, void *dst, int64_t n, uint16_t (*narrow)(float)) {
     unsigned char *p = dst;
     for (int64_t i = 0; i < n; i++) {
-        uint16_t h = tlm_f32_to_f16(src[i]);
+        const uint16_t h = narrow(src[i]);
         memcpy(p + 2 * i, &h, 2);
     }
 }
 
-void tlm_f32_to_bf16_array(const float *src, void *dst, int64_t n) {
-    unsigned char *p = dst;
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t b = tlm_f32_to_bf16(src[i]);
-        memcpy(p + 2 * i, &b, 2);
-    }
-}
+void tlm_f16_to_f32_array(const void *src, float *dst, int64_t n) { widen_array(src, dst, n, tlm_f16_to_f32); }
+void tlm_bf16_to_f32_array(const void *src, float *dst, int64_t n) { widen_array(src, dst, n, tlm_bf16_to_f32); }
+void tlm_f32_to_f16_array(const float *src, void *dst, int64_t n) { narrow_array(src, dst, n, tlm_f32_to_f16); }
+void tlm_f32_to_bf16_array(const float *src, void *dst, int64_t n) { narrow_array(src, dst, n, tlm_f32_to_bf16); }
