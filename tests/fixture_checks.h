@@ -13,24 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_check.h"
 #include "tlm/model.h"
 #include "tlm/npy.h"
 #include "tlm/safetensors.h"
-
-static int fx_passed, fx_failed;
-
-static inline void fx_check(int ok, const char *what, double value, double limit) {
-    printf("%-6s %-64s %.3e (limit %.1e)\n", ok ? "ok" : "FAIL", what, value, limit);
-    if (ok) fx_passed++;
-    else fx_failed++;
-}
-
-static inline void fx_die(tlm_status s, const char *what) {
-    if (s != TLM_OK) {
-        fprintf(stderr, "%s: %s\n", what, tlm_last_error());
-        exit(1);
-    }
-}
+#include "tlm/util.h"
 
 static inline const char *fx_path(const char *dir, const char *name) {
     static char buf[1024];
@@ -38,19 +25,10 @@ static inline const char *fx_path(const char *dir, const char *name) {
     return buf;
 }
 
-static inline double fx_rel_err(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-
 /* a reference array as float32 (from F32 or F64 files) */
 static inline float *fx_npy_f32(const char *dir, const char *file, int64_t *numel) {
     tlm_array a;
-    fx_die(tlm_npy_read(fx_path(dir, file), &a), file);
+    die_on(tlm_npy_read(fx_path(dir, file), &a), file);
     float *out = malloc((size_t)a.numel * sizeof(float));
     for (int64_t i = 0; i < a.numel; i++)
         out[i] = a.dtype == TLM_DTYPE_F64 ? (float)((double *)a.data)[i] : ((float *)a.data)[i];
@@ -61,9 +39,9 @@ static inline float *fx_npy_f32(const char *dir, const char *file, int64_t *nume
 
 static inline int32_t *fx_tokens(const char *dir, const char *file, int vocab, int *B, int *T) {
     tlm_array a;
-    fx_die(tlm_npy_read(fx_path(dir, file), &a), file);
+    die_on(tlm_npy_read(fx_path(dir, file), &a), file);
     int32_t *ids = malloc((size_t)a.numel * sizeof(int32_t));
-    fx_die(tlm_array_to_tokens(&a, ids, vocab, file), file);
+    die_on(tlm_array_to_tokens(&a, ids, vocab, file), file);
     *B = (int)a.shape[0];
     *T = (int)a.shape[1];
     tlm_array_free(&a);
@@ -74,7 +52,7 @@ static inline int32_t *fx_tokens(const char *dir, const char *file, int vocab, i
 static inline void fx_compare_flat(const tlm_model *m, const float *flat, const char *dir, const char *file,
                             const char *label, double limit) {
     tlm_safetensors st;
-    fx_die(tlm_safetensors_read(fx_path(dir, file), &st), file);
+    die_on(tlm_safetensors_read(fx_path(dir, file), &st), file);
     float *host = malloc(m->layout.flat_numel * sizeof(float));
     tlm_copy_to_host(m->backend, host, flat, m->layout.flat_numel * sizeof(float));
     tlm_synchronize(m->backend);
@@ -91,8 +69,8 @@ static inline void fx_compare_flat(const tlm_model *m, const float *flat, const 
         }
         for (size_t j = 0; j < t->numel; j++) not_finite += !isfinite(host[t->offset + j]);
         float *r = malloc(t->numel * sizeof(float));
-        fx_die(tlm_st_tensor_to_f32(ref, r), t->name);
-        double e = fx_rel_err(host + t->offset, r, t->numel);
+        die_on(tlm_st_tensor_to_f32(ref, r), t->name);
+        double e = tlm_rel_error_f32(host + t->offset, r, t->numel);
         if (!(e <= worst)) { /* NaN propagates as the worst */
             worst = e;
             worst_name = t->name;
@@ -102,7 +80,7 @@ static inline void fx_compare_flat(const tlm_model *m, const float *flat, const 
     char what[256];
     snprintf(what, sizeof what, "%s: all %d tensors (worst %s)%s", label, m->layout.num_tensors, worst_name,
              missing || not_finite ? " MISSING/NOT FINITE" : "");
-    fx_check(missing == 0 && not_finite == 0 && worst <= limit, what, worst, limit);
+    check_limit(missing == 0 && not_finite == 0 && worst <= limit, what, worst, limit);
     free(host);
     tlm_safetensors_free(&st);
 }
@@ -118,11 +96,11 @@ static inline void fx_run_attention(tlm_backend *be, const char *fixtures, const
     snprintf(tag, sizeof tag, "%s %s attention vs %s PyTorch", be->name, tlm_attention_name(att),
              sub[0] ? "float64" : "float32");
     tlm_config cfg;
-    fx_die(tlm_config_preset("tiny", &cfg), "tiny");
+    die_on(tlm_config_preset("tiny", &cfg), "tiny");
     const tlm_run_config run = {.precision = TLM_PRECISION_FP32, .attention = att, .cuda_graphs = false};
     tlm_model *m;
-    fx_die(tlm_model_create(&m, &cfg, &run, be), "model");
-    fx_die(tlm_model_load(m, fx_path(fixtures, "weights.safetensors")), "weights");
+    die_on(tlm_model_create(&m, &cfg, &run, be), "model");
+    die_on(tlm_model_load(m, fx_path(fixtures, "weights.safetensors")), "weights");
     int B, T, Bt, Tt;
     int32_t *inputs = fx_tokens(fixtures, "inputs.npy", cfg.vocab_size, &B, &T);
     int32_t *targets = fx_tokens(fixtures, "targets.npy", cfg.vocab_size, &Bt, &Tt);
@@ -130,22 +108,22 @@ static inline void fx_run_attention(tlm_backend *be, const char *fixtures, const
     char what[256];
 
     float loss;
-    fx_die(tlm_model_forward(m, inputs, targets, B, T, &loss), "forward");
+    die_on(tlm_model_forward(m, inputs, targets, B, T, &loss), "forward");
     int64_t n;
     float *ref_loss = fx_npy_f32(refs, "loss.npy", &n);
     double e = fabs((double)loss - ref_loss[0]) / fabs((double)ref_loss[0]);
     snprintf(what, sizeof what, "loss %.7f, %s %.7f", loss, tag, ref_loss[0]);
-    fx_check(e <= limit, what, e, limit);
+    check_limit(e <= limit, what, e, limit);
 
     float *ref_logits = fx_npy_f32(refs, "logits.npy", &n);
     TLM_ASSERT(n == (int64_t)B * T * cfg.vocab_size);
     float *logits = malloc((size_t)n * sizeof(float));
-    fx_die(tlm_model_copy_logits(m, logits), "logits");
-    e = fx_rel_err(logits, ref_logits, (size_t)n);
+    die_on(tlm_model_copy_logits(m, logits), "logits");
+    e = tlm_rel_error_f32(logits, ref_logits, (size_t)n);
     snprintf(what, sizeof what, "logits, %s", tag);
-    fx_check(e <= limit, what, e, limit);
+    check_limit(e <= limit, what, e, limit);
 
-    fx_die(tlm_model_backward(m), "backward");
+    die_on(tlm_model_backward(m), "backward");
     snprintf(what, sizeof what, "gradients, %s", tag);
     fx_compare_flat(m, m->grads, refs, "grads.safetensors", what, limit);
 
@@ -153,10 +131,10 @@ static inline void fx_run_attention(tlm_backend *be, const char *fixtures, const
     tlm_adamw_config opt = tlm_adamw_defaults();
     for (int i = 0; i < 3; i++) {
         if (i > 0) {
-            fx_die(tlm_model_forward(m, inputs, targets, B, T, NULL), "forward");
-            fx_die(tlm_model_backward(m), "backward");
+            die_on(tlm_model_forward(m, inputs, targets, B, T, NULL), "forward");
+            die_on(tlm_model_backward(m), "backward");
         }
-        fx_die(tlm_model_adamw_step(m, &opt), "adamw");
+        die_on(tlm_model_adamw_step(m, &opt), "adamw");
     }
     snprintf(what, sizeof what, "weights after 3 AdamW steps, %s", tag);
     fx_compare_flat(m, m->params, refs, "weights_after_3_steps.safetensors", what, limit);

@@ -40,14 +40,6 @@
 #define MF_LOWP_FACTOR 2.0 /* bf16/fp16: flash's distance to fp32 <= 2 x naive's + floor */
 #define MF_GRAPH_TOL 1e-5  /* graphs on vs off (gradients; loss and logits 1e-6) */
 
-static int mf_passed, mf_failed;
-
-static inline void mf_check(int ok, const char *what, double value, double limit) {
-    printf("%-6s %-78s %.3e (limit %.1e)\n", ok ? "ok" : "FAIL", what, value, limit);
-    if (ok) mf_passed++;
-    else mf_failed++;
-}
-
 /* a model shape and a batch shape */
 typedef struct {
     const char *name;
@@ -83,8 +75,8 @@ static inline mf_out mf_run(tlm_backend *be, const mf_shape *s, tlm_precision p,
     memset(&o, 0, sizeof o);
     const tlm_run_config run = {.precision = p, .attention = a, .cuda_graphs = graphs};
     tlm_model *m;
-    fx_die(tlm_model_create(&m, &s->cfg, &run, be), s->name);
-    fx_die(tlm_model_init_random(m, 1234), "init");
+    die_on(tlm_model_create(&m, &s->cfg, &run, be), s->name);
+    die_on(tlm_model_init_random(m, 1234), "init");
     const size_t N = (size_t)s->B * s->T, V = (size_t)s->cfg.vocab_size;
     int32_t *x = malloc(N * sizeof(int32_t)), *y = malloc(N * sizeof(int32_t));
     uint64_t st = tlm_rng_stream(99, 7);
@@ -96,9 +88,9 @@ static inline mf_out mf_run(tlm_backend *be, const mf_shape *s, tlm_precision p,
     o.logits = malloc(o.n_logits * sizeof(float));
     o.grads = malloc(m->layout.flat_numel * sizeof(float));
     for (int i = 0; i < passes; i++) {
-        fx_die(tlm_model_forward(m, x, y, s->B, s->T, &o.loss), "forward");
-        if (i == passes - 1) fx_die(tlm_model_copy_logits(m, o.logits), "logits");
-        fx_die(tlm_model_backward(m), "backward");
+        die_on(tlm_model_forward(m, x, y, s->B, s->T, &o.loss), "forward");
+        if (i == passes - 1) die_on(tlm_model_copy_logits(m, o.logits), "logits");
+        die_on(tlm_model_backward(m), "backward");
     }
     tlm_copy_to_host(be, o.grads, m->grads, m->layout.flat_numel * sizeof(float));
     tlm_synchronize(be);
@@ -125,10 +117,10 @@ static inline mf_err mf_error(const mf_out *a, const mf_out *b) {
     memset(&e, 0, sizeof e);
     e.loss = fabs((double)a->loss - b->loss) / fabs((double)b->loss);
     if (!isfinite(a->loss)) e.loss = INFINITY;
-    e.logits = fx_rel_err(a->logits, b->logits, a->n_logits);
+    e.logits = tlm_rel_error_f32(a->logits, b->logits, a->n_logits);
     for (int i = 0; i < b->num_tensors; i++) {
         const tlm_tensor_info *t = &b->tensors[i];
-        double g = fx_rel_err(a->grads + t->offset, b->grads + t->offset, t->numel);
+        double g = tlm_rel_error_f32(a->grads + t->offset, b->grads + t->offset, t->numel);
         if (!(g <= e.grads)) { /* NaN propagates as the worst */
             e.grads = g;
             snprintf(e.worst, sizeof e.worst, "%s", t->name);
@@ -155,16 +147,16 @@ static inline void mf_run_shape(tlm_backend *be, const mf_shape *s) {
     mf_out f32 = mf_run(be, s, TLM_PRECISION_FP32, TLM_ATTENTION_FLASH, false, 1);
     mf_err e = mf_error(&f32, &n32);
     snprintf(what, sizeof what, "%s fp32: loss flash %.7f = naive %.7f", s->name, f32.loss, n32.loss);
-    mf_check(e.loss <= MF_F32_TOL, what, e.loss, MF_F32_TOL);
+    check_limit(e.loss <= MF_F32_TOL, what, e.loss, MF_F32_TOL);
     snprintf(what, sizeof what, "%s fp32: logits flash = naive", s->name);
-    mf_check(e.logits <= MF_F32_TOL, what, e.logits, MF_F32_TOL);
+    check_limit(e.logits <= MF_F32_TOL, what, e.logits, MF_F32_TOL);
     snprintf(what, sizeof what, "%s fp32: every gradient flash = naive (worst %s)", s->name, e.worst);
-    mf_check(e.grads <= MF_F32_TOL, what, e.grads, MF_F32_TOL);
+    check_limit(e.grads <= MF_F32_TOL, what, e.grads, MF_F32_TOL);
     const double saving = (double)n32.act_bytes - (double)f32.act_bytes;
     const double want = mf_expected_saving(s, TLM_PRECISION_FP32);
     snprintf(what, sizeof what, "%s fp32: activations %.3f MiB flash vs %.3f MiB naive (saves %.0f B, expect %.0f)",
              s->name, f32.act_bytes / 1048576.0, n32.act_bytes / 1048576.0, saving, want);
-    mf_check(saving == want, what, fabs(saving - want), 0);
+    check_limit(saving == want, what, fabs(saving - want), 0);
 
     const tlm_precision lowp[2] = {TLM_PRECISION_BF16, TLM_PRECISION_FP16};
     for (int i = 0; i < 2; i++) {
@@ -180,18 +172,18 @@ static inline void mf_run_shape(tlm_backend *be, const mf_shape *s) {
         double lim = MF_LOWP_FACTOR * en.loss + floor;
         snprintf(what, sizeof what, "%s %s: loss flash %.5f, naive %.5f, fp32 %.5f: flash as close to fp32", s->name,
                  mode, f.loss, n.loss, n32.loss);
-        mf_check(ef.loss <= lim, what, ef.loss, lim);
+        check_limit(ef.loss <= lim, what, ef.loss, lim);
         lim = MF_LOWP_FACTOR * en.logits + floor;
         snprintf(what, sizeof what, "%s %s: logits, flash as close to fp32 as naive (naive %.2e)", s->name, mode,
                  en.logits);
-        mf_check(ef.logits <= lim, what, ef.logits, lim);
+        check_limit(ef.logits <= lim, what, ef.logits, lim);
         lim = MF_LOWP_FACTOR * en.grads + floor;
         snprintf(what, sizeof what, "%s %s: worst gradient, flash as close to fp32 as naive (naive %.2e; %s)",
                  s->name, mode, en.grads, ef.worst);
-        mf_check(ef.grads <= lim, what, ef.grads, lim);
+        check_limit(ef.grads <= lim, what, ef.grads, lim);
         const double sv = (double)n.act_bytes - (double)f.act_bytes, sw = mf_expected_saving(s, lowp[i]);
         snprintf(what, sizeof what, "%s %s: flash saves %.0f activation bytes (expect %.0f)", s->name, mode, sv, sw);
-        mf_check(sv == sw, what, fabs(sv - sw), 0);
+        check_limit(sv == sw, what, fabs(sv - sw), 0);
         mf_free(&n);
         mf_free(&f);
     }
@@ -204,7 +196,7 @@ static inline void mf_run_shape(tlm_backend *be, const mf_shape *s) {
             mf_err g = mf_error(&graph, &eager);
             snprintf(what, sizeof what, "%s %s flash: CUDA graphs on = off (loss, logits, worst gradient %s)",
                      s->name, tlm_precision_name(modes[i]), g.worst);
-            mf_check(g.loss <= 1e-6 && g.logits <= 1e-6 && g.grads <= MF_GRAPH_TOL, what,
+            check_limit(g.loss <= 1e-6 && g.logits <= 1e-6 && g.grads <= MF_GRAPH_TOL, what,
                      fmax(fmax(g.loss, g.logits), g.grads), MF_GRAPH_TOL);
             mf_free(&eager);
             mf_free(&graph);

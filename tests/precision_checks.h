@@ -14,24 +14,16 @@
 
 #include "fixture_checks.h"
 
-static int pc_passed, pc_failed;
-
-static inline void pc_check(int ok, const char *what, double value, double limit) {
-    printf("%-6s %-64s %.3e (limit %.1e)\n", ok ? "ok" : "FAIL", what, value, limit);
-    if (ok) pc_passed++;
-    else pc_failed++;
-}
-
 /* the tiny model in mode p (naive attention; CUDA graphs or not) with the fixture weights */
 static inline tlm_model *pc_model(tlm_backend *be, const char *dir, tlm_precision p, bool graphs) {
     tlm_config cfg;
-    fx_die(tlm_config_preset("tiny", &cfg), "tiny");
+    die_on(tlm_config_preset("tiny", &cfg), "tiny");
     const tlm_run_config run = {.precision = p, .attention = TLM_ATTENTION_NAIVE, .cuda_graphs = graphs};
     tlm_model *m;
-    fx_die(tlm_model_create(&m, &cfg, &run, be), "model");
+    die_on(tlm_model_create(&m, &cfg, &run, be), "model");
     char path[1024];
     snprintf(path, sizeof path, "%s/weights.safetensors", dir);
-    fx_die(tlm_model_load(m, path), path);
+    die_on(tlm_model_load(m, path), path);
     return m;
 }
 
@@ -42,9 +34,9 @@ static inline float *pc_train(tlm_backend *be, const char *dir, tlm_precision p,
     int32_t *x = fx_tokens(dir, "inputs.npy", 512, &B, &T), *y = fx_tokens(dir, "targets.npy", 512, &B, &T);
     tlm_adamw_config opt = tlm_adamw_defaults();
     for (int i = 0; i < 3; i++) {
-        fx_die(tlm_model_forward(m, x, y, B, T, &losses[i]), "forward");
-        fx_die(tlm_model_backward(m), "backward");
-        fx_die(tlm_model_adamw_step(m, &opt), "adamw");
+        die_on(tlm_model_forward(m, x, y, B, T, &losses[i]), "forward");
+        die_on(tlm_model_backward(m), "backward");
+        die_on(tlm_model_adamw_step(m, &opt), "adamw");
     }
     float *host = malloc(m->layout.flat_numel * sizeof(float));
     tlm_copy_to_host(be, host, m->params, m->layout.flat_numel * sizeof(float));
@@ -91,13 +83,13 @@ static inline void pc_run_all(tlm_backend *be, const char *dir) {
         char what[128];
         snprintf(what, sizeof what, "%s: 3 training losses within %.0e of fp32 (%.4f %.4f %.4f)", modes[i].name,
                  modes[i].loss_tol, l[0], l[1], l[2]);
-        pc_check(worst <= modes[i].loss_tol, what, worst, modes[i].loss_tol);
+        check_limit(worst <= modes[i].loss_tol, what, worst, modes[i].loss_tol);
         double e = pc_update_error(w, w32, w0, n);
         snprintf(what, sizeof what, "%s: weight update of 3 AdamW steps close to fp32's", modes[i].name);
-        pc_check(e <= modes[i].update_tol, what, e, modes[i].update_tol);
+        check_limit(e <= modes[i].update_tol, what, e, modes[i].update_tol);
         /* the losses must also decrease, as fp32's do */
         snprintf(what, sizeof what, "%s: loss decreases over the 3 steps", modes[i].name);
-        pc_check(l[2] < l[0], what, (double)l[2] - l[0], 0);
+        check_limit(l[2] < l[0], what, (double)l[2] - l[0], 0);
         free(w);
     }
 
@@ -114,7 +106,7 @@ static inline void pc_run_all(tlm_backend *be, const char *dir) {
         double e = pc_update_error(wg, we, w0, n);
         char what[128];
         snprintf(what, sizeof what, "%s: CUDA graphs on = off (losses, 3-step update)", bf ? "bf16" : "fp32");
-        pc_check(worst <= 1e-6 && e <= 1e-4, what, fmax(worst, e), 1e-4);
+        check_limit(worst <= 1e-6 && e <= 1e-4, what, fmax(worst, e), 1e-4);
         free(we);
         free(wg);
     }
@@ -123,27 +115,27 @@ static inline void pc_run_all(tlm_backend *be, const char *dir) {
     int B, T;
     int32_t *x = fx_tokens(dir, "inputs.npy", 512, &B, &T), *y = fx_tokens(dir, "targets.npy", 512, &B, &T);
     tlm_adamw_config opt = tlm_adamw_defaults();
-    pc_check(m->scaler.scale == 65536.0f, "fp16: initial loss scale 2^16", m->scaler.scale, 65536.0);
+    check_limit(m->scaler.scale == 65536.0f, "fp16: initial loss scale 2^16", m->scaler.scale, 65536.0);
     m->scaler.scale = 1e30f; /* 1e30 / N overflows fp16 (max 65504) in dlogits */
     float loss;
-    fx_die(tlm_model_forward(m, x, y, B, T, &loss), "forward");
-    fx_die(tlm_model_backward(m), "backward");
-    fx_die(tlm_model_adamw_step(m, &opt), "adamw");
+    die_on(tlm_model_forward(m, x, y, B, T, &loss), "forward");
+    die_on(tlm_model_backward(m), "backward");
+    die_on(tlm_model_adamw_step(m, &opt), "adamw");
     float *w = malloc(n * sizeof(float));
     tlm_copy_to_host(be, w, m->params, n * sizeof(float));
     tlm_synchronize(be);
-    pc_check(m->scaler.last_step_skipped && m->scaler.skipped_steps == 1, "fp16: overflow -> step skipped",
+    check_limit(m->scaler.last_step_skipped && m->scaler.skipped_steps == 1, "fp16: overflow -> step skipped",
              (double)m->scaler.skipped_steps, 1);
-    pc_check(m->scaler.scale == 5e29f, "fp16: overflow -> scale halved", m->scaler.scale, 5e29);
-    pc_check(memcmp(w, w0, n * sizeof(float)) == 0 && m->optimizer.t == 0, "fp16: skipped step leaves weights and t",
+    check_limit(m->scaler.scale == 5e29f, "fp16: overflow -> scale halved", m->scaler.scale, 5e29);
+    check_limit(memcmp(w, w0, n * sizeof(float)) == 0 && m->optimizer.t == 0, "fp16: skipped step leaves weights and t",
              (double)m->optimizer.t, 0);
     m->scaler.scale = 65536.0f;
     m->scaler.growth_tracker = 1999;
-    fx_die(tlm_model_forward(m, x, y, B, T, &loss), "forward");
-    fx_die(tlm_model_backward(m), "backward");
-    fx_die(tlm_model_adamw_step(m, &opt), "adamw");
-    pc_check(!m->scaler.last_step_skipped && m->optimizer.t == 1, "fp16: clean step taken", (double)m->optimizer.t, 1);
-    pc_check(m->scaler.scale == 131072.0f && m->scaler.growth_tracker == 0, "fp16: 2000th clean step doubles the scale",
+    die_on(tlm_model_forward(m, x, y, B, T, &loss), "forward");
+    die_on(tlm_model_backward(m), "backward");
+    die_on(tlm_model_adamw_step(m, &opt), "adamw");
+    check_limit(!m->scaler.last_step_skipped && m->optimizer.t == 1, "fp16: clean step taken", (double)m->optimizer.t, 1);
+    check_limit(m->scaler.scale == 131072.0f && m->scaler.growth_tracker == 0, "fp16: 2000th clean step doubles the scale",
              m->scaler.scale, 131072.0);
     free(w);
     free(x);

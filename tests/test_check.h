@@ -1,6 +1,10 @@
-/* test_check.h — what the C tests share: check() prints one line per assertion ("ok" or
- * "FAIL" and what was checked) and counts it; die_on() ends the test on a setup failure;
- * test_finish() prints the closing "N passed, N failed" line and gives the exit status. */
+/* test_check.h — the one test harness every C test uses: check() prints one line per assertion
+ * ("ok" or "FAIL" and what was checked) and counts it, check_limit() the same for a measured value
+ * against its bound; die_on() ends the test on a setup failure; test_backend() gives the test's
+ * backend (the CPU, or CUDA for a test built with TLM_TEST_DEVICE="cuda": without a GPU it exits
+ * 77, which ctest counts as skipped); test_fixtures() the PyTorch fixtures' folder;
+ * test_bytes_held() what a test left allocated; test_finish() prints the closing "N passed,
+ * N failed" line and gives the exit status. */
 #ifndef TLM_TESTS_TEST_CHECK_H
 #define TLM_TESTS_TEST_CHECK_H
 
@@ -29,6 +33,11 @@ static inline void check(bool ok, const char *fmt, ...) {
     else failed++;
 }
 
+/* a measured value against its bound: "ok  what  value (limit L)" */
+static inline void check_limit(bool ok, const char *what, double value, double limit) {
+    check(ok, "%-72s %.3e (limit %.1e)", what, value, limit);
+}
+
 static inline void die_on(tlm_status s, const char *what) {
     if (s != TLM_OK) {
         fprintf(stderr, "%s: %s\n", what, tlm_last_error());
@@ -48,6 +57,32 @@ static inline size_t test_bytes_held(const tlm_backend *be) {
     size_t n = 0;
     tlm_mem_for_each(be, test_add_held_, &n);
     return n;
+}
+
+/* The device a test runs on: "cpu", unless built with -DTLM_TEST_DEVICE="cuda" (a GPU twin of a
+ * CPU test, tests/CMakeLists.txt). */
+#ifndef TLM_TEST_DEVICE
+#define TLM_TEST_DEVICE "cpu"
+#endif
+
+/* The backend of this test's device; a CUDA test without a usable GPU exits 77 (skipped). */
+static inline tlm_backend *test_backend(void) {
+    tlm_backend *be = NULL;
+    if (strcmp(TLM_TEST_DEVICE, "cuda") == 0 && (!tlm_cuda_available() || tlm_backend_cuda_create(&be, 0) != TLM_OK)) {
+        printf("no GPU: skipped (%s)\n", tlm_cuda_available() ? tlm_last_error() : "no CUDA device");
+        exit(77);
+    }
+    if (!be) die_on(tlm_backend_create(&be, TLM_TEST_DEVICE, 0, 0), TLM_TEST_DEVICE " backend");
+    printf("# %s\n", be->description);
+    return be;
+}
+
+/* the tiny model's PyTorch fixtures: $TLM_FIXTURES/tiny (ctest sets it), else tests/fixtures/tiny */
+static inline const char *test_fixtures(void) {
+    static char dir[512];
+    const char *env = getenv("TLM_FIXTURES");
+    snprintf(dir, sizeof dir, "%s/tiny", env ? env : "tests/fixtures");
+    return dir;
 }
 
 static inline int test_finish(void) {

@@ -2,50 +2,42 @@
  * (model_flash_checks.h says what is checked and why):
  * - flash against naive on CUDA in fp32, bf16 and fp16, CUDA graphs off and on: the tiny preset
  *   (context 32, d_head 16) and a model with d_head 64 at context 256 (d_model 256, 4 heads);
- * - the tiny model with flash against the PyTorch fixtures (fp32 and float64 runs, 1e-5 per
- *   tensor, the bound test_gpu_ops uses for the naive attention);
  * - choosing: auto is flash on CUDA for those d_head; for a d_head the kernels do not take
  *   (24) flash is refused with a message naming it and auto falls back to naive.
- * Exit 77 (skipped) without a GPU. */
+ * (The tiny model with flash against the PyTorch fixtures: test_gpu_model_fixture.) Exit 77
+ * (skipped) without a GPU. */
+#define TLM_TEST_DEVICE "cuda"
 #include "model_flash_checks.h"
 
 static void test_choice(tlm_backend *be) {
     char what[256];
     tlm_config cfg;
-    fx_die(tlm_config_preset("tiny", &cfg), "tiny");
+    die_on(tlm_config_preset("tiny", &cfg), "tiny");
     const tlm_attention a = tlm_attention_resolve(be, &cfg, TLM_PRECISION_BF16, TLM_ATTENTION_AUTO);
     snprintf(what, sizeof what, "auto on CUDA, d_head 16, bf16: %s", tlm_attention_name(a));
-    mf_check(a == TLM_ATTENTION_FLASH, what, 0, 0);
+    check_limit(a == TLM_ATTENTION_FLASH, what, 0, 0);
     cfg.d_model = 96; /* 4 heads: d_head 24 */
     cfg.num_heads = 4;
     const bool has24 = tlm_backend_supports(be, TLM_OP_FLASH_ATTENTION_FORWARD, TLM_DTYPE_F32, 24) != TLM_SUPPORT_NONE;
     const tlm_run_config naive = {.precision = TLM_PRECISION_FP32, .attention = TLM_ATTENTION_NAIVE};
     tlm_model *m;
-    fx_die(tlm_model_create(&m, &cfg, &naive, be), "model");
+    die_on(tlm_model_create(&m, &cfg, &naive, be), "model");
     tlm_status s = tlm_model_set_attention(m, TLM_ATTENTION_FLASH);
     snprintf(what, sizeof what, "d_head 24: flash %s: %s", has24 ? "accepted (the kernels take it)" : "refused",
              s == TLM_OK ? "ok" : tlm_last_error());
-    mf_check(has24 ? s == TLM_OK : s == TLM_ERR_UNSUPPORTED && strstr(tlm_last_error(), "d_head 24"), what, 0, 0);
+    check_limit(has24 ? s == TLM_OK : s == TLM_ERR_UNSUPPORTED && strstr(tlm_last_error(), "d_head 24"), what, 0, 0);
     const tlm_attention a24 = tlm_attention_resolve(be, &cfg, TLM_PRECISION_FP32, TLM_ATTENTION_AUTO);
     snprintf(what, sizeof what, "d_head 24: auto gives %s", tlm_attention_name(a24));
-    mf_check(a24 == (has24 ? TLM_ATTENTION_FLASH : TLM_ATTENTION_NAIVE), what, 0, 0);
+    check_limit(a24 == (has24 ? TLM_ATTENTION_FLASH : TLM_ATTENTION_NAIVE), what, 0, 0);
     tlm_model_free(m);
 }
 
 int main(void) {
-    if (!tlm_cuda_available()) {
-        printf("no GPU: skipped\n");
-        return 77;
-    }
-    const char *env = getenv("TLM_FIXTURES");
-    char fixtures[512];
-    snprintf(fixtures, sizeof fixtures, "%s/tiny", env ? env : "tests/fixtures");
-    tlm_backend *be;
-    fx_die(tlm_backend_cuda_create(&be, 0), "cuda backend");
+    tlm_backend *be = test_backend();
     test_choice(be);
 
     mf_shape shapes[2];
-    fx_die(tlm_config_preset("tiny", &shapes[0].cfg), "tiny");
+    die_on(tlm_config_preset("tiny", &shapes[0].cfg), "tiny");
     shapes[0].name = "tiny";
     shapes[0].B = 2;
     shapes[0].T = 32;
@@ -57,12 +49,6 @@ int main(void) {
     shapes[1].cfg.context_length = 256;
     shapes[1].T = 256;
     for (int i = 0; i < 2; i++) mf_run_shape(be, &shapes[i]);
-
-    fx_run_attention(be, fixtures, "", 1e-5, TLM_ATTENTION_FLASH);
-    fx_run_attention(be, fixtures, "f64", 1e-5, TLM_ATTENTION_FLASH);
     tlm_backend_destroy(be);
-    mf_passed += fx_passed;
-    mf_failed += fx_failed;
-    printf("%d passed, %d failed\n", mf_passed, mf_failed);
-    return mf_failed ? 1 : 0;
+    return test_finish();
 }

@@ -765,14 +765,6 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_shape(&shapes[i]);
 
-    const char *env = getenv("TLM_FIXTURES");
-    char fixtures[512];
-    snprintf(fixtures, sizeof fixtures, "%s/tiny", env ? env : "tests/fixtures");
-    fx_run(gpu, fixtures, "", FIXTURE_TOL);
-    fx_run(gpu, fixtures, "f64", FIXTURE_TOL);
-    passed += fx_passed;
-    failed += fx_failed;
-
     check(test_bytes_held(gpu) == 0 && test_bytes_held(cpu) == 0, "%-36s %-33s %zu bytes still allocated",
           "every test buffer freed", "", test_bytes_held(gpu) + test_bytes_held(cpu));
     tlm_backend_destroy(gpu);

@@ -1,44 +1,48 @@
-/* test_model_fixture.c — the whole model on the CPU backend against PyTorch (fixture_checks.h
- * says what is checked): within 1e-5 relative error per tensor of PyTorch's float32 run and of
- * its float64 run, with the naive attention and with FlashAttention-2 (PyTorch's run is naive
- * attention: the same function); and a save -> load round trip. */
+/* test_model_fixture.c — the whole model against PyTorch (fixture_checks.h says what is checked):
+ * within 1e-5 relative error per tensor of PyTorch's float32 run and of its float64 run, with the
+ * naive attention and with FlashAttention-2 (PyTorch's run is naive attention: the same
+ * function); and a save -> load round trip. On the CPU backend (test_model_fixture, in CI) and,
+ * built with TLM_TEST_DEVICE="cuda", on the CUDA backend (test_gpu_model_fixture). */
+#include <unistd.h>
+
 #include "fixture_checks.h"
 
 /* save -> load gives back the same bits; the file loads under its state-dict names */
-static void roundtrip(void) {
-    tlm_backend *be;
-    fx_die(tlm_backend_cpu_create(&be, 0), "cpu backend");
+static void roundtrip(tlm_backend *be) {
     tlm_config cfg;
-    fx_die(tlm_config_preset("tiny", &cfg), "tiny");
+    die_on(tlm_config_preset("tiny", &cfg), "tiny");
     tlm_model *a, *b;
-    fx_die(tlm_model_create(&a, &cfg, NULL, be), "model");
-    fx_die(tlm_model_create(&b, &cfg, NULL, be), "model");
-    fx_die(tlm_model_init_random(a, 42), "init");
+    die_on(tlm_model_create(&a, &cfg, NULL, be), "model");
+    die_on(tlm_model_create(&b, &cfg, NULL, be), "model");
+    die_on(tlm_model_init_random(a, 42), "init");
     char tmp[] = "/tmp/tlm_fixture_XXXXXX";
     int fd = mkstemp(tmp);
     TLM_ASSERT(fd >= 0);
-    fx_die(tlm_model_save(a, tmp), "save");
-    fx_die(tlm_model_load(b, tmp), "load");
+    close(fd);
+    die_on(tlm_model_save(a, tmp), "save");
+    die_on(tlm_model_load(b, tmp), "load");
     remove(tmp);
-    int same = memcmp(a->params, b->params, a->layout.flat_numel * sizeof(float)) == 0;
-    fx_check(same, "save then load gives identical parameters", same ? 0.0 : 1.0, 0.0);
+    const size_t bytes = a->layout.flat_numel * sizeof(float);
+    float *pa = malloc(bytes), *pb = malloc(bytes);
+    tlm_copy_to_host(be, pa, a->params, bytes);
+    tlm_copy_to_host(be, pb, b->params, bytes);
+    const int same = memcmp(pa, pb, bytes) == 0;
+    check_limit(same, "save then load gives identical parameters", same ? 0.0 : 1.0, 0.0);
+    free(pa);
+    free(pb);
     tlm_model_free(a);
     tlm_model_free(b);
-    tlm_backend_destroy(be);
 }
 
 int main(void) {
-    const char *env = getenv("TLM_FIXTURES");
-    char fixtures[512];
-    snprintf(fixtures, sizeof fixtures, "%s/tiny", env ? env : "tests/fixtures");
-    tlm_backend *be;
-    fx_die(tlm_backend_cpu_create(&be, 0), "cpu backend");
+    tlm_backend *be = test_backend();
+    const char *fixtures = test_fixtures();
     fx_run(be, fixtures, "", 1e-5);
     fx_run(be, fixtures, "f64", 1e-5);
     fx_run_attention(be, fixtures, "", 1e-5, TLM_ATTENTION_FLASH);
     fx_run_attention(be, fixtures, "f64", 1e-5, TLM_ATTENTION_FLASH);
+    roundtrip(be);
+    check(test_bytes_held(be) == 0, "every buffer freed (%zu bytes held)", test_bytes_held(be));
     tlm_backend_destroy(be);
-    roundtrip();
-    printf("%d passed, %d failed\n", fx_passed, fx_failed);
-    return fx_failed ? 1 : 0;
+    return test_finish();
 }
