@@ -47,6 +47,18 @@ typedef struct {
     int B, T;
 } mf_shape;
 
+/* the tiny preset at batch 2 and context T, with d_model, num_heads and d_ff as given (0: the
+ * preset's) */
+static inline mf_shape mf_tiny(const char *name, int T, int d_model, int num_heads, int d_ff) {
+    mf_shape s = {.name = name, .B = 2, .T = T};
+    die_on(tlm_config_preset("tiny", &s.cfg), "tiny");
+    s.cfg.context_length = T;
+    if (d_model) s.cfg.d_model = d_model;
+    if (num_heads) s.cfg.num_heads = num_heads;
+    if (d_ff) s.cfg.d_ff = d_ff;
+    return s;
+}
+
 /* what one run leaves, on the host */
 typedef struct {
     float loss;

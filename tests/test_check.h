@@ -26,6 +26,7 @@ static inline void check(bool ok, const char *fmt, ...) {
     va_start(ap, fmt);
     printf("%s ", ok ? "ok  " : "FAIL");
     vprintf(fmt, ap);
+    if (!ok && tlm_last_error()[0]) printf("   [last error: %s]", tlm_last_error());
     printf("\n");
     fflush(stdout);
     va_end(ap);
@@ -36,6 +37,17 @@ static inline void check(bool ok, const char *fmt, ...) {
 /* a measured value against its bound: "ok  what  value (limit L)" */
 static inline void check_limit(bool ok, const char *what, double value, double limit) {
     check(ok, "%-72s %.3e (limit %.1e)", what, value, limit);
+}
+
+/* status s is `want`, and the message contains `needle` (if not NULL) */
+static inline void check_status(tlm_status s, tlm_status want, const char *needle, const char *what) {
+    const bool ok = s == want && (!needle || strstr(tlm_last_error(), needle));
+    char got[1200];
+    snprintf(got, sizeof got, "%s%s%s%s", tlm_status_string(s), s != TLM_OK ? " (" : "",
+             s != TLM_OK ? tlm_last_error() : "", s != TLM_OK ? ")" : "");
+    if (ok) check(true, "%s -> %s", what, got);
+    else check(false, "%s -> %s   [wanted %s%s%s]", what, got, tlm_status_string(want), needle ? " naming " : "",
+               needle ? needle : "");
 }
 
 static inline void die_on(tlm_status s, const char *what) {

@@ -36,18 +36,7 @@ int main(void) {
     tlm_backend *be = test_backend();
     test_choice(be);
 
-    mf_shape shapes[2];
-    die_on(tlm_config_preset("tiny", &shapes[0].cfg), "tiny");
-    shapes[0].name = "tiny";
-    shapes[0].B = 2;
-    shapes[0].T = 32;
-    shapes[1] = shapes[0];
-    shapes[1].name = "d_head 64 ctx256";
-    shapes[1].cfg.d_model = 256;
-    shapes[1].cfg.num_heads = 4;
-    shapes[1].cfg.d_ff = 688;
-    shapes[1].cfg.context_length = 256;
-    shapes[1].T = 256;
+    const mf_shape shapes[2] = {mf_tiny("tiny", 32, 0, 0, 0), mf_tiny("d_head 64 ctx256", 256, 256, 4, 688)};
     for (int i = 0; i < 2; i++) mf_run_shape(be, &shapes[i]);
     tlm_backend_destroy(be);
     return test_finish();

@@ -1,24 +1,31 @@
-/* test_gpu_ops.c — the CUDA backend against the CPU backend, which is the spec: every op runs on
- * both backends (created through the public interface) on the same random inputs, drawn afresh
- * for each check and never zero; outputs that an op overwrites are poisoned with NaN (all bytes
- * 0xFF, a NaN in float32, bf16 and fp16 alike) first and every element must come back finite
- * (written). Agreement is the normalized error ||cuda - cpu|| / ||cpu|| over each output, both
- * widened to float32. Then the whole tiny model runs on CUDA (fp32) against the PyTorch fixtures
- * (tests/fixtures/tiny, as test_model_fixture.c reads them): loss, logits, every gradient, and the
- * weights after 3 AdamW steps.
+/* test_gpu_ops.c — the CUDA backend against the CPU backend, which is the spec, op by op, in the
+ * manner of ggml's test-backend-ops: a table of cases (an op, the precision modes it runs in, the
+ * tolerance) run over a list of shapes. Each case draws its inputs (the same random values on both
+ * backends, drawn afresh for each check and never zero), poisons the outputs the op overwrites
+ * with NaN (all bytes 0xFF, a NaN in float32, bf16 and fp16 alike), runs the op through the
+ * dispatch (tlm_<op>) once on each backend, and requires every output element to come back finite
+ * (written) and the normalized error ||cuda - cpu|| / ||cpu|| of each output, both widened to
+ * float32, within the tolerance. Adding an op to the engine means adding its case to the table.
  *
- * Precision modes (backend.h, tlm_precision): every op runs in fp32; the GEMM ops also in TF32;
- * every op that takes a dtype also with bf16 and fp16 tensors (relu and layernorm, the ToyModel's
- * ops, included; relu is exact, so it must match bit for bit). Inputs are drawn in float32 and
- * rounded to the dtype here (round to nearest even), so both backends see the same bits. cast is
- * checked bit for bit (against the CPU and against this file's own rounding), grad_unscale by
- * its count of injected inf/NaN.
+ * Precision modes (precision.h): every op runs in fp32; the GEMM ops (matmul, naive attention)
+ * also in TF32; every op that takes a dtype also with bf16 and fp16 tensors (relu and layernorm,
+ * the ToyModel's ops, included; relu is exact, so it must match bit for bit). Inputs are drawn in
+ * float32 and rounded to the dtype here (round to nearest even), so both backends see the same
+ * bits. cast is checked bit for bit (against the CPU and against this file's own rounding),
+ * grad_unscale by its count of injected inf/NaN, reduce_mean against a float64 mean too.
  *
  * Shapes: the tiny model's (N = 3*17, C 64, H 4, D 16, F 172, V 512), one whose sizes are not
  * multiples of 4 (the kernels' scalar paths, 8-byte-aligned fp32 GEMM operands, 4-byte-aligned
  * 16-bit ones), and one of the small model's (B 2, T 256, C 768, H 12, F 3072, V 10000).
- * Prints one line per check and a final "N passed, M failed"; exits 1 on any failure, and 77
- * (ctest: skipped) with "no GPU: skipped" when no CUDA GPU is usable. */
+ * (The whole model against the PyTorch fixtures on CUDA: test_gpu_model_fixture.)
+ *
+ * Usage: test_gpu_ops [test|perf] [-o OP] [-s SHAPE]
+ *   test (default)  every check; prints one line per check and "N passed, M failed"; exit 1 on any
+ *                   failure, 77 (ctest: skipped) with "no GPU: skipped" when no CUDA GPU is usable
+ *   perf            times every case on the GPU: PERF_WARMUP runs, then PERF_ITERS runs between two
+ *                   CUDA events; ms per run, and TFLOP/s and GB/s from the FLOPs and bytes the
+ *                   dispatch reports for the op (ops.def)
+ *   -o OP, -s SHAPE only the cases whose name starts with OP, the shapes named SHAPE */
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -27,13 +34,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tlm/backend.h"
-#include "tlm/model.h"
-#include "tlm/npy.h"
-#include "fixture_checks.h"
-#include "tlm/rng.h"
-#include "tlm/safetensors.h"
 #include "test_check.h"
+#include "tlm/backend.h"
+#include "tlm/rng.h"
 
 /* Tolerances (normalized error against the CPU backend).
  * TOL: fp32 kernels (elementwise, row reductions); both sides round in fp32, only the order of
@@ -57,10 +60,11 @@
 #define GEMM_TOL 2e-5
 #define TF32_TOL 1e-3
 #define LOWP_TOL 1e-2
-#define FIXTURE_TOL 1e-5
 
 static tlm_backend *cpu, *gpu;
 static uint64_t rng = 0x6B0A7;
+static bool perf_mode;
+
 
 /* ---- bf16 and fp16 on the host: round to nearest even, and widen ------------------------------ */
 
@@ -112,9 +116,6 @@ static float from_f16(uint16_t h) {
     return f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
 }
 
-static const char *dt_name(tlm_dtype dt) {
-    return dt == TLM_DTYPE_BF16 ? "bf16" : dt == TLM_DTYPE_F16 ? "fp16" : "fp32";
-}
 
 /* element i of a raw dt array, widened */
 static float get_f32(tlm_dtype dt, const void *raw, size_t i) {
@@ -230,6 +231,7 @@ static void ib_free(ibuf *b) {
 
 /* Fetches the CUDA result and compares it with the CPU's, both widened to float32: one check line. */
 static void compare(const char *what, const char *tag, tbuf *b, double limit) {
+    if (perf_mode) return;
     tb_fetch(b);
     size_t unwritten = 0, cpu_bad = 0;
     double num = 0, den = 0;
@@ -249,22 +251,84 @@ static void compare(const char *what, const char *tag, tbuf *b, double limit) {
         check(ok, "%-36s %-33s rel err %.3e (limit %.0e)", what, tag, err, limit);
 }
 
-/* ---- the ops ----------------------------------------------------------------------------------- */
+
+static const tlm_dtype F32 = TLM_DTYPE_F32;
+
+/* ---- running an op on both backends (or timing it on the GPU) ---------------------------------------
+ * ON_BOTH(call) runs `call` once on the CPU backend and once on the CUDA backend; inside it be_ is
+ * the backend, P(b) the buffer b's memory on that backend and AT(b, i) its element i. In perf mode
+ * it runs `call` on the GPU only: PERF_WARMUP times, then PERF_ITERS times between two events, and
+ * prints the mean ms with the FLOPs and bytes the dispatch counted for the timed runs. */
+
+#define PERF_WARMUP 3
+#define PERF_ITERS 20
+
+static double perf_flops, perf_bytes;
+static void perf_count(void *user, const tlm_op_event *e) {
+    perf_flops += e->flops;
+    perf_bytes += e->bytes;
+}
+static const tlm_hook perf_hook = {NULL, perf_count, NULL, NULL, NULL};
+static tlm_event *perf_e0, *perf_e1;
+
+static void perf_start(void) {
+    perf_flops = perf_bytes = 0;
+    die_on(tlm_hook_add(gpu, &perf_hook), "perf hook");
+    tlm_event_record(gpu, perf_e0, NULL);
+}
+
+static void perf_stop(const char *what, const char *tag) {
+    tlm_event_record(gpu, perf_e1, NULL);
+    tlm_hook_remove(gpu, &perf_hook);
+    const double ms = tlm_event_elapsed_ms(gpu, perf_e0, perf_e1) / PERF_ITERS;
+    printf("perf %-36s %-33s %9.4f ms %9.3f TFLOP/s %8.1f GB/s\n", what, tag, ms,
+           perf_flops / PERF_ITERS / (ms * 1e9), perf_bytes / PERF_ITERS / (ms * 1e6));
+    fflush(stdout);
+}
+
+#define P(b) (g_ ? (b).g : (b).c)
+#define AT(b, i) ((void *)((char *)P(b) + (size_t)(i) * (b).es))
+#define FP(b) ((float *)P(b))
+#define ON_BOTH(what, tag, ...)                                                                   \
+    do {                                                                                          \
+        for (int g_ = perf_mode ? 1 : 0; g_ < 2; g_++) {                                          \
+            tlm_backend *be_ = g_ ? gpu : cpu;                                                    \
+            (void)be_;                                                                            \
+            if (!perf_mode) {                                                                     \
+                __VA_ARGS__;                                                                      \
+                continue;                                                                         \
+            }                                                                                     \
+            for (int r_ = 0; r_ < PERF_WARMUP + PERF_ITERS; r_++) {                               \
+                if (r_ == PERF_WARMUP) perf_start();                                              \
+                __VA_ARGS__;                                                                      \
+            }                                                                                     \
+            perf_stop(what, tag);                                                                 \
+        }                                                                                         \
+    } while (0)
+
+/* ---- the cases ----------------------------------------------------------------------------------- */
 
 typedef struct {
     const char *name;
     int B, T, C, H, F, V;
 } shape;
 
-static const tlm_dtype F32 = TLM_DTYPE_F32;
+/* one case at one shape in one mode */
+typedef struct {
+    const shape *s;
+    tlm_precision pm; /* the mode: GEMM-bearing ops take it */
+    tlm_dtype dt;     /* its activation dtype: the other ops take it */
+    double tol;       /* the bound of each output's normalized error */
+    char tag[112];    /* "[tiny N=3x17 C=64 ...] bf16" */
+} tcase;
 
-static void test_embedding(const shape *s, const char *tag) {
+static void case_embedding(const tcase *t) {
+    const shape *s = t->s;
     const int N = s->B * s->T, C = s->C, V = s->V;
     ibuf tok = ib_rand((size_t)N, V);
     tbuf wte = tb_rand((size_t)V * C, 1.0, 0.0, F32), out = tb_poison((size_t)N * C, F32);
-    tlm_embedding_forward(cpu, out.c, tok.c, wte.c, N, C);
-    tlm_embedding_forward(gpu, out.g, tok.g, wte.g, N, C);
-    compare("embedding_forward", tag, &out, TOL);
+    ON_BOTH("embedding_forward", t->tag, tlm_embedding_forward(be_, FP(out), P(tok), FP(wte), N, C));
+    compare("embedding_forward", t->tag, &out, t->tol);
     tb_free(&wte);
     tb_free(&out);
     ib_free(&tok);
@@ -272,24 +336,23 @@ static void test_embedding(const shape *s, const char *tag) {
     /* few distinct tokens, so rows repeat and the scatter-add really accumulates */
     tok = ib_rand((size_t)N, V < 7 ? V : 7);
     tbuf dout = tb_rand((size_t)N * C, 1.0, 0.0, F32), dwte = tb_poison((size_t)V * C, F32);
-    tlm_embedding_backward(cpu, dwte.c, dout.c, tok.c, N, V, C);
-    tlm_embedding_backward(gpu, dwte.g, dout.g, tok.g, N, V, C);
-    compare("embedding_backward (dwte)", tag, &dwte, TOL);
+    ON_BOTH("embedding_backward", t->tag, tlm_embedding_backward(be_, FP(dwte), FP(dout), P(tok), N, V, C));
+    compare("embedding_backward (dwte)", t->tag, &dwte, t->tol);
     tb_free(&dout);
     tb_free(&dwte);
     ib_free(&tok);
 }
 
 /* out and dout of dtype dt; x, w, rstd, dx, dw float32 */
-static void test_rmsnorm(const shape *s, const char *tag, tlm_dtype dt, double limit) {
-    const int N = s->B * s->T, C = s->C;
+static void case_rmsnorm(const tcase *t) {
+    const int N = t->s->B * t->s->T, C = t->s->C;
+    const tlm_dtype dt = t->dt;
     const float eps = 1e-5f;
     tbuf x = tb_rand((size_t)N * C, 1.5, 0.2, F32), w = tb_rand((size_t)C, 0.1, 1.0, F32);
     tbuf out = tb_poison((size_t)N * C, dt), rstd = tb_poison((size_t)N, F32);
-    tlm_rmsnorm_forward(cpu, out.c, rstd.c, x.c, w.c, N, C, eps, dt);
-    tlm_rmsnorm_forward(gpu, out.g, rstd.g, x.g, w.g, N, C, eps, dt);
-    compare("rmsnorm_forward (out)", tag, &out, limit);
-    compare("rmsnorm_forward (rstd)", tag, &rstd, limit);
+    ON_BOTH("rmsnorm_forward", t->tag, tlm_rmsnorm_forward(be_, P(out), FP(rstd), FP(x), FP(w), N, C, eps, dt));
+    compare("rmsnorm_forward (out)", t->tag, &out, t->tol);
+    compare("rmsnorm_forward (rstd)", t->tag, &rstd, t->tol);
     tb_free(&x);
     tb_free(&w);
     tb_free(&out);
@@ -304,10 +367,10 @@ static void test_rmsnorm(const shape *s, const char *tag, tlm_dtype dt, double l
     rstd = tb_from_cpu(&r0);
     tbuf dout = tb_rand((size_t)N * C, 1.0, 0.0, dt), dx = tb_rand((size_t)N * C, 1.0, 0.0, F32);
     tbuf dw = tb_poison((size_t)C, F32);
-    tlm_rmsnorm_backward(cpu, dx.c, dw.c, dout.c, x.c, w.c, rstd.c, N, C, dt);
-    tlm_rmsnorm_backward(gpu, dx.g, dw.g, dout.g, x.g, w.g, rstd.g, N, C, dt);
-    compare("rmsnorm_backward (dx +=)", tag, &dx, limit);
-    compare("rmsnorm_backward (dw)", tag, &dw, limit);
+    ON_BOTH("rmsnorm_backward", t->tag,
+            tlm_rmsnorm_backward(be_, FP(dx), FP(dw), P(dout), FP(x), FP(w), FP(rstd), N, C, dt));
+    compare("rmsnorm_backward (dx +=)", t->tag, &dx, t->tol);
+    compare("rmsnorm_backward (dw)", t->tag, &dw, t->tol);
     tb_free(&x);
     tb_free(&w);
     tb_free(&out);
@@ -318,50 +381,48 @@ static void test_rmsnorm(const shape *s, const char *tag, tlm_dtype dt, double l
     tb_free(&dw);
 }
 
-static void test_matmul(const shape *s, const char *tag, tlm_precision pm, double limit) {
-    const tlm_dtype dt = tlm_precision_act_dtype(pm);
+static void case_matmul(const tcase *t) {
+    const shape *s = t->s;
     const int N = s->B * s->T, C = s->C, F = s->F, V = s->V;
+    const tlm_precision pm = t->pm;
+    const tlm_dtype dt = t->dt;
     const int dims[][2] = {{C, 3 * C}, {C, C}, {C, 2 * F}, {F, C}, {C, V}}; /* (in, out) of the model's GEMMs */
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         const int in = dims[i][0], out = dims[i][1];
         char what[64];
         tbuf x = tb_rand((size_t)N * in, 1.0, 0.0, dt), w = tb_rand((size_t)out * in, 0.05, 0.0, dt);
         tbuf y = tb_poison((size_t)N * out, dt);
-        tlm_matmul_forward(cpu, y.c, NULL, x.c, w.c, N, in, out, pm);
-        tlm_matmul_forward(gpu, y.g, NULL, x.g, w.g, N, in, out, pm);
         snprintf(what, sizeof what, "matmul_forward %dx%d", in, out);
-        compare(what, tag, &y, limit);
+        ON_BOTH(what, t->tag, tlm_matmul_forward(be_, P(y), NULL, P(x), P(w), N, in, out, pm));
+        compare(what, t->tag, &y, t->tol);
 
         if (out == C) { /* the residual connections (output_proj, w2): y float32 = residual + x W^T */
             tbuf res = tb_rand((size_t)N * out, 1.0, 0.0, F32), yr = tb_poison((size_t)N * out, F32);
-            tlm_matmul_forward(cpu, yr.c, res.c, x.c, w.c, N, in, out, pm);
-            tlm_matmul_forward(gpu, yr.g, res.g, x.g, w.g, N, in, out, pm);
             snprintf(what, sizeof what, "matmul_forward %dx%d +res", in, out);
-            compare(what, tag, &yr, limit);
+            ON_BOTH(what, t->tag, tlm_matmul_forward(be_, P(yr), FP(res), P(x), P(w), N, in, out, pm));
+            compare(what, t->tag, &yr, t->tol);
             snprintf(what, sizeof what, "matmul_forward %dx%d res kept", in, out);
-            compare(what, tag, &res, 0.0); /* the input unchanged: equal to the CPU's, exactly */
-            tlm_matmul_forward(cpu, res.c, res.c, x.c, w.c, N, in, out, pm); /* y == residual */
-            tlm_matmul_forward(gpu, res.g, res.g, x.g, w.g, N, in, out, pm);
+            compare(what, t->tag, &res, 0.0); /* the input unchanged: equal to the CPU's, exactly */
             snprintf(what, sizeof what, "matmul_forward %dx%d +res in place", in, out);
-            compare(what, tag, &res, limit);
+            ON_BOTH(what, t->tag, tlm_matmul_forward(be_, P(res), FP(res), P(x), P(w), N, in, out, pm)); /* y == residual */
+            compare(what, t->tag, &res, t->tol);
             tb_free(&res);
             tb_free(&yr);
         }
 
         tbuf dy = tb_rand((size_t)N * out, 1.0, 0.0, dt), dx = tb_poison((size_t)N * in, dt);
         tbuf dw = tb_poison((size_t)out * in, F32);
-        tlm_matmul_backward(cpu, dx.c, dw.c, dy.c, x.c, w.c, N, in, out, pm);
-        tlm_matmul_backward(gpu, dx.g, dw.g, dy.g, x.g, w.g, N, in, out, pm);
+        snprintf(what, sizeof what, "matmul_backward %dx%d", in, out);
+        ON_BOTH(what, t->tag, tlm_matmul_backward(be_, P(dx), FP(dw), P(dy), P(x), P(w), N, in, out, pm));
         snprintf(what, sizeof what, "matmul_backward %dx%d (dx)", in, out);
-        compare(what, tag, &dx, limit);
+        compare(what, t->tag, &dx, t->tol);
         snprintf(what, sizeof what, "matmul_backward %dx%d (dw)", in, out);
-        compare(what, tag, &dw, limit);
+        compare(what, t->tag, &dw, t->tol);
         if (i == 0) { /* dx == NULL: only dw */
             tbuf dw2 = tb_poison((size_t)out * in, F32);
-            tlm_matmul_backward(cpu, NULL, dw2.c, dy.c, x.c, w.c, N, in, out, pm);
-            tlm_matmul_backward(gpu, NULL, dw2.g, dy.g, x.g, w.g, N, in, out, pm);
             snprintf(what, sizeof what, "matmul_backward %dx%d (dx NULL)", in, out);
-            compare(what, tag, &dw2, limit);
+            ON_BOTH(what, t->tag, tlm_matmul_backward(be_, NULL, FP(dw2), P(dy), P(x), P(w), N, in, out, pm));
+            compare(what, t->tag, &dw2, t->tol);
             tb_free(&dw2);
         }
         tb_free(&x);
@@ -376,8 +437,9 @@ static void test_matmul(const shape *s, const char *tag, tlm_precision pm, doubl
 /* dst dt = round(src float32): bit for bit against the CPU and against to_bf16/to_f16 above, on
  * random values of several magnitudes and on the edges (ties, fp16 overflow and subnormals, inf);
  * n not a multiple of 8 (the tail), then from an unaligned offset */
-static void test_cast(const shape *s, const char *tag, tlm_dtype dt) {
-    const size_t n = (size_t)s->B * s->T * s->C + 5;
+static void case_cast(const tcase *t) {
+    const tlm_dtype dt = t->dt;
+    const size_t n = (size_t)t->s->B * t->s->T * t->s->C + 5;
     tbuf src = tb_alloc(n, F32), dst = tb_poison(n, dt);
     const float edges[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, -1.0f - 0x1p-9f,
                            65504.0f, 65519.0f, 65520.0f, 65536.0f, -1e5f, 3e38f, 0x1p-24f, 0x1p-25f, 3 * 0x1p-26f,
@@ -392,8 +454,9 @@ static void test_cast(const shape *s, const char *tag, tlm_dtype dt) {
     char what[64];
     for (int pass = 0; pass < 2; pass++) {
         const size_t off = pass ? 3 : 0; /* 3: 12 bytes into src, 6 (or 12) into dst */
-        tlm_cast(cpu, AT_C(dst, off), (const float *)src.c + off, n - off, dt);
-        tlm_cast(gpu, AT_G(dst, off), (const float *)src.g + off, n - off, dt);
+        snprintf(what, sizeof what, "cast%s (bitwise)", pass ? " (unaligned)" : "");
+        ON_BOTH(what, t->tag, tlm_cast(be_, AT(dst, off), FP(src) + off, n - off, dt));
+        if (perf_mode) continue;
         tb_fetch(&dst);
         size_t diff_cpu = 0, diff_ref = 0, first = n;
         for (size_t i = off; i < n; i++) {
@@ -412,68 +475,69 @@ static void test_cast(const shape *s, const char *tag, tlm_dtype dt) {
             if (got != ref) diff_ref++;
             if ((got != c || got != ref) && first == n) first = i;
         }
-        snprintf(what, sizeof what, "cast%s (bitwise)", pass ? " (unaligned)" : "");
         if (diff_cpu || diff_ref)
-            check(false, "%-36s %-33s %zu of %zu differ from cpu, %zu from RNE; first at %zu: %.9g", what, tag,
+            check(false, "%-36s %-33s %zu of %zu differ from cpu, %zu from RNE; first at %zu: %.9g", what, t->tag,
                   diff_cpu, n - off, diff_ref, first, (double)src.host[first]);
         else
-            check(true, "%-36s %-33s all %zu equal to cpu and to RNE", what, tag, n - off);
+            check(true, "%-36s %-33s all %zu equal to cpu and to RNE", what, t->tag, n - off);
     }
     tb_free(&src);
     tb_free(&dst);
 }
 
-static void test_rope(const shape *s, const char *tag, tlm_dtype dt, double limit) {
+static void case_rope(const tcase *t) {
+    const shape *s = t->s;
+    const tlm_dtype dt = t->dt;
     const int B = s->B, T = s->T, C = s->C, H = s->H, D = C / H, half = D / 2, N = B * T;
     const int T_max = T + 3; /* the table is longer than the sequence, as the model's */
     tbuf cs = tb_alloc((size_t)T_max * half, F32), sn = tb_alloc((size_t)T_max * half, F32);
-    for (int t = 0; t < T_max; t++)
+    for (int p = 0; p < T_max; p++)
         for (int k = 0; k < half; k++) {
-            double angle = t * pow(10000.0, -2.0 * k / D);
-            tb_set(&cs, (size_t)t * half + k, (float)cos(angle));
-            tb_set(&sn, (size_t)t * half + k, (float)sin(angle));
+            double angle = p * pow(10000.0, -2.0 * k / D);
+            tb_set(&cs, (size_t)p * half + k, (float)cos(angle));
+            tb_set(&sn, (size_t)p * half + k, (float)sin(angle));
         }
     tb_upload(&cs);
     tb_upload(&sn);
     /* on the fused (N, 3C) rows, q and k = 2H heads, as the model calls it; v must stay as it is */
     tbuf qkv = tb_rand((size_t)N * 3 * C, 1.0, 0.0, dt);
-    tlm_rope_forward(cpu, qkv.c, cs.c, sn.c, B, T, 2 * H, D, 3 * C, dt);
-    tlm_rope_forward(gpu, qkv.g, cs.g, sn.g, B, T, 2 * H, D, 3 * C, dt);
-    compare("rope_forward (in place, ld 3C)", tag, &qkv, limit);
+    ON_BOTH("rope_forward", t->tag, tlm_rope_forward(be_, P(qkv), FP(cs), FP(sn), B, T, 2 * H, D, 3 * C, dt));
+    compare("rope_forward (in place, ld 3C)", t->tag, &qkv, t->tol);
     tb_free(&qkv);
     tbuf dqkv = tb_rand((size_t)N * 3 * C, 1.0, 0.0, dt);
-    tlm_rope_backward(cpu, dqkv.c, cs.c, sn.c, B, T, 2 * H, D, 3 * C, dt);
-    tlm_rope_backward(gpu, dqkv.g, cs.g, sn.g, B, T, 2 * H, D, 3 * C, dt);
-    compare("rope_backward (in place, ld 3C)", tag, &dqkv, limit);
+    ON_BOTH("rope_backward", t->tag, tlm_rope_backward(be_, P(dqkv), FP(cs), FP(sn), B, T, 2 * H, D, 3 * C, dt));
+    compare("rope_backward (in place, ld 3C)", t->tag, &dqkv, t->tol);
     tb_free(&dqkv);
     tb_free(&cs);
     tb_free(&sn);
 }
 
-static void test_attention(const shape *s, const char *tag, tlm_precision pm, double limit) {
-    const tlm_dtype dt = tlm_precision_act_dtype(pm);
+static void case_attention(const tcase *t) {
+    const shape *s = t->s;
+    const tlm_precision pm = t->pm;
+    const tlm_dtype dt = t->dt;
     const int B = s->B, T = s->T, C = s->C, H = s->H, D = C / H, N = B * T, ld = 3 * C;
-    const size_t P = (size_t)B * H * T * T;
-    tbuf qkv = tb_rand((size_t)N * ld, 1.0, 0.0, dt), out = tb_poison((size_t)N * C, dt), probs = tb_poison(P, dt);
-    tlm_attention_forward(cpu, out.c, probs.c, qkv.c, AT_C(qkv, C), AT_C(qkv, 2 * C), ld, B, T, H, D, pm);
-    tlm_attention_forward(gpu, out.g, probs.g, qkv.g, AT_G(qkv, C), AT_G(qkv, 2 * C), ld, B, T, H, D, pm);
-    compare("attention_forward (out)", tag, &out, limit);
-    compare("attention_forward (probs)", tag, &probs, limit);
-    /* the causal mask: exact zeros above the diagonal (compare fetched the CUDA probs) */
-    size_t nonzero = 0;
-    for (size_t r = 0; r < (size_t)B * H * T; r++)
-        for (int j = (int)(r % T) + 1; j < T; j++) nonzero += probs.host[r * T + j] != 0.0f;
-    check(nonzero == 0, "%-36s %-33s %zu nonzero", "attention_forward (probs causal 0s)", tag, nonzero);
+    const size_t PP = (size_t)B * H * T * T;
+    tbuf qkv = tb_rand((size_t)N * ld, 1.0, 0.0, dt), out = tb_poison((size_t)N * C, dt), probs = tb_poison(PP, dt);
+    ON_BOTH("attention_forward", t->tag,
+            tlm_attention_forward(be_, P(out), P(probs), P(qkv), AT(qkv, C), AT(qkv, 2 * C), ld, B, T, H, D, pm));
+    compare("attention_forward (out)", t->tag, &out, t->tol);
+    compare("attention_forward (probs)", t->tag, &probs, t->tol);
+    if (!perf_mode) { /* the causal mask: exact zeros above the diagonal (compare fetched the CUDA probs) */
+        size_t nonzero = 0;
+        for (size_t r = 0; r < (size_t)B * H * T; r++)
+            for (int j = (int)(r % T) + 1; j < T; j++) nonzero += probs.host[r * T + j] != 0.0f;
+        check(nonzero == 0, "%-36s %-33s %zu nonzero", "attention_forward (probs causal 0s)", t->tag, nonzero);
+    }
     tb_free(&out);
 
     /* backward from the CPU's probabilities on both sides */
     tbuf p = tb_from_cpu(&probs);
-    tbuf dout = tb_rand((size_t)N * C, 1.0, 0.0, dt), dqkv = tb_poison((size_t)N * ld, dt), dprobs = tb_poison(P, dt);
-    tlm_attention_backward(cpu, dqkv.c, AT_C(dqkv, C), AT_C(dqkv, 2 * C), dprobs.c, dout.c, qkv.c,
-                                 AT_C(qkv, C), AT_C(qkv, 2 * C), p.c, ld, B, T, H, D, pm);
-    tlm_attention_backward(gpu, dqkv.g, AT_G(dqkv, C), AT_G(dqkv, 2 * C), dprobs.g, dout.g, qkv.g,
-                                 AT_G(qkv, C), AT_G(qkv, 2 * C), p.g, ld, B, T, H, D, pm);
-    compare("attention_backward (dq|dk|dv)", tag, &dqkv, limit);
+    tbuf dout = tb_rand((size_t)N * C, 1.0, 0.0, dt), dqkv = tb_poison((size_t)N * ld, dt), dprobs = tb_poison(PP, dt);
+    ON_BOTH("attention_backward", t->tag,
+            tlm_attention_backward(be_, P(dqkv), AT(dqkv, C), AT(dqkv, 2 * C), P(dprobs), P(dout), P(qkv), AT(qkv, C),
+                                   AT(qkv, 2 * C), P(p), ld, B, T, H, D, pm));
+    compare("attention_backward (dq|dk|dv)", t->tag, &dqkv, t->tol);
     tb_free(&qkv);
     tb_free(&probs);
     tb_free(&p);
@@ -482,33 +546,33 @@ static void test_attention(const shape *s, const char *tag, tlm_precision pm, do
     tb_free(&dprobs);
 }
 
-static void test_swiglu(const shape *s, const char *tag, tlm_dtype dt, double limit) {
-    const int N = s->B * s->T, F = s->F;
+static void case_swiglu(const tcase *t) {
+    const int N = t->s->B * t->s->T, F = t->s->F;
+    const tlm_dtype dt = t->dt;
     tbuf ab = tb_rand((size_t)N * 2 * F, 2.0, 0.0, dt), out = tb_poison((size_t)N * F, dt);
-    tlm_swiglu_forward(cpu, out.c, ab.c, N, F, dt);
-    tlm_swiglu_forward(gpu, out.g, ab.g, N, F, dt);
-    compare("swiglu_forward", tag, &out, limit);
+    ON_BOTH("swiglu_forward", t->tag, tlm_swiglu_forward(be_, P(out), P(ab), N, F, dt));
+    compare("swiglu_forward", t->tag, &out, t->tol);
     tb_free(&ab);
     tb_free(&out);
     ab = tb_rand((size_t)N * 2 * F, 2.0, 0.0, dt);
     tbuf dout = tb_rand((size_t)N * F, 1.0, 0.0, dt), dab = tb_poison((size_t)N * 2 * F, dt);
-    tlm_swiglu_backward(cpu, dab.c, dout.c, ab.c, N, F, dt);
-    tlm_swiglu_backward(gpu, dab.g, dout.g, ab.g, N, F, dt);
-    compare("swiglu_backward", tag, &dab, limit);
+    ON_BOTH("swiglu_backward", t->tag, tlm_swiglu_backward(be_, P(dab), P(dout), P(ab), N, F, dt));
+    compare("swiglu_backward", t->tag, &dab, t->tol);
     tb_free(&ab);
     tb_free(&dout);
     tb_free(&dab);
 }
 
-static void test_cross_entropy(const shape *s, const char *tag, tlm_dtype dt, double limit) {
-    const int N = s->B * s->T, V = s->V;
+static void case_cross_entropy(const tcase *t) {
+    const int N = t->s->B * t->s->T, V = t->s->V;
+    const tlm_dtype dt = t->dt;
     ibuf tgt = ib_rand((size_t)N, V);
     tbuf logits = tb_rand((size_t)N * V, 2.0, 0.5, dt), losses = tb_poison((size_t)N, F32);
     tbuf lse = tb_poison((size_t)N, F32);
-    tlm_cross_entropy_forward(cpu, losses.c, lse.c, logits.c, tgt.c, N, V, dt);
-    tlm_cross_entropy_forward(gpu, losses.g, lse.g, logits.g, tgt.g, N, V, dt);
-    compare("cross_entropy_forward (losses)", tag, &losses, limit);
-    compare("cross_entropy_forward (lse)", tag, &lse, limit);
+    ON_BOTH("cross_entropy_forward", t->tag,
+            tlm_cross_entropy_forward(be_, FP(losses), FP(lse), P(logits), P(tgt), N, V, dt));
+    compare("cross_entropy_forward (losses)", t->tag, &losses, t->tol);
+    compare("cross_entropy_forward (lse)", t->tag, &lse, t->tol);
     tb_free(&logits);
     tb_free(&losses);
     tb_free(&lse);
@@ -521,12 +585,12 @@ static void test_cross_entropy(const shape *s, const char *tag, tlm_dtype dt, do
     lse = tb_from_cpu(&l0);
     const float dloss = 1.0f / (float)N;
     tbuf dlogits = tb_poison((size_t)N * V, dt);
-    tlm_cross_entropy_backward(cpu, dlogits.c, logits.c, lse.c, tgt.c, N, V, dloss, dt);
-    tlm_cross_entropy_backward(gpu, dlogits.g, logits.g, lse.g, tgt.g, N, V, dloss, dt);
-    compare("cross_entropy_backward", tag, &dlogits, limit);
-    tlm_cross_entropy_backward(cpu, logits.c, logits.c, lse.c, tgt.c, N, V, dloss, dt);
-    tlm_cross_entropy_backward(gpu, logits.g, logits.g, lse.g, tgt.g, N, V, dloss, dt);
-    compare("cross_entropy_backward (in place)", tag, &logits, limit);
+    ON_BOTH("cross_entropy_backward", t->tag,
+            tlm_cross_entropy_backward(be_, P(dlogits), P(logits), FP(lse), P(tgt), N, V, dloss, dt));
+    compare("cross_entropy_backward", t->tag, &dlogits, t->tol);
+    ON_BOTH("cross_entropy_backward (in place)", t->tag,
+            tlm_cross_entropy_backward(be_, P(logits), P(logits), FP(lse), P(tgt), N, V, dloss, dt));
+    compare("cross_entropy_backward (in place)", t->tag, &logits, t->tol);
     tb_free(&logits);
     tb_free(&losses);
     tb_free(&l0);
@@ -535,27 +599,46 @@ static void test_cross_entropy(const shape *s, const char *tag, tlm_dtype dt, do
     ib_free(&tgt);
 }
 
+/* the mean loss: both backends' float64 sums, in their orders, round to the same float (or one
+ * ulp apart), and agree with the mean computed here; n = 1 and a length not a multiple of 4 */
+static void case_reduce_mean(const tcase *t) {
+    const size_t lens[3] = {(size_t)t->s->B * t->s->T, 1, (size_t)t->s->B * t->s->T * 7 + 3};
+    for (int k = 0; k < 3; k++) {
+        const size_t n = lens[k];
+        tbuf x = tb_rand(n, 2.0, 6.0, F32), out = tb_poison(1, F32);
+        char what[64];
+        snprintf(what, sizeof what, "reduce_mean n=%zu", n);
+        ON_BOTH(what, t->tag, tlm_reduce_mean(be_, FP(out), FP(x), n));
+        compare(what, t->tag, &out, t->tol);
+        if (!perf_mode) {
+            double sum = 0;
+            for (size_t i = 0; i < n; i++) sum += x.host[i];
+            const double want = sum / (double)n, got = out.host[0];
+            snprintf(what, sizeof what, "reduce_mean n=%zu vs float64", n);
+            check(fabs(got - want) <= 1e-6 * fabs(want), "%-36s %-33s %.9g, float64 %.9g", what, t->tag, got, want);
+        }
+        tb_free(&x);
+        tb_free(&out);
+    }
+}
+
 /* ReLU (the ToyModel's): exact in every dtype, so CUDA must give the CPU's bits (limit 0); n with a
  * tail past the 16-byte vectors, then from an unaligned offset, then in place */
-static void test_relu(const shape *s, const char *tag, tlm_dtype dt) {
-    const size_t n = (size_t)s->B * s->T * s->C + 3;
+static void case_relu(const tcase *t) {
+    const tlm_dtype dt = t->dt;
+    const size_t n = (size_t)t->s->B * t->s->T * t->s->C + 3;
     tbuf x = tb_rand(n, 1.0, 0.0, dt), out = tb_poison(n, dt);
-    tlm_relu_forward(cpu, out.c, x.c, n, dt);
-    tlm_relu_forward(gpu, out.g, x.g, n, dt);
-    compare("relu_forward", tag, &out, 0.0);
+    ON_BOTH("relu_forward", t->tag, tlm_relu_forward(be_, P(out), P(x), n, dt));
+    compare("relu_forward", t->tag, &out, 0.0);
     tbuf dout = tb_rand(n, 1.0, 0.0, dt), dx = tb_poison(n, dt);
-    tlm_relu_backward(cpu, dx.c, dout.c, x.c, n, dt);
-    tlm_relu_backward(gpu, dx.g, dout.g, x.g, n, dt);
-    compare("relu_backward", tag, &dx, 0.0);
+    ON_BOTH("relu_backward", t->tag, tlm_relu_backward(be_, P(dx), P(dout), P(x), n, dt));
+    compare("relu_backward", t->tag, &dx, 0.0);
     tbuf out1 = tb_poison(n, dt);
-    tlm_relu_forward(cpu, AT_C(out1, 1), AT_C(x, 1), n - 1, dt);
-    tlm_relu_forward(gpu, AT_G(out1, 1), AT_G(x, 1), n - 1, dt);
-    tlm_relu_forward(cpu, out1.c, x.c, 1, dt); /* element 0, so that every element is written */
-    tlm_relu_forward(gpu, out1.g, x.g, 1, dt);
-    compare("relu_forward (unaligned)", tag, &out1, 0.0);
-    tlm_relu_forward(cpu, x.c, x.c, n, dt);
-    tlm_relu_forward(gpu, x.g, x.g, n, dt);
-    compare("relu_forward (in place)", tag, &x, 0.0);
+    ON_BOTH("relu_forward (unaligned)", t->tag, tlm_relu_forward(be_, AT(out1, 1), AT(x, 1), n - 1, dt);
+            tlm_relu_forward(be_, P(out1), P(x), 1, dt)); /* element 0, so that every element is written */
+    compare("relu_forward (unaligned)", t->tag, &out1, 0.0);
+    ON_BOTH("relu_forward (in place)", t->tag, tlm_relu_forward(be_, P(x), P(x), n, dt));
+    compare("relu_forward (in place)", t->tag, &x, 0.0);
     tb_free(&x);
     tb_free(&out);
     tb_free(&dout);
@@ -564,45 +647,36 @@ static void test_relu(const shape *s, const char *tag, tlm_dtype dt) {
 }
 
 /* LayerNorm (the ToyModel's): x, dout, dx of dtype dt; out, mean, rstd, w, b, dw, db float32 */
-static void test_layernorm(const shape *s, const char *tag, tlm_dtype dt, double limit) {
-    const int N = s->B * s->T, C = s->C;
+static void case_layernorm(const tcase *t) {
+    const int N = t->s->B * t->s->T, C = t->s->C;
+    const tlm_dtype dt = t->dt;
     const float eps = 1e-5f;
     tbuf x = tb_rand((size_t)N * C, 1.5, 0.3, dt), w = tb_rand((size_t)C, 0.1, 1.0, F32);
     tbuf b = tb_rand((size_t)C, 0.1, 0.0, F32), out = tb_poison((size_t)N * C, F32);
     tbuf mean = tb_poison((size_t)N, F32), rstd = tb_poison((size_t)N, F32);
-    tlm_layernorm_forward(cpu, out.c, mean.c, rstd.c, x.c, w.c, b.c, N, C, eps, dt);
-    tlm_layernorm_forward(gpu, out.g, mean.g, rstd.g, x.g, w.g, b.g, N, C, eps, dt);
-    compare("layernorm_forward (out)", tag, &out, limit);
-    compare("layernorm_forward (mean)", tag, &mean, limit);
-    compare("layernorm_forward (rstd)", tag, &rstd, limit);
+    ON_BOTH("layernorm_forward", t->tag,
+            tlm_layernorm_forward(be_, FP(out), FP(mean), FP(rstd), P(x), FP(w), FP(b), N, C, eps, dt));
+    compare("layernorm_forward (out)", t->tag, &out, t->tol);
+    compare("layernorm_forward (mean)", t->tag, &mean, t->tol);
+    compare("layernorm_forward (rstd)", t->tag, &rstd, t->tol);
 
     /* backward from the CPU's statistics on both sides */
     tbuf m0 = tb_from_cpu(&mean), r0 = tb_from_cpu(&rstd);
     tbuf dout = tb_rand((size_t)N * C, 1.0, 0.0, dt), dx = tb_poison((size_t)N * C, dt);
     tbuf dw = tb_poison((size_t)C, F32), db = tb_poison((size_t)C, F32);
-    tlm_layernorm_backward(cpu, dx.c, dw.c, db.c, dout.c, x.c, w.c, m0.c, r0.c, N, C, dt);
-    tlm_layernorm_backward(gpu, dx.g, dw.g, db.g, dout.g, x.g, w.g, m0.g, r0.g, N, C, dt);
-    compare("layernorm_backward (dx)", tag, &dx, limit);
-    compare("layernorm_backward (dw)", tag, &dw, limit);
-    compare("layernorm_backward (db)", tag, &db, limit);
-    tb_free(&x);
-    tb_free(&w);
-    tb_free(&b);
-    tb_free(&out);
-    tb_free(&mean);
-    tb_free(&rstd);
-    tb_free(&m0);
-    tb_free(&r0);
-    tb_free(&dout);
-    tb_free(&dx);
-    tb_free(&dw);
-    tb_free(&db);
+    ON_BOTH("layernorm_backward", t->tag,
+            tlm_layernorm_backward(be_, P(dx), FP(dw), FP(db), P(dout), P(x), FP(w), FP(m0), FP(r0), N, C, dt));
+    compare("layernorm_backward (dx)", t->tag, &dx, t->tol);
+    compare("layernorm_backward (dw)", t->tag, &dw, t->tol);
+    compare("layernorm_backward (db)", t->tag, &db, t->tol);
+    tbuf *all[] = {&x, &w, &b, &out, &mean, &rstd, &m0, &r0, &dout, &dx, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tb_free(all[i]);
 }
 
-/* AdamW: the parameter change (not the parameters, whose size would hide a wrong update) and
- * both moments, after one step at t; `offset` floats into the buffers (1: not 16-byte aligned);
+/* AdamW: the parameter change (not the parameters, whose size would hide a wrong update) and both
+ * moments, after one step at t; `offset` floats into the buffers (1: not 16-byte aligned);
  * lp_dt bf16/fp16: also the low-precision copy written in the same pass */
-static void test_adamw(size_t n, int t, size_t offset, tlm_dtype lp_dt, const char *tag) {
+static void adamw_one(const char *tag, size_t n, int step, size_t offset, tlm_dtype lp_dt) {
     tbuf p = tb_rand(n, 1.0, 0.0, F32), g = tb_rand(n, 1.0, 0.0, F32), m = tb_rand(n, 0.1, 0.0, F32);
     tbuf v = tb_rand(n, 1.0, 0.0, F32);
     for (size_t i = 0; i < n; i++) tb_set(&v, i, 0.01f * v.host[i] * v.host[i] + 1e-6f); /* second moment >= 0 */
@@ -611,50 +685,54 @@ static void test_adamw(size_t n, int t, size_t offset, tlm_dtype lp_dt, const ch
     const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f;
     const int with_lp = lp_dt != F32;
     tbuf lp = tb_poison(n, with_lp ? lp_dt : F32);
-    tlm_adamw_step(cpu, FC(p) + offset, FC(g) + offset, FC(m) + offset, FC(v) + offset, n - offset, lr, b1,
-                         b2, eps, wd, t, with_lp ? AT_C(lp, offset) : NULL, lp_dt);
-    tlm_adamw_step(gpu, (float *)p.g + offset, (float *)g.g + offset, (float *)m.g + offset,
-                         (float *)v.g + offset, n - offset, lr, b1, b2, eps, wd, t, with_lp ? AT_G(lp, offset) : NULL,
-                         lp_dt);
-    if (with_lp) {
+    char what[64];
+    snprintf(what, sizeof what, "adamw_step t=%d%s", step, offset ? " unaligned" : "");
+    ON_BOTH(what, tag,
+            tlm_adamw_step(be_, FP(p) + offset, FP(g) + offset, FP(m) + offset, FP(v) + offset, n - offset, lr, b1, b2,
+                           eps, wd, step, with_lp ? AT(lp, offset) : NULL, lp_dt));
+    if (with_lp && !perf_mode) {
         /* the first `offset` elements were not part of the step: give both sides the same bits */
         for (size_t i = 0; i < offset; i++) {
             memset((char *)lp.c + i * lp.es, 0, lp.es);
-            tlm_copy_to_backend(gpu, AT_G(lp, i), AT_C(lp, i), lp.es);
+            tlm_copy_to_backend(gpu, (char *)lp.g + i * lp.es, (char *)lp.c + i * lp.es, lp.es);
         }
-        char what[64];
-        snprintf(what, sizeof what, "adamw_step t=%d (%s copy of the weights)", t, lp_dt == TLM_DTYPE_BF16 ? "bf16" : "fp16");
+        snprintf(what, sizeof what, "adamw_step t=%d (%s copy of the weights)", step, tlm_act_dtype_name(lp_dt));
         compare(what, tag, &lp, 1e-2);
     }
-    tb_free(&lp);
-    tb_fetch(&p);
-    /* the update: cuda's p - p0 against cpu's p - p0, in a buffer of its own */
-    tbuf dp = tb_alloc(n, F32);
-    for (size_t i = 0; i < n; i++) {
-        FC(dp)[i] = FC(p)[i] - FC(p0)[i];
-        ((float *)dp.raw)[i] = p.host[i] - FC(p0)[i];
+    if (!perf_mode) {
+        tb_fetch(&p);
+        /* the update: cuda's p - p0 against cpu's p - p0, in a buffer of its own */
+        tbuf dp = tb_alloc(n, F32);
+        for (size_t i = 0; i < n; i++) {
+            ((float *)dp.c)[i] = ((float *)p.c)[i] - ((float *)p0.c)[i];
+            ((float *)dp.raw)[i] = p.host[i] - ((float *)p0.c)[i];
+        }
+        tlm_copy_to_backend(gpu, dp.g, dp.raw, n * sizeof(float));
+        snprintf(what, sizeof what, "adamw_step t=%d (update)", step);
+        compare(what, tag, &dp, TOL);
+        snprintf(what, sizeof what, "adamw_step t=%d (m)", step);
+        compare(what, tag, &m, TOL);
+        snprintf(what, sizeof what, "adamw_step t=%d (v)", step);
+        compare(what, tag, &v, TOL);
+        tb_free(&dp);
     }
-    tlm_copy_to_backend(gpu, dp.g, dp.raw, n * sizeof(float));
-    char what[64];
-    snprintf(what, sizeof what, "adamw_step t=%d (update)", t);
-    compare(what, tag, &dp, TOL);
-    snprintf(what, sizeof what, "adamw_step t=%d (m)", t);
-    compare(what, tag, &m, TOL);
-    snprintf(what, sizeof what, "adamw_step t=%d (v)", t);
-    compare(what, tag, &v, TOL);
-    tb_free(&p);
-    tb_free(&g);
-    tb_free(&m);
-    tb_free(&v);
-    tb_free(&p0);
-    tb_free(&dp);
+    tbuf *all[] = {&lp, &p, &g, &m, &v, &p0};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tb_free(all[i]);
 }
 
-/* grad_unscale: grads *= inv_scale and the count of inf/NaN after it. Injected: inf, -inf, NaN
- * (one in the scalar tail), and with inv_scale > 1 a finite value that overflows. Both backends'
- * counts must equal the injected number; the unscaled values must agree (non-finite where
- * injected). `offset` floats into the buffer (1: not 16-byte aligned). */
-static void test_grad_unscale(size_t n, size_t offset, float inv_scale, const char *tag) {
+static void case_adamw(const tcase *t) {
+    const size_t n = (size_t)t->s->B * t->s->T * t->s->C + 5;
+    adamw_one(t->tag, n, 1, 0, F32);
+    adamw_one(t->tag, n, 7, 1, F32);
+    adamw_one(t->tag, n, 2, 0, TLM_DTYPE_BF16);
+    adamw_one(t->tag, n, 3, 1, TLM_DTYPE_F16);
+}
+
+/* grad_unscale: grads *= inv_scale and found_inf += the count of inf/NaN after it. Injected: inf,
+ * -inf, NaN (one in the scalar tail), and with inv_scale > 1 a finite value that overflows. Both
+ * backends' counts must equal the injected number; the unscaled values must agree (non-finite
+ * where injected). `offset` floats into the buffer (1: not 16-byte aligned). */
+static void unscale_one(const char *tag, size_t n, size_t offset, float inv_scale) {
     tbuf g = tb_rand(n, 1.0, 0.0, F32);
     size_t expect = 0;
     const size_t at[] = {offset + 5, offset + 17, offset + 1000, n - 1, offset + 40};
@@ -668,107 +746,126 @@ static void test_grad_unscale(size_t n, size_t offset, float inv_scale, const ch
     tbuf found = tb_alloc(1, F32); /* found_inf on each backend, zeroed */
     memset(found.raw, 0, sizeof(float));
     tb_upload(&found);
-    tlm_grad_unscale(cpu, FC(g) + offset, n - offset, inv_scale, FC(found));
-    tlm_grad_unscale(gpu, (float *)g.g + offset, n - offset, inv_scale, (float *)found.g);
-    tb_fetch(&found);
-    const size_t nc = (size_t)FC(found)[0], ng = (size_t)found.host[0];
-    tb_free(&found);
     char what[64];
     snprintf(what, sizeof what, "grad_unscale x%g%s (count)", (double)inv_scale, offset ? " unaligned" : "");
-    check(nc == expect && ng == expect, "%-36s %-33s cuda %zu, cpu %zu, injected %zu", what, tag, ng, nc, expect);
-    /* values: the non-finite ones must sit at the same places; the others compared normwise */
-    tb_fetch(&g);
-    size_t mismatch = 0;
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        const float a = g.host[i], b = FC(g)[i];
-        if (!isfinite(a) != !isfinite(b) || !isnan(a) != !isnan(b)) mismatch++;
-        else if (isfinite(b)) {
-            num += ((double)a - b) * ((double)a - b);
-            den += (double)b * b;
+    ON_BOTH(what, tag, tlm_grad_unscale(be_, FP(g) + offset, n - offset, inv_scale, FP(found)));
+    if (!perf_mode) {
+        tb_fetch(&found);
+        const size_t nc = (size_t)((float *)found.c)[0], ng = (size_t)found.host[0];
+        check(nc == expect && ng == expect, "%-36s %-33s cuda %zu, cpu %zu, injected %zu", what, tag, ng, nc, expect);
+        /* values: the non-finite ones must sit at the same places; the others compared normwise */
+        tb_fetch(&g);
+        size_t mismatch = 0;
+        double num = 0, den = 0;
+        for (size_t i = 0; i < n; i++) {
+            const float a = g.host[i], b = ((float *)g.c)[i];
+            if (!isfinite(a) != !isfinite(b) || !isnan(a) != !isnan(b)) mismatch++;
+            else if (isfinite(b)) {
+                num += ((double)a - b) * ((double)a - b);
+                den += (double)b * b;
+            }
         }
+        const double err = sqrt(num / (den > 0 ? den : 1));
+        snprintf(what, sizeof what, "grad_unscale x%g%s (values)", (double)inv_scale, offset ? " unaligned" : "");
+        check(mismatch == 0 && err <= TOL, "%-36s %-33s rel err %.3e (limit %.0e), %zu inf/NaN misplaced", what, tag,
+              err, TOL, mismatch);
     }
-    const double err = sqrt(num / (den > 0 ? den : 1));
-    snprintf(what, sizeof what, "grad_unscale x%g%s (values)", (double)inv_scale, offset ? " unaligned" : "");
-    check(mismatch == 0 && err <= TOL, "%-36s %-33s rel err %.3e (limit %.0e), %zu inf/NaN misplaced", what, tag, err,
-          TOL, mismatch);
+    tb_free(&found);
     tb_free(&g);
 }
 
-/* the ops that take a dtype, in the mode's dt; `limit` for every output */
-static void test_dtype_ops(const shape *s, const char *tag, tlm_precision pm, double limit) {
-    const tlm_dtype dt = tlm_precision_act_dtype(pm);
-    test_rmsnorm(s, tag, dt, limit);
-    test_matmul(s, tag, pm, limit);
-    test_cast(s, tag, dt);
-    test_rope(s, tag, dt, limit);
-    test_attention(s, tag, pm, limit);
-    test_swiglu(s, tag, dt, limit);
-    test_cross_entropy(s, tag, dt, limit);
-    test_relu(s, tag, dt);
-    test_layernorm(s, tag, dt, limit);
+static void case_grad_unscale(const tcase *t) {
+    const size_t n = (size_t)t->s->B * t->s->T * t->s->C + 7;
+    unscale_one(t->tag, n, 0, 1.0f / 65536.0f);
+    unscale_one(t->tag, n, 1, 4.0f);
 }
 
-static void test_shape(const shape *s) {
-    char tag[96];
-    snprintf(tag, sizeof tag, "[%s N=%dx%d C=%d H=%d F=%d V=%d]", s->name, s->B, s->T, s->C, s->H, s->F, s->V);
-    test_embedding(s, tag);
-    /* fp32: the elementwise ops at TOL, the GEMMs at GEMM_TOL */
-    test_rmsnorm(s, tag, F32, TOL);
-    test_matmul(s, tag, TLM_PRECISION_FP32, GEMM_TOL);
-    test_cast(s, tag, F32);
-    test_rope(s, tag, F32, TOL);
-    test_attention(s, tag, TLM_PRECISION_FP32, GEMM_TOL);
-    test_swiglu(s, tag, F32, TOL);
-    test_cross_entropy(s, tag, F32, TOL);
-    test_relu(s, tag, F32);
-    test_layernorm(s, tag, F32, TOL);
-    test_adamw((size_t)s->B * s->T * s->C + 5, 1, 0, F32, tag);
-    test_adamw((size_t)s->B * s->T * s->C + 5, 7, 1, F32, tag);
-    test_adamw((size_t)s->B * s->T * s->C + 5, 2, 0, TLM_DTYPE_BF16, tag);
-    test_adamw((size_t)s->B * s->T * s->C + 5, 3, 1, TLM_DTYPE_F16, tag);
-    test_grad_unscale((size_t)s->B * s->T * s->C + 7, 0, 1.0f / 65536.0f, tag);
-    test_grad_unscale((size_t)s->B * s->T * s->C + 7, 1, 4.0f, tag);
+/* ---- the table ------------------------------------------------------------------------------------ */
 
-    char ptag[112];
-    snprintf(ptag, sizeof ptag, "%s tf32", tag);
-    test_matmul(s, ptag, TLM_PRECISION_TF32, TF32_TOL);
-    test_attention(s, ptag, TLM_PRECISION_TF32, TF32_TOL);
+enum { M_FP32 = 1, M_TF32 = 2, M_BF16 = 4, M_FP16 = 8, M_DT = M_FP32 | M_BF16 | M_FP16, M_ALL = M_DT | M_TF32 };
 
-    const tlm_precision modes[] = {TLM_PRECISION_BF16, TLM_PRECISION_FP16};
-    for (int i = 0; i < 2; i++) {
-        const tlm_dtype dt = tlm_precision_act_dtype(modes[i]);
-        snprintf(ptag, sizeof ptag, "%s %s", tag, dt_name(dt));
-        test_dtype_ops(s, ptag, modes[i], LOWP_TOL);
+typedef struct {
+    const char *name;   /* -o filters by its prefix */
+    tlm_op_id op;       /* the op (the first, for a case that runs a forward and a backward) */
+    unsigned modes;     /* the precision modes it runs in */
+    double fp32_tol;    /* the tolerance in fp32; TF32_TOL in tf32, LOWP_TOL in bf16 and fp16 */
+    void (*run)(const tcase *t);
+} op_case;
+
+static const op_case cases[] = {
+    {"embedding", TLM_OP_EMBEDDING_FORWARD, M_FP32, TOL, case_embedding},
+    {"rmsnorm", TLM_OP_RMSNORM_FORWARD, M_DT, TOL, case_rmsnorm},
+    {"matmul", TLM_OP_MATMUL_FORWARD, M_ALL, GEMM_TOL, case_matmul},
+    {"cast", TLM_OP_CAST, M_DT, 0.0, case_cast},
+    {"rope", TLM_OP_ROPE_FORWARD, M_DT, TOL, case_rope},
+    {"attention", TLM_OP_ATTENTION_FORWARD, M_ALL, GEMM_TOL, case_attention},
+    {"swiglu", TLM_OP_SWIGLU_FORWARD, M_DT, TOL, case_swiglu},
+    {"cross_entropy", TLM_OP_CROSS_ENTROPY_FORWARD, M_DT, TOL, case_cross_entropy},
+    {"reduce_mean", TLM_OP_REDUCE_MEAN, M_FP32, TOL, case_reduce_mean},
+    {"relu", TLM_OP_RELU_FORWARD, M_DT, 0.0, case_relu},
+    {"layernorm", TLM_OP_LAYERNORM_FORWARD, M_DT, TOL, case_layernorm},
+    {"adamw", TLM_OP_ADAMW_STEP, M_FP32, TOL, case_adamw},
+    {"grad_unscale", TLM_OP_GRAD_UNSCALE, M_FP32, TOL, case_grad_unscale},
+    /* FlashAttention-2 has its own test against float64: test_gpu_flash_attention */
+};
+
+static const shape shapes[] = {
+    {"tiny", 3, 17, 64, 4, 172, 512},
+    {"odd", 2, 13, 66, 3, 171, 509}, /* D 22: nothing a multiple of 4 */
+    {"small", 2, 256, 768, 12, 3072, 10000},
+};
+
+static void usage(void) {
+    fprintf(stderr, "usage: test_gpu_ops [test|perf] [-o OP] [-s SHAPE]   (OP: a case name's prefix)\n");
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    const char *only_op = NULL, *only_shape = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "perf") == 0) perf_mode = true;
+        else if (strcmp(argv[i], "test") == 0) perf_mode = false;
+        else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) only_op = argv[++i];
+        else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) only_shape = argv[++i];
+        else usage();
     }
-}
-
-/* ---- the tiny model against PyTorch: fixture_checks.h, shared with the CPU test ---------------- */
-
-int main(void) {
     if (!tlm_cuda_available() || tlm_backend_cuda_create(&gpu, 0) != TLM_OK) {
         printf("no GPU: skipped (%s)\n", tlm_cuda_available() ? tlm_last_error() : "no CUDA device");
         return 77;
     }
     die_on(tlm_backend_cpu_create(&cpu, 0), "cpu backend");
-#ifdef TLM_HAVE_CUDA
-    printf("# cuda: %s; cpu: OpenBLAS\n", gpu->description);
-#endif
+    printf("# %s; cpu: OpenBLAS; mode %s\n", gpu->description, perf_mode ? "perf" : "test");
+    die_on(tlm_event_create(gpu, &perf_e0), "event");
+    die_on(tlm_event_create(gpu, &perf_e1), "event");
     /* the NVTX ranges are a hook of the CUDA backend (src/cuda/nvtx.cu): a range through it */
     tlm_step_begin(gpu, 0, false);
     tlm_step_end(gpu);
 
-    const shape shapes[] = {
-        {"tiny", 3, 17, 64, 4, 172, 512},
-        {"odd", 2, 13, 66, 3, 171, 509},   /* D 22: nothing a multiple of 4 */
-        {"small", 2, 256, 768, 12, 3072, 10000},
-    };
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_shape(&shapes[i]);
-
+    static const tlm_precision modes[] = {TLM_PRECISION_FP32, TLM_PRECISION_TF32, TLM_PRECISION_BF16,
+                                          TLM_PRECISION_FP16};
+    int ran = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const shape *s = &shapes[si];
+        if (only_shape && strcmp(only_shape, s->name) != 0) continue;
+        for (int mi = 0; mi < 4; mi++)
+            for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+                const op_case *c = &cases[ci];
+                if (!(c->modes & (1u << mi)) || (only_op && strncmp(c->name, only_op, strlen(only_op)) != 0))
+                    continue;
+                tcase t = {.s = s, .pm = modes[mi], .dt = tlm_precision_act_dtype(modes[mi])};
+                t.tol = mi == 0 ? c->fp32_tol : mi == 1 ? TF32_TOL : LOWP_TOL;
+                snprintf(t.tag, sizeof t.tag, "[%s N=%dx%d C=%d H=%d F=%d V=%d]%s%s", s->name, s->B, s->T, s->C, s->H,
+                         s->F, s->V, mi ? " " : "", mi ? tlm_precision_name(modes[mi]) : "");
+                c->run(&t);
+                ran++;
+            }
+    }
+    check(ran > 0, "%-36s %-33s %d case runs", "the filters select some case", "", ran);
     check(test_bytes_held(gpu) == 0 && test_bytes_held(cpu) == 0, "%-36s %-33s %zu bytes still allocated",
           "every test buffer freed", "", test_bytes_held(gpu) + test_bytes_held(cpu));
+    tlm_event_destroy(gpu, perf_e0);
+    tlm_event_destroy(gpu, perf_e1);
     tlm_backend_destroy(gpu);
     tlm_backend_destroy(cpu);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return test_finish();
 }

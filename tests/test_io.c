@@ -20,33 +20,9 @@
 #include "tlm/rng.h"
 #include "tlm/safetensors.h"
 #include "tlm/status.h"
+#include "test_check.h"
 
-static int n_pass, n_fail;
 static char tmpdir[64];
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    va_end(ap);
-    if (!ok && tlm_last_error()[0]) printf("   [last error: %s]", tlm_last_error());
-    printf("\n");
-    if (ok) n_pass++;
-    else n_fail++;
-}
-
-/* status s is `want`, and the message contains `needle` (if not NULL) */
-static void check_status(tlm_status s, tlm_status want, const char *needle, const char *what) {
-    int ok = s == want && (!needle || strstr(tlm_last_error(), needle));
-    printf("%s %s -> %s", ok ? "ok  " : "FAIL", what, tlm_status_string(s));
-    if (s != TLM_OK) printf(" (%s)", tlm_last_error());
-    if (!ok) printf("   [wanted %s%s%s]", tlm_status_string(want), needle ? " naming " : "", needle ? needle : "");
-    printf("\n");
-    if (ok) n_pass++;
-    else n_fail++;
-}
 
 static const char *tpath(const char *name) {
     static char buf[8][256];
@@ -928,6 +904,5 @@ int main(void) {
     test_get_batch();
     if (!getenv("TLM_TEST_KEEP")) remove_tree(tmpdir);
     else printf("# files kept in %s\n", tmpdir);
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return test_finish();
 }

@@ -8,21 +8,7 @@
 
 #include "tlm/model.h"
 #include "tlm/safetensors.h"
-
-static int passed, failed;
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#include <stdarg.h>
-static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%-6s ", ok ? "ok" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok) passed++;
-    else failed++;
-}
+#include "test_check.h"
 
 static void test_presets(void) {
     const struct { const char *name; int64_t params; } want[] = {
@@ -181,6 +167,5 @@ int main(void) {
     test_presets();
     test_validate();
     test_layout_and_init();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return test_finish();
 }

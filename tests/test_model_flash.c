@@ -194,23 +194,11 @@ static void test_choice(tlm_backend *be) {
 /* ---- 3. the model -------------------------------------------------------------------------- */
 
 int main(void) {
-    tlm_backend *be;
-    die_on(tlm_backend_cpu_create(&be, 0), "cpu backend");
+    tlm_backend *be = test_backend();
     test_ops(be);
     test_choice(be);
-
-    mf_shape shapes[3];
-    die_on(tlm_config_preset("tiny", &shapes[0].cfg), "tiny");
-    shapes[0].name = "tiny";
-    shapes[0].B = 2;
-    shapes[0].T = 32;
-    shapes[1] = shapes[0];
-    shapes[1].name = "tiny ctx100";
-    shapes[1].cfg.context_length = 100;
-    shapes[1].T = 100;
-    shapes[2] = shapes[1];
-    shapes[2].name = "tiny ctx100 d32";
-    shapes[2].cfg.num_heads = 2;
+    const mf_shape shapes[3] = {mf_tiny("tiny", 32, 0, 0, 0), mf_tiny("tiny ctx100", 100, 0, 0, 0),
+                                mf_tiny("tiny ctx100 d32", 100, 0, 2, 0)};
     for (int i = 0; i < 3; i++) mf_run_shape(be, &shapes[i]);
     tlm_backend_destroy(be);
     return test_finish();
