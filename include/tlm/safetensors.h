@@ -54,10 +54,20 @@ typedef struct {
     const void *data;    /* numel * tlm_dtype_size(dtype) bytes, host memory */
 } tlm_st_entry;
 
-/* Writes n tensors to `path` (via path.tmp, fsync, then rename: never a half-written file;
- * an existing `path` is left untouched on failure). Errors: TLM_ERR_IO; INVALID_ARGUMENT for
- * a duplicate, empty or "__metadata__" name, a negative dim, ndim outside 0..8, NULL data;
- * OUT_OF_MEMORY. */
+/* One string entry of the header's "__metadata__" object (key and value are copied). */
+typedef struct {
+    const char *key, *value;
+} tlm_st_meta;
+
+/* Writes n tensors to `path` through the one file writer (output.h: a temporary file, fsync,
+ * rename: never a half-written file; an existing `path` is left untouched on failure), with
+ * "__metadata__" holding {"format": "pt"} and the nmeta entries of `meta`. The header is written
+ * by cJSON. Errors: IO; INVALID_ARGUMENT for a duplicate, empty or "__metadata__" name, a negative
+ * dim, ndim outside 0..8, NULL data, a metadata entry without key or value, a refused output path
+ * (output.h); OUT_OF_MEMORY. */
+tlm_status tlm_safetensors_write_meta(const char *path, const tlm_st_entry *entries, int n, const tlm_st_meta *meta,
+                                      int nmeta);
+/* The same with no metadata but the format. */
 tlm_status tlm_safetensors_write(const char *path, const tlm_st_entry *entries, int n);
 
 #ifdef __cplusplus

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "io/atomic_write.h"
+#include "tlm/output.h"
 #include "tlm/rng.h"
 
 #define NPY_MAGIC "\x93NUMPY"
@@ -340,12 +340,13 @@ tlm_status tlm_npy_write(const char *path, tlm_dtype dtype, int ndim, const int6
     hdr[hl - 1] = '\n';
     unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 0xff),
                              (unsigned char)(hl >> 8)};
-    tlm_atomic_file w;
-    TLM_TRY(tlm_atomic_open(&w, path));
-    tlm_atomic_write(&w, pre, sizeof pre);
-    tlm_atomic_write(&w, hdr, (size_t)hl);
-    tlm_atomic_write(&w, data, (size_t)nbytes);
-    return tlm_atomic_commit(&w);
+    tlm_output *w;
+    TLM_TRY(tlm_output_open(&w, path));
+    FILE *f = tlm_output_file(w);
+    fwrite(pre, 1, sizeof pre, f); /* a failed write is reported by the commit */
+    fwrite(hdr, 1, (size_t)hl, f);
+    if (nbytes) fwrite(data, 1, (size_t)nbytes, f);
+    return tlm_output_commit(w);
 }
 
 /* ---- tokens -------------------------------------------------------------------------------- */

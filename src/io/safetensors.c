@@ -16,7 +16,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "io/atomic_write.h"
+#include "tlm/output.h"
 #include "io/convert.h"
 
 /* The Rust reference refuses headers above 100 MB; tlm's largest are a few tens of KB. */
@@ -271,57 +271,6 @@ tlm_status tlm_st_tensor_to_f32(const tlm_st_tensor *t, float *dst) {
 
 /* ---- writing ------------------------------------------------------------------------------ */
 
-typedef struct {
-    char *s;
-    size_t len, cap;
-    int oom;
-} strbuf;
-
-static void sb_put(strbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
-}
-
-static void sb_str(strbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_u64(strbuf *b, uint64_t v) {
-    char tmp[24];
-    int n = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
-    sb_put(b, tmp, (size_t)n);
-}
-
-/* A JSON string literal: quotes, backslashes and control characters escaped; other bytes
- * (UTF-8) as they are. */
-static void sb_json_string(strbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') {
-            char esc[2] = {'\\', (char)*p};
-            sb_put(b, esc, 2);
-        } else if (*p < 0x20) {
-            char esc[8];
-            snprintf(esc, sizeof esc, "\\u%04x", *p);
-            sb_put(b, esc, 6);
-        } else {
-            sb_put(b, (const char *)p, 1);
-        }
-    }
-    sb_put(b, "\"", 1);
-}
-
 static tlm_status entry_nbytes(const char *path, const tlm_st_entry *e, uint64_t *nbytes) {
     if (!e->name || !e->name[0] || strcmp(e->name, "__metadata__") == 0)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: a tensor has an empty or reserved name '%s'", path,
@@ -348,61 +297,89 @@ static tlm_status entry_nbytes(const char *path, const tlm_st_entry *e, uint64_t
     return TLM_OK;
 }
 
-static tlm_status build_header(const char *path, const tlm_st_entry *entries, int n, strbuf *b) {
-    uint64_t offset = 0;
-    sb_str(b, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int i = 0; i < n; i++) {
-        const tlm_st_entry *e = &entries[i];
-        uint64_t nbytes;
-        TLM_TRY(entry_nbytes(path, e, &nbytes));
-        for (int j = 0; j < i; j++)
-            if (strcmp(entries[j].name, e->name) == 0)
-                return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: tensor '%s' given twice", path, e->name);
-        sb_str(b, ",");
-        sb_json_string(b, e->name);
-        sb_str(b, ":{\"dtype\":\"");
-        sb_str(b, tlm_dtype_name(e->dtype));
-        sb_str(b, "\",\"shape\":[");
-        for (int d = 0; d < e->ndim; d++) {
-            if (d) sb_str(b, ",");
-            sb_u64(b, (uint64_t)e->shape[d]);
+/* the header as cJSON prints it (tensors in the order given, after __metadata__), padded with spaces
+ * to a multiple of 8 bytes; integers as raw JSON numbers, so that any size is exact */
+static tlm_status build_header(const char *path, const tlm_st_entry *entries, int n, const tlm_st_meta *meta,
+                               int nmeta, char **out, size_t *out_len) {
+    *out = NULL;
+    cJSON *root = cJSON_CreateObject(), *md = cJSON_AddObjectToObject(root, "__metadata__");
+    bool ok = root && md && cJSON_AddStringToObject(md, "format", "pt");
+    for (int i = 0; ok && i < nmeta; i++) {
+        if (!meta[i].key || !meta[i].value) {
+            cJSON_Delete(root);
+            return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: a metadata entry without key or value", path);
         }
-        sb_str(b, "],\"data_offsets\":[");
-        sb_u64(b, offset);
-        sb_str(b, ",");
-        sb_u64(b, offset + nbytes);
-        sb_str(b, "]}");
-        offset += nbytes;
+        ok = cJSON_AddStringToObject(md, meta[i].key, meta[i].value) != NULL;
     }
-    sb_str(b, "}");
-    while (b->len % 8 != 0) sb_str(b, " ");  /* the data section starts 8-byte aligned */
-    if (b->oom) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: out of memory building the header", path);
+    uint64_t offset = 0;
+    char num[32];
+    for (int i = 0; ok && i < n; i++) {
+        const tlm_st_entry *e = &entries[i];
+        uint64_t nbytes = 0;
+        tlm_status s = entry_nbytes(path, e, &nbytes);
+        for (int j = 0; s == TLM_OK && j < i; j++)
+            if (strcmp(entries[j].name, e->name) == 0)
+                s = tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: tensor '%s' given twice", path, e->name);
+        if (s != TLM_OK) {
+            cJSON_Delete(root);
+            return s;
+        }
+        cJSON *t = cJSON_AddObjectToObject(root, e->name), *shape, *offs;
+        ok = t && cJSON_AddStringToObject(t, "dtype", tlm_dtype_name(e->dtype)) &&
+             (shape = cJSON_AddArrayToObject(t, "shape")) && (offs = cJSON_AddArrayToObject(t, "data_offsets"));
+        for (int d = 0; ok && d < e->ndim; d++) {
+            snprintf(num, sizeof num, "%llu", (unsigned long long)e->shape[d]);
+            ok = cJSON_AddItemToArray(shape, cJSON_CreateRaw(num));
+        }
+        snprintf(num, sizeof num, "%llu", (unsigned long long)offset);
+        ok = ok && cJSON_AddItemToArray(offs, cJSON_CreateRaw(num));
+        offset += nbytes;
+        snprintf(num, sizeof num, "%llu", (unsigned long long)offset);
+        ok = ok && cJSON_AddItemToArray(offs, cJSON_CreateRaw(num));
+    }
+    char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: out of memory building the header", path);
+    size_t len = strlen(text);
+    const size_t padded = (len + 7) / 8 * 8; /* the data section starts 8-byte aligned */
+    char *p = realloc(text, padded + 1);
+    if (!p) {
+        free(text);
+        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: out of memory building the header", path);
+    }
+    memset(p + len, ' ', padded - len);
+    p[padded] = '\0';
+    *out = p;
+    *out_len = padded;
     return TLM_OK;
 }
 
-tlm_status tlm_safetensors_write(const char *path, const tlm_st_entry *entries, int n) {
-    TLM_ASSERT(path && n >= 0 && (entries || n == 0));
-    strbuf hdr = {0};
-    tlm_status s = build_header(path, entries, n, &hdr);
+tlm_status tlm_safetensors_write_meta(const char *path, const tlm_st_entry *entries, int n, const tlm_st_meta *meta,
+                                      int nmeta) {
+    TLM_ASSERT(path && n >= 0 && (entries || n == 0) && nmeta >= 0 && (meta || nmeta == 0));
+    char *hdr;
+    size_t hdr_len = 0;
+    TLM_TRY(build_header(path, entries, n, meta, nmeta, &hdr, &hdr_len));
+    tlm_output *w;
+    tlm_status s = tlm_output_open(&w, path);
     if (s != TLM_OK) {
-        free(hdr.s);
+        free(hdr);
         return s;
     }
-    tlm_atomic_file w;
-    s = tlm_atomic_open(&w, path);
-    if (s != TLM_OK) {
-        free(hdr.s);
-        return s;
-    }
+    FILE *f = tlm_output_file(w);
     unsigned char len_le[8];
-    for (int i = 0; i < 8; i++) len_le[i] = (unsigned char)((uint64_t)hdr.len >> (8 * i));
-    tlm_atomic_write(&w, len_le, 8);
-    tlm_atomic_write(&w, hdr.s, hdr.len);
-    free(hdr.s);
+    for (int i = 0; i < 8; i++) len_le[i] = (unsigned char)((uint64_t)hdr_len >> (8 * i));
+    fwrite(len_le, 1, 8, f); /* a failed write is reported by the commit */
+    fwrite(hdr, 1, hdr_len, f);
+    free(hdr);
     for (int i = 0; i < n; i++) {
-        uint64_t nbytes;
+        uint64_t nbytes = 0;
         entry_nbytes(path, &entries[i], &nbytes); /* checked by build_header */
-        tlm_atomic_write(&w, entries[i].data, (size_t)nbytes);
+        if (nbytes) fwrite(entries[i].data, 1, (size_t)nbytes, f);
     }
-    return tlm_atomic_commit(&w);
+    return tlm_output_commit(w);
+}
+
+tlm_status tlm_safetensors_write(const char *path, const tlm_st_entry *entries, int n) {
+    return tlm_safetensors_write_meta(path, entries, n, NULL, 0);
 }
