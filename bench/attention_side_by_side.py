@@ -4,7 +4,8 @@
 Reads JSON files of `tlm attention --format json` (tool "tlm attention") and of
 `bench/peers/pytorch_attention.py --format json` (tool "pytorch_attention.py"), groups their rows by
 the file's suite (pytorch-attention, flash-benchmarking, leaderboard; "custom" without one) and
-matches rows by case: batch, heads, seq, d_head, dtype, causal. Rows = cases; columns =
+matches rows by case: batch_size, num_heads, context_length, d_head, dtype, causal (older files'
+field names are read too). Rows = cases; columns =
 implementations: tlm flash, tlm naive, torch naive, torch compile, SDPA flash, SDPA cuDNN (and SDPA
 math when present). Each cell: forward / backward / forward+backward ms (mean of the timed passes),
 TFLOP/s forward / backward / forward+backward (FlashAttention's convention, the same in both tools:
@@ -53,16 +54,35 @@ def load(paths):
                    device=d.get("device", "?"), date=d.get("date", "?"), iters=d.get("iters"),
                    warmup=d.get("warmup"), version=d.get("version") or d.get("torch"))
         sources.append(src)
+        if src["suite"] == "none":
+            src["suite"] = "custom"
+        if d["rows"] and src["iters"] is None:  # tlm's report keeps them per row
+            src["iters"], src["warmup"] = d["rows"][0].get("iters"), d["rows"][0].get("warmup_steps")
         for r in d["rows"]:
-            r = dict(r)
+            r = normalize(dict(r))
             r["_suite"] = src["suite"]
             r["_tool"] = "tlm" if tool == "tlm attention" else "pytorch"
             rows.append(r)
     return sources, rows
 
 
+# the field names of the one report schema, from those of results written before it (2026-11-21)
+OLD_NAMES = {"batch": "batch_size", "heads": "num_heads", "seq": "context_length", "fwd_ms": "fwd_ms_mean",
+             "bwd_ms": "bwd_ms_mean", "fwdbwd_ms": "fwdbwd_ms_mean", "tflops_fwd": "fwd_tflop_per_s",
+             "tflops_bwd": "bwd_tflop_per_s", "note": "error"}
+
+
+def normalize(r):
+    for old, new in OLD_NAMES.items():
+        if old in r and new not in r:
+            r[new] = r.pop(old)
+    if r.get("mem_before_bwd_mib") is not None and r.get("mem_before_bwd_bytes") is None:
+        r["mem_before_bwd_bytes"] = r.pop("mem_before_bwd_mib") * 2**20
+    return r
+
+
 def case_key(r):
-    return (r["batch"], r["heads"], r["seq"], r["d_head"], r["dtype"], bool(r["causal"]))
+    return (r["batch_size"], r["num_heads"], r["context_length"], r["d_head"], r["dtype"], bool(r["causal"]))
 
 
 def num(x, digits):
@@ -79,32 +99,33 @@ def cell(r):
     status = r.get("status", "ok")
     if status != "ok":
         return status
-    b, h, s, d, causal = r["batch"], r["heads"], r["seq"], r["d_head"], bool(r["causal"])
-    fb = r.get("fwdbwd_ms")
+    b, h, s, d, causal = r["batch_size"], r["num_heads"], r["context_length"], r["d_head"], bool(r["causal"])
+    fb = r.get("fwdbwd_ms_mean")
     tf_fb = 3.5 * flops_forward(b, h, s, d, causal) / (fb * 1e9) if fb else None
-    text = (f"{num(r.get('fwd_ms'), 'auto')} / {num(r.get('bwd_ms'), 'auto')} / {num(fb, 'auto')} ms"
-            f"<br>{num(r.get('tflops_fwd'), 'auto')} / {num(r.get('tflops_bwd'), 'auto')} / {num(tf_fb, 'auto')} TFLOP/s")
-    mem = r.get("mem_before_bwd_mib")
+    text = (f"{num(r.get('fwd_ms_mean'), 'auto')} / {num(r.get('bwd_ms_mean'), 'auto')} / {num(fb, 'auto')} ms"
+            f"<br>{num(r.get('fwd_tflop_per_s'), 'auto')} / {num(r.get('bwd_tflop_per_s'), 'auto')} / "
+            f"{num(tf_fb, 'auto')} TFLOP/s")
+    mem = r.get("mem_before_bwd_bytes")
     if mem is not None:
-        text += f"<br>{num(mem, 0)} MiB"
+        text += f"<br>{num(mem / 2**20, 0)} MiB"
     return text
 
 
 def speedup(group):
     """torch's fastest fwd+bwd over tlm flash's, with the name of that torch implementation"""
     flash = group.get(("tlm", "flash"))
-    if not flash or flash.get("status", "ok") != "ok" or not flash.get("fwdbwd_ms"):
+    if not flash or flash.get("status", "ok") != "ok" or not flash.get("fwdbwd_ms_mean"):
         return "-"
     best = None
     for (tool, impl), title in COLUMNS:
         r = group.get((tool, impl))
-        if tool != "pytorch" or not r or r.get("status", "ok") != "ok" or not r.get("fwdbwd_ms"):
+        if tool != "pytorch" or not r or r.get("status", "ok") != "ok" or not r.get("fwdbwd_ms_mean"):
             continue
-        if best is None or r["fwdbwd_ms"] < best[0]:
-            best = (r["fwdbwd_ms"], title)
+        if best is None or r["fwdbwd_ms_mean"] < best[0]:
+            best = (r["fwdbwd_ms_mean"], title)
     if best is None:
         return "no torch row ran"
-    return f"{best[0] / flash['fwdbwd_ms']:.2f}x vs {best[1]}"
+    return f"{best[0] / flash['fwdbwd_ms_mean']:.2f}x vs {best[1]}"
 
 
 def table(suite, rows, sources):

@@ -6,19 +6,19 @@
 # writes the table of after/before ratios (bench/before_after.py).
 # Usage (on the GPU machine, from the repository root):
 #   OUT=/some/dir bench/run-before-after.sh 2>&1 | tee $OUT/log.txt
-# env: BASE (.baseline) MODELS (small,2.7B) PRECISIONS (fp32,bf16) CTX (256) BATCH (4) WARMUP (5) STEPS (10)
+# env: BASE (.baseline) AFTER (. : the source tree measured against it) MODELS (small,2.7B) PRECISIONS (fp32,bf16) CTX (256) BATCH (4) WARMUP (5) STEPS (10)
 #      ROUNDS (3) TESTS (1: run the GPU tests; 0: skip) EXTRA (more commands to run after, e.g. ncu)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to a folder for the results}
-BASE=${BASE:-.baseline} MODELS=${MODELS:-small,2.7B} PRECISIONS=${PRECISIONS:-fp32,bf16}
+BASE=${BASE:-.baseline} AFTER=${AFTER:-.} MODELS=${MODELS:-small,2.7B} PRECISIONS=${PRECISIONS:-fp32,bf16}
 CTX=${CTX:-256} BATCH=${BATCH:-4} WARMUP=${WARMUP:-5} STEPS=${STEPS:-10} ROUNDS=${ROUNDS:-3} TESTS=${TESTS:-1}
 mkdir -p "$OUT"
 {
   echo "# date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/# gpu: /'
   nvcc --version | tail -1 | sed 's/^/# nvcc: /'
-  echo "# before: $BASE ($(cat "$BASE/.commit" 2>/dev/null || echo 'commit not recorded')); after: the working tree"
+  echo "# before: $BASE ($(cat "$BASE/.commit" 2>/dev/null || echo 'commit not recorded')); after: $AFTER"
 }
 
 # the GPU machine lacks cJSON: the libraries packed by tools/pack-device-deps.sh (carried in .devdeps)
@@ -36,7 +36,7 @@ build() { # source dir, build dir, log
 }
 echo "== build (before and after, in parallel)"
 build "$BASE" build-before "$OUT/build-before.log" & pb=$!
-build . build-gpu "$OUT/build-after.log" & pa=$!
+build "$AFTER" build-gpu "$OUT/build-after.log" & pa=$!
 wait $pb || { grep -E "error" "$OUT/build-before.log" | head; echo "before: build failed"; exit 1; }
 wait $pa || { grep -E "error" "$OUT/build-after.log" | head; echo "after: build failed"; exit 1; }
 

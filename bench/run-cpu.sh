@@ -30,7 +30,7 @@ tlm = tlms[0]
 def med(rows, key):
     return statistics.median(r["rows"][0][key] for r in rows)
 t = {k: med(tlms, k) for k in ("fwd_ms_mean", "bwd_ms_mean", "opt_ms_mean", "peak_bytes")}
-p = {k: med(torches, k) for k in ("fwd_ms_mean", "bwd_ms_mean", "opt_ms_mean", "peak_mib")}
+p = {k: med(torches, k) for k in ("fwd_ms_mean", "bwd_ms_mean", "opt_ms_mean", "peak_bytes")}
 t.update({k: tlm["rows"][0][k] for k in ("model", "context_length", "batch_size")})
 cpu = "unknown CPU"
 try:
@@ -64,7 +64,7 @@ for r in range(rounds):
     cells = [f"{x[k + '_ms_mean']:.1f} ± {x[k + '_ms_std']:.1f}" for x in (a, b) for k in ("fwd", "bwd", "opt")]
     lines.append(f"| {r + 1} | " + " | ".join(cells) + " |")
 lines += ["", f"Peak memory: tlm {t['peak_bytes'] / 2**30:.2f} GiB (tracked allocator); "
-          f"PyTorch {p['peak_mib'] / 1024:.2f} GiB (process max RSS).", ""]
+          f"PyTorch {p['peak_bytes'] / 2**30:.2f} GiB (process max RSS).", ""]
 tmp = out + ".tmp"
 with open(tmp, "w") as f:
     f.write("\n".join(lines))

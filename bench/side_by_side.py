@@ -20,8 +20,8 @@ def load(paths):
                 r["_failed"] = True
             if "impl" not in r:
                 r["impl"] = "tlm"
-            if r["impl"] == "pytorch-eager" or r["impl"] == "pytorch-compile":
-                r["peak_bytes"] = r.get("peak_mib", 0) * 2**20 if r.get("peak_mib") else None
+            if r.get("peak_bytes") is None and r.get("peak_mib"):  # peer files written before 2026-11-24
+                r["peak_bytes"] = r["peak_mib"] * 2**20
             rows.append(r)
     return rows
 

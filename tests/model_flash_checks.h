@@ -21,9 +21,9 @@
  * - CUDA graphs (backends that have them): the flash passes captured and replayed give the eager
  *   run's loss, logits and gradients (within 1e-6 / 1e-5: the dQ accumulation's atomics may
  *   differ in the last bits from run to run).
- * - memory (tracked allocator): flash saves (B,H,T) float32 per layer instead of (B,H,T,T) dt and
- *   needs tlm_flash_workspace_floats(B,T,H,D) float32 instead of a (B,H,T,T) dt dP scratch: the
- *   activation bytes differ by exactly that. */
+ * - memory (the step's buffers, src/model/activations.h): flash saves (B,H,T) float32 per layer
+ *   instead of (B,H,T,T) dt and needs tlm_flash_workspace_floats(B,T,H,D) float32 instead of a
+ *   (B,H,T,T) dt dP scratch: the activation buffers' bytes differ by exactly that. */
 #ifndef TLM_TESTS_MODEL_FLASH_CHECKS_H
 #define TLM_TESTS_MODEL_FLASH_CHECKS_H
 
@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "fixture_checks.h"
+#include "model/activations.h"
 #include "tlm/rng.h"
 
 #define MF_F32_TOL 1e-5    /* fp32: flash vs naive, loss, logits and each gradient */
@@ -65,7 +66,7 @@ typedef struct {
     float *logits;            /* (B*T*V) float32 (widened from bf16/fp16) */
     float *grads;             /* (flat_numel), divided by the loss scale they carry (fp16) */
     size_t n_logits;
-    size_t act_bytes;         /* tracked activation bytes in use after the run */
+    size_t act_bytes;         /* bytes of the step's activation buffers, each counted once */
     int num_tensors;
     tlm_tensor_info *tensors; /* the model's table: per-tensor gradient errors */
 } mf_out;
@@ -107,7 +108,7 @@ static inline mf_out mf_run(tlm_backend *be, const mf_shape *s, tlm_precision p,
     tlm_copy_to_host(be, o.grads, m->grads, m->layout.flat_numel * sizeof(float));
     tlm_synchronize(be);
     for (size_t i = 0; i < m->layout.flat_numel; i++) o.grads[i] /= m->grads_scale;
-    o.act_bytes = tlm_mem_stats_now(be).current[TLM_MEM_ACTIVATIONS];
+    o.act_bytes = tlm_activations_bytes(m->acts, TLM_MEM_ACTIVATIONS);
     o.num_tensors = m->layout.num_tensors;
     o.tensors = malloc((size_t)m->layout.num_tensors * sizeof *o.tensors);
     memcpy(o.tensors, m->layout.tensors, (size_t)m->layout.num_tensors * sizeof *o.tensors);

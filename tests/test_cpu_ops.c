@@ -9,7 +9,7 @@
  * Outputs that an op overwrites are poisoned with NaN first and must come back all finite.
  * Every op taking a dtype runs in fp32 for the checks above, and in bf16 and fp16 against
  * the fp32 op on the same (rounded) inputs ("bf16 / fp16" below says how close and why);
- * cast, grad_unscale and the residual folded into matmul have checks of their own.
+ * cast, grad_unscale, sum_squares and the residual folded into matmul have checks of their own.
  * Prints one line per check and a final "N passed, M failed"; exits 1 on any failure. */
 #include "tlm/util.h"
 #include "tlm/backend.h"
@@ -951,6 +951,44 @@ static void test_grad_unscale(size_t n) {
           "grad_unscale n=%zu by 4: FLT_MAX/2 overflows to inf and is counted (%zu)", n, bad);
 }
 
+/* sum_squares (the gradient norm of clipping): against the float64 sum in index order (the
+ * orders differ, so within 1e-12 relative); the same bits with 1 and 4 threads; n = 0 gives 0; a
+ * NaN or an inf anywhere (here in the last, scalar-tail element) gives a non-finite sum; FLT_MAX
+ * squared stays finite in float64. */
+static double sum_squares(const float *x, size_t n) {
+    double out = -1.0; /* host memory on the CPU backend */
+    tlm_sum_squares(be, &out, x, n);
+    return out;
+}
+
+static void test_sum_squares(size_t n) {
+    float *x = randn(n, 3.0f);
+    double want = 0.0;
+    for (size_t i = 0; i < n; i++) want += (double)x[i] * x[i];
+    const int max_threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const double one = sum_squares(x, n);
+    omp_set_num_threads(4);
+    const double four = sum_squares(x, n);
+    omp_set_num_threads(max_threads);
+    check(fabs(one - want) <= 1e-12 * want && memcmp(&one, &four, sizeof one) == 0,
+          "sum_squares n=%zu: %.17g, float64 in index order %.17g (rel err %.1e); 4 threads give the same bits",
+          n, one, want, fabs(one - want) / want);
+    const float keep = x[n - 1];
+    x[n - 1] = NAN;
+    const double with_nan = sum_squares(x, n);
+    x[n - 1] = -INFINITY;
+    const double with_inf = sum_squares(x, n);
+    x[n - 1] = keep;
+    x[n / 2] = FLT_MAX;
+    const double with_max = sum_squares(x, n);
+    check(isnan(with_nan) && isinf(with_inf) && isfinite(with_max) && with_max >= (double)FLT_MAX * FLT_MAX &&
+              sum_squares(x, 0) == 0.0,
+          "sum_squares n=%zu: NaN -> %g, -inf -> %g, FLT_MAX -> %g (finite), n = 0 -> 0", n, with_nan, with_inf,
+          with_max);
+    tlm_free(be, x);
+}
+
 /* AdamW with the GEMM copy refreshed in the same pass: params, m, v as without it, and
  * params_lp = round(params) bit for bit */
 static void test_adamw_lowp(size_t n, tlm_dtype dt) {
@@ -1563,6 +1601,8 @@ int main(void) {
     test_cast(100003, F32);
     test_grad_unscale(37);
     test_grad_unscale(100003);
+    test_sum_squares(37);
+    test_sum_squares(100003);
     test_convert_paths();
     for (int i = 0; i < 2; i++) test_lowp(LOWP[i]);
     test_thread_count(F32);

@@ -12,7 +12,7 @@
  * the ToyModel's ops, included; relu is exact, so it must match bit for bit). Inputs are drawn in
  * float32 and rounded to the dtype here (round to nearest even), so both backends see the same
  * bits. cast is checked bit for bit (against the CPU and against this file's own rounding),
- * grad_unscale by its count of injected inf/NaN, reduce_mean against a float64 mean too.
+ * grad_unscale by its count of injected inf/NaN, reduce_mean and sum_squares against float64 too.
  *
  * Shapes: the tiny model's (N = 3*17, C 64, H 4, D 16, F 172, V 512), one whose sizes are not
  * multiples of 4 (the kernels' scalar paths, 8-byte-aligned fp32 GEMM operands, 4-byte-aligned
@@ -780,6 +780,51 @@ static void case_grad_unscale(const tcase *t) {
     unscale_one(t->tag, n, 1, 4.0f);
 }
 
+/* sum_squares (the gradient norm of clipping), out (1) float64: CUDA against the CPU and against
+ * the float64 sum in index order computed here (within 1e-12 relative: only the order differs), and
+ * the same bits on a second CUDA run (no atomics); a length with a scalar tail, an unaligned start,
+ * and one long enough for the most blocks; then a NaN in the tail and an inf up front: non-finite. */
+static void sumsq_one(const char *tag, size_t n, size_t offset, int inject) {
+    tbuf x = tb_rand(n, 2.0, 0.0, F32);
+    if (inject) {
+        tb_set(&x, n - 1, NAN);
+        tb_set(&x, offset, INFINITY);
+        tb_upload(&x);
+    }
+    double *oc = tlm_alloc(cpu, sizeof(double), TLM_MEM_WORKSPACE, "test");
+    double *og = tlm_alloc(gpu, sizeof(double), TLM_MEM_WORKSPACE, "test");
+    if (!oc || !og) die_on(TLM_ERR_OUT_OF_MEMORY, "sum_squares out");
+    char what[64];
+    snprintf(what, sizeof what, "sum_squares n=%zu%s%s", n - offset, offset ? " unaligned" : "",
+             inject ? " NaN+inf" : "");
+    ON_BOTH(what, tag, tlm_sum_squares(be_, g_ ? og : oc, FP(x) + offset, n - offset));
+    if (!perf_mode) {
+        double g1 = 0, g2 = 0, want = 0;
+        tlm_copy_to_host(gpu, &g1, og, sizeof g1);
+        tlm_sum_squares(gpu, og, (float *)x.g + offset, n - offset);
+        tlm_copy_to_host(gpu, &g2, og, sizeof g2);
+        tlm_synchronize(gpu);
+        for (size_t i = offset; i < n; i++) want += (double)x.host[i] * x.host[i];
+        if (inject)
+            check(!isfinite(g1) && !isfinite(*oc), "%-36s %-33s cuda %g, cpu %g: not finite", what, tag, g1, *oc);
+        else
+            check(fabs(g1 - *oc) <= 1e-12 * want && fabs(g1 - want) <= 1e-12 * want && memcmp(&g1, &g2, sizeof g1) == 0,
+                  "%-36s %-33s cuda %.17g, cpu %.17g, float64 %.17g; a second cuda run the same bits", what, tag, g1,
+                  *oc, want);
+    }
+    tlm_free(cpu, oc);
+    tlm_free(gpu, og);
+    tb_free(&x);
+}
+
+static void case_sum_squares(const tcase *t) {
+    const size_t n = (size_t)t->s->B * t->s->T * t->s->C + 7;
+    sumsq_one(t->tag, n, 0, 0);
+    sumsq_one(t->tag, n, 1, 0);
+    sumsq_one(t->tag, (size_t)t->s->B * t->s->T * t->s->F * 3 + 1, 0, 0);
+    sumsq_one(t->tag, n, 0, 1);
+}
+
 /* ---- the table ------------------------------------------------------------------------------------ */
 
 enum { M_FP32 = 1, M_TF32 = 2, M_BF16 = 4, M_FP16 = 8, M_DT = M_FP32 | M_BF16 | M_FP16, M_ALL = M_DT | M_TF32 };
@@ -806,6 +851,7 @@ static const op_case cases[] = {
     {"layernorm", TLM_OP_LAYERNORM_FORWARD, M_DT, TOL, case_layernorm},
     {"adamw", TLM_OP_ADAMW_STEP, M_FP32, TOL, case_adamw},
     {"grad_unscale", TLM_OP_GRAD_UNSCALE, M_FP32, TOL, case_grad_unscale},
+    {"sum_squares", TLM_OP_SUM_SQUARES, M_FP32, TOL, case_sum_squares},
     /* FlashAttention-2 has its own test against float64: test_gpu_flash_attention */
 };
 

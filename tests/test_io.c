@@ -370,6 +370,9 @@ static void test_safetensors_roundtrip(void) {
     }
     check(expect_next == (const unsigned char *)st.buffer + st.buffer_size, "data section ends at the end of the file");
     check(tlm_safetensors_find(&st, "nope") == NULL, "find of a missing name is NULL");
+    check(st.num_meta == 1 && tlm_safetensors_meta(&st, "format") && !strcmp(tlm_safetensors_meta(&st, "format"), "pt") &&
+              !tlm_safetensors_meta(&st, "nope"),
+          "__metadata__ read back: format pt, nothing else");
 
     float out[6];
     const tlm_st_tensor *t = tlm_safetensors_find(&st, "layers.0.attn.q_proj.weight");
@@ -412,6 +415,17 @@ static void test_safetensors_roundtrip(void) {
 
     tlm_st_entry dup[2] = {e[0], e[0]};
     check_status(tlm_safetensors_write(path, dup, 2), TLM_ERR_INVALID_ARGUMENT, "twice", "write with a duplicate name");
+    const tlm_st_meta fmt[1] = {{"format", "np"}}, twice[2] = {{"k", "a"}, {"k", "b"}}, bad8[1] = {{"k", "\xff"}};
+    check_status(tlm_safetensors_write_meta(path, e, n, fmt, 1), TLM_ERR_INVALID_ARGUMENT, "'format'",
+                 "write with a metadata key 'format' (tlm's own; a file with it twice is refused by readers)");
+    check_status(tlm_safetensors_write_meta(path, e, n, twice, 2), TLM_ERR_INVALID_ARGUMENT, "'k' given twice",
+                 "write with a metadata key twice");
+    check_status(tlm_safetensors_write_meta(path, e, n, bad8, 1), TLM_ERR_INVALID_ARGUMENT, "UTF-8",
+                 "write with a metadata value that is not UTF-8");
+    tlm_st_entry bad_name = e[1];
+    bad_name.name = "w\xc0";
+    check_status(tlm_safetensors_write(path, &bad_name, 1), TLM_ERR_INVALID_ARGUMENT, "not UTF-8",
+                 "write with a tensor name that is not UTF-8");
     tlm_st_entry neg = e[1];
     neg.shape[0] = -4;
     check_status(tlm_safetensors_write(path, &neg, 1), TLM_ERR_INVALID_ARGUMENT, "negative", "write with a negative dim");
@@ -497,8 +511,15 @@ static void test_safetensors_malformed(void) {
                              "\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
                              UINT64_MAX, 1), "twice", "a name twice");
 
-    /* __metadata__ of any form is ignored; a valid hand-made file with odd key order reads */
+    /* a valid hand-made file with odd key order reads (rules of the reference: test_safetensors_reference) */
     tlm_safetensors st;
+    /* escapes that are not NUL: a quote, a backslash, a \u escape of 'A' */
+    tlm_safetensors st0;
+    tlm_status s0 = tlm_safetensors_read(st_file("escapes.safetensors",
+                                                 "{\"q\\\"\\\\\\u0041\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+                                                 UINT64_MAX, 1), &st0);
+    check(s0 == TLM_OK && st0.num_tensors == 1 && !strcmp(st0.tensors[0].name, "q\"\\A"), "a name with escaped quote, backslash, \\u0041");
+    if (s0 == TLM_OK) tlm_safetensors_free(&st0);
     const char *ok = st_file("meta.safetensors",
                              "{\"w\":{\"data_offsets\":[0,2],\"shape\":[],\"dtype\":\"BF16\"},\"__metadata__\":{\"a\":\"b\"}}  ",
                              UINT64_MAX, 2);
@@ -740,6 +761,201 @@ static void test_npy_malformed(void) {
     free(raw);
 }
 
+/* ---- issue 10: the readers against hostile files -------------------------------------------- */
+
+/* the reference's rules (huggingface/safetensors read_metadata, Metadata::validate) */
+static void test_safetensors_reference(void) {
+#define W4(name, b, e) "\"" name "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" #b "," #e "]}"
+    expect_st_format(st_file("overlap.safetensors", "{" W4("a", 0, 4) "," W4("b", 2, 6) "}", UINT64_MAX, 6),
+                     "overlap tensor 'a'", "data_offsets overlapping the tensor before");
+    expect_st_format(st_file("alias.safetensors",
+                             "{" W4("a", 0, 4) "," W4("b", 0, 4) "," W4("c", 0, 4) "," W4("d", 0, 4) ","
+                             W4("e", 0, 4) "," W4("f", 0, 4) "," W4("g", 0, 4) "}", UINT64_MAX, 4),
+                     "overlap", "seven tensors aliasing one buffer");
+    expect_st_format(st_file("gap.safetensors", "{" W4("a", 0, 4) "," W4("b", 8, 12) "}", UINT64_MAX, 12),
+                     "bytes [4, 8)", "a gap between two tensors");
+    expect_st_format(st_file("gap0.safetensors", "{" W4("a", 4, 8) "}", UINT64_MAX, 8), "bytes [0, 4)",
+                     "the first tensor not at offset 0");
+    expect_st_format(st_file("trail.safetensors", "{" W4("a", 0, 4) "}", UINT64_MAX, 9), "5 trailing bytes",
+                     "trailing bytes after the last tensor");
+    expect_st_format(st_file("trail0.safetensors", "{}", UINT64_MAX, 3), "3 trailing bytes",
+                     "data bytes with no tensor at all");
+    expect_st_format(st_file("dim2p63.safetensors",
+                             "{\"w\":{\"dtype\":\"U8\",\"shape\":[9223372036854775808,0],\"data_offsets\":[0,0]}}",
+                             UINT64_MAX, 0), "2^63", "a dimension of 2^63 (would read as negative)");
+    expect_st_format(st_file("metanum.safetensors", "{\"__metadata__\":{\"format\":\"pt\",\"n\":1}," W4("a", 0, 4) "}",
+                             UINT64_MAX, 4), "__metadata__ entry 'n'", "a non-string __metadata__ value");
+    expect_st_format(st_file("metaarr.safetensors", "{\"__metadata__\":[\"pt\"]," W4("a", 0, 4) "}", UINT64_MAX, 4),
+                     "__metadata__", "__metadata__ an array, not an object");
+    expect_st_format(st_file("metastr.safetensors", "{\"__metadata__\":\"pt\"}", UINT64_MAX, 0), "__metadata__",
+                     "__metadata__ a string");
+    expect_st_format(st_file("meta2.safetensors", "{\"__metadata__\":{},\"__metadata__\":{}}", UINT64_MAX, 0),
+                     "twice", "__metadata__ twice");
+    expect_st_format(st_file("metadup.safetensors", "{\"__metadata__\":{\"k\":\"a\",\"k\":\"b\"}}", UINT64_MAX, 0),
+                     "'k' twice", "a __metadata__ key twice");
+    expect_st_format(st_file("noname.safetensors", "{" W4("", 0, 4) "}", UINT64_MAX, 4), "empty name",
+                     "an empty tensor name");
+    expect_st_format(st_file("utf8.safetensors", "{" W4("\xff", 0, 4) "}", UINT64_MAX, 4), "UTF-8",
+                     "a name that is not UTF-8");
+    expect_st_format(st_file("overlong.safetensors", "{" W4("\xc0\xaf", 0, 4) "}", UINT64_MAX, 4), "UTF-8",
+                     "an overlong UTF-8 form");
+    expect_st_format(st_file("ctl.safetensors", "{" W4("a\x01", 0, 4) "}", UINT64_MAX, 4), "control byte",
+                     "a control byte in a name");
+    /* NUL inside a name: "a\0b" would be read as "a" */
+    const char *p = st_file("nul.safetensors", "{\"a_b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}",
+                            UINT64_MAX, 0);
+    size_t size;
+    unsigned char *raw = read_bytes(p, &size);
+    raw[8 + 3] = '\0';
+    write_bytes(p, raw, size);
+    free(raw);
+    expect_st_format(p, "control byte (0x00) at byte 3", "a NUL byte inside a tensor name");
+    expect_st_format(st_file("escnul.safetensors", "{" W4("a\\u0000b", 0, 4) "}", UINT64_MAX, 4), "escaped NUL",
+                     "an escaped NUL in a name (\"a\\u0000b\" would read as \"a\")");
+    expect_st_format(st_file("escnulmeta.safetensors", "{\"__metadata__\":{\"d_model\":\"64\\u0000 junk\"}}", UINT64_MAX, 0),
+                     "escaped NUL", "an escaped NUL in a __metadata__ value");
+    /* the header ends the file with a dangling comma: older cJSON read one byte past it (ASan) */
+    expect_st_format(st_file("comma.safetensors", "{\"a\":1,", UINT64_MAX, 0), "JSON",
+                     "a header ending the file in a comma");
+
+    /* 20000 empty tensors, then one name again: found (the names are sorted, not compared pairwise) */
+    enum { MANY = 20000 };
+    const size_t cap = (size_t)MANY * 64 + 256;
+    char *many = malloc(cap);
+    size_t len = 0;
+    for (int i = 0; i <= MANY; i++)
+        len += (size_t)snprintf(many + len, cap - len, "%s\"t%d\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}",
+                                i ? "," : "{", i < MANY ? i : 4321);
+    snprintf(many + len, cap - len, "}");
+    expect_st_format(st_file("many_dup.safetensors", many, UINT64_MAX, 0), "'t4321' appears twice",
+                     "20001 tensors, one name twice");
+    many[len - strlen("4321\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}")] = 'x';
+    tlm_safetensors stm;
+    tlm_status sm = tlm_safetensors_read(st_file("many.safetensors", many, UINT64_MAX, 0), &stm);
+    check(sm == TLM_OK && stm.num_tensors == MANY + 1, "20001 tensors, names distinct: read");
+    if (sm == TLM_OK) tlm_safetensors_free(&stm);
+    free(many);
+
+    /* what the reference accepts */
+    tlm_safetensors st;
+    tlm_status s = tlm_safetensors_read(
+        st_file("order.safetensors", "{" W4("b", 4, 8) "," W4("a", 0, 4) ",\"__metadata__\":null}", UINT64_MAX, 8), &st);
+    check(s == TLM_OK && st.num_tensors == 2 && !strcmp(st.tensors[0].name, "b") &&
+              (const unsigned char *)st.tensors[0].data == (const unsigned char *)st.buffer + 8 + strlen("{" W4("b", 4, 8) "," W4("a", 0, 4) ",\"__metadata__\":null}") + 4 &&
+              st.num_meta == 0,
+          "tensors listed out of offset order, __metadata__ null: read (the reference sorts by offset)");
+    if (s == TLM_OK) tlm_safetensors_free(&st);
+    s = tlm_safetensors_read(st_file("empties.safetensors",
+                                     "{\"z1\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]}," W4("a", 0, 4) ","
+                                     "\"z0\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[0,0]},"
+                                     "\"z2\":{\"dtype\":\"F32\",\"shape\":[5,0],\"data_offsets\":[4,4]},"
+                                     "\"__metadata__\":{\"format\":\"pt\",\"d_model\":\"512\"}}",
+                                     UINT64_MAX, 4), &st);
+    check(s == TLM_OK && st.num_tensors == 4 && st.num_meta == 2 && tlm_safetensors_meta(&st, "d_model") &&
+              !strcmp(tlm_safetensors_meta(&st, "d_model"), "512"),
+          "empty tensors at the ends of a tensor and at 0; __metadata__ entries read");
+    if (s == TLM_OK) tlm_safetensors_free(&st);
+    s = tlm_safetensors_read(st_file("utf8ok.safetensors", "{" W4("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 0, 4) "}",
+                                     UINT64_MAX, 4), &st);
+    check(s == TLM_OK && st.num_tensors == 1 && !strcmp(st.tensors[0].name, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"),
+          "a UTF-8 name of 2, 3 and 4-byte characters reads");
+    if (s == TLM_OK) tlm_safetensors_free(&st);
+#undef W4
+}
+
+/* every size a header claims is checked against the file before anything is allocated */
+static void test_sizes_before_allocation(void) {
+    uint64_t d = 0;
+    /* the issue's file: 10 bytes of magic, version and length, a 62-byte header, no data */
+    static const char dict[] = "{'descr':'<f4','fortran_order':False,'shape':(1099511627776,)}";
+    unsigned char tiny[72] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, sizeof dict - 1, 0};
+    memcpy(tiny + 10, dict, sizeof dict - 1);
+    const char *p = tpath("huge.npy");
+    write_bytes(p, tiny, 10 + sizeof dict - 1);
+    expect_npy(p, TLM_ERR_FORMAT, "needs 4398046511104 bytes of data, the file holds 0",
+               "72-byte .npy claiming shape (2^40,): refused before allocating 4 TiB");
+    tlm_tokens t;
+    p = npy_file("huge_tok.npy", 1, "{'descr': '<u2', 'fortran_order': False, 'shape': (1099511627776,), }", &d, 8);
+    check_status(tlm_tokens_load(p, 50257, &t), TLM_ERR_FORMAT, "needs 2199023255552 bytes",
+                 "72-byte token .npy claiming 2^40 ids: refused before allocating 4 TiB of ids");
+    p = npy_file("big2d.npy", 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (65536, 65536), }", &d, 8);
+    expect_npy(p, TLM_ERR_FORMAT, "shape [65536, 65536] of F64", ".npy claiming 32 GiB names its shape");
+    /* a v2.0 header length of 1 MiB in a 20-byte file */
+    p = tpath("hl.npy");
+    write_bytes(p, "\x93NUMPY\x02\x00\x00\x00\x10\x00{'descr'", 20);
+    expect_npy(p, TLM_ERR_FORMAT, "ends inside its 1048576-byte header", ".npy header length beyond the file");
+    /* not regular files: refused at once (a FIFO would block in open, /dev/zero never ends) */
+    const char *fifo = tpath("fifo.npy");
+    check(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+    expect_npy(fifo, TLM_ERR_IO, "not a regular file", "a FIFO as .npy");
+    check_status(tlm_tokens_load(fifo, 10, &t), TLM_ERR_IO, "not a regular file", "a FIFO as token .npy");
+    expect_npy("/dev/zero", TLM_ERR_IO, "not a regular file", "/dev/zero as .npy");
+    tlm_safetensors st;
+    check_status(tlm_safetensors_read("/dev/null", &st), TLM_ERR_IO, "not a regular file", "/dev/null as safetensors");
+    check_status(tlm_tokens_load("/dev/zero.bin", 10, &t), TLM_ERR_IO, NULL, "a missing .bin");
+}
+
+/* messages that name the problem */
+static void test_reader_messages(void) {
+    /* a [0, 17] array where [batch, context_length] is expected */
+    const char *p = tpath("empty_batch.npy");
+    tlm_npy_write(p, TLM_DTYPE_I64, 2, (int64_t[]){0, 17}, NULL);
+    tlm_array a;
+    tlm_status s = tlm_npy_read(p, &a);
+    check(s == TLM_OK && a.ndim == 2 && a.numel == 0, "a [0, 17] .npy reads (numpy writes such arrays)");
+    if (s == TLM_OK) {
+        check_status(tlm_array_check_shape(&a, 2, 1 << 20, "[batch, context_length]", "inputs X.npy"),
+                     TLM_ERR_INVALID_ARGUMENT, "inputs X.npy: expected shape [batch, context_length] (2 dimensions, each in [1, 1048576]), got [0, 17]: an empty array",
+                     "[0, 17] where [batch, context_length] is expected: the message names both shapes");
+        a.shape[0] = 3;
+        a.numel = 51;
+        check_status(tlm_array_check_shape(&a, 2, 1 << 20, "[batch, context_length]", "inputs X.npy"), TLM_OK, NULL,
+                     "[3, 17] passes");
+        a.ndim = 3;
+        a.shape[2] = 2;
+        check_status(tlm_array_check_shape(&a, 2, 1 << 20, "[batch, context_length]", "inputs X.npy"),
+                     TLM_ERR_INVALID_ARGUMENT, "got [3, 17, 2]", "a 3-D array named by its shape");
+        tlm_array_free(&a);
+    }
+    char buf[TLM_SHAPE_STRLEN];
+    const int64_t big[8] = {INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX};
+    check(!strcmp(tlm_shape_format(0, NULL, buf, sizeof buf), "[]") &&
+              !strcmp(tlm_shape_format(1, (int64_t[]){5}, buf, sizeof buf), "[5]") &&
+              strlen(tlm_shape_format(8, big, buf, sizeof buf)) == 2 + 8 * 19 + 7 * 2,
+          "shape text: [], [5], eight 19-digit dims fit TLM_SHAPE_STRLEN");
+    check(!strcmp(tlm_shape_format(2, (int64_t[]){12, 34}, buf, 5), "[12,"), "shape text cut to a small buffer");
+
+    tlm_tokens t;
+    p = tpath("tok_2d_msg.npy");
+    tlm_npy_write(p, TLM_DTYPE_I32, 2, (int64_t[]){1, 3}, (int32_t[]){1, 2, 3});
+    check_status(tlm_tokens_load(p, 10, &t), TLM_ERR_FORMAT, "must be 1-D, this array has shape [1, 3]",
+                 "a 2-D token .npy named by its shape");
+
+    /* an integer .npy where floats are expected: named, never "tensor '(null)'" */
+    int32_t i4[2] = {1, 2};
+    tlm_st_tensor unnamed = {.dtype = TLM_DTYPE_I32, .ndim = 1, .shape = {2}, .numel = 2, .data = i4};
+    float f[2];
+    s = tlm_st_tensor_to_f32(&unnamed, f);
+    check(s == TLM_ERR_FORMAT && !strstr(tlm_last_error(), "(null)") && strstr(tlm_last_error(), "I32"),
+          "to_f32 of an unnamed I32 tensor: FORMAT naming I32, no '(null)' (%s)", tlm_last_error());
+    tlm_array ia = {.dtype = TLM_DTYPE_I32, .ndim = 1, .shape = {2}, .numel = 2, .data = i4};
+    check_status(tlm_array_to_f32(&ia, f, "a.npy"), TLM_ERR_FORMAT, "a.npy: dtype I32 is not a float dtype",
+                 "array_to_f32 of an I32 .npy names the file");
+    uint16_t h[2] = {0x3c00, 0xc000};
+    tlm_array ha = {.dtype = TLM_DTYPE_F16, .ndim = 1, .shape = {2}, .numel = 2, .data = h};
+    check(tlm_array_to_f32(&ha, f, "h.npy") == TLM_OK && f[0] == 1.0f && f[1] == -2.0f, "array_to_f32 of F16");
+
+    /* one format passed for the other */
+    p = tpath("weights.npy");
+    tlm_npy_write(p, TLM_DTYPE_F32, 1, (int64_t[]){2}, (float[]){1, 2});
+    expect_st_format(p, "weights.npy: this is a .npy file, not safetensors", "a .npy passed as safetensors");
+    p = tpath("arr.safetensors");
+    tlm_safetensors_write(p, &(tlm_st_entry){"w", TLM_DTYPE_F32, 1, {2}, (float[]){1, 2}}, 1);
+    expect_npy(p, TLM_ERR_FORMAT, "arr.safetensors: this is a safetensors file, not .npy", "a safetensors passed as .npy");
+    check_status(tlm_tokens_load(p, 10, &t), TLM_ERR_FORMAT, "this is a safetensors file",
+                 "a safetensors passed as a token file");
+}
+
 /* ---- tokens ---------------------------------------------------------------------------------- */
 
 static void test_tokens(void) {
@@ -904,6 +1120,9 @@ int main(void) {
     test_npy_roundtrip();
     test_npy_variants();
     test_npy_malformed();
+    test_safetensors_reference();
+    test_sizes_before_allocation();
+    test_reader_messages();
     test_tokens();
     test_get_batch();
     if (!getenv("TLM_TEST_KEEP")) remove_tree(tmpdir);

@@ -10,17 +10,34 @@ command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v make >/dev/null 2>&1 || need+=(make)
 [ -n "$(find /usr/include -path '*openblas*' -name cblas.h -print -quit 2>/dev/null)" ] || need+=(libopenblas-openmp-dev)
 [ -f /usr/include/cjson/cJSON.h ] || need+=(libcjson-dev)
+# Open MPI: mpirun starts the ranks of `tlm allreduce` and its tests; mpicc's headers and libmpi build
+# the communication layer (src/comm)
+command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
+command -v mpicc >/dev/null 2>&1 || need+=(libopenmpi-dev)
+# the small English corpus `tlm train`'s CI test trains on (tools/make_tokens.py reads it): Debian's
+# fortunes-min (fortune-mod's fortunes, literature and riddles; about 100 KB of text, in bookworm)
+[ -f /usr/share/games/fortunes/literature ] || need+=(fortunes-min)
+# optional: clang and libFuzzer for the fuzz harnesses (tests/fuzz; make test skips them without)
+want=()
+command -v clang >/dev/null 2>&1 || want+=(clang)
+[ -n "$(find /usr/lib/llvm-* -name 'libclang_rt.fuzzer-*.a' -print -quit 2>/dev/null)" ] || want+=(libclang-rt-dev)
+# optional: gnuplot draws `tlm plot`'s pictures (PNG, SVG); without it tlm plot says so and its tests skip
+command -v gnuplot >/dev/null 2>&1 || want+=(gnuplot-nox)
 
-if [ ${#need[@]} -eq 0 ]; then
+if [ ${#need[@]} -eq 0 ] && [ ${#want[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "tlm: installing missing Debian packages: ${need[*]}"
+  echo "tlm: installing missing Debian packages: ${need[*]} ${want[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}"
-else
+  [ ${#need[@]} -eq 0 ] || apt-get install -y -qq --no-install-recommends "${need[@]}"
+  [ ${#want[@]} -eq 0 ] || apt-get install -y -qq --no-install-recommends "${want[@]}" ||
+    echo "tlm: could not install ${want[*]}: the fuzz harnesses (clang) or tlm plot (gnuplot-nox) are skipped"
+elif [ ${#need[@]} -gt 0 ]; then
   echo "tlm: missing Debian packages: ${need[*]}" >&2
   echo "tlm: install them with: sudo apt-get install ${need[*]}" >&2
   exit 1
+else
+  echo "tlm: optional Debian packages missing (without them the fuzz harnesses or tlm plot are skipped): sudo apt-get install ${want[*]}"
 fi

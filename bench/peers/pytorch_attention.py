@@ -15,11 +15,11 @@ Same suites and flags as tlm: random normal q, k, v, dout (B, H, S, D) (seeded);
 forward+backward passes, then --iters timed forward passes and --iters timed backward passes
 (backward of the last forward's graph, retain_graph), each synchronized; mean ms.
 TFLOP/s in FlashAttention's convention: forward 4*b*h*s^2*d (halved when causal), backward 2.5x.
-mem_before_bwd_mib = torch.cuda.memory_allocated() after the forward, before the backward (CUDA
+mem_before_bwd_bytes = torch.cuda.memory_allocated() after the forward, before the backward (CUDA
 only; null on the CPU). An out-of-memory is a row with status "OOM" and PyTorch's message.
 
   python3 bench/peers/pytorch_attention.py --device cuda --suite leaderboard --format json --out r.json
-  python3 bench/peers/pytorch_attention.py --device cpu --seq 64,128 --d-head 16 --iters 2
+  python3 bench/peers/pytorch_attention.py --device cpu --context-length 64,128 --d-head 16 --iters 2
 """
 
 import argparse
@@ -100,13 +100,13 @@ def is_oom(e: BaseException) -> bool:
 
 
 def run_case(dev, impl, b, h, s, d, dtype_name, causal, iters, warmup, seed):
-    row = dict(tool="pytorch", impl=impl, batch=b, heads=h, seq=s, d_head=d, dtype=dtype_name, causal=causal,
-               fwd_ms=None, bwd_ms=None, fwdbwd_ms=None, tflops_fwd=None, tflops_bwd=None,
-               mem_before_bwd_mib=None, status="ok")
+    row = dict(tool="pytorch", impl=impl, batch_size=b, num_heads=h, context_length=s, d_head=d, dtype=dtype_name,
+               causal=causal, fwd_ms_mean=None, bwd_ms_mean=None, fwdbwd_ms_mean=None, fwd_tflop_per_s=None,
+               bwd_tflop_per_s=None, mem_before_bwd_bytes=None, status="ok", error=None)
     cuda = dev.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if impl == "sdpa-cudnn" and not cuda:
-        row.update(status="unavailable", note="cuDNN attention: CUDA only")
+        row.update(status="unavailable", error="cuDNN attention: CUDA only")
         return row
     tensors = []
     try:
@@ -130,7 +130,7 @@ def run_case(dev, impl, b, h, s, d, dtype_name, causal, iters, warmup, seed):
             sync()
             fwd += time.perf_counter() - t0
         if cuda:
-            row["mem_before_bwd_mib"] = torch.cuda.memory_allocated() / 2 ** 20
+            row["mem_before_bwd_bytes"] = torch.cuda.memory_allocated()
         bwd = 0.0
         for _ in range(iters):
             q.grad = k.grad = v.grad = None
@@ -140,17 +140,17 @@ def run_case(dev, impl, b, h, s, d, dtype_name, causal, iters, warmup, seed):
             bwd += time.perf_counter() - t0
         fwd_ms, bwd_ms = fwd * 1e3 / iters, bwd * 1e3 / iters
         ff = flops_forward(b, h, s, d, causal)
-        row.update(fwd_ms=fwd_ms, bwd_ms=bwd_ms, fwdbwd_ms=fwd_ms + bwd_ms,
-                   tflops_fwd=ff / (fwd_ms * 1e9) if fwd_ms > 0 else None,
-                   tflops_bwd=2.5 * ff / (bwd_ms * 1e9) if bwd_ms > 0 else None)
+        row.update(fwd_ms_mean=fwd_ms, bwd_ms_mean=bwd_ms, fwdbwd_ms_mean=fwd_ms + bwd_ms,
+                   fwd_tflop_per_s=ff / (fwd_ms * 1e9) if fwd_ms > 0 else None,
+                   bwd_tflop_per_s=2.5 * ff / (bwd_ms * 1e9) if bwd_ms > 0 else None)
     except Exception as e:  # noqa: BLE001 -- every failure becomes a row, the sweep goes on
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if is_oom(e):
-            row.update(status="OOM", note=msg[:300])
+            row.update(status="OOM", error=msg[:300])
         elif impl.startswith("sdpa-") and ("No available kernel" in str(e) or "not supported" in str(e).lower()):
-            row.update(status="unavailable", note=msg[:300])
+            row.update(status="unavailable", error=msg[:300])
         else:
-            row.update(status="failed", note=f"{type(e).__name__}: {msg[:300]}")
+            row.update(status="failed", error=f"{type(e).__name__}: {msg[:300]}")
     finally:
         del tensors
         if cuda:
@@ -199,7 +199,7 @@ def main(argv=None):
     p.add_argument("--suite", choices=sorted(SUITES), help="preset sizes (flags override; default: none)")
     p.add_argument("--batch-size", type=positive, help="batch (default: 1; suites: theirs)")
     p.add_argument("--heads", type=positive, help="heads (default: 1)")
-    p.add_argument("--seq", type=int_list, help="comma list of sequence lengths (default: 256,1024)")
+    p.add_argument("--context-length", type=int_list, help="comma list of sequence lengths (default: 256,1024)")
     p.add_argument("--d-head", type=d_list, help="comma list of head sizes, even (default: 64)")
     p.add_argument("--dtype", type=name_list(list(DTYPES)), help="comma list of fp32, bf16, fp16 (default: fp32)")
     p.add_argument("--causal", choices=["on", "off"], default="on", help="causal mask (default: on)")
@@ -217,7 +217,7 @@ def main(argv=None):
     a = p.parse_args(argv)
 
     cfg = dict(SUITES[a.suite]) if a.suite else dict(DEFAULTS)
-    for key, val in (("batch", a.batch_size), ("heads", a.heads), ("seq", a.seq), ("d_head", a.d_head),
+    for key, val in (("batch", a.batch_size), ("heads", a.heads), ("seq", a.context_length), ("d_head", a.d_head),
                      ("dtype", a.dtype), ("iters", a.iters), ("warmup", a.warmup)):
         if val is not None:
             cfg[key] = val
@@ -247,10 +247,11 @@ def main(argv=None):
             for s in cfg["seq"]:
                 for impl in a.impl:
                     if max_seq and s > max_seq:
-                        r = dict(tool="pytorch", impl=impl, batch=cfg["batch"], heads=cfg["heads"], seq=s, d_head=d,
-                                 dtype=dtype_name, causal=causal, fwd_ms=None, bwd_ms=None, fwdbwd_ms=None,
-                                 tflops_fwd=None, tflops_bwd=None, mem_before_bwd_mib=None, status="skipped",
-                                 note=f"skipped on {dev.type}: seq > max-seq ({max_seq})")
+                        r = dict(tool="pytorch", impl=impl, batch_size=cfg["batch"], num_heads=cfg["heads"],
+                                 context_length=s, d_head=d, dtype=dtype_name, causal=causal, fwd_ms_mean=None,
+                                 bwd_ms_mean=None, fwdbwd_ms_mean=None, fwd_tflop_per_s=None, bwd_tflop_per_s=None,
+                                 mem_before_bwd_bytes=None, status="skipped",
+                                 error=f"seq > --max-seq ({max_seq}) on {dev.type}")
                     else:
                         r = run_case(dev, impl, cfg["batch"], cfg["heads"], s, d, dtype_name, causal,
                                      cfg["iters"], cfg["warmup"], a.seed)
@@ -270,13 +271,13 @@ def main(argv=None):
 
 
 def fmt_row(r):
-    head = (f"{r['impl']:<10} {r['batch']:5d} {r['heads']:5d} {r['seq']:6d} {r['d_head']:4d} {r['dtype']:<5} "
+    head = (f"{r['impl']:<10} {r['batch_size']:5d} {r['num_heads']:5d} {r['context_length']:6d} {r['d_head']:4d} {r['dtype']:<5} "
             f"{'yes' if r['causal'] else 'no':<6} ")
     if r["status"] != "ok":
-        return head + f"{r['status']}: {r.get('note', '')}"
-    mem = "-" if r["mem_before_bwd_mib"] is None else f"{r['mem_before_bwd_mib']:.1f}"
-    return head + (f"{r['fwd_ms']:10.3f} {r['bwd_ms']:10.3f} {r['fwdbwd_ms']:10.3f} {r['tflops_fwd']:8.3f} "
-                   f"{r['tflops_bwd']:8.3f} {mem:>10}")
+        return head + f"{r['status']}: {r.get('error') or ''}"
+    mem = "-" if r["mem_before_bwd_bytes"] is None else f"{r['mem_before_bwd_bytes'] / 2**20:.1f}"
+    return head + (f"{r['fwd_ms_mean']:10.3f} {r['bwd_ms_mean']:10.3f} {r['fwdbwd_ms_mean']:10.3f} "
+                   f"{r['fwd_tflop_per_s']:8.3f} {r['bwd_tflop_per_s']:8.3f} {mem:>10}")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,32 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+# --nvtx: the seeds' ranges, as NVTX ranges (nsys, `tlm profile --exec`) and torch.profiler
+# record_function ranges of the same names: "warmup step N" / "step N", "forward", "backward",
+# "optimizer", "layer N", and inside the naive attention "computing attention scores",
+# "computing softmax", "final matmul" (the names tlm's own ranges have). Off: no cost.
+ANNOTATE = False
+
+
+class annotate:
+    """with annotate("forward"): ... — an NVTX range and a record_function range when ANNOTATE."""
+
+    def __init__(self, name: str):
+        self.name, self.rf = name, None
+
+    def __enter__(self):
+        if ANNOTATE:
+            torch.cuda.nvtx.range_push(self.name)
+            self.rf = torch.profiler.record_function(self.name)
+            self.rf.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.rf is not None:
+            self.rf.__exit__(*exc)
+            torch.cuda.nvtx.range_pop()
+        return False
+
 # ----------------------------------------------------------------------------------------------
 # Configuration (SPEC.md §1; include/tlm/config.h)
 
@@ -189,10 +215,14 @@ class CausalSelfAttention(nn.Module):
         if self.attention == "sdpa":
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
-            scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)                      # (B, H, T, T)
-            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # i >= j
-            scores = scores.masked_fill(~causal, float("-inf"))
-            o = softmax(scores, dim=-1) @ v                                       # (B, H, T, Dh)
+            with annotate("computing attention scores"):
+                scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)                  # (B, H, T, T)
+                causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # i >= j
+                scores = scores.masked_fill(~causal, float("-inf"))
+            with annotate("computing softmax"):
+                p = softmax(scores, dim=-1)
+            with annotate("final matmul"):
+                o = p @ v                                                         # (B, H, T, Dh)
         o = o.transpose(1, 2).reshape(B, T, D)
         return self.output_proj(o)
 
@@ -248,8 +278,9 @@ class TransformerLM(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:  # (B, T) int64 -> (B, T, V)
         x = self.token_embeddings(ids)
-        for layer in self.layers:
-            x = layer(x)
+        for i, layer in enumerate(self.layers):
+            with annotate(f"layer {i}"):
+                x = layer(x)
         return self.lm_head(self.ln_final(x))
 
 
@@ -308,7 +339,7 @@ class AdamW(torch.optim.Optimizer):
 
 FIELDS = ["impl", "model", "context_length", "batch_size", "precision", "pass",
           "fwd_ms_mean", "fwd_ms_std", "bwd_ms_mean", "bwd_ms_std", "opt_ms_mean", "opt_ms_std",
-          "tokens_per_s", "params", "peak_mib", "attention", "status"]
+          "tokens_per_s", "params", "peak_bytes", "reserved_bytes", "attention", "status"]
 PASSES = ("forward", "forward-backward", "train")
 PRECISIONS = ("fp32", "tf32", "bf16")
 
@@ -320,10 +351,23 @@ def set_precision(precision: str, device: str):
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
 
 
-def peak_mib(device: str) -> float:
+def peak_bytes(device: str) -> int:
     if device == "cuda":
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+        return torch.cuda.max_memory_allocated()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def reserved_bytes(device: str):
+    return torch.cuda.max_memory_reserved() if device == "cuda" else None
+
+
+def snapshot_path(args, name: str, T: int, precision: str, pass_: str) -> str:
+    """--memory-snapshot FILE, with the configuration before the extension when several run (as
+    `tlm memory --snapshot` names its files: FILE-2.7B-ctx256-b4-fp32-train.pickle)."""
+    if args.configs == 1:
+        return args.memory_snapshot
+    stem, ext = os.path.splitext(args.memory_snapshot)
+    return f"{stem}-{name}-ctx{T}-b{args.batch_size}-{precision}-{pass_}{ext}"
 
 
 def run_config(args, name: str, T: int, precision: str, pass_: str) -> dict:
@@ -340,6 +384,8 @@ def run_config(args, name: str, T: int, precision: str, pass_: str) -> dict:
             gc.collect()
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
+            if args.memory_snapshot:  # every allocation from here on, with its Python stack
+                torch.cuda.memory._record_memory_history(max_entries=1000000)
         torch.manual_seed(args.seed)
         model = TransformerLM(cfg, attention=args.attention, device=dev)
         x = torch.randint(0, cfg.vocab_size, (args.batch_size, T), device=dev)
@@ -350,25 +396,30 @@ def run_config(args, name: str, T: int, precision: str, pass_: str) -> dict:
                else torch.autocast(device_type=dev, enabled=False))
         times = {"fwd": [], "bwd": [], "opt": []}
         for i in range(args.warmup + args.steps):
+            step = annotate(f"warmup step {i}" if i < args.warmup else f"step {i - args.warmup}")
+            step.__enter__()
             sync()
             t0 = time.perf_counter()
-            with amp, torch.set_grad_enabled(pass_ != "forward"):
+            with amp, torch.set_grad_enabled(pass_ != "forward"), annotate("forward"):
                 loss = cross_entropy(fwd_model(x), y)
             sync()
             t1 = time.perf_counter()
             t2 = t3 = t1
             if pass_ != "forward":
-                loss.backward()
+                with annotate("backward"):
+                    loss.backward()
                 sync()
                 t2 = time.perf_counter()
                 if opt is not None:
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
+                    with annotate("optimizer"):
+                        opt.step()
+                        opt.zero_grad(set_to_none=True)
                     sync()
                     t3 = time.perf_counter()
                 else:
                     model.zero_grad(set_to_none=True)  # not timed: keeps gradients from piling up
                     t3 = t2
+            step.__exit__(None, None, None)
             loss = None
             if i >= args.warmup:
                 times["fwd"].append((t1 - t0) * 1e3)
@@ -382,13 +433,19 @@ def run_config(args, name: str, T: int, precision: str, pass_: str) -> dict:
             row[f"{k}_ms_std"] = float(a.std()) if ran[k] else None  # population std (ddof=0)
             step_ms += float(a.mean()) if ran[k] else 0.0
         row["tokens_per_s"] = args.batch_size * T / (step_ms / 1e3) if step_ms > 0 else None
-        row["peak_mib"] = peak_mib(dev)
+        row["peak_bytes"] = peak_bytes(dev)
+        row["reserved_bytes"] = reserved_bytes(dev)
         row["status"] = "ok"
+        if args.memory_snapshot and dev == "cuda":  # the model, its state and the step's trace
+            torch.cuda.memory._dump_snapshot(snapshot_path(args, name, T, precision, pass_))
     except (torch.cuda.OutOfMemoryError, MemoryError) as e:
         row["status"] = "OOM"
-        row["peak_mib"] = peak_mib(dev)
+        row["peak_bytes"] = peak_bytes(dev)
+        row["reserved_bytes"] = reserved_bytes(dev)
         print(f"# OOM: {name} ctx {T} {precision} {pass_}: {str(e).splitlines()[0]}", file=sys.stderr)
     finally:
+        if args.memory_snapshot and dev == "cuda":
+            torch.cuda.memory._record_memory_history(enabled=None)
         model = fwd_model = opt = x = y = loss = None  # drop the graph too (OOM in backward)
         gc.collect()
         if dev == "cuda":
@@ -423,8 +480,8 @@ def header_lines(args) -> list:
         "times in ms per step, mean and population std (numpy ddof=0) over the timed steps; "
         "fwd = model(x) + loss, bwd = loss.backward(), opt = AdamW step + zero_grad; "
         "forward pass runs under no_grad; tokens/s = batch*context / (sum of the timed phases); "
-        + ("peak_mib = torch.cuda.max_memory_allocated per config"
-           if args.device == "cuda" else "peak_mib = process max RSS so far (getrusage)"),
+        + ("peak_bytes = torch.cuda.max_memory_allocated per config (reserved_bytes: max_memory_reserved)"
+           if args.device == "cuda" else "peak_bytes = process max RSS so far (getrusage)"),
     ]
 
 
@@ -446,7 +503,8 @@ def render(args, rows) -> str:
         lines += [",".join(fmt(r[f]) for f in FIELDS) for r in out_rows]
         return "\n".join(lines) + "\n"
     units = {"fwd_ms_mean": "ms", "fwd_ms_std": "ms", "bwd_ms_mean": "ms", "bwd_ms_std": "ms",
-             "opt_ms_mean": "ms", "opt_ms_std": "ms", "tokens_per_s": "tok/s", "peak_mib": "MiB"}
+             "opt_ms_mean": "ms", "opt_ms_std": "ms", "tokens_per_s": "tok/s", "peak_bytes": "bytes",
+             "reserved_bytes": "bytes"}
     cells = [[fmt(r[f]) for f in FIELDS] for r in out_rows]
     widths = [max([len(f), len(units.get(f, ""))] + [len(c[i]) for c in cells])
               for i, f in enumerate(FIELDS)]
@@ -498,7 +556,16 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--out", help="also write the output to this file (atomically)")
+    p.add_argument("--memory-snapshot", metavar="FILE",
+                   help="CUDA: record the memory history of each configuration and write its snapshot "
+                        "(torch.cuda.memory._dump_snapshot; pytorch.org/memory_viz opens it) to FILE, the "
+                        "configuration put before the extension when several run")
+    p.add_argument("--nvtx", action="store_true",
+                   help="the seeds' NVTX (and torch.profiler) ranges: steps, phases, layers, attention stages "
+                        "(for `tlm profile --exec` or nsys; eager mode)")
     args = p.parse_args(argv)
+    global ANNOTATE
+    ANNOTATE = args.nvtx
     try:
         models = csv_list(args.model, PRESETS, "--model")
         ctxs = [int(t) for t in csv_list(args.context_length)]
@@ -515,6 +582,7 @@ def main(argv=None):
     if args.threads > 0:
         torch.set_num_threads(args.threads)
 
+    args.configs = len(models) * len(ctxs) * len(precs) * len(passes)
     rows = []
     for name in models:
         for T in ctxs:

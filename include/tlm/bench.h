@@ -13,6 +13,7 @@
 #include "tlm/backend.h"
 #include "tlm/config.h"
 #include "tlm/model.h"
+#include "tlm/report.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,6 +36,8 @@ typedef struct {
     tlm_precision precision;
     bool graphs;             /* CUDA graphs (tlm_run_config.cuda_graphs) */
     tlm_attention attention; /* naive, flash, or auto (resolved for the row: model.h) */
+    tlm_recompute recompute; /* activation checkpointing (tlm_run_config.recompute); default NONE */
+    bool optimizer_in_backward; /* tlm_run_config.optimizer_in_backward (not with fp16) */
     uint64_t seed;         /* weights and batch */
 } tlm_bench_case;
 
@@ -49,8 +52,11 @@ typedef struct {
     double tokens_per_s;    /* batch_size * context_length / step mean */
     double tflops;          /* achieved TFLOP/s of forward (+ backward as 2x forward) over their time */
     int64_t params;
-    size_t peak_bytes;      /* tracked allocator peak: every backend byte of the run */
+    size_t peak_bytes;      /* tracked allocator peak: the bytes live buffers held (memory.h current_total;
+                               PyTorch's max_memory_allocated) */
     size_t peak_bytes_by_tag[TLM_MEM_NUM_TAGS];
+    size_t reserved_peak_bytes; /* the most held from the device: allocations plus the step arena's
+                               bytes no buffer held then (memory.h footprint; max_memory_reserved) */
     size_t device_peak_bytes; /* the device's own count (cudaMemGetInfo), sampled after every
                                  phase, less what was in use outside tlm's allocator at the
                                  start; 0 where the backend has no such count (CPU) */
@@ -67,22 +73,25 @@ typedef struct {
  * itself returns TLM_OK unless it could not run at all. */
 tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_result *r);
 
-typedef enum { TLM_FORMAT_TABLE = 0, TLM_FORMAT_CSV, TLM_FORMAT_JSON } tlm_format;
+/* ---- the report (src/bench/bench_report.c) ------------------------------------------------------------
+ * The columns of a benchmark row in the one report schema (report.h): the case (model, context_length,
+ * batch_size, precision, attention, pass, warmup_steps, steps, cuda_graphs, seed), params, fwd_ms_mean/std,
+ * bwd_ms_mean/std, opt_ms_mean/std, step_ms_mean/std, tokens_per_s, tflop_per_s, peak_bytes (and per
+ * tag: peak_bytes_parameters, ...), device_peak_bytes, loss_first, loss_last, speedup_vs_fp32,
+ * loss_scale, skipped_steps. Commands that take the bench flags (bench, profile, memory) reuse the
+ * case columns (tlm_bench_case_columns: the first n of the list) for their own tables. */
+extern const tlm_column tlm_bench_columns[];
+extern const int tlm_bench_num_columns;
+extern const int tlm_bench_case_columns; /* model .. seed */
 
-/* Report writers. The header says device, date, versions and how FLOPs are counted;
- * table: fixed width with a units row; csv: one header row; json: one object with "rows". */
-void tlm_bench_print_header(FILE *f, tlm_format fmt, const char *device_desc, const tlm_bench_case *first);
-void tlm_bench_print_row(FILE *f, tlm_format fmt, const tlm_bench_case *c, const tlm_bench_result *r,
-                         int index);
-void tlm_bench_print_footer(FILE *f, tlm_format fmt, int num_rows, int num_failed);
-
-/* Helpers every report shares: the current time as "YYYY-MM-DD HH:MM:SS UTC" into buf (n bytes),
- * and s written as a JSON string (quoted; '"', '\\' and control characters escaped). */
-void tlm_utc_now(char *buf, size_t n);
-void tlm_json_string(FILE *f, const char *s);
-
-/* Parses "table", "csv" (when allow_csv) or "json"; false for anything else. */
-bool tlm_format_parse(const char *name, bool allow_csv, tlm_format *out);
+/* The header notes of a benchmark report (how times, FLOPs, peaks and the loss are measured), and the
+ * table's columns, with those that say nothing for these cases hidden (the loss scale without fp16, the
+ * device's peak on the CPU, a pass or warm-up column with one value). */
+void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_bench_case *cases, int n);
+/* The case's fields into the current row (for tables that reuse the case columns). */
+void tlm_bench_report_case(tlm_report *rep, const tlm_bench_case *c);
+/* One row: the case and its result (failed rows: status "OOM" or "failed" and the error). */
+void tlm_bench_report_row(tlm_report *rep, const tlm_bench_case *c, const tlm_bench_result *r);
 
 #ifdef __cplusplus
 }

@@ -83,6 +83,13 @@ typedef struct {
 
 /* Views of `base` (a flat buffer of this layout; NULL gives NULL views). OUT_OF_MEMORY. */
 tlm_status tlm_views_make(tlm_views *out, const tlm_param_layout *l, int num_layers, float *base);
+
+/* Views of a buffer kept as one piece per group: group_base[i] holds the span of groups[i] (its
+ * first float is the flat offset groups[i].offset). OUT_OF_MEMORY. */
+tlm_status tlm_views_make_grouped(tlm_views *out, const tlm_param_layout *l, int num_layers, float *const *group_base);
+
+/* The group (index into groups) that holds tensor t. */
+int tlm_layout_group_of(const tlm_param_layout *l, int t);
 void tlm_views_free(tlm_views *v);
 
 #ifdef __cplusplus

@@ -25,6 +25,7 @@
 #include "tlm/loss_scaler.h"
 #include "tlm/optimizer.h"
 #include "tlm/precision.h"
+#include "tlm/safetensors.h"
 #include "tlm/status.h"
 
 #ifdef __cplusplus
@@ -56,15 +57,60 @@ tlm_status tlm_attention_check(tlm_backend *be, const tlm_config *c, tlm_precisi
 /* NAIVE or FLASH: `a` itself, or what AUTO means for (be, c, p) (above). */
 tlm_attention tlm_attention_resolve(tlm_backend *be, const tlm_config *c, tlm_precision p, tlm_attention a);
 
-/* How a model runs: chosen when it is created (the backend holds no such state). */
+/* Activation checkpointing (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost";
+ * selective recomputation: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+ * Transformer Models", sec. 4): what the forward pass keeps for the backward pass of each block.
+ *   NONE       every block keeps all its activations (about 2 x (6C + 3F) bytes per token in
+ *              fp32, plus the (B,H,T,T) probabilities with naive attention);
+ *   ATTENTION  naive attention's probabilities are not kept: the backward recomputes them from the
+ *              kept q, k, v (one attention forward per block; with flash attention, which keeps only
+ *              the logsumexp, the same as NONE);
+ *   BLOCK      a block keeps only its input (B,T,C) float32: the backward re-runs the block's
+ *              forward (up to the SwiGLU product) into one set of buffers shared by all blocks,
+ *              then its backward (about one more forward pass per step).
+ * The results are the same bits as NONE: the recomputation runs the same ops on the same inputs. */
+typedef enum { TLM_RECOMPUTE_NONE = 0, TLM_RECOMPUTE_ATTENTION = 1, TLM_RECOMPUTE_BLOCK = 2 } tlm_recompute;
+
+const char *tlm_recompute_name(tlm_recompute r);                /* "none", "attention", "block" */
+bool tlm_recompute_parse(const char *name, tlm_recompute *out); /* those three; false otherwise */
+
+/* How a model runs (the backend holds no such state). precision, attention and cuda_graphs are chosen
+ * when the model is created; forward_only, recompute and optimizer_in_backward may be changed in
+ * m->run between steps (the next forward plans the step's memory again).
+ *
+ * Memory: a step's activations, backward scratch and gradients live in one arena planned for the
+ * batch shape and these options (src/model/activations.h): a buffer occupies bytes only from the
+ * stage that writes it to the last that reads it, so activations are dead once the backward of
+ * their block has used them, and gradients take memory from the backward stage that writes them to
+ * the optimizer step (the flat gradient buffer shares its bytes with activations of the blocks above
+ * it). A forward pass ends the life of the last backward's gradients: read them and take the
+ * optimizer step before the next forward. */
 typedef struct {
     tlm_precision precision;  /* precision.h: fp32, tf32, bf16, fp16 */
     tlm_attention attention;  /* NAIVE, FLASH or AUTO; the model keeps it resolved */
     bool cuda_graphs;         /* capture forward and backward as CUDA graphs once and replay them
                                  (backend.h, tlm_graph_run); no effect without graphs (CPU) */
+    bool forward_only;        /* forward passes only (inference, evaluation; `--pass forward`): no
+                                 gradient, no backward buffer, and of the activations only what the
+                                 next block reads; tlm_model_backward is then INVALID_ARGUMENT */
+    tlm_recompute recompute;  /* what the forward keeps for the backward (above); default NONE */
+    bool optimizer_in_backward; /* each group's AdamW update (optimizer.h) runs in the backward pass
+                                 as soon as the group's gradients are complete (after the
+                                 grads-ready callback, so a data-parallel all-reduce comes first), and
+                                 the group's gradients die there: the whole gradient buffer never
+                                 exists (m->grads stays NULL; tlm_model_group_grads gives a group's
+                                 gradients during its callback). The update uses m->optimizer.config:
+                                 tlm_model_adamw_step then only sets the hyperparameters for the next
+                                 step. The same bits as a plain step (AdamW is elementwise). Excluded:
+                                 anything that needs every gradient before the first update: global
+                                 gradient-norm clipping (tlm has none) and fp16's overflow check
+                                 (loss_scaler.h: a step is skipped when any gradient is inf/NaN), so
+                                 fp16 is refused (UNSUPPORTED; use bf16). The backward then runs
+                                 eagerly, without CUDA graphs (each step's updates take the step
+                                 count t from the host). */
 } tlm_run_config;
 
-/* fp32, attention AUTO, graphs off */
+/* fp32, attention AUTO, graphs off, training, recompute NONE, the optimizer after backward */
 tlm_run_config tlm_run_defaults(void);
 
 struct tlm_model;
@@ -91,8 +137,11 @@ typedef struct tlm_model {
                                       per step (the AdamW pass refreshes it); NULL in fp32/tf32 */
     bool params_lp_stale;          /* params changed since the last cast */
 
-    float *grads;                  /* (flat_numel) allocated by the first backward; padding zero */
-    tlm_views g;                   /* views of grads (NULL before) */
+    float *grads;                  /* (flat_numel) the gradients of the last backward, in the step's
+                                      arena; set when a backward starts, NULL from the next forward
+                                      on, and always NULL with optimizer_in_backward; padding zero */
+    tlm_views g;                   /* views of each gradient in the arena (they hold gradients only
+                                      while m->grads is set, or during their group's callback) */
     float grads_scale;             /* the factor the gradients in `grads` carry now: the loss scale
                                       after backward in fp16, 1 after unscaling and in other modes */
     tlm_grads_ready_fn grads_ready;
@@ -107,6 +156,7 @@ typedef struct tlm_model {
     float *step_scalars;           /* (2) backend memory: [0] the mean loss, [1] found_inf */
     int B, T;                      /* shape of the last forward */
     bool have_forward;             /* a forward with targets ran and backward may follow */
+    bool updated_in_backward;      /* optimizer_in_backward: the last backward took the step */
     tlm_graph graph_fwd, graph_bwd;
 } tlm_model;
 
@@ -125,6 +175,27 @@ tlm_status tlm_model_set_attention(tlm_model *m, tlm_attention a);
 /* Calls fn (NULL: none) each time a group of gradients is complete (tlm_grads_ready_fn). */
 void tlm_model_on_grads_ready(tlm_model *m, tlm_grads_ready_fn fn, void *user);
 
+/* The gradients of group i of m->layout.groups (groups[i].numel floats, backend memory, the group's
+ * span of the flat layout): m->grads + groups[i].offset when the flat buffer exists, else (with
+ * optimizer_in_backward) the group's own place in the arena, which holds them only during the
+ * group's grads-ready callback. NULL before the first forward of a training step. */
+float *tlm_model_group_grads(const tlm_model *m, int i);
+
+/* What a step of `cfg` needs at batch B x context T under `run` (attention AUTO resolved for `be`),
+ * computed from the memory plan without allocating anything (bytes). The backend's own workspaces
+ * (cuBLASLt's, the CPU ops' scratch) are not included. */
+typedef struct {
+    size_t parameters;        /* float32 master weights */
+    size_t weight_copy;       /* the bf16/fp16 GEMM copy of the weights; 0 in fp32/tf32 */
+    size_t optimizer;         /* AdamW's first and second moments; 0 when forward_only */
+    size_t arena;             /* the step's arena: activations, backward scratch, gradients */
+    size_t arena_live;        /* the most bytes alive at one stage in it (no plan needs less) */
+    size_t workspace;         /* the RoPE tables and the step scalars */
+    size_t total;             /* parameters + weight_copy + optimizer + arena + workspace */
+} tlm_memory_estimate;
+tlm_status tlm_model_memory_estimate(tlm_backend *be, const tlm_config *cfg, const tlm_run_config *run, int B, int T,
+                                     tlm_memory_estimate *out);
+
 /* Combines the mean loss and the fp16 overflow check across the ranks of `comm` (NULL: none). */
 void tlm_model_set_comm(tlm_model *m, tlm_comm *comm);
 
@@ -132,13 +203,38 @@ void tlm_model_set_comm(tlm_model *m, tlm_comm *comm);
  * cut at +-3 std); embedding trunc_normal(0, 1, cut at +-3); RMSNorm weights 1. */
 tlm_status tlm_model_init_random(tlm_model *m, uint64_t seed);
 
-/* Loads parameters from a safetensors file with the CS336 state-dict names. Every tensor
- * must be present with the model's shape; float dtypes are converted to float32; extra
- * tensors are an error. Errors: IO, FORMAT, INVALID_ARGUMENT (missing/misshapen tensor). */
+/* ---- weights files (src/model/model_io.c) ------------------------------------------------------
+ * safetensors with the CS336 state-dict names, float32. Every file tlm writes carries the model's
+ * config in its "__metadata__" (string values): vocab_size, context_length, d_model, num_layers,
+ * num_heads, d_ff, rope_theta, rmsnorm_eps, and "content" (parameters or gradients) and "producer"
+ * ("tlm <version>"), so the weights say what model they are. */
+
+/* The config of the model whose parameters `st` (read from `path`) holds, tensor names taken after
+ * strip_prefix (NULL: none): from the file's metadata when tlm wrote it (*from_metadata true); else
+ * from the tensor shapes (vocab_size and d_model from token_embeddings.weight, d_ff from
+ * layers.0.ffn.w1.weight, num_layers from the highest layer index) with num_heads given by the
+ * caller (a PyTorch state dict does not record it), rope_theta 10000 and context_length 1024
+ * (CS336's defaults); num_heads 0 leaves out->num_heads 0 for the caller to supply and validate.
+ * Errors: FORMAT (metadata that is not a valid config, a tensor the shapes need missing),
+ * INVALID_ARGUMENT (torch.compile's prefix without strip_prefix; an invalid config: named). */
+tlm_status tlm_weights_config(const tlm_safetensors *st, const char *path, const char *strip_prefix, int num_heads,
+                              tlm_config *out, bool *from_metadata);
+
+/* Loads the parameters from a file already read: every parameter present with the model's shape,
+ * no other tensor (names after strip_prefix; a file of torch.compile'd names, "_orig_mod.", is
+ * refused with the hint to strip it), every value finite; checked whole before anything is copied,
+ * so a refused file leaves the model as it was. float16, bfloat16 and float64 tensors are converted
+ * to float32: *converted (NULL: not wanted) receives the first such dtype, or TLM_DTYPE_F32 when
+ * none. Errors: INVALID_ARGUMENT (missing, misshapen, unexpected or non-finite tensor), FORMAT
+ * (non-float dtype), OUT_OF_MEMORY. */
+tlm_status tlm_model_load_from(tlm_model *m, const tlm_safetensors *st, const char *path, const char *strip_prefix,
+                               tlm_dtype *converted);
+/* Reads `path` and loads it (tlm_model_load_from, no prefix). Errors: the reader's (IO, FORMAT) too. */
 tlm_status tlm_model_load(tlm_model *m, const char *path);
 
-/* Writes parameters (or gradients, divided by any loss scale they carry) as safetensors with
- * the state-dict names, float32. */
+/* Writes parameters (or gradients, divided by any loss scale they carry), float32, with the config
+ * in the metadata, through the one file writer (output.h). Non-finite values are refused
+ * (INVALID_ARGUMENT naming the first bad tensor) and nothing is written. */
 tlm_status tlm_model_save(const tlm_model *m, const char *path);
 tlm_status tlm_model_save_grads(const tlm_model *m, const char *path);
 

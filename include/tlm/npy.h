@@ -4,6 +4,7 @@
 #ifndef TLM_NPY_H
 #define TLM_NPY_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "tlm/dtype.h"
 #include "tlm/status.h"
@@ -21,9 +22,13 @@ typedef struct {
 } tlm_array;
 
 /* Reads a .npy file. Supported descr: '<f4' '<f8' '<i4' '<i8' '<u2' '|u1' '<u1' '<f2'.
- * Bytes after the data are ignored, as numpy does.
- * Errors: TLM_ERR_IO; TLM_ERR_FORMAT for a bad magic, a malformed header, fortran_order
- * True, an unsupported dtype (named), or data shorter than the shape says. */
+ * Bytes after the data are ignored, as numpy does. Every size the header states is checked
+ * against the file's size before anything is allocated: a header claiming more data than the
+ * file holds allocates nothing.
+ * Errors: TLM_ERR_IO (cannot open or read; a directory, pipe or device); TLM_ERR_FORMAT for a bad
+ * magic (a safetensors file is named as such), a malformed header, fortran_order True, an
+ * unsupported dtype (named), or data shorter than the shape says (the message gives the shape and
+ * both byte counts). */
 tlm_status tlm_npy_read(const char *path, tlm_array *out);
 
 /* Writes a .npy file (version 1.0) via a temporary name and rename. Errors: TLM_ERR_IO;
@@ -32,6 +37,25 @@ tlm_status tlm_npy_write(const char *path, tlm_dtype dtype, int ndim, const int6
                          const void *data);
 
 void tlm_array_free(tlm_array *a);
+
+/* Longest text tlm_shape_format writes, NUL included (8 dimensions of 20 digits). */
+#define TLM_SHAPE_STRLEN 192
+
+/* Writes a shape as "[2, 3]" ("[]" for 0-d) into buf (cap bytes; TLM_SHAPE_STRLEN always
+ * suffice) and returns buf. For messages. */
+const char *tlm_shape_format(int ndim, const int64_t *shape, char *buf, size_t cap);
+
+/* Checks that a has `ndim` dimensions, each in [1, max_dim]. `expected` describes the shape
+ * ("[batch, context_length]"), `what` names the array ("inputs X.npy"). TLM_ERR_INVALID_ARGUMENT
+ * otherwise, the message naming both shapes: "inputs X.npy: expected shape [batch,
+ * context_length] (2 dimensions, each in [1, 1048576]), got [0, 17]: an empty array". */
+tlm_status tlm_array_check_shape(const tlm_array *a, int ndim, int64_t max_dim, const char *expected,
+                                 const char *what);
+
+/* Converts a float array (F32, F64, F16, BF16) to float32 into dst (a->numel floats; F64
+ * beyond the float range becomes +-inf). `what` names the array in messages ("a.npy").
+ * TLM_ERR_FORMAT for an integer dtype: "a.npy: dtype I32 is not a float dtype (F32 F64 F16 BF16)". */
+tlm_status tlm_array_to_f32(const tlm_array *a, float *dst, const char *what);
 
 /* Converts an integer array to int32 token ids, checking every id is in [0, vocab_size).
  * `what` names the array in messages ("inputs X.npy"). TLM_ERR_FORMAT for a float dtype,
@@ -46,8 +70,10 @@ typedef struct {
 } tlm_tokens;
 
 /* Loads a .npy (1-D, integer) or a raw .bin (uint16, by extension ".bin") token file,
- * checking every id < vocab_size. Errors as above; a .bin of odd byte length is FORMAT;
- * vocab_size < 1 is INVALID_ARGUMENT. */
+ * checking every id < vocab_size. The ids take 4 bytes a token in memory: at most 4x the file's
+ * size is allocated, and only after the header's shape is checked against the file's size.
+ * Errors as tlm_npy_read; FORMAT for a .npy that is not 1-D or not integer (the message gives the
+ * shape or dtype) and a .bin of odd byte length; vocab_size < 1 is INVALID_ARGUMENT. */
 tlm_status tlm_tokens_load(const char *path, int vocab_size, tlm_tokens *out);
 void tlm_tokens_free(tlm_tokens *t);
 

@@ -21,6 +21,11 @@ typedef struct {
 /* CS336 defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01 */
 tlm_adamw_config tlm_adamw_defaults(void);
 
+/* Checks the hyperparameters against their domains: lr in [FLT_MIN, 10] (1.2e-38: a smaller one is 0
+ * or a subnormal in float32), beta1 and beta2 in [0, 1), eps in [FLT_MIN, 1), weight_decay in [0, 1].
+ * INVALID_ARGUMENT naming the hyperparameter, its value and its domain otherwise. */
+tlm_status tlm_adamw_config_check(const tlm_adamw_config *c);
+
 typedef struct {
     tlm_adamw_config config;
     tlm_backend *backend;  /* not owned */
@@ -37,6 +42,16 @@ void tlm_adamw_free(tlm_adamw *opt);
 /* One step: t += 1, then params (n) -= the AdamW update from grads (n); params_lp (n) dt, when not
  * NULL, = round(params) in the same pass. The first step allocates m and v (OUT_OF_MEMORY). */
 tlm_status tlm_adamw_update(tlm_adamw *opt, float *params, const float *grads, void *params_lp, tlm_dtype dt);
+
+/* The same step in parts, for optimizer-in-backward (model.h: one group of the flat buffers at a
+ * time, as its gradients are complete): begin_step (t += 1; the first allocates m and v:
+ * OUT_OF_MEMORY), then update_span over spans that together cover each element once. params and
+ * grads (n floats) and params_lp (n, dt; NULL: none) point at the span's first element; the moments
+ * are taken at `offset` (floats) of the flat buffers. AdamW is elementwise: the parts give the same
+ * bits as tlm_adamw_update. */
+tlm_status tlm_adamw_begin_step(tlm_adamw *opt);
+void tlm_adamw_update_span(tlm_adamw *opt, size_t offset, size_t n, float *params, const float *grads,
+                           void *params_lp, tlm_dtype dt);
 
 #ifdef __cplusplus
 }

@@ -44,7 +44,10 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     const int B = c->batch_size, T = c->context_length;
     const size_t N = (size_t)B * T;
 
-    const tlm_run_config run = {.precision = c->precision, .attention = c->attention, .cuda_graphs = c->graphs};
+    /* a forward-only case keeps no gradient and no activation for a backward (model.h) */
+    const tlm_run_config run = {.precision = c->precision, .attention = c->attention, .cuda_graphs = c->graphs,
+                                .forward_only = c->pass == TLM_PASS_FORWARD, .recompute = c->recompute,
+                                .optimizer_in_backward = c->optimizer_in_backward};
     r->attention = tlm_attention_resolve(be, &cfg, c->precision, c->attention);
     tlm_backend_release_cached(be); /* what earlier cases freed is not held by this one */
     tlm_mem_reset_peak(be);
@@ -118,6 +121,7 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     r->peak_bytes = mem.peak_total;
     r->device_peak_bytes = device_max > outside ? device_max - outside : 0;
     memcpy(r->peak_bytes_by_tag, mem.peak, sizeof r->peak_bytes_by_tag);
+    r->reserved_peak_bytes = mem.peak_footprint;
     tlm_model_free(m);
     for (int e = 0; e < 4; e++) tlm_event_destroy(be, ev[e]);
     free(tokens);

@@ -1,14 +1,25 @@
-/* cli.h — what the tlm subcommands share: argument parsing helpers, model flags, device choice. */
+/* cli.h — what the tlm subcommands share: one parser for the shared flags (device, output, model
+ * shape, precision, attention, the benchmark's workload), their help lines, the expansion of the
+ * workload flags into benchmark cases (bench, and every command that "takes the bench flags"),
+ * value parsers, and backend creation.
+ *
+ * A subcommand describes itself (cli_command: which shared flags it takes with its defaults, its
+ * own getopt options and a handler for them) and calls cli_parse once. Every shared flag has one
+ * spelling, one short letter and one help line in every command that takes it; list flags take
+ * comma lists ("8,16"; no empty items, no length limit) where the command sweeps them. */
 #ifndef TLM_CLI_H
 #define TLM_CLI_H
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "tlm/backend.h"
+#include "tlm/bench.h"
 #include "tlm/config.h"
 #include "tlm/model.h"
+#include "tlm/report.h"
 
 /* Exit codes: 0 success; 1 a runtime failure (bad file, OOM, failed check); 2 bad usage. */
 enum { TLM_EXIT_OK = 0, TLM_EXIT_FAILURE = 1, TLM_EXIT_USAGE = 2 };
@@ -16,64 +27,169 @@ enum { TLM_EXIT_OK = 0, TLM_EXIT_FAILURE = 1, TLM_EXIT_USAGE = 2 };
 /* Prints "tlm <cmd>: <message>" to stderr. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Parses a whole decimal integer in [min, max]; on failure prints which flag and why. */
+/* ---- values ------------------------------------------------------------------------------------
+ * Each prints "tlm <cmd>: <flag>: <why>" and returns false on bad input. */
+
+/* A whole decimal integer in [min, max]. */
 bool cli_parse_int(const char *cmd, const char *flag, const char *text, long min, long max, long *out);
-bool cli_parse_double(const char *cmd, const char *flag, const char *text, double *out);
+/* A finite decimal number in [min, max] (pass -INFINITY/INFINITY for no bound). */
+bool cli_parse_double(const char *cmd, const char *flag, const char *text, double min, double max, double *out);
+/* A byte count with an optional suffix: K, M, G (2^10, 2^20, 2^30) or KB, MB, GB (10^3, 10^6, 10^9),
+ * as nccl-tests and the seeds write them ("1MB", "64K", "1G"); in [min, max]. */
+bool cli_parse_bytes(const char *cmd, const char *flag, const char *text, uint64_t min, uint64_t max,
+                     uint64_t *out);
+/* on|off */
+bool cli_parse_on_off(const char *cmd, const char *flag, const char *text, bool *out);
+/* A comma list split into items (no empty item, at most max_n): *items points into a copy the
+ * caller frees with free(*items_buf). */
+bool cli_split_list(const char *cmd, const char *flag, const char *text, int max_n, char ***items, int *n);
 /* Comma-separated integers, each in [min, max]; at most max_n. */
 bool cli_parse_int_list(const char *cmd, const char *flag, const char *text, long min, long max, int *out,
                         int max_n, int *n);
+/* One of names[0..n) (NULL entries skipped): its index in *out; else the error lists the names. */
+bool cli_parse_choice(const char *cmd, const char *flag, const char *text, const char *const *names, int n,
+                      int *out);
 
-/* The model-shape flags shared by `bench` and `step`. CLI_NOT_GIVEN / NaN: not given. */
-#define CLI_NOT_GIVEN (-2000000000L)
+/* ---- the shared flags ---------------------------------------------------------------------------- */
+
+typedef enum {
+    CLI_DEVICE = 0,     /* -d, --device cpu|cuda */
+    CLI_GPU,            /*     --gpu N (among CUDA_VISIBLE_DEVICES) */
+    CLI_THREADS,        /* -t, --threads N */
+    CLI_FORMAT,         /* -f, --format table|csv|json */
+    CLI_OUT,            /* -o, --out FILE */
+    CLI_MODEL,          /* -m, --model LIST, and the model-shape flags (--d-model, ...) */
+    CLI_PRECISION,      /* -P, --precision LIST (all = the four) */
+    CLI_ATTENTION,      /* -a, --attention flash|naive|auto */
+    CLI_BATCH_SIZE,     /* -b, --batch-size LIST */
+    CLI_CONTEXT_LENGTH, /* -c, --context-length LIST */
+    CLI_WARMUP,         /* -w, --warmup LIST */
+    CLI_STEPS,          /* -n, --steps N */
+    CLI_PASS,           /* -p, --pass LIST (forward, forward-backward, train) */
+    CLI_CUDA_GRAPH,     /* -g, --cuda-graph on|off */
+    CLI_SEED,           /* -s, --seed N */
+    CLI_RECOMPUTE,      /*     --recompute LIST (none, attention, block: activation checkpointing) */
+    CLI_OPTIMIZER_IN_BACKWARD, /* --optimizer-in-backward (no value) */
+    CLI_NUM_FLAGS
+} cli_flag;
+
+/* A shared flag as a command takes it: the default its help shows ("5", "fp32"; NULL: none), and
+ * how many values it takes (1: one; more: a list of up to that many). */
 typedef struct {
-    long vocab_size, d_model, d_ff, num_layers, num_heads, max_context;
-    double rope_theta;
+    cli_flag flag;
+    const char *default_text;
+    int max_values;
+} cli_use;
+
+/* The device and output flags most commands take, with their usual defaults. */
+#define CLI_USES_DEVICE {CLI_DEVICE, NULL, 1}, {CLI_GPU, "0", 1}, {CLI_THREADS, NULL, 1}
+#define CLI_USES_OUTPUT {CLI_FORMAT, "table", 1}, {CLI_OUT, NULL, 1}
+
+#define CLI_MAX_LIST 64
+#define CLI_NOT_GIVEN (-2000000000L)
+
+typedef struct {
+    long vocab_size, d_model, d_ff, num_layers, num_heads, max_context; /* CLI_NOT_GIVEN: not given */
+    double rope_theta;                                                   /* NaN: not given */
 } cli_shape_flags;
 
-void cli_shape_flags_init(cli_shape_flags *f);
-bool cli_shape_flags_any(const cli_shape_flags *f);
-/* Applies the given flags over *cfg (a preset) and validates; prints the error and returns false. */
-bool cli_apply_shape_flags(const char *cmd, const cli_shape_flags *f, tlm_config *cfg);
-/* Help text lines for the shape flags. */
-void cli_print_shape_flags_help(FILE *f);
+/* What the shared flags said. given[f] says whether flag f appeared; values of flags not given
+ * are left as cli_parse set them (zero, empty lists) for the command to default. */
+typedef struct {
+    bool given[CLI_NUM_FLAGS];
+    const char *device; /* NULL: not given */
+    int gpu, threads;
+    tlm_format format;
+    const char *out;
+    char **models;      /* the --model items (free with cli_args_free) */
+    int num_models;
+    cli_shape_flags shape;
+    tlm_precision precisions[TLM_PRECISION_COUNT];
+    int num_precisions;
+    tlm_attention attention;
+    int batch_sizes[CLI_MAX_LIST], num_batch_sizes;
+    int contexts[CLI_MAX_LIST], num_contexts;
+    int warmups[CLI_MAX_LIST], num_warmups;
+    int steps;
+    tlm_pass passes[3];
+    int num_passes;
+    bool cuda_graphs;
+    uint64_t seed;
+    tlm_recompute recomputes[3];
+    int num_recomputes;
+    bool optimizer_in_backward;
+    int num_positional; /* arguments after the options (compare's files) */
+    char **positional;
+    char *models_buf_;  /* owned storage */
+} cli_args;
 
-/* long option ids for the shape flags (getopt_long 'val' >= 1000) */
-enum {
-    OPT_VOCAB_SIZE = 1000, OPT_D_MODEL, OPT_D_FF, OPT_NUM_LAYERS, OPT_NUM_HEADS, OPT_ROPE_THETA,
-    OPT_MAX_CONTEXT, OPT_FIRST_FREE
-};
-/* Handles a shape option; returns 1 handled, 0 not a shape option, -1 invalid value (printed). */
-int cli_handle_shape_option(const char *cmd, int opt, const char *arg, cli_shape_flags *f);
-#define CLI_SHAPE_LONG_OPTIONS                                           \
-    {"vocab-size", required_argument, 0, OPT_VOCAB_SIZE},                \
-    {"d-model", required_argument, 0, OPT_D_MODEL},                      \
-    {"d-ff", required_argument, 0, OPT_D_FF},                            \
-    {"num-layers", required_argument, 0, OPT_NUM_LAYERS},                \
-    {"num-heads", required_argument, 0, OPT_NUM_HEADS},                  \
-    {"rope-theta", required_argument, 0, OPT_ROPE_THETA},                \
-    {"max-context-length", required_argument, 0, OPT_MAX_CONTEXT}
+/* A subcommand: its name ("bench"), the shared flags it takes, its own options (a getopt_long
+ * table ending in a zero entry, and their short letters; neither may reuse a shared flag's), the
+ * handler of its own options (returns false after printing the error), its help, and how many
+ * positional arguments it takes. */
+typedef struct {
+    const char *name;
+    const cli_use *uses;
+    int num_uses;
+    const struct option *options;
+    const char *short_options;
+    bool (*handle)(void *user, int opt, const char *arg);
+    void *user;
+    void (*usage)(FILE *f);
+    int min_positional, max_positional;
+} cli_command;
 
-/* --attention flash|naive|auto (model.h, tlm_attention); false, the error printed, otherwise. */
-bool cli_parse_attention(const char *cmd, const char *text, tlm_attention *out);
-/* The help lines of --attention, shared by `bench` and `step`. */
-void cli_print_attention_help(FILE *f);
+/* Parses argv (argv[0] is the subcommand's name). Returns -1 when the command should go on, or the
+ * exit code to return now: TLM_EXIT_OK after --help, TLM_EXIT_USAGE after a bad flag (the error
+ * printed, naming the flag). */
+int cli_parse(const cli_command *c, int argc, char **argv, cli_args *a);
+void cli_args_free(cli_args *a);
 
-/* True for NULL, "cpu" or "cuda"; otherwise prints the error (the caller exits with usage). */
-bool cli_check_device(const char *cmd, const char *device);
+/* The help lines of the shared flags the command takes, with its defaults. */
+void cli_print_shared_help(FILE *f, const cli_command *c);
 
-/* Creates the backend named "cpu", "cuda" or NULL (= cuda when a GPU is present, else cpu).
- * Prints the error and returns NULL on failure. `desc` receives a one-line description. */
-tlm_backend *cli_create_backend(const char *cmd, const char *device, int threads, char *desc, size_t desc_n);
+/* "--batch-size" for CLI_BATCH_SIZE. */
+const char *cli_flag_name(cli_flag f);
 
-/* Opens path.tmp for writing; cli_commit_file closes it and renames it over path (or removes
- * it when ok is false). Never leaves a half-written `path`. */
-FILE *cli_open_tmp(const char *cmd, const char *path, char *tmp_path, size_t n);
-bool cli_commit_file(const char *cmd, FILE *f, const char *tmp_path, const char *path, bool ok);
+/* Refuses two given flags that contradict each other: prints "<a> conflicts with <b>: <why>". */
+bool cli_refuse_together(const char *cmd, const cli_args *a, cli_flag f1, bool given2, const char *name2,
+                         const char *why);
+
+/* ---- the model and the workload -------------------------------------------------------------------- */
+
+/* The preset `name` with the shape flags over it, validated (the message names the field), and
+ * its display name ("small", or "small*" when shape flags changed it). */
+bool cli_model_config(const char *cmd, const cli_args *a, const char *name, tlm_config *cfg, char *display,
+                      size_t display_n);
+
+/* The benchmark cases of the workload flags: every model x pass x batch size x warm-up x recompute x
+ * precision x context (defaults filled by the caller; recompute defaults to none), each validated
+ * (context within the model's RoPE table, flash attention runnable where asked for by name,
+ * --optimizer-in-backward not with fp16; it applies to the train pass). *cases is malloc'ed. Prints
+ * the error and returns false on a bad case. */
+bool cli_bench_cases(const char *cmd, const cli_args *a, tlm_backend *be, tlm_bench_case **cases, int *n);
+
+/* ---- the backend ------------------------------------------------------------------------------------ */
+
+/* Creates the backend of --device / --gpu / --threads (device NULL: cuda when a GPU is present, else
+ * cpu). Prints the error and returns NULL on failure. */
+tlm_backend *cli_create_backend(const char *cmd, const cli_args *a);
+
+/* The report's standard header fields for this backend: device, threads. */
+void cli_report_device(tlm_report *r, const tlm_backend *be);
+
+/* Opens the report of `tool` in --format to --out (stdout shows the table then). Prints the error. */
+tlm_report *cli_open_report(const char *cmd, const cli_args *a, const char *tool, int argc, char **argv);
 
 int cmd_bench(int argc, char **argv);
 int cmd_step(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_precision(int argc, char **argv);
 int cmd_attention(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_allreduce(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
+int cmd_memory(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 
 #endif

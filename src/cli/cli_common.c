@@ -1,7 +1,6 @@
-/* cli_common.c — argument parsing, model-shape flags, backend choice and safe file output
- * shared by the subcommands. */
+/* cli_common.c — the shared flags of the tlm subcommands (one parser, one help line each), value
+ * parsers, the benchmark cases of the workload flags, and backend and report creation. */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -9,6 +8,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "tlm/util.h"
 
 void cli_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -19,161 +19,563 @@ void cli_error(const char *cmd, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* ---- values ------------------------------------------------------------------------------------------ */
+
 bool cli_parse_int(const char *cmd, const char *flag, const char *text, long min, long max, long *out) {
     char *end;
     errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end != '\0') {
+    const long v = strtol(text, &end, 10);
+    if (end == text || *end != '\0') {
         cli_error(cmd, "%s: '%s' is not an integer", flag, text);
         return false;
     }
-    if (v < min || v > max) {
-        cli_error(cmd, "%s: %ld is out of range [%ld, %ld]", flag, v, min, max);
+    if (errno == ERANGE || v < min || v > max) {
+        cli_error(cmd, "%s: %s is out of range [%ld, %ld]", flag, text, min, max);
         return false;
     }
     *out = v;
     return true;
 }
 
-bool cli_parse_double(const char *cmd, const char *flag, const char *text, double *out) {
+bool cli_parse_double(const char *cmd, const char *flag, const char *text, double min, double max, double *out) {
     char *end;
     errno = 0;
-    double v = strtod(text, &end);
-    if (errno || end == text || *end != '\0' || !isfinite(v)) {
+    const double v = strtod(text, &end);
+    if (end == text || *end != '\0' || isnan(v)) {
         cli_error(cmd, "%s: '%s' is not a number", flag, text);
         return false;
     }
-    *out = v;
+    if (isinf(v) || (errno == ERANGE && fabs(v) > 1.0)) {
+        cli_error(cmd, "%s: %s is too large", flag, text);
+        return false;
+    }
+    if (v < min || v > max) {
+        cli_error(cmd, "%s: %s is out of range [%g, %g]", flag, text, min, max);
+        return false;
+    }
+    *out = v; /* an underflow (1e-320) is a number, kept as parsed: the caller's domain check names it */
+    return true;
+}
+
+bool cli_parse_bytes(const char *cmd, const char *flag, const char *text, uint64_t min, uint64_t max,
+                     uint64_t *out) {
+    char *end;
+    errno = 0;
+    const double v = strtod(text, &end);
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {{"", 1}, {"B", 1}, {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0}, {"T", 1099511627776.0},
+                 {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"KiB", 1024.0}, {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0}};
+    if (end == text || errno || !(v >= 0)) {
+        cli_error(cmd, "%s: '%s' is not a size (bytes, or a number with K, M, G (2^10, 2^20, 2^30) or KB, MB, GB "
+                       "(10^3, 10^6, 10^9))", flag, text);
+        return false;
+    }
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcmp(end, units[i].suffix) == 0 || (end[0] && strcasecmp(end, units[i].suffix) == 0 && i < 2)) {
+            const double b = v * units[i].mult;
+            if (b != floor(b) || b < (double)min || b > (double)max) {
+                cli_error(cmd, "%s: %s is not a whole number of bytes in [%llu, %llu]", flag, text,
+                          (unsigned long long)min, (unsigned long long)max);
+                return false;
+            }
+            *out = (uint64_t)b;
+            return true;
+        }
+    cli_error(cmd, "%s: '%s' has an unknown unit '%s' (known: K, M, G, KB, MB, GB, KiB, MiB, GiB)", flag, text, end);
+    return false;
+}
+
+bool cli_parse_on_off(const char *cmd, const char *flag, const char *text, bool *out) {
+    if (strcmp(text, "on") == 0) *out = true;
+    else if (strcmp(text, "off") == 0) *out = false;
+    else {
+        cli_error(cmd, "%s: '%s' is neither on nor off", flag, text);
+        return false;
+    }
+    return true;
+}
+
+bool cli_split_list(const char *cmd, const char *flag, const char *text, int max_n, char ***items, int *n) {
+    *items = NULL;
+    *n = 0;
+    const size_t len = strlen(text);
+    int count = 1;
+    for (const char *p = text; *p; p++) count += *p == ',';
+    if (count > max_n) {
+        cli_error(cmd, "%s: %d values, at most %d", flag, count, max_n);
+        return false;
+    }
+    /* the pointers, then the text, in one block */
+    char **v = malloc((size_t)count * sizeof(char *) + len + 1);
+    if (!v) {
+        cli_error(cmd, "%s: out of host memory", flag);
+        return false;
+    }
+    char *buf = (char *)(v + count);
+    memcpy(buf, text, len + 1);
+    for (char *p = buf;;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = '\0';
+        if (!*p) {
+            cli_error(cmd, "%s: an empty value in '%s'", flag, text);
+            free(v);
+            return false;
+        }
+        v[(*n)++] = p;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    *items = v;
     return true;
 }
 
 bool cli_parse_int_list(const char *cmd, const char *flag, const char *text, long min, long max, int *out,
                         int max_n, int *n) {
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", text);
-    *n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        long v;
-        if (*n == max_n) {
-            cli_error(cmd, "%s: more than %d values", flag, max_n);
+    char **items;
+    if (!cli_split_list(cmd, flag, text, max_n, &items, n)) return false;
+    bool ok = true;
+    for (int i = 0; ok && i < *n; i++) {
+        long v = 0;
+        ok = cli_parse_int(cmd, flag, items[i], min, max, &v);
+        out[i] = (int)v;
+    }
+    free(items);
+    return ok;
+}
+
+bool cli_parse_choice(const char *cmd, const char *flag, const char *text, const char *const *names, int n,
+                      int *out) {
+    const int i = tlm_name_index(names, n, text);
+    if (i >= 0) {
+        *out = i;
+        return true;
+    }
+    char known[256] = "";
+    for (int k = 0; k < n; k++)
+        if (names[k]) snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", known[0] ? ", " : "", names[k]);
+    cli_error(cmd, "%s: unknown value '%s' (known: %s)", flag, text, known);
+    return false;
+}
+
+/* ---- the shared flags -------------------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    int short_opt; /* 0: long only */
+    const char *arg_one, *arg_list; /* NULL: the flag takes no value */
+    const char *help;
+} flag_info;
+
+static const flag_info flags[CLI_NUM_FLAGS] = {
+    [CLI_DEVICE] = {"device", 'd', "D", "D", "cpu | cuda (cuda when a GPU is present, else cpu)"},
+    [CLI_GPU] = {"gpu", 0, "N", "N", "the GPU, among those CUDA_VISIBLE_DEVICES leaves visible"},
+    [CLI_THREADS] = {"threads", 't', "N", "N", "CPU threads (all cores)"},
+    [CLI_FORMAT] = {"format", 'f', "F", "F", "table | csv | json"},
+    [CLI_OUT] = {"out", 'o', "FILE", "FILE", "write the report, in --format, to FILE; stdout shows the table"},
+    [CLI_MODEL] = {"model", 'm', "NAME", "LIST", "model preset"},
+    [CLI_PRECISION] = {"precision", 'P', "P", "LIST",
+                       "fp32 (strict IEEE GEMMs, PyTorch's default), tf32 (TF32 tensor-core GEMMs; fp32 on the "
+                       "CPU), bf16, fp16 (autocast: low-precision GEMMs, fp32 master weights; fp16 with dynamic "
+                       "loss scaling)"},
+    [CLI_ATTENTION] = {"attention", 'a', "A", "A",
+                       "flash | naive | auto. flash: FlashAttention-2, saves the logsumexp (B,H,T) per layer; "
+                       "naive: saves the probabilities (B,H,T,T); auto: flash on CUDA where it has kernels for "
+                       "the d_head (16, 32, 64, 80, 128), else naive; on the CPU naive (its flash is the slow "
+                       "fp32 reference)"},
+    [CLI_BATCH_SIZE] = {"batch-size", 'b', "N", "LIST", "sequences per batch"},
+    [CLI_CONTEXT_LENGTH] = {"context-length", 'c', "N", "LIST", "tokens per sequence"},
+    [CLI_WARMUP] = {"warmup", 'w', "N", "LIST", "untimed warm-up steps"},
+    [CLI_STEPS] = {"steps", 'n', "N", "N", "timed steps"},
+    [CLI_PASS] = {"pass", 'p', "P", "LIST", "forward | forward-backward | train (= forward, backward, AdamW step)"},
+    [CLI_CUDA_GRAPH] = {"cuda-graph", 'g', "on|off", "on|off",
+                        "capture forward and backward as CUDA graphs and replay them (no effect on the CPU); "
+                        "the capture happens in the second step"},
+    [CLI_SEED] = {"seed", 's', "N", "N", "seed of the weights and the batch"},
+    [CLI_RECOMPUTE] = {"recompute", 0, "R", "LIST",
+                       "none | attention | block: activation checkpointing; attention: naive attention's "
+                       "probabilities recomputed in the backward; block: each block keeps its input and runs "
+                       "its forward again in the backward"},
+    [CLI_OPTIMIZER_IN_BACKWARD] = {"optimizer-in-backward", 0, NULL, NULL,
+                                   "each layer's AdamW update runs in the backward pass as soon as its gradients "
+                                   "are complete, so the whole gradient buffer never exists (train pass; not with "
+                                   "fp16 or gradient clipping)"},
+};
+
+const char *cli_flag_name(cli_flag f) {
+    static char names[CLI_NUM_FLAGS][32];
+    TLM_ASSERT((unsigned)f < CLI_NUM_FLAGS);
+    if (!names[f][0]) snprintf(names[f], sizeof names[f], "--%s", flags[f].name);
+    return names[f];
+}
+
+/* long option ids: shared flags 1000 + flag, shape flags 1100 + i; commands use other values */
+enum { OPT_SHARED = 1000, OPT_SHAPE = 1100 };
+enum { SHAPE_VOCAB, SHAPE_D_MODEL, SHAPE_D_FF, SHAPE_NUM_LAYERS, SHAPE_NUM_HEADS, SHAPE_ROPE_THETA, SHAPE_MAX_CONTEXT,
+       SHAPE_COUNT };
+static const char *const shape_names[SHAPE_COUNT] = {"vocab-size", "d-model", "d-ff", "num-layers", "num-heads",
+                                                     "rope-theta", "max-context-length"};
+
+static const cli_use *use_of(const cli_command *c, cli_flag f) {
+    for (int i = 0; i < c->num_uses; i++)
+        if (c->uses[i].flag == f) return &c->uses[i];
+    return NULL;
+}
+
+static bool parse_shape(const char *cmd, int which, const char *arg, cli_shape_flags *s) {
+    char flag[40];
+    snprintf(flag, sizeof flag, "--%s", shape_names[which]);
+    if (which == SHAPE_ROPE_THETA) return cli_parse_double(cmd, flag, arg, 1e-300, 1e300, &s->rope_theta);
+    long v;
+    /* sizes in [1, 2^30]: what the model's index arithmetic is built for; the model's own check names
+     * anything else that cannot work (d_model % num_heads, odd d_head, layout over 2^62 bytes) */
+    if (!cli_parse_int(cmd, flag, arg, 1, 1L << 30, &v)) return false;
+    long *fields[] = {&s->vocab_size, &s->d_model, &s->d_ff, &s->num_layers, &s->num_heads, NULL, &s->max_context};
+    *fields[which] = v;
+    return true;
+}
+
+static bool parse_shared(const cli_command *c, cli_flag f, const char *arg, cli_args *a) {
+    const char *cmd = c->name, *flag = cli_flag_name(f);
+    const int max_n = use_of(c, f)->max_values > 1 ? use_of(c, f)->max_values : 1;
+    long v;
+    int n = 0;
+    switch (f) {
+    case CLI_DEVICE:
+        if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) {
+            cli_error(cmd, "--device: unknown device '%s' (known: cpu, cuda)", arg);
             return false;
         }
-        if (!cli_parse_int(cmd, flag, tok, min, max, &v)) return false;
-        out[(*n)++] = (int)v;
+        a->device = arg;
+        return true;
+    case CLI_GPU: return cli_parse_int(cmd, flag, arg, 0, 1023, &v) && ((a->gpu = (int)v), true);
+    case CLI_THREADS: return cli_parse_int(cmd, flag, arg, 1, 4096, &v) && ((a->threads = (int)v), true);
+    case CLI_FORMAT:
+        if (tlm_format_parse(arg, &a->format)) return true;
+        cli_error(cmd, "--format: unknown format '%s' (known: table, csv, json)", arg);
+        return false;
+    case CLI_OUT: a->out = arg; return true;
+    case CLI_MODEL:
+        free(a->models_buf_);
+        a->models_buf_ = NULL;
+        if (!cli_split_list(cmd, flag, arg, max_n, &a->models, &a->num_models)) return false;
+        a->models_buf_ = (char *)a->models;
+        return true;
+    case CLI_PRECISION: {
+        char **items;
+        if (!cli_split_list(cmd, flag, arg, TLM_PRECISION_COUNT, &items, &n)) return false;
+        bool ok = true;
+        a->num_precisions = 0;
+        if (n == 1 && strcmp(items[0], "all") == 0 && max_n >= TLM_PRECISION_COUNT) {
+            for (int p = 0; p < TLM_PRECISION_COUNT; p++) a->precisions[a->num_precisions++] = (tlm_precision)p;
+        } else if (n > max_n) {
+            cli_error(cmd, "%s takes one value in tlm %s", flag, cmd);
+            ok = false;
+        } else {
+            for (int i = 0; ok && i < n; i++) {
+                if (!tlm_precision_parse(items[i], &a->precisions[a->num_precisions])) {
+                    cli_error(cmd, "--precision: unknown precision '%s' (known: fp32, tf32, bf16, fp16%s)", items[i],
+                              max_n >= TLM_PRECISION_COUNT ? ", all" : "");
+                    ok = false;
+                }
+                for (int k = 0; ok && k < a->num_precisions; k++)
+                    if (a->precisions[k] == a->precisions[a->num_precisions]) {
+                        cli_error(cmd, "--precision: '%s' given twice", items[i]);
+                        ok = false;
+                    }
+                a->num_precisions++;
+            }
+        }
+        free(items);
+        return ok;
     }
-    if (*n == 0) {
-        cli_error(cmd, "%s: no values in '%s'", flag, text);
+    case CLI_ATTENTION:
+        if (tlm_attention_parse(arg, &a->attention)) return true;
+        cli_error(cmd, "--attention: unknown attention '%s' (known: flash, naive, auto)", arg);
+        return false;
+    case CLI_BATCH_SIZE: return cli_parse_int_list(cmd, flag, arg, 1, 1 << 20, a->batch_sizes, max_n, &a->num_batch_sizes);
+    case CLI_CONTEXT_LENGTH: return cli_parse_int_list(cmd, flag, arg, 1, 1 << 24, a->contexts, max_n, &a->num_contexts);
+    case CLI_WARMUP: return cli_parse_int_list(cmd, flag, arg, 0, 1 << 20, a->warmups, max_n, &a->num_warmups);
+    case CLI_STEPS: return cli_parse_int(cmd, flag, arg, 1, 1 << 20, &v) && ((a->steps = (int)v), true);
+    case CLI_PASS: {
+        static const char *const names[3] = {"forward", "forward-backward", "train"};
+        char **items;
+        if (!cli_split_list(cmd, flag, arg, max_n, &items, &n)) return false;
+        bool ok = true;
+        a->num_passes = 0;
+        for (int i = 0; ok && i < n; i++) {
+            int p;
+            ok = cli_parse_choice(cmd, flag, items[i], names, 3, &p);
+            a->passes[a->num_passes++] = (tlm_pass)p;
+        }
+        free(items);
+        return ok;
+    }
+    case CLI_CUDA_GRAPH: return cli_parse_on_off(cmd, flag, arg, &a->cuda_graphs);
+    case CLI_SEED: return cli_parse_int(cmd, flag, arg, 0, 0x7fffffffffffffffL, &v) && ((a->seed = (uint64_t)v), true);
+    case CLI_RECOMPUTE: {
+        static const char *const names[3] = {"none", "attention", "block"};
+        char **items;
+        if (!cli_split_list(cmd, flag, arg, max_n < 3 ? max_n : 3, &items, &n)) return false;
+        bool ok = true;
+        a->num_recomputes = 0;
+        for (int i = 0; ok && i < n; i++) {
+            int r;
+            ok = cli_parse_choice(cmd, flag, items[i], names, 3, &r);
+            a->recomputes[a->num_recomputes++] = (tlm_recompute)r;
+        }
+        free(items);
+        return ok;
+    }
+    case CLI_OPTIMIZER_IN_BACKWARD: a->optimizer_in_backward = true; return true;
+    case CLI_NUM_FLAGS: break;
+    }
+    return false;
+}
+
+int cli_parse(const cli_command *c, int argc, char **argv, cli_args *a) {
+    memset(a, 0, sizeof *a);
+    a->shape = (cli_shape_flags){CLI_NOT_GIVEN, CLI_NOT_GIVEN, CLI_NOT_GIVEN, CLI_NOT_GIVEN,
+                                 CLI_NOT_GIVEN, CLI_NOT_GIVEN, NAN};
+    a->attention = TLM_ATTENTION_AUTO;
+    a->cuda_graphs = true;
+    /* the option table: shared flags, shape flags (with --model), the command's own, --help */
+    struct option opts[CLI_NUM_FLAGS + SHAPE_COUNT + 64];
+    char shorts[160] = ":h";
+    int n = 0;
+    for (int i = 0; i < c->num_uses; i++) {
+        const flag_info *fi = &flags[c->uses[i].flag];
+        opts[n++] = (struct option){fi->name, fi->arg_one ? required_argument : no_argument, 0,
+                                    OPT_SHARED + (int)c->uses[i].flag};
+        if (fi->short_opt) {
+            TLM_ASSERT(!c->short_options || !strchr(c->short_options, fi->short_opt)); /* one meaning per letter */
+            snprintf(shorts + strlen(shorts), sizeof shorts - strlen(shorts), "%c:", fi->short_opt);
+        }
+        if (c->uses[i].flag == CLI_MODEL)
+            for (int k = 0; k < SHAPE_COUNT; k++)
+                opts[n++] = (struct option){shape_names[k], required_argument, 0, OPT_SHAPE + k};
+    }
+    for (const struct option *o = c->options; o && o->name; o++) {
+        TLM_ASSERT(n < (int)(sizeof opts / sizeof opts[0]) - 2);
+        opts[n++] = *o;
+    }
+    opts[n++] = (struct option){"help", no_argument, 0, 'h'};
+    opts[n] = (struct option){0, 0, 0, 0};
+    if (c->short_options) snprintf(shorts + strlen(shorts), sizeof shorts - strlen(shorts), "%s", c->short_options);
+
+    optind = 1;
+    opterr = 0;
+    for (int opt; (opt = getopt_long(argc, argv, shorts, opts, NULL)) != -1;) {
+        bool ok = true;
+        if (opt == 'h') {
+            c->usage(stdout);
+            return TLM_EXIT_OK;
+        } else if (opt == '?' || opt == ':') {
+            const char *word = argv[optind - 1];
+            if (opt == ':') cli_error(c->name, "%s needs a value (see tlm %s --help)", word, c->name);
+            else if (optopt && !strchr(word, '=') && word[1] != '-')
+                cli_error(c->name, "unknown option '-%c' (see tlm %s --help)", optopt, c->name);
+            else cli_error(c->name, "unknown option '%s' (see tlm %s --help)", word, c->name);
+            return TLM_EXIT_USAGE;
+        } else if (opt >= OPT_SHAPE && opt < OPT_SHAPE + SHAPE_COUNT) {
+            ok = parse_shape(c->name, opt - OPT_SHAPE, optarg, &a->shape);
+        } else {
+            cli_flag f = CLI_NUM_FLAGS;
+            for (int i = 0; i < c->num_uses; i++)
+                if (opt == OPT_SHARED + (int)c->uses[i].flag || opt == flags[c->uses[i].flag].short_opt) f = c->uses[i].flag;
+            if (f != CLI_NUM_FLAGS) {
+                ok = parse_shared(c, f, optarg, a);
+                a->given[f] = true;
+            } else {
+                TLM_ASSERT(c->handle);
+                ok = c->handle(c->user, opt, optarg);
+            }
+        }
+        if (!ok) {
+            cli_args_free(a);
+            return TLM_EXIT_USAGE;
+        }
+    }
+    a->positional = argv + optind;
+    a->num_positional = argc - optind;
+    if (a->num_positional < c->min_positional || a->num_positional > c->max_positional) {
+        if (a->num_positional > c->max_positional)
+            cli_error(c->name, "unexpected argument '%s' (see tlm %s --help)", a->positional[c->max_positional], c->name);
+        else cli_error(c->name, "missing argument (see tlm %s --help)", c->name);
+        cli_args_free(a);
+        return TLM_EXIT_USAGE;
+    }
+    return -1;
+}
+
+void cli_args_free(cli_args *a) {
+    free(a->models_buf_);
+    a->models_buf_ = NULL;
+    a->models = NULL;
+    a->num_models = 0;
+}
+
+void cli_print_shared_help(FILE *f, const cli_command *c) {
+    for (int i = 0; i < c->num_uses; i++) {
+        const cli_use *u = &c->uses[i];
+        const flag_info *fi = &flags[u->flag];
+        const bool list = u->max_values > 1;
+        char left[64];
+        snprintf(left, sizeof left, "%c%c%s --%s %s", fi->short_opt ? '-' : ' ', fi->short_opt ? fi->short_opt : ' ',
+                 fi->short_opt ? "," : " ", fi->name, !fi->arg_one ? "" : list ? fi->arg_list : fi->arg_one);
+        fprintf(f, "  %-27s %s%s", left, list ? "comma list: " : "", fi->help);
+        if (u->flag == CLI_MODEL) fprintf(f, " (%s)", tlm_config_preset_names());
+        if (u->flag == CLI_PRECISION && list) fprintf(f, "; all = the four");
+        if (u->default_text) fprintf(f, " (default: %s)", u->default_text);
+        fputc('\n', f);
+        if (u->flag == CLI_MODEL)
+            fprintf(f, "      --vocab-size N --d-model N --d-ff N --num-layers N --num-heads N --rope-theta X\n"
+                       "                              change the preset's shape (d_model must divide by num_heads,\n"
+                       "                              d_head even); the model's name then ends in '*'\n"
+                       "      --max-context-length N  longest sequence the RoPE table covers (default: the preset's\n"
+                       "                              1024, or the longest --context-length when that is longer)\n");
+    }
+    fprintf(f, "  -h, --help                  this text\n");
+}
+
+bool cli_refuse_together(const char *cmd, const cli_args *a, cli_flag f1, bool given2, const char *name2,
+                         const char *why) {
+    if (!a->given[f1] || !given2) return true;
+    cli_error(cmd, "%s conflicts with %s: %s", cli_flag_name(f1), name2, why);
+    return false;
+}
+
+/* ---- the model and the workload ---------------------------------------------------------------------------- */
+
+bool cli_model_config(const char *cmd, const cli_args *a, const char *name, tlm_config *cfg, char *display,
+                      size_t display_n) {
+    if (tlm_config_preset(name, cfg) != TLM_OK) {
+        cli_error(cmd, "--model: %s", tlm_last_error());
         return false;
     }
-    return true;
-}
-
-void cli_shape_flags_init(cli_shape_flags *f) {
-    f->vocab_size = f->d_model = f->d_ff = f->num_layers = f->num_heads = f->max_context = CLI_NOT_GIVEN;
-    f->rope_theta = NAN;
-}
-
-bool cli_shape_flags_any(const cli_shape_flags *f) {
-    return f->vocab_size != CLI_NOT_GIVEN || f->d_model != CLI_NOT_GIVEN || f->d_ff != CLI_NOT_GIVEN ||
-           f->num_layers != CLI_NOT_GIVEN || f->num_heads != CLI_NOT_GIVEN || f->max_context != CLI_NOT_GIVEN ||
-           !isnan(f->rope_theta);
-}
-
-int cli_handle_shape_option(const char *cmd, int opt, const char *arg, cli_shape_flags *f) {
-    /* sizes accept any integer here so that 0 and negatives reach the model's own check,
-     * which names the field */
-    const long lo = -1000000000L, hi = 1000000000L;
-    switch (opt) {
-    case OPT_VOCAB_SIZE: return cli_parse_int(cmd, "--vocab-size", arg, lo, hi, &f->vocab_size) ? 1 : -1;
-    case OPT_D_MODEL: return cli_parse_int(cmd, "--d-model", arg, lo, hi, &f->d_model) ? 1 : -1;
-    case OPT_D_FF: return cli_parse_int(cmd, "--d-ff", arg, lo, hi, &f->d_ff) ? 1 : -1;
-    case OPT_NUM_LAYERS: return cli_parse_int(cmd, "--num-layers", arg, lo, hi, &f->num_layers) ? 1 : -1;
-    case OPT_NUM_HEADS: return cli_parse_int(cmd, "--num-heads", arg, lo, hi, &f->num_heads) ? 1 : -1;
-    case OPT_MAX_CONTEXT:
-        return cli_parse_int(cmd, "--max-context-length", arg, lo, hi, &f->max_context) ? 1 : -1;
-    case OPT_ROPE_THETA: return cli_parse_double(cmd, "--rope-theta", arg, &f->rope_theta) ? 1 : -1;
+    const cli_shape_flags *s = &a->shape;
+    bool changed = false;
+    const long given[] = {s->vocab_size, s->d_model, s->d_ff, s->num_layers, s->num_heads};
+    int *fields[] = {&cfg->vocab_size, &cfg->d_model, &cfg->d_ff, &cfg->num_layers, &cfg->num_heads};
+    for (int i = 0; i < 5; i++)
+        if (given[i] != CLI_NOT_GIVEN) {
+            *fields[i] = (int)given[i];
+            changed = true;
+        }
+    if (!isnan(s->rope_theta)) {
+        cfg->rope_theta = s->rope_theta;
+        changed = true;
     }
-    return 0;
-}
-
-/* values were range-checked by cli_parse_int; zero and negatives are left for
- * tlm_config_validate, whose message names the field */
-static bool apply_one(const char *cmd, const char *flag, long v, int *field) {
-    if (v != CLI_NOT_GIVEN) *field = (int)v;
-    return true;
-}
-
-bool cli_apply_shape_flags(const char *cmd, const cli_shape_flags *f, tlm_config *cfg) {
-    if (!apply_one(cmd, "--vocab-size", f->vocab_size, &cfg->vocab_size) ||
-        !apply_one(cmd, "--d-model", f->d_model, &cfg->d_model) ||
-        !apply_one(cmd, "--d-ff", f->d_ff, &cfg->d_ff) ||
-        !apply_one(cmd, "--num-layers", f->num_layers, &cfg->num_layers) ||
-        !apply_one(cmd, "--num-heads", f->num_heads, &cfg->num_heads) ||
-        !apply_one(cmd, "--max-context-length", f->max_context, &cfg->context_length))
-        return false;
-    if (!isnan(f->rope_theta)) cfg->rope_theta = f->rope_theta;
+    if (s->max_context != CLI_NOT_GIVEN) cfg->context_length = (int)s->max_context;
+    /* the RoPE table covers the longest context asked for, unless its length was given */
+    for (int i = 0; i < a->num_contexts; i++) {
+        if (a->contexts[i] <= cfg->context_length) continue;
+        if (s->max_context != CLI_NOT_GIVEN) {
+            cli_error(cmd, "--context-length %d conflicts with --max-context-length %ld: the RoPE table covers %ld "
+                           "positions", a->contexts[i], s->max_context, s->max_context);
+            return false;
+        }
+        cfg->context_length = a->contexts[i];
+    }
     if (tlm_config_validate(cfg) != TLM_OK) {
         cli_error(cmd, "%s", tlm_last_error());
         return false;
     }
+    if (display) snprintf(display, display_n, "%s%s", name, changed ? "*" : "");
     return true;
 }
 
-void cli_print_shape_flags_help(FILE *f) {
-    fprintf(f, "Model shape (override the preset's values):\n"
-               "      --vocab-size N          vocabulary size (preset: 10000; tiny 512)\n"
-               "      --d-model N             residual width\n"
-               "      --d-ff N                SwiGLU inner width\n"
-               "      --num-layers N          Transformer blocks\n"
-               "      --num-heads N           attention heads (d_model must divide, d_head even)\n"
-               "      --rope-theta X          RoPE base (10000)\n"
-               "      --max-context-length N  longest sequence the RoPE table covers (preset: 1024)\n");
+bool cli_bench_cases(const char *cmd, const cli_args *a, tlm_backend *be, tlm_bench_case **cases, int *n) {
+    TLM_ASSERT(a->num_models > 0 && a->num_contexts > 0 && a->num_precisions > 0 && a->num_batch_sizes > 0 &&
+               a->num_passes > 0 && a->num_warmups > 0);
+    const tlm_recompute no_recompute = TLM_RECOMPUTE_NONE;
+    const tlm_recompute *recomputes = a->num_recomputes ? a->recomputes : &no_recompute;
+    const int num_recomputes = a->num_recomputes ? a->num_recomputes : 1;
+    const long total = (long)a->num_models * a->num_passes * a->num_batch_sizes * a->num_warmups * num_recomputes *
+                       a->num_precisions * a->num_contexts;
+    for (int k = 0; a->optimizer_in_backward && k < a->num_precisions; k++)
+        if (a->precisions[k] == TLM_PRECISION_FP16) {
+            cli_error(cmd, "--optimizer-in-backward conflicts with --precision fp16: dynamic loss scaling needs every "
+                           "gradient before the first update (use bf16)");
+            return false;
+        }
+    *cases = NULL;
+    *n = 0;
+    if (total > 100000) {
+        cli_error(cmd, "%ld configurations: more than 100000 (shorten a list)", total);
+        return false;
+    }
+    tlm_bench_case *v = calloc((size_t)total, sizeof *v);
+    if (!v) {
+        cli_error(cmd, "out of host memory");
+        return false;
+    }
+    for (int mi = 0; mi < a->num_models; mi++) {
+        tlm_bench_case base = {0};
+        if (!cli_model_config(cmd, a, a->models[mi], &base.config, base.model_name, sizeof base.model_name)) {
+            free(v);
+            return false;
+        }
+        base.steps = a->steps;
+        base.graphs = a->cuda_graphs && tlm_backend_has_graphs(be);
+        base.attention = a->attention;
+        base.seed = a->seed;
+        /* flash asked for by name where the backend cannot run it fails before anything runs */
+        for (int k = 0; k < a->num_precisions; k++)
+            if (tlm_attention_check(be, &base.config, a->precisions[k], a->attention) != TLM_OK) {
+                cli_error(cmd, "--attention flash: %s %s: %s", base.model_name, tlm_precision_name(a->precisions[k]),
+                          tlm_last_error());
+                free(v);
+                return false;
+            }
+        for (int pi = 0; pi < a->num_passes; pi++)
+            for (int bi = 0; bi < a->num_batch_sizes; bi++)
+                for (int wi = 0; wi < a->num_warmups; wi++)
+                    for (int ri = 0; ri < num_recomputes; ri++)
+                        for (int ki = 0; ki < a->num_precisions; ki++)
+                            for (int ci = 0; ci < a->num_contexts; ci++) {
+                                tlm_bench_case *bc = &v[(*n)++];
+                                *bc = base;
+                                bc->pass = a->passes[pi];
+                                bc->batch_size = a->batch_sizes[bi];
+                                bc->warmup = a->warmups[wi];
+                                bc->recompute = recomputes[ri];
+                                bc->optimizer_in_backward = a->optimizer_in_backward && bc->pass == TLM_PASS_TRAIN;
+                                bc->precision = a->precisions[ki];
+                                bc->context_length = a->contexts[ci];
+                            }
+    }
+    *cases = v;
+    return true;
 }
 
-bool cli_parse_attention(const char *cmd, const char *text, tlm_attention *out) {
-    if (tlm_attention_parse(text, out)) return true;
-    cli_error(cmd, "--attention: unknown attention '%s' (known: flash, naive, auto)", text);
-    return false;
-}
+/* ---- the backend and the report ------------------------------------------------------------------------------ */
 
-void cli_print_attention_help(FILE *f) {
-    fprintf(f, "  -a, --attention A         flash | naive | auto (default: auto = flash on CUDA, naive on the\n"
-               "                            CPU). flash: FlashAttention-2, saves only the logsumexp (B,H,T) per\n"
-               "                            layer; naive: saves the probabilities (B,H,T,T). On the CPU flash is\n"
-               "                            the slow fp32 reference; CUDA flash needs d_head 16, 32, 64, 80 or\n"
-               "                            128 (auto falls back to naive there, flash fails)\n");
-}
-
-bool cli_check_device(const char *cmd, const char *device) {
-    if (!device || strcmp(device, "cpu") == 0 || strcmp(device, "cuda") == 0) return true;
-    cli_error(cmd, "--device: unknown device '%s' (known: cpu, cuda)", device);
-    return false;
-}
-
-tlm_backend *cli_create_backend(const char *cmd, const char *device, int threads, char *desc, size_t desc_n) {
+tlm_backend *cli_create_backend(const char *cmd, const cli_args *a) {
+    if (a->given[CLI_GPU] && a->device && strcmp(a->device, "cpu") == 0) {
+        cli_error(cmd, "--gpu conflicts with --device cpu: a GPU is chosen only for the CUDA backend");
+        return NULL;
+    }
     tlm_backend *be = NULL;
-    if (tlm_backend_create(&be, device, 0, threads) != TLM_OK) {
+    if (tlm_backend_create(&be, a->device, a->gpu, a->threads) != TLM_OK) {
         cli_error(cmd, "%s", tlm_last_error());
         return NULL;
     }
-    snprintf(desc, desc_n, "%s", be->description);
     return be;
 }
 
-FILE *cli_open_tmp(const char *cmd, const char *path, char *tmp_path, size_t n) {
-    snprintf(tmp_path, n, "%s.tmp", path);
-    FILE *f = fopen(tmp_path, "w");
-    if (!f) cli_error(cmd, "cannot write %s: %s", tmp_path, strerror(errno));
-    return f;
+void cli_report_device(tlm_report *r, const tlm_backend *be) {
+    tlm_report_meta_str(r, "device", be->description);
+    tlm_report_meta_int(r, "threads", omp_get_max_threads());
 }
 
-bool cli_commit_file(const char *cmd, FILE *f, const char *tmp_path, const char *path, bool ok) {
-    if (fflush(f) != 0 || ferror(f)) ok = false;
-    if (fclose(f) != 0) ok = false;
-    if (ok && rename(tmp_path, path) != 0) {
-        cli_error(cmd, "cannot rename %s to %s: %s", tmp_path, path, strerror(errno));
-        ok = false;
+tlm_report *cli_open_report(const char *cmd, const cli_args *a, const char *tool, int argc, char **argv) {
+    tlm_report *r = NULL;
+    if (tlm_report_open(&r, tool, a->format, a->out, argc, argv) != TLM_OK) {
+        cli_error(cmd, "--out: %s", tlm_last_error());
+        return NULL;
     }
-    if (!ok) remove(tmp_path);
-    return ok;
+    return r;
 }

@@ -1,7 +1,6 @@
 /* cmd_attention.c — `tlm attention`: the attention benchmark (SPEC.md §2.7-2.8), naive
  * attention against FlashAttention-2 over batch x heads x seq x d_head x dtype, with the CS336
  * suites as presets. One case per row: attention_bench.h runs it. */
-#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,354 +18,271 @@ static const char *mem_note = "tracked allocator bytes in use before the backwar
                               "what the forward saves (naive: P (b,h,s,s); flash: L (b,h,s) fp32); "
                               "MiB = 2^20 bytes; peak = the row's allocator peak (adds dq, dk, dv and the "
                               "backward's scratch: naive dP (b,h,s,s), flash its fp32 workspace (b,h,s,d+1))";
-static const char *ratio_note = "flash/naive = naive time / flash time for the same shape (forward+backward)";
+static const char *ratio_note = "naive time / flash time for the same shape (forward+backward), on the flash row";
+
+static void attention_usage(FILE *f);
+
+static const tlm_column attention_columns[] = {
+    {"impl", TLM_FIELD_STR, "impl", "", -5, 0, 0, TLM_COL_KEY},
+    {"batch_size", TLM_FIELD_INT, "batch", "", 5, 0, 0, TLM_COL_KEY},
+    {"num_heads", TLM_FIELD_INT, "heads", "", 5, 0, 0, TLM_COL_KEY},
+    {"context_length", TLM_FIELD_INT, "seq", "", 6, 0, 0, TLM_COL_KEY},
+    {"d_head", TLM_FIELD_INT, "d", "", 4, 0, 0, TLM_COL_KEY},
+    {"dtype", TLM_FIELD_STR, "dtype", "", -5, 0, 0, TLM_COL_KEY},
+    {"causal", TLM_FIELD_BOOL, "causal", "", -6, 0, 0, TLM_COL_KEY},
+    TLM_COL_HIDDEN("warmup_steps", TLM_FIELD_INT),
+    TLM_COL_HIDDEN("iters", TLM_FIELD_INT),
+    TLM_COL_HIDDEN("seed", TLM_FIELD_INT),
+    {"fwd_ms_mean", TLM_FIELD_NUM, "fwd", "ms", 10, 3, 0, 0},
+    {"bwd_ms_mean", TLM_FIELD_NUM, "bwd", "ms", 10, 3, 0, 0},
+    {"fwdbwd_ms_mean", TLM_FIELD_NUM, "fwd+bwd", "ms", 10, 3, 0, 0},
+    {"fwd_tflop_per_s", TLM_FIELD_NUM, "TFLOP/s", "fwd", 8, 3, 0, 0},
+    {"bwd_tflop_per_s", TLM_FIELD_NUM, "TFLOP/s", "bwd", 8, 3, 0, 0},
+    {"mem_before_bwd_bytes", TLM_FIELD_INT, "mem", "MiB", 10, 1, 1.0 / MIB, 0},
+    {"peak_bytes", TLM_FIELD_INT, "peak", "MiB", 10, 1, 1.0 / MIB, 0},
+    {"speedup_vs_naive", TLM_FIELD_NUM, "vs naive", "x", 8, 2, 0, 0},
+    TLM_COL_HIDDEN("oom_bytes", TLM_FIELD_INT),
+};
+
+typedef struct {
+    const char *suite;
+    int heads[MAX_LIST], n_heads, ds[MAX_LIST], n_ds, n_dtypes;
+    tlm_dtype dtypes[3];
+    int causal, impl_mask; /* -1 / 0: not given; impl bit 0 naive, bit 1 flash */
+    long iters, max_seq;
+} attention_opts;
+
+static attention_opts opts_storage;
+
+static bool attention_handle(void *user, int opt, const char *arg) {
+    attention_opts *o = user;
+    const char *cmd = "attention";
+    static const char *const suites[] = {"pytorch-attention", "flash-benchmarking", "leaderboard"};
+    static const char *const impls[] = {"naive", "flash", "both"};
+    int k;
+    bool on = false;
+    switch (opt) {
+    case 'S': return cli_parse_choice(cmd, "--suite", arg, suites, 3, &k) && ((o->suite = suites[k]), true);
+    case 'H': return cli_parse_int_list(cmd, "--heads", arg, 1, 4096, o->heads, MAX_LIST, &o->n_heads);
+    case 'D':
+        if (!cli_parse_int_list(cmd, "--d-head", arg, 1, 1L << 20, o->ds, MAX_LIST, &o->n_ds)) return false;
+        for (int i = 0; i < o->n_ds; i++)
+            if (o->ds[i] < 2 || o->ds[i] % 2) {
+                cli_error(cmd, "--d-head: %d is not supported: d_head must be even and >= 2 (flash on CUDA takes "
+                               "16, 32, 64, 80, 128)", o->ds[i]);
+                return false;
+            }
+        return true;
+    case 'T': {
+        char **items;
+        if (!cli_split_list(cmd, "--dtype", arg, 3, &items, &o->n_dtypes)) return false;
+        bool ok = true;
+        for (int i = 0; ok && i < o->n_dtypes; i++)
+            if (!tlm_act_dtype_parse(items[i], &o->dtypes[i])) {
+                cli_error(cmd, "--dtype: unknown dtype '%s' (known: fp32, bf16, fp16)", items[i]);
+                ok = false;
+            }
+        free(items);
+        return ok;
+    }
+    case 'C': return cli_parse_on_off(cmd, "--causal", arg, &on) && ((o->causal = on), true);
+    case 'i': return cli_parse_choice(cmd, "--impl", arg, impls, 3, &k) && ((o->impl_mask = k + 1), true);
+    case 'n': return cli_parse_int(cmd, "--iters", arg, 1, 1 << 20, &o->iters);
+    case 'M': return cli_parse_int(cmd, "--max-seq", arg, 1, 1 << 24, &o->max_seq);
+    }
+    return false;
+}
+
+static const cli_use attention_uses[] = {
+    {CLI_BATCH_SIZE, "1", MAX_LIST},
+    {CLI_CONTEXT_LENGTH, "256,1024", MAX_LIST},
+    {CLI_WARMUP, "2", 1},
+    {CLI_SEED, "0", 1},
+    CLI_USES_DEVICE,
+    CLI_USES_OUTPUT,
+};
+static const struct option attention_options[] = {
+    {"suite", required_argument, 0, 'S'},  {"heads", required_argument, 0, 'H'},
+    {"d-head", required_argument, 0, 'D'}, {"dtype", required_argument, 0, 'T'},
+    {"causal", required_argument, 0, 'C'}, {"impl", required_argument, 0, 'i'},
+    {"iters", required_argument, 0, 'n'},  {"max-seq", required_argument, 0, 'M'},
+    {0, 0, 0, 0}};
+static const cli_command attention_cmd = {
+    .name = "attention", .uses = attention_uses, .num_uses = (int)(sizeof attention_uses / sizeof attention_uses[0]),
+    .options = attention_options, .short_options = "S:H:D:T:C:i:n:M:", .handle = attention_handle,
+    .user = &opts_storage, .usage = attention_usage};
 
 static void attention_usage(FILE *f) {
     fprintf(f,
             "Usage: tlm attention [options]\n"
-            "Attention benchmark (SPEC.md §2.7-2.8): naive attention (softmax(QK^T/sqrt(d)) V, the\n"
-            "probabilities saved) against FlashAttention-2 (tiled, online softmax, only the logsumexp\n"
-            "saved). Random normal q, k, v, dout (seeded); warm-up passes, then --iters timed forward and\n"
-            "--iters timed backward passes, each synchronized (the backward reuses the last forward's\n"
-            "saved outputs). Reports ms (forward, backward, forward+backward), TFLOP/s (FlashAttention's\n"
-            "convention: forward 4*b*h*s^2*d, halved when causal; backward 2.5x forward), memory in use\n"
-            "before the backward pass, and flash/naive (naive time / flash time) for each shape.\n"
+            "Attention benchmark (SPEC.md §2.7-2.8): naive attention (softmax(QK^T/sqrt(d)) V, the probabilities\n"
+            "saved) against FlashAttention-2 (tiled, online softmax, only the logsumexp saved). Random normal q,\n"
+            "k, v, dout (seeded); warm-up passes, then --iters timed forward and --iters timed backward passes,\n"
+            "each synchronized (the backward reuses the last forward's saved outputs). Reports ms (forward,\n"
+            "backward, forward+backward), TFLOP/s (FlashAttention's convention: forward 4*b*h*s^2*d, halved when\n"
+            "causal; backward 2.5x forward), memory in use before the backward pass, and the speed-up of flash\n"
+            "over naive (naive time / flash time) for each shape.\n"
             "\n"
             "Suites (the flags below override a suite's values):\n"
-            "  pytorch-attention   CS336 pytorch_attention: batch 8, 1 head, d 16,32,64,128 x seq\n"
-            "                      256,1024,4096,8192,16384, fp32, 100 forward + 100 backward after 10\n"
-            "                      warm-up; causal (the seeds do not say whether their benchmark masked;\n"
-            "                      tlm runs it causal, the LM's attention and what naive supports)\n"
-            "  flash-benchmarking  CS336 flash_benchmarking: batch 1, 1 head, causal, seq 128..65536\n"
-            "                      (powers of 2), d 16,32,64,128, bf16 and fp32, 100 + 100 after 10 warm-up\n"
-            "  leaderboard         CS336 leaderboard: batch 1, 16 heads, seq 16384, d 64, bf16, causal,\n"
-            "                      100 + 100 after 10 warm-up\n"
+            "  pytorch-attention   CS336 pytorch_attention: batch 8, 1 head, d 16,32,64,128 x seq 256,1024,4096,\n"
+            "                      8192,16384, fp32, 100 forward + 100 backward after 10 warm-up; causal (the\n"
+            "                      seeds do not say whether their benchmark masked; tlm runs it causal, the LM's\n"
+            "                      attention and what naive supports)\n"
+            "  flash-benchmarking  CS336 flash_benchmarking: batch 1, 1 head, causal, seq 128..65536 (powers of\n"
+            "                      2), d 16,32,64,128, bf16 and fp32, 100 + 100 after 10 warm-up\n"
+            "  leaderboard         CS336 leaderboard: batch 1, 16 heads, seq 16384, d 64, bf16, causal, 100 + 100\n"
+            "                      after 10 warm-up\n"
             "\n"
-            "  -S, --suite NAME      pytorch-attention | flash-benchmarking | leaderboard (default: none)\n"
-            "  -b, --batch-size N    batch (default: 1)\n"
-            "  -H, --heads N         heads (default: 1)\n"
-            "  -s, --seq LIST        comma list of sequence lengths, Tq = Tk (default: 256,1024)\n"
-            "  -D, --d-head LIST     comma list of head sizes, even and >= 2 (default: 64; flash on CUDA:\n"
-            "                        16, 32, 64, 80, 128)\n"
-            "  -T, --dtype LIST      comma list of fp32, bf16, fp16 (default: fp32)\n"
-            "  -c, --causal on|off   causal mask (default: on; naive is causal only: off gives naive rows\n"
-            "                        that say so)\n"
-            "  -i, --impl I          naive | flash | both (default: both)\n"
-            "  -n, --iters N         timed forward passes, and as many timed backward passes (default: 10)\n"
-            "  -w, --warmup N        untimed forward+backward passes first (default: 2)\n"
-            "  -M, --max-seq N       skip rows with seq > N (default: 1024 on the CPU with a --suite, else none)\n"
-            "  -d, --device D        cpu | cuda (default: cuda when a GPU is present, else cpu)\n"
-            "  -t, --threads N       CPU threads (default: all cores)\n"
-            "      --seed N          input seed (default: 0)\n"
-            "  -f, --format F        table | csv | json (default: table)\n"
-            "  -o, --out FILE        write the results, in --format, to FILE (stdout then shows the table)\n"
-            "  -h, --help            this text\n"
-            "\n"
-            "Both run through the backend's ops. Flash on CUDA: tensor-core kernels in bf16/fp16, exact-fp32\n"
-            "kernels in fp32, d_head 16, 32, 64, 80, 128; on the CPU: the FlashAttention-2 reference, any\n"
-            "d_head. A (d_head, dtype) the backend has no kernel for is a row saying \"unsupported\" and why.\n"
-            "An out-of-memory case is a row saying OOM with the bytes asked for, and the sweep goes on.\n");
+            "  -S, --suite NAME            pytorch-attention | flash-benchmarking | leaderboard (default: none)\n"
+            "  -H, --heads LIST            heads (default: 1)\n"
+            "  -D, --d-head LIST           head sizes, even and >= 2 (default: 64; flash on CUDA: 16, 32, 64, 80, 128)\n"
+            "  -T, --dtype LIST            fp32, bf16, fp16 (default: fp32)\n"
+            "  -C, --causal on|off         causal mask (default: on; naive is causal only: off gives naive rows that\n"
+            "                              say so)\n"
+            "  -i, --impl I                naive | flash | both (default: both)\n"
+            "  -n, --iters N               timed forward passes, and as many timed backward passes (default: 10)\n"
+            "  -M, --max-seq N             skip rows with seq > N (default: 1024 on the CPU with a --suite, else none)\n");
+    cli_print_shared_help(f, &attention_cmd);
+    fprintf(f, "\n--context-length is the sequence length (Tq = Tk). Both implementations run through the backend's\n"
+               "ops. Flash on CUDA: tensor-core kernels in bf16/fp16, exact-fp32 kernels in fp32; on the CPU: the\n"
+               "FlashAttention-2 reference, any d_head. A (d_head, dtype) the backend has no kernel for is a row\n"
+               "saying \"unsupported\" and why; an out-of-memory case is a row saying OOM with the bytes asked for.\n");
 }
 
-typedef struct {
-    tlm_attn_case c;
-    tlm_attn_result r;
-    double ratio; /* flash rows: naive fwd+bwd ms / flash fwd+bwd ms; 0: none */
-} row;
-
-static const char *dtype_short(tlm_dtype t) {
-    return t == TLM_DTYPE_BF16 ? "bf16" : t == TLM_DTYPE_F16 ? "fp16" : "fp32";
-}
-
-static void print_header(FILE *f, tlm_format fmt, const char *desc, const char *suite, int warmup, int iters,
-                         long seed) {
-    char date[64];
-    tlm_utc_now(date, sizeof date);
-    switch (fmt) {
-    case TLM_FORMAT_TABLE:
-        fprintf(f, "# tlm attention: naive vs FlashAttention-2 (tlm %s)%s%s\n", TLM_VERSION, suite ? ", suite " : "",
-                suite ? suite : "");
-        fprintf(f, "# device: %s\n# date: %s\n", desc, date);
-        fprintf(f, "# %d warm-up forward+backward, then %d timed forward and %d timed backward passes, each "
-                   "synchronized; ms = mean; seed %ld\n", warmup, iters, iters, seed);
-        fprintf(f, "# TFLOP/s: %s\n# memory: %s\n# %s\n", flops_note, mem_note, ratio_note);
-        fprintf(f, "%-5s %5s %5s %6s %5s %-5s %-6s %10s %10s %10s %8s %8s %10s %10s %11s\n", "impl", "batch",
-                "heads", "seq", "d", "dtype", "causal", "fwd", "bwd", "fwd+bwd", "TFLOP/s", "TFLOP/s", "mem", "peak",
-                "flash/naive");
-        fprintf(f, "%-5s %5s %5s %6s %5s %-5s %-6s %10s %10s %10s %8s %8s %10s %10s %11s\n", "", "", "", "", "", "",
-                "", "ms", "ms", "ms", "fwd", "bwd", "MiB", "MiB", "");
-        break;
-    case TLM_FORMAT_CSV:
-        fprintf(f, "tool,impl,batch,heads,seq,d_head,dtype,causal,fwd_ms,bwd_ms,fwdbwd_ms,tflops_fwd,tflops_bwd,"
-                   "mem_before_bwd_mib,peak_mib,flash_over_naive,status,note\n");
-        break;
-    case TLM_FORMAT_JSON:
-        fprintf(f, "{\"tool\": \"tlm attention\", \"version\": \"%s\", \"device\": ", TLM_VERSION);
-        tlm_json_string(f, desc);
-        fprintf(f, ", \"date\": \"%s\", \"suite\": ", date);
-        if (suite) tlm_json_string(f, suite);
-        else fprintf(f, "null");
-        fprintf(f, ", \"warmup\": %d, \"iters\": %d, \"seed\": %ld,\n \"flops\": ", warmup, iters, seed);
-        tlm_json_string(f, flops_note);
-        fprintf(f, ",\n \"memory\": ");
-        tlm_json_string(f, mem_note);
-        fprintf(f, ",\n \"ratio\": ");
-        tlm_json_string(f, ratio_note);
-        fprintf(f, ",\n \"rows\": [");
-        break;
+static void report_row(tlm_report *rep, const tlm_attn_case *c, const tlm_attn_result *r, double speedup) {
+    tlm_report_row_begin(rep);
+    tlm_report_str(rep, "impl", tlm_attention_name(c->impl));
+    tlm_report_int(rep, "batch_size", c->batch);
+    tlm_report_int(rep, "num_heads", c->heads);
+    tlm_report_int(rep, "context_length", c->seq);
+    tlm_report_int(rep, "d_head", c->d_head);
+    tlm_report_str(rep, "dtype", tlm_act_dtype_name(c->dtype));
+    tlm_report_bool(rep, "causal", c->causal);
+    tlm_report_int(rep, "warmup_steps", c->warmup);
+    tlm_report_int(rep, "iters", c->iters);
+    tlm_report_int(rep, "seed", (int64_t)c->seed);
+    if (r->status == TLM_ATTN_OK) {
+        tlm_report_num(rep, "fwd_ms_mean", r->fwd_ms);
+        tlm_report_num(rep, "bwd_ms_mean", r->bwd_ms);
+        tlm_report_num(rep, "fwdbwd_ms_mean", r->fwdbwd_ms);
+        tlm_report_num(rep, "fwd_tflop_per_s", r->tflops_fwd);
+        tlm_report_num(rep, "bwd_tflop_per_s", r->tflops_bwd);
+        tlm_report_int(rep, "mem_before_bwd_bytes", (int64_t)r->mem_before_bwd);
+        tlm_report_int(rep, "peak_bytes", (int64_t)r->peak_bytes);
+        if (speedup > 0) tlm_report_num(rep, "speedup_vs_naive", speedup);
+    } else {
+        if (r->status == TLM_ATTN_OOM) tlm_report_int(rep, "oom_bytes", (int64_t)r->oom_bytes);
+        tlm_report_status(rep, tlm_attn_status_name(r->status), r->note);
     }
-    fflush(f);
+    tlm_report_row_end(rep);
 }
-
-static void print_row(FILE *f, tlm_format fmt, const row *w, int index) {
-    const tlm_attn_case *c = &w->c;
-    const tlm_attn_result *r = &w->r;
-    const bool ok = r->status == TLM_ATTN_OK;
-    switch (fmt) {
-    case TLM_FORMAT_TABLE:
-        fprintf(f, "%-5s %5d %5d %6d %5d %-5s %-6s ", tlm_attention_name(c->impl), c->batch, c->heads, c->seq,
-                c->d_head, dtype_short(c->dtype), c->causal ? "yes" : "no");
-        if (r->status == TLM_ATTN_SKIPPED) { /* the note says "skipped ..." */
-            fprintf(f, "%s\n", r->note);
-            break;
-        }
-        if (!ok) {
-            fprintf(f, "%s: %s\n", tlm_attn_status_name(r->status), r->note);
-            break;
-        }
-        fprintf(f, "%10.3f %10.3f %10.3f %8.3f %8.3f %10.1f %10.1f", r->fwd_ms, r->bwd_ms, r->fwdbwd_ms,
-                r->tflops_fwd, r->tflops_bwd, r->mem_before_bwd / MIB, r->peak_bytes / MIB);
-        if (w->ratio > 0) fprintf(f, " %10.2fx", w->ratio);
-        fputc('\n', f);
-        break;
-    case TLM_FORMAT_CSV:
-        fprintf(f, "tlm,%s,%d,%d,%d,%d,%s,%d,", tlm_attention_name(c->impl), c->batch, c->heads, c->seq, c->d_head,
-                dtype_short(c->dtype), c->causal ? 1 : 0);
-        if (ok)
-            fprintf(f, "%.4f,%.4f,%.4f,%.4f,%.4f,%.3f,%.3f,", r->fwd_ms, r->bwd_ms, r->fwdbwd_ms, r->tflops_fwd,
-                    r->tflops_bwd, r->mem_before_bwd / MIB, r->peak_bytes / MIB);
-        else
-            fprintf(f, ",,,,,,,");
-        if (w->ratio > 0) fprintf(f, "%.4f", w->ratio);
-        fprintf(f, ",%s,\"", tlm_attn_status_name(r->status));
-        for (const char *s = r->note; *s; s++) { /* CSV: double the quotes inside a quoted field */
-            if (*s == '"') fputc('"', f);
-            fputc(*s, f);
-        }
-        fprintf(f, "\"\n");
-        break;
-    case TLM_FORMAT_JSON:
-        fprintf(f, "%s\n  {\"tool\": \"tlm\", \"impl\": \"%s\", \"batch\": %d, \"heads\": %d, \"seq\": %d, "
-                   "\"d_head\": %d, \"dtype\": \"%s\", \"causal\": %s, \"status\": \"%s\"",
-                index ? "," : "", tlm_attention_name(c->impl), c->batch, c->heads, c->seq, c->d_head,
-                dtype_short(c->dtype), c->causal ? "true" : "false", tlm_attn_status_name(r->status));
-        if (ok) {
-            fprintf(f, ", \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwdbwd_ms\": %.4f, \"tflops_fwd\": %.4f, "
-                       "\"tflops_bwd\": %.4f, \"mem_before_bwd_mib\": %.3f, \"peak_mib\": %.3f",
-                    r->fwd_ms, r->bwd_ms, r->fwdbwd_ms, r->tflops_fwd, r->tflops_bwd, r->mem_before_bwd / MIB,
-                    r->peak_bytes / MIB);
-            if (w->ratio > 0) fprintf(f, ", \"flash_over_naive\": %.4f", w->ratio);
-        } else {
-            if (r->status == TLM_ATTN_OOM) fprintf(f, ", \"oom_bytes\": %zu", r->oom_bytes);
-            fprintf(f, ", \"note\": ");
-            tlm_json_string(f, r->note);
-        }
-        fputc('}', f);
-        break;
-    }
-    fflush(f);
-}
-
-static void print_footer(FILE *f, tlm_format fmt, const int counts[4]) {
-    if (fmt == TLM_FORMAT_TABLE)
-        fprintf(f, "# %d rows: %d ran, %d out of memory, %d unsupported, %d skipped\n",
-                counts[0] + counts[1] + counts[2] + counts[3], counts[TLM_ATTN_OK], counts[TLM_ATTN_OOM],
-                counts[TLM_ATTN_UNSUPPORTED], counts[TLM_ATTN_SKIPPED]);
-    else if (fmt == TLM_FORMAT_JSON)
-        fprintf(f, "\n ]}\n");
-    fflush(f);
-}
-
-static bool parse_dtypes(const char *cmd, const char *text, tlm_dtype *out, int *n) {
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", text);
-    *n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (*n == 3) { cli_error(cmd, "--dtype: more than 3 values"); return false; }
-        if (strcmp(tok, "fp32") == 0) out[(*n)++] = TLM_DTYPE_F32;
-        else if (strcmp(tok, "bf16") == 0) out[(*n)++] = TLM_DTYPE_BF16;
-        else if (strcmp(tok, "fp16") == 0) out[(*n)++] = TLM_DTYPE_F16;
-        else { cli_error(cmd, "--dtype: unknown dtype '%s' (known: fp32, bf16, fp16)", tok); return false; }
-    }
-    if (*n == 0) { cli_error(cmd, "--dtype: no values in '%s'", text); return false; }
-    return true;
-}
-
-enum { OPT_SEED = OPT_FIRST_FREE };
 
 int cmd_attention(int argc, char **argv) {
     const char *cmd = "attention";
-    static const struct option opts[] = {
-        {"suite", required_argument, 0, 'S'},   {"batch-size", required_argument, 0, 'b'},
-        {"heads", required_argument, 0, 'H'},   {"seq", required_argument, 0, 's'},
-        {"d-head", required_argument, 0, 'D'},  {"dtype", required_argument, 0, 'T'},
-        {"causal", required_argument, 0, 'c'},  {"impl", required_argument, 0, 'i'},
-        {"iters", required_argument, 0, 'n'},   {"warmup", required_argument, 0, 'w'},
-        {"max-seq", required_argument, 0, 'M'}, {"device", required_argument, 0, 'd'},
-        {"threads", required_argument, 0, 't'}, {"seed", required_argument, 0, OPT_SEED},
-        {"format", required_argument, 0, 'f'},  {"out", required_argument, 0, 'o'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-    const char *suite = NULL, *device = NULL, *out_path = NULL;
-    /* given flags; < 0 or n == 0: not given */
-    long batch = -1, heads = -1, iters = -1, warmup = -1, max_seq = -1, threads = 0, seed = 0;
-    int causal = -1, impl_mask = 0; /* bit 0 naive, bit 1 flash */
-    int seqs[MAX_LIST], n_seqs = 0, ds[MAX_LIST], n_ds = 0, n_dtypes = 0;
-    tlm_dtype dtypes[3];
-    tlm_format fmt = TLM_FORMAT_TABLE;
-    optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "S:b:H:s:D:T:c:i:n:w:M:d:t:f:o:h", opts, NULL)) != -1;) {
-        bool ok = true;
-        switch (c) {
-        case 'S':
-            if (strcmp(optarg, "pytorch-attention") && strcmp(optarg, "flash-benchmarking") &&
-                strcmp(optarg, "leaderboard")) {
-                cli_error(cmd, "--suite: unknown suite '%s' (known: pytorch-attention, flash-benchmarking, "
-                               "leaderboard)", optarg);
-                ok = false;
-            }
-            suite = optarg;
-            break;
-        case 'b': ok = cli_parse_int(cmd, "--batch-size", optarg, 1, 1 << 20, &batch); break;
-        case 'H': ok = cli_parse_int(cmd, "--heads", optarg, 1, 4096, &heads); break;
-        case 's': ok = cli_parse_int_list(cmd, "--seq", optarg, 1, 1 << 20, seqs, MAX_LIST, &n_seqs); break;
-        case 'D':
-            ok = cli_parse_int_list(cmd, "--d-head", optarg, -(1L << 20), 1L << 20, ds, MAX_LIST, &n_ds);
-            for (int i = 0; ok && i < n_ds; i++)
-                if (ds[i] < 2 || ds[i] % 2) {
-                    cli_error(cmd, "--d-head: %d is not supported: d_head must be even and >= 2 (flash on "
-                                   "CUDA takes 16, 32, 64, 80, 128)", ds[i]);
-                    ok = false;
-                }
-            break;
-        case 'T': ok = parse_dtypes(cmd, optarg, dtypes, &n_dtypes); break;
-        case 'c':
-            if (strcmp(optarg, "on") == 0) causal = 1;
-            else if (strcmp(optarg, "off") == 0) causal = 0;
-            else { cli_error(cmd, "--causal: '%s' is neither on nor off", optarg); ok = false; }
-            break;
-        case 'i':
-            if (strcmp(optarg, "naive") == 0) impl_mask = 1;
-            else if (strcmp(optarg, "flash") == 0) impl_mask = 2;
-            else if (strcmp(optarg, "both") == 0) impl_mask = 3;
-            else { cli_error(cmd, "--impl: unknown implementation '%s' (known: naive, flash, both)", optarg); ok = false; }
-            break;
-        case 'n': ok = cli_parse_int(cmd, "--iters", optarg, 1, 1 << 20, &iters); break;
-        case 'w': ok = cli_parse_int(cmd, "--warmup", optarg, 0, 1 << 20, &warmup); break;
-        case 'M': ok = cli_parse_int(cmd, "--max-seq", optarg, 1, 1 << 20, &max_seq); break;
-        case 't': ok = cli_parse_int(cmd, "--threads", optarg, 1, 4096, &threads); break;
-        case OPT_SEED: ok = cli_parse_int(cmd, "--seed", optarg, 0, 0x7fffffffL, &seed); break;
-        case 'd': device = optarg; break;
-        case 'o': out_path = optarg; break;
-        case 'f':
-            if (!tlm_format_parse(optarg, true, &fmt)) {
-                cli_error(cmd, "--format: unknown format '%s' (known: table, csv, json)", optarg);
-                ok = false;
-            }
-            break;
-        case 'h': attention_usage(stdout); return TLM_EXIT_OK;
-        default: attention_usage(stderr); return TLM_EXIT_USAGE;
-        }
-        if (!ok) return TLM_EXIT_USAGE;
-    }
-    if (optind < argc) {
-        cli_error(cmd, "unexpected argument '%s' (see tlm attention --help)", argv[optind]);
-        return TLM_EXIT_USAGE;
-    }
+    attention_opts *o = &opts_storage;
+    memset(o, 0, sizeof *o);
+    o->causal = -1;
+    o->iters = o->max_seq = -1;
+    cli_args a;
+    int rc = cli_parse(&attention_cmd, argc, argv, &a);
+    if (rc >= 0) return rc;
 
     /* the suite's values, then the flags over them */
-    long s_batch = 1, s_heads = 1, s_iters = 10, s_warmup = 2;
-    int s_causal = 1;
-    int s_seqs[MAX_LIST] = {256, 1024}, s_n_seqs = 2, s_ds[MAX_LIST] = {64}, s_n_ds = 1;
-    tlm_dtype s_dtypes[3] = {TLM_DTYPE_F32};
-    int s_n_dtypes = 1;
-    if (suite && strcmp(suite, "pytorch-attention") == 0) {
+    int batch[MAX_LIST] = {1}, n_batch = 1, heads[MAX_LIST] = {1}, n_heads = 1, warmup = 2, iters = 10;
+    int seqs[MAX_LIST] = {256, 1024}, n_seqs = 2, ds[MAX_LIST] = {64}, n_ds = 1, n_dtypes = 1;
+    tlm_dtype dtypes[3] = {TLM_DTYPE_F32};
+    if (o->suite && strcmp(o->suite, "pytorch-attention") == 0) {
         static const int sq[] = {256, 1024, 4096, 8192, 16384}, dd[] = {16, 32, 64, 128};
-        s_batch = 8; s_iters = 100; s_warmup = 10;
-        s_n_seqs = 5; memcpy(s_seqs, sq, sizeof sq);
-        s_n_ds = 4; memcpy(s_ds, dd, sizeof dd);
-    } else if (suite && strcmp(suite, "flash-benchmarking") == 0) {
+        batch[0] = 8; iters = 100; warmup = 10;
+        n_seqs = 5; memcpy(seqs, sq, sizeof sq);
+        n_ds = 4; memcpy(ds, dd, sizeof dd);
+    } else if (o->suite && strcmp(o->suite, "flash-benchmarking") == 0) {
         static const int dd[] = {16, 32, 64, 128};
-        s_batch = 1; s_iters = 100; s_warmup = 10;
-        s_n_seqs = 0;
-        for (int s = 128; s <= 65536; s *= 2) s_seqs[s_n_seqs++] = s;
-        s_n_ds = 4; memcpy(s_ds, dd, sizeof dd);
-        s_n_dtypes = 2; s_dtypes[0] = TLM_DTYPE_BF16; s_dtypes[1] = TLM_DTYPE_F32;
-    } else if (suite && strcmp(suite, "leaderboard") == 0) {
-        s_batch = 1; s_heads = 16; s_iters = 100; s_warmup = 10;
-        s_n_seqs = 1; s_seqs[0] = 16384;
-        s_n_ds = 1; s_ds[0] = 64;
-        s_dtypes[0] = TLM_DTYPE_BF16;
+        iters = 100; warmup = 10;
+        n_seqs = 0;
+        for (int s = 128; s <= 65536; s *= 2) seqs[n_seqs++] = s;
+        n_ds = 4; memcpy(ds, dd, sizeof dd);
+        n_dtypes = 2; dtypes[0] = TLM_DTYPE_BF16; dtypes[1] = TLM_DTYPE_F32;
+    } else if (o->suite && strcmp(o->suite, "leaderboard") == 0) {
+        heads[0] = 16; iters = 100; warmup = 10;
+        n_seqs = 1; seqs[0] = 16384;
+        ds[0] = 64;
+        dtypes[0] = TLM_DTYPE_BF16;
     }
-    if (batch < 0) batch = s_batch;
-    if (heads < 0) heads = s_heads;
-    if (iters < 0) iters = s_iters;
-    if (warmup < 0) warmup = s_warmup;
-    if (causal < 0) causal = s_causal;
-    if (!impl_mask) impl_mask = 3;
-    if (!n_seqs) { n_seqs = s_n_seqs; memcpy(seqs, s_seqs, sizeof seqs); }
-    if (!n_ds) { n_ds = s_n_ds; memcpy(ds, s_ds, sizeof ds); }
-    if (!n_dtypes) { n_dtypes = s_n_dtypes; memcpy(dtypes, s_dtypes, sizeof dtypes); }
+    if (a.num_batch_sizes) { n_batch = a.num_batch_sizes; memcpy(batch, a.batch_sizes, sizeof batch); }
+    if (o->n_heads) { n_heads = o->n_heads; memcpy(heads, o->heads, sizeof heads); }
+    if (a.num_contexts) { n_seqs = a.num_contexts; memcpy(seqs, a.contexts, sizeof seqs); }
+    if (o->n_ds) { n_ds = o->n_ds; memcpy(ds, o->ds, sizeof ds); }
+    if (o->n_dtypes) { n_dtypes = o->n_dtypes; memcpy(dtypes, o->dtypes, sizeof dtypes); }
+    if (a.num_warmups) warmup = a.warmups[0];
+    if (o->iters > 0) iters = (int)o->iters;
+    const bool causal = o->causal != 0;
+    const int impl_mask = o->impl_mask ? o->impl_mask : 3;
 
-    if (!cli_check_device(cmd, device)) return TLM_EXIT_USAGE;
-    char desc[256];
-    tlm_backend *be = cli_create_backend(cmd, device, (int)threads, desc, sizeof desc);
+    tlm_backend *be = cli_create_backend(cmd, &a);
     if (!be) return TLM_EXIT_FAILURE;
-    const bool on_cpu = be->kind == TLM_DEVICE_CPU;
-    if (max_seq < 0 && on_cpu && suite) max_seq = 1024;
-
-    FILE *out = NULL;
-    char tmp_path[4096];
-    if (out_path && !(out = cli_open_tmp(cmd, out_path, tmp_path, sizeof tmp_path))) {
+    long max_seq = o->max_seq;
+    if (max_seq < 0 && be->kind == TLM_DEVICE_CPU && o->suite) max_seq = 1024;
+    tlm_report *rep = cli_open_report(cmd, &a, "tlm attention", argc, argv);
+    if (!rep) {
         tlm_backend_destroy(be);
         return TLM_EXIT_FAILURE;
     }
-    const tlm_format stdout_fmt = out ? TLM_FORMAT_TABLE : fmt;
-    print_header(stdout, stdout_fmt, desc, suite, (int)warmup, (int)iters, seed);
-    if (out) print_header(out, fmt, desc, suite, (int)warmup, (int)iters, seed);
-    int counts[4] = {0}, index = 0, hard_failures = 0;
+    cli_report_device(rep, be);
+    tlm_report_meta_str(rep, "suite", o->suite ? o->suite : "none");
+    tlm_report_meta_str(rep, "timing", "ms = mean of the timed passes, each synchronized");
+    tlm_report_meta_str(rep, "tflop_per_s", flops_note);
+    tlm_report_meta_str(rep, "memory", mem_note);
+    tlm_report_meta_str(rep, "speedup_vs_naive", ratio_note);
+    tlm_report_table(rep, "rows", attention_columns, (int)(sizeof attention_columns / sizeof attention_columns[0]));
+    tlm_report_show(rep, "speedup_vs_naive", impl_mask == 3);
+    const int total = n_dtypes * n_ds * n_batch * n_heads * n_seqs * ((impl_mask & 1) + (impl_mask >> 1));
+    double cost = 0;
+    for (int si = 0; si < n_seqs; si++) cost += (double)seqs[si] * seqs[si];
+    tlm_report_progress_total(rep, total, cost * n_dtypes * n_ds * n_batch * n_heads);
+    int counts[4] = {0}, hard_failures = 0;
     for (int ti = 0; ti < n_dtypes; ti++)
     for (int di = 0; di < n_ds; di++)
+    for (int bi = 0; bi < n_batch; bi++)
+    for (int hi = 0; hi < n_heads; hi++)
     for (int si = 0; si < n_seqs; si++) {
         double naive_ms = 0;
         for (int impl = 0; impl < 2; impl++) {
             if (!(impl_mask & (1 << impl))) continue;
-            row w;
-            memset(&w, 0, sizeof w);
-            w.c = (tlm_attn_case){.impl = (tlm_attention)impl, .batch = (int)batch, .heads = (int)heads,
-                                  .seq = seqs[si], .d_head = ds[di], .dtype = dtypes[ti], .causal = causal != 0,
-                                  .warmup = (int)warmup, .iters = (int)iters, .seed = (uint64_t)seed};
-            if (max_seq > 0 && seqs[si] > max_seq) {
-                w.r.status = TLM_ATTN_SKIPPED;
-                snprintf(w.r.note, sizeof w.r.note, "skipped on %s: seq > max-seq (%ld)", be->name, max_seq);
-            } else if (tlm_attention_bench_run(be, &w.c, &w.r) != TLM_OK) {
+            const tlm_attn_case c = {.impl = (tlm_attention)impl, .batch = batch[bi], .heads = heads[hi],
+                                     .seq = seqs[si], .d_head = ds[di], .dtype = dtypes[ti], .causal = causal,
+                                     .warmup = warmup, .iters = iters, .seed = a.seed};
+            tlm_attn_result r;
+            memset(&r, 0, sizeof r);
+            char label[96];
+            snprintf(label, sizeof label, "%s seq %d d %d %s", tlm_attention_name(c.impl), c.seq, c.d_head,
+                     tlm_act_dtype_name(c.dtype));
+            tlm_report_progress(rep, label, (double)c.seq * c.seq / ((impl_mask & 1) + (impl_mask >> 1)));
+            if (max_seq > 0 && c.seq > max_seq) {
+                r.status = TLM_ATTN_SKIPPED;
+                snprintf(r.note, sizeof r.note, "seq > --max-seq (%ld) on %s", max_seq, be->name);
+            } else if (tlm_attention_bench_run(be, &c, &r) != TLM_OK) {
                 cli_error(cmd, "%s", tlm_last_error());
                 hard_failures++;
                 continue;
             }
-            if (w.r.status == TLM_ATTN_OK) {
-                if (impl == TLM_ATTENTION_NAIVE) naive_ms = w.r.fwdbwd_ms;
-                else if (naive_ms > 0 && w.r.fwdbwd_ms > 0) w.ratio = naive_ms / w.r.fwdbwd_ms;
+            double speedup = 0;
+            if (r.status == TLM_ATTN_OK) {
+                if (impl == TLM_ATTENTION_NAIVE) naive_ms = r.fwdbwd_ms;
+                else if (naive_ms > 0 && r.fwdbwd_ms > 0) speedup = naive_ms / r.fwdbwd_ms;
             }
-            counts[w.r.status]++;
-            print_row(stdout, stdout_fmt, &w, index);
-            if (out) print_row(out, fmt, &w, index);
-            index++;
+            counts[r.status]++;
+            report_row(rep, &c, &r, speedup);
         }
     }
-    print_footer(stdout, stdout_fmt, counts);
-    if (out) {
-        print_footer(out, fmt, counts);
-        if (!cli_commit_file(cmd, out, tmp_path, out_path, true)) hard_failures++;
+    char line[128];
+    snprintf(line, sizeof line, "%d rows: %d ran, %d out of memory, %d unsupported, %d skipped",
+             counts[0] + counts[1] + counts[2] + counts[3], counts[TLM_ATTN_OK], counts[TLM_ATTN_OOM],
+             counts[TLM_ATTN_UNSUPPORTED], counts[TLM_ATTN_SKIPPED]);
+    tlm_report_summary_str(rep, "result", line);
+    if (tlm_report_close(rep, true) != TLM_OK) {
+        cli_error(cmd, "%s", tlm_last_error());
+        hard_failures++;
     }
     tlm_backend_destroy(be);
     return hard_failures ? TLM_EXIT_FAILURE : TLM_EXIT_OK;

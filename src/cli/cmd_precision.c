@@ -1,7 +1,6 @@
 /* cmd_precision.c — `tlm precision <experiment>`: the mixed-precision experiments of SPEC.md
  * §2.3-2.4 (accumulate, autocast, layernorm), computed by tlm (precision_lab.h, toymodel.h).
  * Every figure printed here comes from those computations. */
-#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +29,11 @@ static void precision_usage(FILE *f) {
 
 /* ---- accumulate ------------------------------------------------------------------------------- */
 
+static const cli_use accumulate_uses[] = {{CLI_DEVICE, NULL, 1}, {CLI_GPU, "0", 1}, CLI_USES_OUTPUT};
+static void accumulate_usage(FILE *f);
+static const cli_command accumulate_cmd = {.name = "precision accumulate", .uses = accumulate_uses, .num_uses = 4,
+                                           .usage = accumulate_usage};
+
 static void accumulate_usage(FILE *f) {
     fprintf(f,
             "Usage: tlm precision accumulate [options]\n"
@@ -38,137 +42,159 @@ static void accumulate_usage(FILE *f) {
             "On the CPU every fp16/bf16 add is computed in fp32 and rounded to nearest even, which gives the\n"
             "correctly rounded 16-bit sum (src/precision/lowp.h); on the GPU one thread adds with __half and\n"
             "__nv_bfloat16 arithmetic, and the sums are compared with the CPU's bit for bit (exit status\n"
-            "1 if any differs).\n"
-            "\n"
-            "  -d, --device D     cpu | cuda (default: cuda when a GPU is present, else cpu)\n"
-            "  -f, --format F     table | json (default: table)\n"
-            "  -h, --help         this text\n");
+            "1 if any differs).\n\n");
+    cli_print_shared_help(f, &accumulate_cmd);
 }
 
-static void json_str(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') putchar('\\');
-        putchar(*s);
-    }
-    putchar('"');
+static const tlm_column accumulate_columns[] = {
+    {"way", TLM_FIELD_STR, "way", "", -19, 0, 0, TLM_COL_KEY},
+    TLM_COL_HIDDEN("sum_dtype", TLM_FIELD_STR),
+    TLM_COL_HIDDEN("addend_dtype", TLM_FIELD_STR),
+    TLM_COL_HIDDEN("addend", TLM_FIELD_NUM),
+    {"addend_exact", TLM_FIELD_STR, "addend as stored", "", -34, 0, 0, 0},
+    {"sum", TLM_FIELD_NUM, "sum", "", 11, 6, 0, 0},
+    {"sum_exact", TLM_FIELD_STR, "sum, exactly", "", -26, 0, 0, 0},
+    {"error", TLM_FIELD_NUM, "error", "", 12, 4, 0, TLM_COL_SCI},
+    TLM_COL_HIDDEN("representation_error", TLM_FIELD_NUM),
+    TLM_COL_HIDDEN("rounding_error", TLM_FIELD_NUM),
+    TLM_COL_HIDDEN("inexact_adds", TLM_FIELD_INT),
+    TLM_COL_HIDDEN("spacing_at_sum", TLM_FIELD_NUM),
+    TLM_COL_HIDDEN("last_increment", TLM_FIELD_NUM),
+    TLM_COL_HIDDEN("last_change", TLM_FIELD_INT),
+};
+
+/* the six ways on be, and on the GPU the count of ways whose trajectories equal the CPU's software
+ * rounding bit for bit (*same; TLM_ACC_NUM_WAYS on the CPU) */
+static tlm_status accumulate(tlm_backend *be, tlm_accumulation *acc, int *same) {
+    static tlm_accumulation cpu_acc;
+    TLM_TRY(tlm_accumulate_run(be, TLM_ACCUMULATE_VALUE, acc));
+    *same = TLM_ACC_NUM_WAYS;
+    if (be->kind != TLM_DEVICE_CUDA) return TLM_OK;
+    tlm_backend *cpu = NULL;
+    tlm_status s = tlm_backend_cpu_create(&cpu, 1);
+    if (s == TLM_OK) s = tlm_accumulate_run(cpu, TLM_ACCUMULATE_VALUE, &cpu_acc);
+    tlm_backend_destroy(cpu);
+    *same = 0;
+    for (int w = 0; s == TLM_OK && w < TLM_ACC_NUM_WAYS; w++)
+        *same += memcmp(acc->partial[w], cpu_acc.partial[w], sizeof acc->partial[w]) == 0 &&
+                 acc->addend[w] == cpu_acc.addend[w];
+    return s;
 }
 
 static int run_accumulate(int argc, char **argv) {
     const char *cmd = "precision accumulate";
-    static const struct option opts[] = {{"device", required_argument, 0, 'd'},
-                                         {"format", required_argument, 0, 'f'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *device = NULL;
-    bool json = false;
-    optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "d:f:h", opts, NULL)) != -1;) {
-        switch (c) {
-        case 'd': device = optarg; break;
-        case 'f': {
-            tlm_format f;
-            if (!tlm_format_parse(optarg, false, &f)) {
-                cli_error(cmd, "--format: unknown format '%s' (known: table, json)", optarg);
-                return TLM_EXIT_USAGE;
-            }
-            json = f == TLM_FORMAT_JSON;
-            break;
-        }
-        case 'h': accumulate_usage(stdout); return TLM_EXIT_OK;
-        default: accumulate_usage(stderr); return TLM_EXIT_USAGE;
-        }
-    }
-    if (optind < argc) {
-        cli_error(cmd, "unexpected argument '%s' (see tlm precision accumulate --help)", argv[optind]);
-        return TLM_EXIT_USAGE;
-    }
-    if (!cli_check_device(cmd, device)) return TLM_EXIT_USAGE;
-    char desc[256];
-    tlm_backend *be = cli_create_backend(cmd, device, 0, desc, sizeof desc);
+    cli_args a;
+    int rc = cli_parse(&accumulate_cmd, argc, argv, &a);
+    if (rc >= 0) return rc;
+    tlm_backend *be = cli_create_backend(cmd, &a);
     if (!be) return TLM_EXIT_FAILURE;
-    static tlm_accumulation acc, cpu_acc;
-    if (tlm_accumulate_run(be, TLM_ACCUMULATE_VALUE, &acc) != TLM_OK) {
+    static tlm_accumulation acc;
+    int same = 0;
+    tlm_report *rep = NULL;
+    rc = TLM_EXIT_FAILURE;
+    if (accumulate(be, &acc, &same) != TLM_OK) {
         cli_error(cmd, "%s", tlm_last_error());
-        tlm_backend_destroy(be);
-        return TLM_EXIT_FAILURE;
+        goto done;
     }
-    /* on the GPU, the CPU's software rounding as the check */
-    int same = TLM_ACC_NUM_WAYS;
+    if (!(rep = cli_open_report(cmd, &a, "tlm precision accumulate", argc, argv))) goto done;
     const bool on_gpu = be->kind == TLM_DEVICE_CUDA;
-    if (on_gpu) {
-        tlm_backend *cpu = NULL;
-        if (tlm_backend_cpu_create(&cpu, 1) != TLM_OK ||
-            tlm_accumulate_run(cpu, TLM_ACCUMULATE_VALUE, &cpu_acc) != TLM_OK) {
-            cli_error(cmd, "%s", tlm_last_error());
-            tlm_backend_destroy(cpu);
-            tlm_backend_destroy(be);
-            return TLM_EXIT_FAILURE;
-        }
-        tlm_backend_destroy(cpu);
-        same = 0;
-        for (int w = 0; w < TLM_ACC_NUM_WAYS; w++)
-            same += memcmp(acc.partial[w], cpu_acc.partial[w], sizeof acc.partial[w]) == 0 &&
-                    acc.addend[w] == cpu_acc.addend[w];
-    }
-    const char *how = on_gpu ? "one GPU thread: __fadd_rn, __hadd on __half and __nv_bfloat16 (one rounding per add)"
-                             : "fp32 adds of the CPU; fp16/bf16 adds computed in fp32 and rounded to nearest even "
-                               "(the correctly rounded sum: src/precision/lowp.h)";
+    cli_report_device(rep, be);
+    tlm_report_meta_str(rep, "experiment", "s = 0, then s += 0.01, 1000 times (SPEC.md §2.3)");
+    tlm_report_meta_str(rep, "arithmetic",
+                        on_gpu ? "one GPU thread: __fadd_rn, __hadd on __half and __nv_bfloat16 (one rounding per add)"
+                               : "fp32 adds of the CPU; fp16/bf16 adds computed in fp32 and rounded to nearest even "
+                                 "(the correctly rounded sum: src/precision/lowp.h)");
+    tlm_report_meta_str(rep, "addend", "0.01 rounded to the addend's dtype (through fp32); error = sum - 1000 x 0.01; "
+                                       "the floats are printed exactly");
+    tlm_report_table(rep, "ways", accumulate_columns, (int)(sizeof accumulate_columns / sizeof accumulate_columns[0]));
     tlm_accumulate_analysis an[TLM_ACC_NUM_WAYS];
-    char why[TLM_ACC_NUM_WAYS][640], addend[64], sum[64];
+    char why[640], line[700], addend[64], sum[64];
     for (int w = 0; w < TLM_ACC_NUM_WAYS; w++) {
+        const tlm_accumulate_way_info *info = tlm_accumulate_way_get((tlm_accumulate_way)w);
         tlm_accumulate_analyze(&acc, (tlm_accumulate_way)w, TLM_ACCUMULATE_VALUE, &an[w]);
-        tlm_accumulate_why((tlm_accumulate_way)w, &an[w], why[w], sizeof why[w]);
+        tlm_exact_decimal(an[w].addend, addend, sizeof addend);
+        tlm_exact_decimal(an[w].sum, sum, sizeof sum);
+        tlm_report_row_begin(rep);
+        tlm_report_str(rep, "way", info->name);
+        tlm_report_str(rep, "sum_dtype", tlm_act_dtype_name(info->sum_dtype));
+        tlm_report_str(rep, "addend_dtype", tlm_act_dtype_name(info->addend_dtype));
+        tlm_report_num(rep, "addend", an[w].addend);
+        tlm_report_str(rep, "addend_exact", addend);
+        tlm_report_num(rep, "sum", an[w].sum);
+        tlm_report_str(rep, "sum_exact", sum);
+        tlm_report_num(rep, "error", an[w].error);
+        tlm_report_num(rep, "representation_error", an[w].representation);
+        tlm_report_num(rep, "rounding_error", an[w].rounding);
+        tlm_report_int(rep, "inexact_adds", an[w].inexact_adds);
+        tlm_report_num(rep, "spacing_at_sum", an[w].spacing);
+        tlm_report_num(rep, "last_increment", an[w].last_increment);
+        tlm_report_int(rep, "last_change", an[w].last_change);
+        tlm_report_row_end(rep);
     }
-
-    if (json) {
-        printf("{\"experiment\": \"accumulate\", \"tlm\": \"%s\", \"device\": ", TLM_VERSION);
-        json_str(desc);
-        printf(", \"arithmetic\": ");
-        json_str(how);
-        printf(", \"value\": %.17g, \"steps\": %d,", TLM_ACCUMULATE_VALUE, TLM_ACCUMULATE_STEPS);
-        if (on_gpu) printf(" \"ways_equal_to_cpu\": %d,", same);
-        printf(" \"ways\": [\n");
-        for (int w = 0; w < TLM_ACC_NUM_WAYS; w++) {
-            const tlm_accumulate_way_info *info = tlm_accumulate_way_get((tlm_accumulate_way)w);
-            tlm_exact_decimal(an[w].addend, addend, sizeof addend);
-            tlm_exact_decimal(an[w].sum, sum, sizeof sum);
-            printf("  {\"way\": \"%s\", \"sum_dtype\": \"%s\", \"addend_dtype\": \"%s\", \"addend\": %.17g, "
-                   "\"addend_exact\": \"%s\", \"sum\": %.17g, \"sum_exact\": \"%s\", \"error\": %.17g, "
-                   "\"representation_error\": %.17g, \"rounding_error\": %.17g, \"inexact_adds\": %d, "
-                   "\"spacing_at_sum\": %.17g, \"last_increment\": %.17g, \"last_change\": %d, \"why\": ",
-                   info->name, tlm_act_dtype_name(info->sum_dtype), tlm_act_dtype_name(info->addend_dtype),
-                   an[w].addend, addend, an[w].sum, sum, an[w].error, an[w].representation, an[w].rounding,
-                   an[w].inexact_adds, an[w].spacing, an[w].last_increment, an[w].last_change);
-            json_str(why[w]);
-            printf("}%s\n", w + 1 < TLM_ACC_NUM_WAYS ? "," : "");
-        }
-        printf("]}\n");
-    } else {
-        printf("# tlm precision accumulate: s = 0, then s += 0.01, %d times (SPEC.md §2.3; tlm %s)\n",
-               TLM_ACCUMULATE_STEPS, TLM_VERSION);
-        printf("# device: %s\n# arithmetic: %s\n", desc, how);
-        printf("# addend: 0.01 rounded to the addend's dtype (through fp32); error = sum - %d x 0.01; the floats "
-               "are printed exactly\n", TLM_ACCUMULATE_STEPS);
-        printf("%-19s %-34s %11s  %-26s %12s\n", "way", "addend as stored", "sum", "sum, exactly", "error");
-        for (int w = 0; w < TLM_ACC_NUM_WAYS; w++) {
-            tlm_exact_decimal(an[w].addend, addend, sizeof addend);
-            tlm_exact_decimal(an[w].sum, sum, sizeof sum);
-            printf("%-19s %-34s %11.6f  %-26s %+12.4e\n", tlm_accumulate_way_get((tlm_accumulate_way)w)->name, addend,
-                   an[w].sum, sum, an[w].error);
-        }
-        printf("\nwhy:\n");
-        for (int w = 0; w < TLM_ACC_NUM_WAYS; w++)
-            printf("  %-19s %s\n", tlm_accumulate_way_get((tlm_accumulate_way)w)->name, why[w]);
-        if (on_gpu)
-            printf("\n# check: the GPU's trajectories (all %d partial sums) equal the CPU's software rounding bit "
-                   "for bit in %d of %d ways\n", TLM_ACCUMULATE_STEPS, same, TLM_ACC_NUM_WAYS);
+    for (int w = 0; w < TLM_ACC_NUM_WAYS; w++) {
+        tlm_accumulate_why((tlm_accumulate_way)w, &an[w], why, sizeof why);
+        snprintf(line, sizeof line, "%-19s %s", tlm_accumulate_way_get((tlm_accumulate_way)w)->name, why);
+        tlm_report_list(rep, "why", line);
     }
+    if (on_gpu) {
+        snprintf(line, sizeof line, "the GPU's trajectories (all %d partial sums) equal the CPU's software rounding "
+                                    "bit for bit in %d of %d ways", TLM_ACCUMULATE_STEPS, same, TLM_ACC_NUM_WAYS);
+        tlm_report_summary_str(rep, "check", line);
+    }
+    rc = same == TLM_ACC_NUM_WAYS ? TLM_EXIT_OK : TLM_EXIT_FAILURE;
+    if (tlm_report_close(rep, true) != TLM_OK) {
+        cli_error(cmd, "%s", tlm_last_error());
+        rc = TLM_EXIT_FAILURE;
+    }
+    rep = NULL;
+done:
+    tlm_report_close(rep, false);
     tlm_backend_destroy(be);
-    return same == TLM_ACC_NUM_WAYS ? TLM_EXIT_OK : TLM_EXIT_FAILURE;
+    return rc;
 }
 
 /* ---- autocast --------------------------------------------------------------------------------- */
+
+enum { OPT_IN_FEATURES = 2000, OPT_OUT_FEATURES };
+static tlm_toymodel_config toy_cfg;
+
+static bool autocast_handle(void *user, int opt, const char *arg) {
+    const char *cmd = "precision autocast";
+    long v;
+    tlm_dtype dt;
+    int k;
+    static const char *const losses[] = {"mse", "sum"};
+    switch (opt) {
+    case 'D':
+        if (!tlm_act_dtype_parse(arg, &dt)) {
+            cli_error(cmd, "--dtype: unknown dtype '%s' (known: fp16, bf16, fp32)", arg);
+            return false;
+        }
+        toy_cfg.precision = tlm_precision_of_dtype(dt);
+        return true;
+    case 'l':
+        if (!cli_parse_choice(cmd, "--loss", arg, losses, 2, &k)) return false;
+        toy_cfg.loss = (tlm_toy_loss)k;
+        return true;
+    case OPT_IN_FEATURES:
+        return cli_parse_int(cmd, "--in-features", arg, 1, 1 << 16, &v) && ((toy_cfg.in_features = (int)v), true);
+    case OPT_OUT_FEATURES:
+        return cli_parse_int(cmd, "--out-features", arg, 1, 1 << 16, &v) && ((toy_cfg.out_features = (int)v), true);
+    }
+    return false;
+}
+
+static const cli_use autocast_uses[] = {{CLI_BATCH_SIZE, "8", 1}, {CLI_SEED, "0", 1}, {CLI_DEVICE, NULL, 1},
+                                        {CLI_GPU, "0", 1}, CLI_USES_OUTPUT};
+static const struct option autocast_options[] = {{"dtype", required_argument, 0, 'D'},
+                                                 {"loss", required_argument, 0, 'l'},
+                                                 {"in-features", required_argument, 0, OPT_IN_FEATURES},
+                                                 {"out-features", required_argument, 0, OPT_OUT_FEATURES},
+                                                 {0, 0, 0, 0}};
+static void autocast_usage(FILE *f);
+static const cli_command autocast_cmd = {.name = "precision autocast", .uses = autocast_uses, .num_uses = 6,
+                                         .options = autocast_options, .short_options = "D:l:",
+                                         .handle = autocast_handle, .usage = autocast_usage};
 
 static void autocast_usage(FILE *f) {
     const tlm_toymodel_config d = tlm_toymodel_defaults();
@@ -180,16 +206,26 @@ static void autocast_usage(FILE *f) {
             "dtype each tensor was stored in and the ops were called with, the loss and the gradient norms,\n"
             "each against the same model run in fp32.\n"
             "\n"
-            "  -D, --dtype T        fp16 | bf16 (autocast's dtype), or fp32 (no autocast) (default: fp16)\n"
-            "  -l, --loss L         mse (mean of squared errors) | sum (sum of squared errors) (default: mse)\n"
-            "  -d, --device D       cpu | cuda (default: cuda when a GPU is present, else cpu)\n"
-            "  -b, --batch-size N   rows of the batch (default: %d)\n"
-            "  -i, --in N           fc1's input features (default: %d)\n"
-            "  -o, --out N          fc2's output features (default: %d)\n"
-            "  -s, --seed N         weights, input and target (default: %llu)\n"
-            "  -h, --help           this text\n",
-            d.batch_size, d.in_features, d.out_features, (unsigned long long)d.seed);
+            "  -D, --dtype T               fp16 | bf16 (autocast's dtype), or fp32 (no autocast) (default: fp16)\n"
+            "  -l, --loss L                mse (mean of squared errors) | sum (sum of squared errors) (default: mse)\n"
+            "      --in-features N         fc1's input features (default: %d)\n"
+            "      --out-features N        fc2's output features (default: %d)\n",
+            d.in_features, d.out_features);
+    cli_print_shared_help(f, &autocast_cmd);
 }
+
+static const tlm_column toy_tensor_columns[] = {
+    {"stage", TLM_FIELD_STR, "stage", "", -10, 0, 0, TLM_COL_KEY},
+    {"tensor", TLM_FIELD_STR, "tensor", "", -40, 0, 0, TLM_COL_KEY},
+    {"dtype", TLM_FIELD_STR, "dtype", "", -6, 0, 0, 0},
+    {"shape", TLM_FIELD_STR, "shape", "", -10, 0, 0, 0},
+};
+static const tlm_column toy_result_columns[] = {
+    {"quantity", TLM_FIELD_STR, "quantity", "", -18, 0, 0, TLM_COL_KEY},
+    {"value", TLM_FIELD_NUM, "value", "", 13, 7, 0, 0},
+    {"fp32_value", TLM_FIELD_NUM, "fp32 run's", "", 13, 7, 0, 0},
+    {"rel_diff_vs_fp32", TLM_FIELD_NUM, "rel. diff.", "", 10, 2, 0, TLM_COL_SCI},
+};
 
 static double norm(const float *v, size_t n) {
     double s = 0.0;
@@ -197,134 +233,109 @@ static double norm(const float *v, size_t n) {
     return sqrt(s);
 }
 
-static void shape_text(const tlm_toy_tensor *t, char *buf, size_t n) {
-    if (t->ndim == 2) snprintf(buf, n, "[%d, %d]", t->rows, t->cols);
-    else if (t->ndim == 1) snprintf(buf, n, "[%d]", t->cols);
-    else snprintf(buf, n, "[]");
+static void toy_result_row(tlm_report *rep, const char *name, double v, double v32, double rel) {
+    tlm_report_row_begin(rep);
+    tlm_report_str(rep, "quantity", name);
+    tlm_report_num(rep, "value", v);
+    tlm_report_num(rep, "fp32_value", v32);
+    tlm_report_num(rep, "rel_diff_vs_fp32", rel);
+    tlm_report_row_end(rep);
 }
 
-static int run_autocast(int argc, char **argv) {
-    const char *cmd = "precision autocast";
-    static const struct option opts[] = {
-        {"dtype", required_argument, 0, 'D'}, {"loss", required_argument, 0, 'l'},
-        {"device", required_argument, 0, 'd'}, {"batch-size", required_argument, 0, 'b'},
-        {"in", required_argument, 0, 'i'},     {"out", required_argument, 0, 'o'},
-        {"seed", required_argument, 0, 's'},   {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    tlm_toymodel_config cfg = tlm_toymodel_defaults();
-    cfg.precision = TLM_PRECISION_FP16;
-    const char *device = NULL;
-    long v;
-    optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "D:l:d:b:i:o:s:h", opts, NULL)) != -1;) {
-        bool ok = true;
-        switch (c) {
-        case 'D': {
-            tlm_dtype dt;
-            if (!tlm_act_dtype_parse(optarg, &dt)) {
-                cli_error(cmd, "--dtype: unknown dtype '%s' (known: fp16, bf16, fp32)", optarg);
-                ok = false;
-            } else {
-                cfg.precision = dt == TLM_DTYPE_F16    ? TLM_PRECISION_FP16
-                                : dt == TLM_DTYPE_BF16 ? TLM_PRECISION_BF16
-                                                       : TLM_PRECISION_FP32;
-            }
-            break;
-        }
-        case 'l':
-            if (strcmp(optarg, "mse") == 0) cfg.loss = TLM_TOY_LOSS_MSE;
-            else if (strcmp(optarg, "sum") == 0) cfg.loss = TLM_TOY_LOSS_SUM;
-            else {
-                cli_error(cmd, "--loss: unknown loss '%s' (known: mse, sum)", optarg);
-                ok = false;
-            }
-            break;
-        case 'd': device = optarg; break;
-        case 'b': if ((ok = cli_parse_int(cmd, "--batch-size", optarg, 1, 1 << 16, &v))) cfg.batch_size = (int)v; break;
-        case 'i': if ((ok = cli_parse_int(cmd, "--in", optarg, 1, 1 << 16, &v))) cfg.in_features = (int)v; break;
-        case 'o': if ((ok = cli_parse_int(cmd, "--out", optarg, 1, 1 << 16, &v))) cfg.out_features = (int)v; break;
-        case 's': if ((ok = cli_parse_int(cmd, "--seed", optarg, 0, 0x7fffffffL, &v))) cfg.seed = (uint64_t)v; break;
-        case 'h': autocast_usage(stdout); return TLM_EXIT_OK;
-        default: autocast_usage(stderr); return TLM_EXIT_USAGE;
-        }
-        if (!ok) return TLM_EXIT_USAGE;
-    }
-    if (optind < argc) {
-        cli_error(cmd, "unexpected argument '%s' (see tlm precision autocast --help)", argv[optind]);
-        return TLM_EXIT_USAGE;
-    }
-    if (!cli_check_device(cmd, device)) return TLM_EXIT_USAGE;
-    char desc[256];
-    tlm_backend *be = cli_create_backend(cmd, device, 0, desc, sizeof desc);
-    if (!be) return TLM_EXIT_FAILURE;
-
-    /* the model in the chosen mode, and the same model (same seed) in fp32 for comparison */
-    tlm_toymodel_config ref_cfg = cfg;
-    ref_cfg.precision = TLM_PRECISION_FP32;
-    tlm_toymodel *m = NULL, *ref = NULL;
-    float loss = 0.0f, ref_loss = 0.0f;
-    int rc = TLM_EXIT_OK;
-    if (tlm_toymodel_create(&m, be, &cfg) != TLM_OK || tlm_toymodel_create(&ref, be, &ref_cfg) != TLM_OK ||
-        tlm_toymodel_forward(m, &loss) != TLM_OK || tlm_toymodel_backward(m) != TLM_OK ||
-        tlm_toymodel_forward(ref, &ref_loss) != TLM_OK || tlm_toymodel_backward(ref) != TLM_OK) {
-        cli_error(cmd, "%s", tlm_last_error());
-        rc = TLM_EXIT_FAILURE;
-        goto done;
-    }
-    const char *mode = tlm_act_dtype_name(m->dt);
-    printf("# tlm precision autocast: the ToyModel under %s%s (SPEC.md §2.4; tlm %s)\n", mode,
-           m->dt == TLM_DTYPE_F32 ? " (no autocast)" : " autocast", TLM_VERSION);
-    printf("# device: %s\n", desc);
-    printf("# fc1: Linear(%d, %d, no bias) -> ReLU -> LayerNorm(%d) -> fc2: Linear(%d, %d, no bias); loss %s "
-           "(%s of squared errors against a random target); batch %d, seed %llu\n",
-           cfg.in_features, cfg.hidden, cfg.hidden, cfg.hidden, cfg.out_features, tlm_toy_loss_name(cfg.loss),
-           cfg.loss == TLM_TOY_LOSS_MSE ? "mean" : "sum", cfg.batch_size, (unsigned long long)cfg.seed);
-    printf("# dtype: what each tensor is stored in and what the ops that wrote and read it were called with\n");
-    printf("%-50s %-6s %s\n", "tensor", "dtype", "shape");
+static tlm_status autocast_report(tlm_report *rep, tlm_toymodel *m, tlm_toymodel *ref, float loss, float ref_loss) {
+    const tlm_toymodel_config *cfg = &m->cfg;
+    char line[512];
+    snprintf(line, sizeof line, "fc1: Linear(%d, %d, no bias) -> ReLU -> LayerNorm(%d) -> fc2: Linear(%d, %d, no bias); "
+                                "loss %s (%s of squared errors against a random target); batch %d, seed %llu",
+             cfg->in_features, cfg->hidden, cfg->hidden, cfg->hidden, cfg->out_features, tlm_toy_loss_name(cfg->loss),
+             cfg->loss == TLM_TOY_LOSS_MSE ? "mean" : "sum", cfg->batch_size, (unsigned long long)cfg->seed);
+    tlm_report_meta_str(rep, "model", line);
+    snprintf(line, sizeof line, "%s%s", tlm_act_dtype_name(m->dt), m->dt == TLM_DTYPE_F32 ? " (no autocast)" : " autocast");
+    tlm_report_meta_str(rep, "mode", line);
+    tlm_report_meta_str(rep, "dtype", "what each tensor is stored in and what the ops that wrote and read it were "
+                                      "called with");
+    tlm_report_table(rep, "tensors", toy_tensor_columns, 4);
     const tlm_toy_tensor *list[32];
     const int n = tlm_toymodel_tensors(m, list, 32);
+    const char *stage = "parameters";
     for (int i = 0; i < n; i++) {
         const tlm_toy_tensor *t = list[i];
+        if (t == &m->x) stage = "forward";
+        else if (t == &m->dlogits) stage = "backward";
         char shape[32];
-        shape_text(t, shape, sizeof shape);
-        const char *section = t == &m->fc1_weight ? "parameters (master weights), inside the autocast region"
-                              : t == &m->x        ? "forward"
-                              : t == &m->dlogits  ? "backward"
-                                                  : NULL;
-        if (section) printf("%s\n", section);
-        printf("  %-48s %-6s %s\n", t->name, tlm_act_dtype_name(t->dtype), shape);
+        if (t->ndim == 2) snprintf(shape, sizeof shape, "[%d, %d]", t->rows, t->cols);
+        else if (t->ndim == 1) snprintf(shape, sizeof shape, "[%d]", t->cols);
+        else snprintf(shape, sizeof shape, "[]");
+        tlm_report_row_begin(rep);
+        tlm_report_str(rep, "stage", stage);
+        tlm_report_str(rep, "tensor", t->name);
+        tlm_report_str(rep, "dtype", tlm_act_dtype_name(t->dtype));
+        tlm_report_str(rep, "shape", shape);
+        tlm_report_row_end(rep);
     }
     const bool grads_f32 = m->fc1_weight_grad.dtype == TLM_DTYPE_F32 && m->ln_weight_grad.dtype == TLM_DTYPE_F32 &&
                            m->ln_bias_grad.dtype == TLM_DTYPE_F32 && m->fc2_weight_grad.dtype == TLM_DTYPE_F32;
     const bool params_f32 = m->fc1_weight.dtype == TLM_DTYPE_F32 && m->ln_weight.dtype == TLM_DTYPE_F32 &&
                             m->ln_bias.dtype == TLM_DTYPE_F32 && m->fc2_weight.dtype == TLM_DTYPE_F32;
-    printf("\nsummary (SPEC.md §2.4's question): parameters %s, fc1 output %s, ReLU output %s, LayerNorm output %s, "
-           "logits %s, loss %s, gradients %s\n",
-           params_f32 ? "fp32" : "mixed", tlm_act_dtype_name(m->fc1_out.dtype), tlm_act_dtype_name(m->relu_out.dtype),
-           tlm_act_dtype_name(m->ln_out.dtype), tlm_act_dtype_name(m->logits.dtype), tlm_act_dtype_name(m->loss.dtype),
-           grads_f32 ? "fp32" : "mixed");
+    snprintf(line, sizeof line, "parameters %s, fc1 output %s, ReLU output %s, LayerNorm output %s, logits %s, loss %s, "
+                                "gradients %s", params_f32 ? "fp32" : "mixed", tlm_act_dtype_name(m->fc1_out.dtype),
+             tlm_act_dtype_name(m->relu_out.dtype), tlm_act_dtype_name(m->ln_out.dtype),
+             tlm_act_dtype_name(m->logits.dtype), tlm_act_dtype_name(m->loss.dtype), grads_f32 ? "fp32" : "mixed");
+    tlm_report_list(rep, "answer (SPEC.md §2.4's question)", line);
 
-    printf("\nloss %.7f   (the same model in fp32: %.7f; relative difference %.2e)\n", (double)loss, (double)ref_loss,
-           fabs((double)loss - ref_loss) / fabs((double)ref_loss));
-    printf("%-18s %12s %14s %28s\n", "gradient", "norm", "fp32 run's", "||g - g_fp32|| / ||g_fp32||");
+    tlm_report_table(rep, "results", toy_result_columns, 4);
+    toy_result_row(rep, "loss", loss, ref_loss, fabs((double)loss - ref_loss) / fabs((double)ref_loss));
     const tlm_toy_tensor *grads[] = {&m->fc1_weight_grad, &m->ln_weight_grad, &m->ln_bias_grad, &m->fc2_weight_grad};
     const tlm_toy_tensor *ref_grads[] = {&ref->fc1_weight_grad, &ref->ln_weight_grad, &ref->ln_bias_grad,
                                          &ref->fc2_weight_grad};
     float *g = malloc(m->num_params * sizeof(float)), *g32 = malloc(m->num_params * sizeof(float));
     if (!g || !g32) {
         free(g), free(g32);
-        cli_error(cmd, "out of host memory");
-        rc = TLM_EXIT_FAILURE;
-        goto done;
+        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     }
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4; i++) { /* the gradients' norms, and how far each is from the fp32 run's */
         const size_t k = tlm_toy_numel(grads[i]);
         tlm_toymodel_read(m, grads[i], g);
         tlm_toymodel_read(ref, ref_grads[i], g32);
-        printf("%-18s %12.6g %14.6g %28.2e\n", grads[i]->name, norm(g, k), norm(g32, k), tlm_rel_error_f32(g, g32, k));
+        toy_result_row(rep, grads[i]->name, norm(g, k), norm(g32, k), tlm_rel_error_f32(g, g32, k));
     }
     free(g), free(g32);
+    return TLM_OK;
+}
+
+static int run_autocast(int argc, char **argv) {
+    const char *cmd = "precision autocast";
+    toy_cfg = tlm_toymodel_defaults();
+    toy_cfg.precision = TLM_PRECISION_FP16;
+    cli_args a;
+    int rc = cli_parse(&autocast_cmd, argc, argv, &a);
+    if (rc >= 0) return rc;
+    if (a.num_batch_sizes) toy_cfg.batch_size = a.batch_sizes[0];
+    if (a.given[CLI_SEED]) toy_cfg.seed = a.seed;
+    tlm_backend *be = cli_create_backend(cmd, &a);
+    if (!be) return TLM_EXIT_FAILURE;
+    /* the model in the chosen mode, and the same model (same seed) in fp32 for comparison */
+    tlm_toymodel_config ref_cfg = toy_cfg;
+    ref_cfg.precision = TLM_PRECISION_FP32;
+    tlm_toymodel *m = NULL, *ref = NULL;
+    tlm_report *rep = NULL;
+    float loss = 0.0f, ref_loss = 0.0f;
+    rc = TLM_EXIT_FAILURE;
+    if (tlm_toymodel_create(&m, be, &toy_cfg) != TLM_OK || tlm_toymodel_create(&ref, be, &ref_cfg) != TLM_OK ||
+        tlm_toymodel_forward(m, &loss) != TLM_OK || tlm_toymodel_backward(m) != TLM_OK ||
+        tlm_toymodel_forward(ref, &ref_loss) != TLM_OK || tlm_toymodel_backward(ref) != TLM_OK) {
+        cli_error(cmd, "%s", tlm_last_error());
+        goto done;
+    }
+    if (!(rep = cli_open_report(cmd, &a, "tlm precision autocast", argc, argv))) goto done;
+    cli_report_device(rep, be);
+    const tlm_status s = autocast_report(rep, m, ref, loss, ref_loss);
+    if (s != TLM_OK) cli_error(cmd, "%s", tlm_last_error());
+    if (tlm_report_close(rep, s == TLM_OK) != TLM_OK) cli_error(cmd, "%s", tlm_last_error());
+    else if (s == TLM_OK) rc = TLM_EXIT_OK;
+    rep = NULL;
 done:
+    tlm_report_close(rep, false);
     tlm_toymodel_free(m);
     tlm_toymodel_free(ref);
     tlm_backend_destroy(be);
@@ -332,6 +343,27 @@ done:
 }
 
 /* ---- layernorm -------------------------------------------------------------------------------- */
+
+static tlm_ln_lab_config ln_cfg;
+
+static bool layernorm_handle(void *user, int opt, const char *arg) {
+    const char *cmd = "precision layernorm";
+    static const char *const orders[] = {"sequential", "pairwise"};
+    long v;
+    int k;
+    if (opt == 'r') return cli_parse_int(cmd, "--rows", arg, 1, 4096, &v) && ((ln_cfg.rows = (int)v), true);
+    if (opt == 'S') return cli_parse_choice(cmd, "--sum", arg, orders, 2, &k) && ((ln_cfg.pairwise = k == 1), true);
+    return false;
+}
+
+static const cli_use layernorm_uses[] = {{CLI_SEED, "0", 1}, CLI_USES_OUTPUT};
+static const struct option layernorm_options[] = {{"rows", required_argument, 0, 'r'},
+                                                  {"sum", required_argument, 0, 'S'},
+                                                  {0, 0, 0, 0}};
+static void layernorm_usage(FILE *f);
+static const cli_command layernorm_cmd = {.name = "precision layernorm", .uses = layernorm_uses, .num_uses = 3,
+                                          .options = layernorm_options, .short_options = "r:S:",
+                                          .handle = layernorm_handle, .usage = layernorm_usage};
 
 static void layernorm_usage(FILE *f) {
     const tlm_ln_lab_config d = tlm_ln_lab_defaults();
@@ -344,98 +376,90 @@ static void layernorm_usage(FILE *f) {
             "of the same inputs. Prints the grids and the findings read off them. CPU arithmetic (exact\n"
             "software rounding, src/precision/lowp.h).\n"
             "\n"
-            "  -r, --rows N       rows per cell (default: %d)\n"
-            "  -S, --sum S        sequential (left to right) | pairwise (a balanced tree) (default: sequential)\n"
-            "  -s, --seed N       the z of the inputs (default: %llu)\n"
-            "  -h, --help         this text\n",
-            d.rows, (unsigned long long)d.seed);
+            "  -r, --rows N                rows per cell (default: %d)\n"
+            "  -S, --sum S                 sequential (left to right) | pairwise (a balanced tree) (default:\n"
+            "                              sequential)\n",
+            d.rows);
+    cli_print_shared_help(f, &layernorm_cmd);
 }
 
-static void print_grid(const tlm_ln_lab *lab, const char *title, int metric) {
-    printf("\n## %s\n%-19s %6s", title, "scheme", "width");
-    for (int mi = 0; mi < TLM_LN_LAB_MAGNITUDES; mi++) {
-        char head[16];
-        snprintf(head, sizeof head, "M=1e%d", (int)lround(log10(lab->magnitude[mi])));
-        printf(" %10s", head);
-    }
-    printf("\n");
+/* the grids' columns: scheme, width, then one per magnitude M = 1e0 .. 1e4 */
+static const tlm_column ln_columns[2 + TLM_LN_LAB_MAGNITUDES] = {
+    {"scheme", TLM_FIELD_STR, "scheme", "", -19, 0, 0, TLM_COL_KEY},
+    {"width", TLM_FIELD_INT, "width", "", 6, 0, 0, TLM_COL_KEY},
+    {"m_1e0", TLM_FIELD_NUM, "M=1e0", "", 10, 2, 0, TLM_COL_SCI},
+    {"m_1e1", TLM_FIELD_NUM, "M=1e1", "", 10, 2, 0, TLM_COL_SCI},
+    {"m_1e2", TLM_FIELD_NUM, "M=1e2", "", 10, 2, 0, TLM_COL_SCI},
+    {"m_1e3", TLM_FIELD_NUM, "M=1e3", "", 10, 2, 0, TLM_COL_SCI},
+    {"m_1e4", TLM_FIELD_NUM, "M=1e4", "", 10, 2, 0, TLM_COL_SCI},
+};
+
+static void ln_grid(tlm_report *rep, const tlm_ln_lab *lab, const char *name, const char *title, int metric) {
+    tlm_report_table(rep, name, ln_columns, 2 + TLM_LN_LAB_MAGNITUDES);
+    tlm_report_table_title(rep, title);
     for (int s = 0; s < TLM_LN_NUM_SCHEMES; s++)
         for (int wi = 0; wi < TLM_LN_LAB_WIDTHS; wi++) {
-            printf("%-19s %6d", tlm_ln_scheme_get((tlm_ln_scheme)s)->name, lab->width[wi]);
+            tlm_report_row_begin(rep);
+            tlm_report_str(rep, "scheme", tlm_ln_scheme_get((tlm_ln_scheme)s)->name);
+            tlm_report_int(rep, "width", lab->width[wi]);
             for (int mi = 0; mi < TLM_LN_LAB_MAGNITUDES; mi++) {
                 const tlm_ln_lab_cell *c = &lab->cell[s][wi][mi];
                 const double v = metric == 0 ? c->out_err : metric == 1 ? c->mean_err : metric == 2 ? c->var_err
                                                                                                      : c->max_sumsq;
-                if (isnan(v)) printf(" %10s", "NaN");
-                else if (isinf(v)) printf(" %10s", "inf");
-                else printf(" %10.2e", v);
+                tlm_report_num(rep, ln_columns[2 + mi].key, v); /* inf: overflowed; NaN: the output holds NaN */
             }
-            printf("\n");
+            tlm_report_row_end(rep);
         }
 }
 
 static int run_layernorm(int argc, char **argv) {
     const char *cmd = "precision layernorm";
-    static const struct option opts[] = {{"rows", required_argument, 0, 'r'},
-                                         {"sum", required_argument, 0, 'S'},
-                                         {"seed", required_argument, 0, 's'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    tlm_ln_lab_config cfg = tlm_ln_lab_defaults();
-    long v;
-    optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "r:S:s:h", opts, NULL)) != -1;) {
-        bool ok = true;
-        switch (c) {
-        case 'r': if ((ok = cli_parse_int(cmd, "--rows", optarg, 1, 4096, &v))) cfg.rows = (int)v; break;
-        case 's': if ((ok = cli_parse_int(cmd, "--seed", optarg, 0, 0x7fffffffL, &v))) cfg.seed = (uint64_t)v; break;
-        case 'S':
-            if (strcmp(optarg, "sequential") == 0) cfg.pairwise = false;
-            else if (strcmp(optarg, "pairwise") == 0) cfg.pairwise = true;
-            else {
-                cli_error(cmd, "--sum: unknown order '%s' (known: sequential, pairwise)", optarg);
-                ok = false;
-            }
-            break;
-        case 'h': layernorm_usage(stdout); return TLM_EXIT_OK;
-        default: layernorm_usage(stderr); return TLM_EXIT_USAGE;
-        }
-        if (!ok) return TLM_EXIT_USAGE;
-    }
-    if (optind < argc) {
-        cli_error(cmd, "unexpected argument '%s' (see tlm precision layernorm --help)", argv[optind]);
-        return TLM_EXIT_USAGE;
-    }
+    ln_cfg = tlm_ln_lab_defaults();
+    cli_args a;
+    int rc = cli_parse(&layernorm_cmd, argc, argv, &a);
+    if (rc >= 0) return rc;
+    if (a.given[CLI_SEED]) ln_cfg.seed = a.seed;
     tlm_ln_lab *lab = malloc(sizeof *lab);
-    if (!lab || tlm_ln_lab_run(&cfg, lab) != TLM_OK) {
+    if (!lab || tlm_ln_lab_run(&ln_cfg, lab) != TLM_OK) {
         cli_error(cmd, "%s", lab ? tlm_last_error() : "out of host memory");
         free(lab);
         return TLM_EXIT_FAILURE;
     }
-    printf("# tlm precision layernorm: LayerNorm y = (x - mean) / sqrt(var + 1e-5) in low precision (SPEC.md "
-           "§2.4; tlm %s)\n", TLM_VERSION);
-    printf("# rows x = M (1 + z), z ~ N(0, 1) (mean M, std M), %d rows per cell, seed %llu; sums %s\n", cfg.rows,
-           (unsigned long long)cfg.seed, cfg.pairwise ? "pairwise (a balanced tree)" : "left to right");
-    printf("# fp16, bf16: inputs in the format, every add, multiply, divide, sqrt rounded to it (computed in fp32, "
-           "exact rounding); + fp32 stats: mean, sum of squares, variance, rstd in fp32, x - mean and the "
-           "scaling rounded to the format; fp32: everything fp32\n");
-    printf("# reference: float64 two-pass LayerNorm of the same inputs (as stored in the format); largest finite "
-           "values: fp16 %.0f, bf16 %.4g; inf = overflowed, NaN = the output holds NaN or inf\n",
-           tlm_lab_dtype_max(TLM_DTYPE_F16), tlm_lab_dtype_max(TLM_DTYPE_BF16));
-    print_grid(lab, "output error ||y - y64|| / ||y64|| (over the cell's rows)", 0);
-    print_grid(lab, "mean error |mean - mean64| / std64 (worst row)", 1);
-    print_grid(lab, "variance error |var - var64| / var64 (worst row)", 2);
-    print_grid(lab, "sum of squares sum((x - mean)^2) as computed (largest row)", 3);
+    tlm_report *rep = cli_open_report(cmd, &a, "tlm precision layernorm", argc, argv);
+    if (!rep) {
+        free(lab);
+        return TLM_EXIT_FAILURE;
+    }
+    char line[512];
+    tlm_report_meta_str(rep, "experiment", "LayerNorm y = (x - mean) / sqrt(var + 1e-5) in low precision (SPEC.md §2.4)");
+    snprintf(line, sizeof line, "x = M (1 + z), z ~ N(0, 1) (mean M, std M), %d rows per cell, seed %llu; sums %s",
+             ln_cfg.rows, (unsigned long long)ln_cfg.seed, ln_cfg.pairwise ? "pairwise (a balanced tree)" : "left to right");
+    tlm_report_meta_str(rep, "rows", line);
+    tlm_report_meta_str(rep, "schemes", "fp16, bf16: inputs in the format, every add, multiply, divide, sqrt rounded "
+                                        "to it (computed in fp32, exact rounding); + fp32 stats: mean, sum of squares, "
+                                        "variance, rstd in fp32, x - mean and the scaling rounded to the format; fp32: "
+                                        "everything fp32");
+    snprintf(line, sizeof line, "float64 two-pass LayerNorm of the same inputs (as stored in the format); largest "
+                                "finite values: fp16 %.0f, bf16 %.4g; inf = overflowed, nan = the output holds NaN or inf",
+             tlm_lab_dtype_max(TLM_DTYPE_F16), tlm_lab_dtype_max(TLM_DTYPE_BF16));
+    tlm_report_meta_str(rep, "reference", line);
+    ln_grid(rep, lab, "output_error", "output error ||y - y64|| / ||y64|| (over the cell's rows)", 0);
+    ln_grid(rep, lab, "mean_error", "mean error |mean - mean64| / std64 (worst row)", 1);
+    ln_grid(rep, lab, "variance_error", "variance error |var - var64| / var64 (worst row)", 2);
+    ln_grid(rep, lab, "sum_of_squares", "sum of squares sum((x - mean)^2) as computed (largest row)", 3);
     size_t bad_inputs = 0;
     for (int s = 0; s < TLM_LN_NUM_SCHEMES; s++)
         for (int wi = 0; wi < TLM_LN_LAB_WIDTHS; wi++)
             for (int mi = 0; mi < TLM_LN_LAB_MAGNITUDES; mi++) bad_inputs += lab->cell[s][wi][mi].input_overflow;
-    if (bad_inputs) printf("\n# note: %zu inputs overflowed their format (x > its largest value)\n", bad_inputs);
+    if (bad_inputs) tlm_report_summary_int(rep, "inputs_overflowed", (int64_t)bad_inputs);
     char lines[4][TLM_LN_LAB_LINE];
     const int n = tlm_ln_lab_findings(lab, lines, 4);
-    printf("\nfindings:\n");
-    for (int i = 0; i < n; i++) printf("- %s\n", lines[i]);
+    for (int i = 0; i < n; i++) tlm_report_list(rep, "findings", lines[i]);
     free(lab);
+    if (tlm_report_close(rep, true) != TLM_OK) {
+        cli_error(cmd, "%s", tlm_last_error());
+        return TLM_EXIT_FAILURE;
+    }
     return TLM_EXIT_OK;
 }
 

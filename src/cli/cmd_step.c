@@ -1,7 +1,9 @@
-/* cmd_step.c — `tlm step`: one forward/backward (and optionally N AdamW steps) on given
- * weights and data, writing logits, loss, gradients and weights for comparison with
- * another framework. */
-#include <getopt.h>
+/* cmd_step.c — `tlm step`: one forward/backward (and optionally N AdamW steps) on given weights
+ * and data, writing logits, loss, gradients and weights for comparison with another framework. The
+ * model's shape comes from the weights file when one is given (its metadata, or its tensor shapes
+ * and --num-heads); a flag that contradicts the file is refused by name. */
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,42 +11,98 @@
 #include "tlm/bench.h"
 #include "tlm/model.h"
 #include "tlm/npy.h"
+#include "tlm/output.h"
 #include "tlm/rng.h"
+
+enum { OPT_WEIGHTS = 2000, OPT_STRIP_PREFIX, OPT_INPUTS, OPT_TARGETS, OPT_DATA, OPT_OUT_LOGITS, OPT_OUT_GRADS,
+       OPT_OPT_STEPS, OPT_OUT_WEIGHTS, OPT_LR, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD };
+
+typedef struct {
+    const char *weights, *strip_prefix, *inputs, *targets, *data, *out_logits, *out_grads, *out_weights;
+    long opt_steps;
+    tlm_adamw_config adamw;
+} step_opts;
+
+static const cli_use step_uses[] = {
+    {CLI_MODEL, "small; with --weights, the model the file holds", 1},
+    {CLI_BATCH_SIZE, "4; with --data only", 1},
+    {CLI_CONTEXT_LENGTH, "128; with --data only", 1},
+    {CLI_PRECISION, "fp32", 1},
+    {CLI_ATTENTION, "auto", 1},
+    {CLI_SEED, "0", 1},
+    CLI_USES_DEVICE,
+};
+
+static const struct option step_options[] = {
+    {"weights", required_argument, 0, OPT_WEIGHTS},     {"strip-prefix", required_argument, 0, OPT_STRIP_PREFIX},
+    {"inputs", required_argument, 0, OPT_INPUTS},       {"targets", required_argument, 0, OPT_TARGETS},
+    {"data", required_argument, 0, OPT_DATA},           {"out-logits", required_argument, 0, OPT_OUT_LOGITS},
+    {"out-grads", required_argument, 0, OPT_OUT_GRADS}, {"optimizer-steps", required_argument, 0, OPT_OPT_STEPS},
+    {"out-weights", required_argument, 0, OPT_OUT_WEIGHTS}, {"lr", required_argument, 0, OPT_LR},
+    {"beta1", required_argument, 0, OPT_BETA1},         {"beta2", required_argument, 0, OPT_BETA2},
+    {"eps", required_argument, 0, OPT_EPS},             {"weight-decay", required_argument, 0, OPT_WD},
+    {0, 0, 0, 0}};
+
+static bool step_handle(void *user, int opt, const char *arg) {
+    step_opts *o = user;
+    const char *cmd = "step";
+    double x = 0;
+    bool ok = true;
+    switch (opt) {
+    case OPT_WEIGHTS: o->weights = arg; break;
+    case OPT_STRIP_PREFIX: o->strip_prefix = arg; break;
+    case OPT_INPUTS: o->inputs = arg; break;
+    case OPT_TARGETS: o->targets = arg; break;
+    case OPT_DATA: o->data = arg; break;
+    case OPT_OUT_LOGITS: o->out_logits = arg; break;
+    case OPT_OUT_GRADS: o->out_grads = arg; break;
+    case OPT_OUT_WEIGHTS: o->out_weights = arg; break;
+    case OPT_OPT_STEPS: ok = cli_parse_int(cmd, "--optimizer-steps", arg, 0, 1 << 20, &o->opt_steps); break;
+    /* the domains of tlm_adamw_config_check, so a value is refused with the flag's own text */
+    case OPT_LR: ok = cli_parse_double(cmd, "--lr", arg, FLT_MIN, 10, &x) && ((o->adamw.lr = (float)x), true); break;
+    case OPT_BETA1: ok = cli_parse_double(cmd, "--beta1", arg, 0, 1, &x) && ((o->adamw.beta1 = (float)x), true); break;
+    case OPT_BETA2: ok = cli_parse_double(cmd, "--beta2", arg, 0, 1, &x) && ((o->adamw.beta2 = (float)x), true); break;
+    case OPT_EPS: ok = cli_parse_double(cmd, "--eps", arg, FLT_MIN, 1, &x) && ((o->adamw.eps = (float)x), true); break;
+    case OPT_WD: ok = cli_parse_double(cmd, "--weight-decay", arg, 0, 1, &x) && ((o->adamw.weight_decay = (float)x), true); break;
+    default: return false;
+    }
+    return ok;
+}
+
+static void step_usage(FILE *f);
+static step_opts opts_storage;
+static const cli_command step_cmd = {.name = "step", .uses = step_uses,
+                                     .num_uses = (int)(sizeof step_uses / sizeof step_uses[0]),
+                                     .options = step_options, .handle = step_handle, .user = &opts_storage,
+                                     .usage = step_usage};
 
 static void step_usage(FILE *f) {
     fprintf(f,
-            "Usage: tlm step --model NAME [--weights W.safetensors] (--inputs X.npy --targets Y.npy |\n"
-            "                --data TOKENS -b B -c T) [outputs]\n"
-            "One forward and backward pass of the CS336 model on one batch, for comparing with another\n"
-            "framework (tensors use the CS336 state-dict names). Prints the mean cross-entropy loss.\n"
+            "Usage: tlm step [--weights W.safetensors] (--inputs X.npy --targets Y.npy | --data TOKENS) [outputs]\n"
+            "One forward and backward pass of the CS336 model on one batch, for comparing with another framework\n"
+            "(tensors use the CS336 state-dict names). Prints the mean cross-entropy loss.\n"
             "\n"
-            "  -m, --model NAME          preset: %s (default: small)\n"
-            "      --weights FILE        safetensors with the CS336 state-dict names (default: seeded init)\n"
-            "      --inputs FILE         .npy of token ids, shape [batch, context_length] (int)\n"
+            "      --weights FILE        safetensors with the CS336 state-dict names (default: seeded init). The\n"
+            "                            model is the one the file holds: its metadata (every file tlm writes) or,\n"
+            "                            for a PyTorch state dict, its tensor shapes and --num-heads (or a --model\n"
+            "                            whose shapes match); a flag that contradicts the file is refused\n"
+            "      --strip-prefix P      remove P from the start of the file's tensor names (torch.compile's\n"
+            "                            state dicts: --strip-prefix _orig_mod.)\n"
+            "      --inputs FILE         .npy of token ids, shape [batch, context_length] (integer dtype)\n"
             "      --targets FILE        .npy of target ids, same shape\n"
-            "      --data FILE           instead of --inputs/--targets: a token file (.npy, or raw uint16\n"
-            "                            .bin) from which a random batch is drawn (targets = inputs + 1)\n"
-            "  -b, --batch-size N        with --data (default: 4)\n"
-            "  -c, --context-length N    with --data (default: 128)\n"
-            "  -s, --seed N              initialisation and batch seed (default: 0)\n"
+            "      --data FILE           instead: a token file (.npy, or raw uint16 .bin) from which a random batch\n"
+            "                            of -b x -c is drawn (targets = inputs shifted by one)\n"
             "      --out-logits FILE     write the logits of the first forward as float32 .npy [B, T, V]\n"
             "      --out-grads FILE      write the gradients of the first backward (safetensors)\n"
-            "      --optimizer-steps N   then take N AdamW steps on the same batch (default: 0); step i\n"
-            "                            uses the gradient of forward/backward i\n"
+            "      --optimizer-steps N   then take N AdamW steps on the same batch (default: 0); step i uses the\n"
+            "                            gradient of forward/backward i\n"
             "      --out-weights FILE    write the weights after the optimizer steps (safetensors)\n"
             "      --lr X --beta1 X --beta2 X --eps X --weight-decay X\n"
-            "                            AdamW (CS336 defaults: 1e-3, 0.9, 0.999, 1e-8, 0.01)\n"
-            "  -P, --precision P         fp32 | tf32 | bf16 | fp16 (default: fp32; see tlm bench --help)\n"
-            "  -d, --device D            cpu | cuda (default: cuda when a GPU is present, else cpu)\n"
-            "  -t, --threads N           CPU threads (default: all cores)\n"
-            "  -h, --help                this text\n",
-            tlm_config_preset_names());
-    cli_print_attention_help(f);
-    cli_print_shape_flags_help(f);
+            "                            AdamW (CS336 defaults: 1e-3, 0.9, 0.999, 1e-8, 0.01; domains: lr in\n"
+            "                            (0, 10], betas in [0, 1), eps in (0, 1), weight decay in [0, 1])\n"
+            "All outputs of one run are written together or not at all; an output may not be one of the inputs.\n\n");
+    cli_print_shared_help(f, &step_cmd);
 }
-
-enum { OPT_WEIGHTS = OPT_FIRST_FREE, OPT_INPUTS, OPT_TARGETS, OPT_DATA, OPT_OUT_LOGITS, OPT_OUT_GRADS,
-       OPT_OPT_STEPS, OPT_OUT_WEIGHTS, OPT_LR, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD };
 
 /* Reads a [B, T] integer .npy into int32 ids (checked against vocab). */
 static bool read_batch_file(const char *path, const char *what, int vocab, int32_t **ids, int *B, int *T) {
@@ -53,191 +111,243 @@ static bool read_batch_file(const char *path, const char *what, int vocab, int32
         cli_error("step", "%s", tlm_last_error());
         return false;
     }
+    char name[4200];
+    snprintf(name, sizeof name, "%s %s", what, path);
     bool ok = false;
-    if (a.ndim != 2 || a.shape[0] < 1 || a.shape[1] < 1 || a.shape[0] > 1 << 20 || a.shape[1] > 1 << 20) {
-        cli_error("step", "%s %s: expected shape [batch, context_length], got %d dimensions", what, path, a.ndim);
+    if (tlm_array_check_shape(&a, 2, 1 << 20, "[batch, context_length]", name) != TLM_OK) {
+        cli_error("step", "%s", tlm_last_error());
     } else if (!(*ids = malloc((size_t)a.numel * sizeof(int32_t)))) {
         cli_error("step", "out of host memory reading %s", path);
+    } else if (tlm_array_to_tokens(&a, *ids, vocab, name) != TLM_OK) {
+        cli_error("step", "%s", tlm_last_error());
+        free(*ids);
+        *ids = NULL;
     } else {
-        char name[4200];
-        snprintf(name, sizeof name, "%s %s", what, path);
-        if (tlm_array_to_tokens(&a, *ids, vocab, name) != TLM_OK) {
-            cli_error("step", "%s", tlm_last_error());
-            free(*ids);
-            *ids = NULL;
-        } else {
-            *B = (int)a.shape[0];
-            *T = (int)a.shape[1];
-            ok = true;
-        }
+        *B = (int)a.shape[0];
+        *T = (int)a.shape[1];
+        ok = true;
     }
     tlm_array_free(&a);
     return ok;
 }
 
+/* The model's config: from the weights file (flags that contradict it refused by name), else the
+ * preset with the shape flags. */
+static bool step_config(const cli_args *a, const step_opts *o, const tlm_safetensors *st, tlm_config *cfg) {
+    const char *cmd = "step", *model = a->num_models ? a->models[0] : "small";
+    if (!st) return cli_model_config(cmd, a, model, cfg, NULL, 0);
+    tlm_config preset;
+    const bool have_preset = a->num_models && tlm_config_preset(model, &preset) == TLM_OK;
+    bool from_meta;
+    if (tlm_weights_config(st, o->weights, o->strip_prefix, 0, cfg, &from_meta) != TLM_OK) {
+        cli_error(cmd, "%s", tlm_last_error());
+        return false;
+    }
+    if (!have_preset) preset = *cfg;
+    /* every size given, by a flag or by --model, must be the file's (num_heads: only where the file
+     * records it) */
+    const struct {
+        const char *name;
+        long flag;
+        int preset, file;
+    } sizes[] = {{"vocab-size", a->shape.vocab_size, preset.vocab_size, cfg->vocab_size},
+                 {"d-model", a->shape.d_model, preset.d_model, cfg->d_model},
+                 {"d-ff", a->shape.d_ff, preset.d_ff, cfg->d_ff},
+                 {"num-layers", a->shape.num_layers, preset.num_layers, cfg->num_layers},
+                 {"num-heads", a->shape.num_heads, preset.num_heads, from_meta ? cfg->num_heads : 0}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        if (!sizes[i].file) continue;
+        if (sizes[i].flag != CLI_NOT_GIVEN && sizes[i].flag != sizes[i].file) {
+            cli_error(cmd, "--%s %ld contradicts %s, whose model has %s %d", sizes[i].name, sizes[i].flag, o->weights,
+                      sizes[i].name, sizes[i].file);
+            return false;
+        }
+        if (have_preset && sizes[i].preset != sizes[i].file) {
+            cli_error(cmd, "--model %s (%s %d) contradicts %s, whose model has %s %d: leave --model out to run the "
+                           "file's model", model, sizes[i].name, sizes[i].preset, o->weights, sizes[i].name,
+                      sizes[i].file);
+            return false;
+        }
+    }
+    if (!from_meta) { /* a PyTorch state dict: num_heads from the flag, or from the --model that matched */
+        cfg->num_heads = a->shape.num_heads != CLI_NOT_GIVEN ? (int)a->shape.num_heads
+                         : have_preset                       ? preset.num_heads
+                                                             : 0;
+        if (!cfg->num_heads) {
+            cli_error(cmd, "%s has no model config in its metadata (a PyTorch state dict?): give --num-heads (or the "
+                           "--model it is); the other sizes are read from its shapes", o->weights);
+            return false;
+        }
+    }
+    if (!isnan(a->shape.rope_theta)) {
+        if (from_meta && a->shape.rope_theta != cfg->rope_theta) {
+            cli_error(cmd, "--rope-theta %g contradicts %s, whose model has rope_theta %g", a->shape.rope_theta,
+                      o->weights, cfg->rope_theta);
+            return false;
+        }
+        cfg->rope_theta = a->shape.rope_theta;
+    }
+    /* the RoPE table's length is not a weight: the flag sets it */
+    if (a->shape.max_context != CLI_NOT_GIVEN) cfg->context_length = (int)a->shape.max_context;
+    if (tlm_config_validate(cfg) != TLM_OK) {
+        cli_error(cmd, "%s: the model it holds%s: %s", o->weights, from_meta ? "" : " with these flags",
+                  tlm_last_error());
+        return false;
+    }
+    return true;
+}
+
 int cmd_step(int argc, char **argv) {
     const char *cmd = "step";
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},      {"weights", required_argument, 0, OPT_WEIGHTS},
-        {"inputs", required_argument, 0, OPT_INPUTS}, {"targets", required_argument, 0, OPT_TARGETS},
-        {"data", required_argument, 0, OPT_DATA},  {"batch-size", required_argument, 0, 'b'},
-        {"context-length", required_argument, 0, 'c'}, {"seed", required_argument, 0, 's'},
-        {"out-logits", required_argument, 0, OPT_OUT_LOGITS}, {"out-grads", required_argument, 0, OPT_OUT_GRADS},
-        {"optimizer-steps", required_argument, 0, OPT_OPT_STEPS},
-        {"out-weights", required_argument, 0, OPT_OUT_WEIGHTS}, {"lr", required_argument, 0, OPT_LR},
-        {"beta1", required_argument, 0, OPT_BETA1}, {"beta2", required_argument, 0, OPT_BETA2},
-        {"eps", required_argument, 0, OPT_EPS},    {"weight-decay", required_argument, 0, OPT_WD},
-        {"device", required_argument, 0, 'd'},     {"threads", required_argument, 0, 't'},
-        {"precision", required_argument, 0, 'P'}, {"attention", required_argument, 0, 'a'},
-        {"help", no_argument, 0, 'h'},             CLI_SHAPE_LONG_OPTIONS, {0, 0, 0, 0}};
-    const char *model_name = "small", *weights = NULL, *inputs_path = NULL, *targets_path = NULL;
-    const char *data_path = NULL, *out_logits = NULL, *out_grads = NULL, *out_weights = NULL, *device = NULL;
-    long batch = 4, ctx = 128, seed = 0, opt_steps = 0, threads = 0;
-    tlm_adamw_config adamw = tlm_adamw_defaults();
-    tlm_precision precision = TLM_PRECISION_FP32;
-    tlm_attention attention = TLM_ATTENTION_AUTO;
-    cli_shape_flags shape;
-    cli_shape_flags_init(&shape);
-    optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "m:b:c:s:d:t:P:a:h", opts, NULL)) != -1;) {
-        bool ok = true;
-        double x = 0;
-        switch (c) {
-        case 'm': model_name = optarg; break;
-        case OPT_WEIGHTS: weights = optarg; break;
-        case OPT_INPUTS: inputs_path = optarg; break;
-        case OPT_TARGETS: targets_path = optarg; break;
-        case OPT_DATA: data_path = optarg; break;
-        case OPT_OUT_LOGITS: out_logits = optarg; break;
-        case OPT_OUT_GRADS: out_grads = optarg; break;
-        case OPT_OUT_WEIGHTS: out_weights = optarg; break;
-        case 'd': device = optarg; break;
-        case 'P':
-            if (!tlm_precision_parse(optarg, &precision)) {
-                cli_error(cmd, "--precision: unknown precision '%s' (known: fp32, tf32, bf16, fp16)", optarg);
-                ok = false;
-            }
-            break;
-        case 'a': ok = cli_parse_attention(cmd, optarg, &attention); break;
-        case 'b': ok = cli_parse_int(cmd, "--batch-size", optarg, 1, 1 << 20, &batch); break;
-        case 'c': ok = cli_parse_int(cmd, "--context-length", optarg, 1, 1 << 20, &ctx); break;
-        case 's': ok = cli_parse_int(cmd, "--seed", optarg, 0, 0x7fffffffL, &seed); break;
-        case 't': ok = cli_parse_int(cmd, "--threads", optarg, 1, 4096, &threads); break;
-        case OPT_OPT_STEPS: ok = cli_parse_int(cmd, "--optimizer-steps", optarg, 0, 1 << 20, &opt_steps); break;
-        case OPT_LR: ok = cli_parse_double(cmd, "--lr", optarg, &x); adamw.lr = (float)x; break;
-        case OPT_BETA1: ok = cli_parse_double(cmd, "--beta1", optarg, &x); adamw.beta1 = (float)x; break;
-        case OPT_BETA2: ok = cli_parse_double(cmd, "--beta2", optarg, &x); adamw.beta2 = (float)x; break;
-        case OPT_EPS: ok = cli_parse_double(cmd, "--eps", optarg, &x); adamw.eps = (float)x; break;
-        case OPT_WD: ok = cli_parse_double(cmd, "--weight-decay", optarg, &x); adamw.weight_decay = (float)x; break;
-        case 'h': step_usage(stdout); return TLM_EXIT_OK;
-        default: {
-            int r = cli_handle_shape_option(cmd, c, optarg, &shape);
-            if (r == 0) { step_usage(stderr); return TLM_EXIT_USAGE; }
-            ok = r > 0;
-        }
-        }
-        if (!ok) return TLM_EXIT_USAGE;
-    }
-    if (optind < argc) {
-        cli_error(cmd, "unexpected argument '%s' (see tlm step --help)", argv[optind]);
-        return TLM_EXIT_USAGE;
-    }
-    if (data_path && (inputs_path || targets_path)) {
+    step_opts *o = &opts_storage;
+    memset(o, 0, sizeof *o);
+    o->adamw = tlm_adamw_defaults();
+    cli_args a;
+    int rc = cli_parse(&step_cmd, argc, argv, &a);
+    if (rc >= 0) return rc;
+    rc = TLM_EXIT_USAGE;
+    if (o->data && (o->inputs || o->targets)) {
         cli_error(cmd, "--data conflicts with --inputs/--targets: give one or the other");
-        return TLM_EXIT_USAGE;
+        goto out;
     }
-    if (!data_path && (!inputs_path || !targets_path)) {
+    if (!o->data && (!o->inputs || !o->targets)) {
         cli_error(cmd, "give both --inputs and --targets (or --data)");
-        return TLM_EXIT_USAGE;
+        goto out;
     }
-    if (!cli_check_device(cmd, device)) return TLM_EXIT_USAGE;
+    if (!cli_refuse_together(cmd, &a, CLI_BATCH_SIZE, o->inputs != NULL, "--inputs",
+                             "the batch's shape is the shape of the --inputs array") ||
+        !cli_refuse_together(cmd, &a, CLI_CONTEXT_LENGTH, o->inputs != NULL, "--inputs",
+                             "the batch's shape is the shape of the --inputs array"))
+        goto out;
+    if (o->strip_prefix && !o->weights) {
+        cli_error(cmd, "--strip-prefix needs --weights");
+        goto out;
+    }
+    if (tlm_adamw_config_check(&o->adamw) != TLM_OK) {
+        cli_error(cmd, "%s", tlm_last_error());
+        goto out;
+    }
+    const char *inputs_of_run[] = {o->weights, o->inputs, o->targets, o->data};
+    for (int i = 0; i < 4; i++) tlm_output_input(inputs_of_run[i]); /* an output may not replace them */
+
+    rc = TLM_EXIT_FAILURE;
+    tlm_safetensors st;
+    bool have_st = false;
+    if (o->weights) {
+        if (tlm_safetensors_read(o->weights, &st) != TLM_OK) {
+            cli_error(cmd, "%s", tlm_last_error());
+            goto out;
+        }
+        have_st = true;
+    }
     tlm_config cfg;
-    if (tlm_config_preset(model_name, &cfg) != TLM_OK) {
-        cli_error(cmd, "--model: %s", tlm_last_error());
-        return TLM_EXIT_USAGE;
+    int32_t *inputs = NULL, *targets = NULL;
+    int B = a.num_batch_sizes ? a.batch_sizes[0] : 4, T = a.num_contexts ? a.contexts[0] : 128;
+    tlm_backend *be = NULL;
+    tlm_model *m = NULL;
+    float *logits = NULL;
+    if (!step_config(&a, o, have_st ? &st : NULL, &cfg)) {
+        rc = TLM_EXIT_USAGE;
+        goto done;
     }
-    if (!cli_apply_shape_flags(cmd, &shape, &cfg)) return TLM_EXIT_USAGE;
 
     /* the batch */
-    int32_t *inputs = NULL, *targets = NULL;
-    int B = 0, T = 0;
-    if (data_path) {
+    if (o->data) {
         tlm_tokens toks;
-        if (tlm_tokens_load(data_path, cfg.vocab_size, &toks) != TLM_OK) {
+        if (tlm_tokens_load(o->data, cfg.vocab_size, &toks) != TLM_OK) {
             cli_error(cmd, "%s", tlm_last_error());
-            return TLM_EXIT_FAILURE;
+            goto done;
         }
-        B = (int)batch;
-        T = (int)ctx;
+        /* the shape is checked against the data before anything of its size is allocated */
+        if ((int64_t)T + 1 > toks.n) {
+            cli_error(cmd, "--context-length %d needs %d tokens, but %s holds %lld", T, T + 1, o->data,
+                      (long long)toks.n);
+            tlm_tokens_free(&toks);
+            goto done;
+        }
         inputs = malloc((size_t)B * T * sizeof(int32_t));
         targets = malloc((size_t)B * T * sizeof(int32_t));
-        const tlm_batch_draw draw = {.seed = (uint64_t)seed, .step = 0, .rank = 0, .world_size = 1};
+        const tlm_batch_draw draw = {.seed = a.seed, .step = 0, .rank = 0, .world_size = 1};
         tlm_status s = inputs && targets ? tlm_tokens_get_batch(&toks, B, T, draw, inputs, targets)
                                          : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the batch");
         tlm_tokens_free(&toks);
         if (s != TLM_OK) {
             cli_error(cmd, "%s", tlm_last_error());
-            free(inputs);
-            free(targets);
-            return TLM_EXIT_FAILURE;
+            goto done;
         }
     } else {
         int Bt, Tt;
-        if (!read_batch_file(inputs_path, "inputs", cfg.vocab_size, &inputs, &B, &T)) return TLM_EXIT_FAILURE;
-        if (!read_batch_file(targets_path, "targets", cfg.vocab_size, &targets, &Bt, &Tt)) {
-            free(inputs);
-            return TLM_EXIT_FAILURE;
-        }
+        if (!read_batch_file(o->inputs, "inputs", cfg.vocab_size, &inputs, &B, &T)) goto done;
+        if (!read_batch_file(o->targets, "targets", cfg.vocab_size, &targets, &Bt, &Tt)) goto done;
         if (Bt != B || Tt != T) {
-            cli_error(cmd, "targets %s has shape [%d, %d] but inputs %s has [%d, %d]", targets_path, Bt, Tt,
-                      inputs_path, B, T);
-            free(inputs);
-            free(targets);
-            return TLM_EXIT_FAILURE;
+            cli_error(cmd, "targets %s has shape [%d, %d] but inputs %s has [%d, %d]", o->targets, Bt, Tt, o->inputs,
+                      B, T);
+            goto done;
         }
     }
+    if (T > cfg.context_length) {
+        if (a.shape.max_context != CLI_NOT_GIVEN) {
+            cli_error(cmd, "the batch's context length %d conflicts with --max-context-length %ld", T,
+                      a.shape.max_context);
+            rc = TLM_EXIT_USAGE;
+            goto done;
+        }
+        cfg.context_length = T; /* the RoPE table covers the batch */
+    }
 
-    int rc = TLM_EXIT_FAILURE;
-    char desc[256];
-    tlm_model *m = NULL;
-    float *logits = NULL;
-    tlm_backend *be = cli_create_backend(cmd, device, (int)threads, desc, sizeof desc);
-    if (!be) goto done;
-    const tlm_run_config run = {.precision = precision, .attention = attention, .cuda_graphs = false};
+    if (!(be = cli_create_backend(cmd, &a))) goto done;
+    const tlm_run_config run = {.precision = a.num_precisions ? a.precisions[0] : TLM_PRECISION_FP32,
+                                .attention = a.attention, .cuda_graphs = false};
     tlm_status s = tlm_model_create(&m, &cfg, &run, be);
-    if (s == TLM_OK) s = weights ? tlm_model_load(m, weights) : tlm_model_init_random(m, (uint64_t)seed);
+    tlm_dtype converted = TLM_DTYPE_F32;
+    if (s == TLM_OK)
+        s = have_st ? tlm_model_load_from(m, &st, o->weights, o->strip_prefix, &converted)
+                    : tlm_model_init_random(m, a.seed);
+    if (have_st) {
+        tlm_safetensors_free(&st);
+        have_st = false;
+    }
+    if (s == TLM_OK && converted != TLM_DTYPE_F32)
+        fprintf(stderr, "tlm step: note: %s stores %s tensors: converted to float32\n", o->weights,
+                tlm_dtype_name(converted));
     float loss = 0;
     if (s == TLM_OK) s = tlm_model_forward(m, inputs, targets, B, T, &loss);
     if (s == TLM_OK) printf("loss %.7f\n", loss);
-    if (s == TLM_OK && out_logits) {
+    tlm_output_batch_begin(); /* every output of the run, or none */
+    if (s == TLM_OK && o->out_logits) {
         const size_t n = (size_t)B * T * cfg.vocab_size;
         if (!(logits = malloc(n * sizeof(float)))) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the logits");
         if (s == TLM_OK) s = tlm_model_copy_logits(m, logits);
         const int64_t shape3[3] = {B, T, cfg.vocab_size};
-        if (s == TLM_OK) s = tlm_npy_write(out_logits, TLM_DTYPE_F32, 3, shape3, logits);
+        if (s == TLM_OK) s = tlm_npy_write(o->out_logits, TLM_DTYPE_F32, 3, shape3, logits);
     }
-    if (s == TLM_OK && (out_grads || opt_steps > 0)) s = tlm_model_backward(m);
-    if (s == TLM_OK && out_grads) s = tlm_model_save_grads(m, out_grads);
-    for (long i = 0; s == TLM_OK && i < opt_steps; i++) {
+    if (s == TLM_OK && (o->out_grads || o->opt_steps > 0)) s = tlm_model_backward(m);
+    if (s == TLM_OK && o->out_grads) s = tlm_model_save_grads(m, o->out_grads);
+    for (long i = 0; s == TLM_OK && i < o->opt_steps; i++) {
         if (i > 0) {
             s = tlm_model_forward(m, inputs, targets, B, T, &loss);
             if (s == TLM_OK) s = tlm_model_backward(m);
         }
-        if (s == TLM_OK) s = tlm_model_adamw_step(m, &adamw);
-        if (s == TLM_OK && precision == TLM_PRECISION_FP16)
+        if (s == TLM_OK) s = tlm_model_adamw_step(m, &o->adamw);
+        if (s == TLM_OK && run.precision == TLM_PRECISION_FP16)
             printf("adamw step %ld: loss before %.7f, loss scale after %g%s\n", i + 1, loss, m->scaler.scale,
                    m->scaler.last_step_skipped ? " (step skipped: inf/NaN gradient)" : "");
         else if (s == TLM_OK)
             printf("adamw step %ld: loss before %.7f\n", i + 1, loss);
     }
-    if (s == TLM_OK && out_weights) s = tlm_model_save(m, out_weights);
+    if (s == TLM_OK && o->out_weights) s = tlm_model_save(m, o->out_weights);
+    if (s != TLM_OK) tlm_output_batch_end(false);
+    else s = tlm_output_batch_end(true);
     if (s != TLM_OK) cli_error(cmd, "%s", tlm_last_error());
     else rc = TLM_EXIT_OK;
 done:
+    if (have_st) tlm_safetensors_free(&st);
     free(logits);
     tlm_model_free(m);
     tlm_backend_destroy(be);
     free(inputs);
     free(targets);
+out:
+    cli_args_free(&a);
     return rc;
 }

@@ -13,11 +13,19 @@ static void usage(FILE *f) {
             "Commands:\n"
             "  bench     end-to-end benchmark: forward, backward and AdamW step times, tokens/s,\n"
             "            TFLOP/s and peak memory for model sizes x context lengths\n"
+            "  train     train the model on a token file (CS336 recipe: AdamW, cosine schedule, clipping),\n"
+            "            with validation, checkpoints that resume exactly, and a loss log\n"
             "  step      one forward/backward on given weights and data, writing logits, loss,\n"
             "            gradients (and the weights after N AdamW steps): compare with PyTorch\n"
             "  compare   relative error between two .safetensors or .npy files, tensor by tensor\n"
             "  attention the attention benchmark: naive vs FlashAttention-2 forward/backward ms, TFLOP/s,\n"
             "            memory before backward, over batch x heads x seq x d_head (CS336 suites as presets)\n"
+            "  allreduce the all-reduce benchmark under mpirun/srun: NCCL on GPUs, MPI on CPUs (nccl-tests' busbw)\n"
+            "  profile   where a step's time goes: kernels per phase, layer and op, roofline, findings;\n"
+            "            --exec -- CMD profiles another CUDA program (the PyTorch peer) the same way\n"
+            "  memory    where every byte goes over a step: peaks by category and phase, the largest\n"
+            "            allocations and their lifetimes, a timeline (JSON) and a PyTorch memory_viz snapshot\n"
+            "  plot      draws tlm's JSON results as PNG and SVG with gnuplot (memory timeline, peak vs context)\n"
             "  precision the mixed-precision experiments: accumulate (0.01 added 1000 times in fp32,\n"
             "            fp16, bf16), autocast (the ToyModel's dtypes), layernorm (LayerNorm in fp16/bf16)\n"
             "\n"
@@ -51,9 +59,14 @@ int main(int argc, char **argv) {
     }
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "step") == 0) return cmd_step(argc - 1, argv + 1);
+    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
     if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 1, argv + 1);
     if (strcmp(cmd, "precision") == 0) return cmd_precision(argc - 1, argv + 1);
     if (strcmp(cmd, "attention") == 0) return cmd_attention(argc - 1, argv + 1);
-    fprintf(stderr, "tlm: unknown command '%s' (known: bench, step, compare, precision, attention; see tlm --help)\n", cmd);
+    if (strcmp(cmd, "allreduce") == 0) return cmd_allreduce(argc - 1, argv + 1);
+    if (strcmp(cmd, "profile") == 0) return cmd_profile(argc - 1, argv + 1);
+    if (strcmp(cmd, "memory") == 0) return cmd_memory(argc - 1, argv + 1);
+    if (strcmp(cmd, "plot") == 0) return cmd_plot(argc - 1, argv + 1);
+    fprintf(stderr, "tlm: unknown command '%s' (known: bench, train, step, compare, precision, attention, allreduce, profile, memory, plot; see tlm --help)\n", cmd);
     return TLM_EXIT_USAGE;
 }

@@ -11,8 +11,17 @@ typedef struct {
     void *ptr;           /* NULL: an empty slot */
     size_t bytes;
     tlm_mem_tag tag;
+    void *arena;         /* the arena it is placed in (tlm_alloc_in), else NULL */
     char name[64];
 } tlm_mem_record;
+
+/* one reserved arena (memory.h) */
+typedef struct {
+    void *ptr;
+    size_t bytes;
+    int live;            /* allocations placed in it and not yet freed */
+    char name[64];
+} tlm_arena_record;
 
 struct tlm_backend_state {
     /* allocator (memory.c): open addressing on the pointer, linear probing, power-of-two size */
@@ -22,6 +31,8 @@ struct tlm_backend_state {
     tlm_mem_listener listeners[TLM_MAX_MEM_LISTENERS];
     int num_listeners;
     double created_us;   /* host clock at creation: memory events' time origin */
+    tlm_arena_record *arenas; /* the reserved arenas, [num_arenas] of capacity arenas_cap */
+    int num_arenas, arenas_cap;
 
     /* dispatch (dispatch.c) */
     tlm_hook hooks[TLM_MAX_HOOKS];

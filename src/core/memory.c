@@ -1,6 +1,7 @@
 /* memory.c — the tracked allocator shared by every backend (memory.h): each allocation carries a
  * tag and a name; current and peak bytes are kept per tag and in total; every allocation and free
- * goes to the listeners with the current scope. Live allocations sit in an open-addressing hash
+ * goes to the listeners with the current scope; arenas hold placed allocations (counted as
+ * allocations, their bytes as reserved). Live allocations sit in an open-addressing hash
  * table keyed by pointer (linear probing, backward-shift deletion), so a free is O(1). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,45 +50,139 @@ static void notify(tlm_backend *be, tlm_mem_action action, const tlm_mem_record 
                              .name = r->name,
                              .scope = s->scope,
                              .time_us = tlm_host_clock_us() - s->created_us,
-                             .in_use = s->stats.current_total};
+                             .in_use = s->stats.current_total,
+                             .arena = r->arena,
+                             .footprint = s->stats.footprint};
     for (int i = 0; i < s->num_listeners; i++) s->listeners[i].event(s->listeners[i].user, &e);
+}
+
+/* footprint = what live allocations hold, less what arenas hold for them, plus the arenas */
+static void update_footprint(tlm_mem_stats *st) {
+    st->footprint = st->current_total - st->placed + st->reserved;
+    if (st->footprint > st->peak_footprint) st->peak_footprint = st->footprint;
 }
 
 static void format_gib(char *buf, size_t n, size_t bytes) {
     snprintf(buf, n, "%.3f GiB", (double)bytes / (1024.0 * 1024.0 * 1024.0));
 }
 
-void *tlm_alloc(tlm_backend *be, size_t bytes, tlm_mem_tag tag, const char *name) {
-    TLM_ASSERT(be && (unsigned)tag < TLM_MEM_NUM_TAGS);
+/* room in the table for one more record; false (message set) when out of host memory */
+static bool table_room(struct tlm_backend_state *s, const char *name) {
+    if (2 * (s->stats.live_allocations + 1) <= s->capacity || grow(s)) return true;
+    tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the allocation table ('%s')", name ? name : "?");
+    return false;
+}
+
+/* the message of a device allocation that failed */
+static void out_of_memory(tlm_backend *be, size_t bytes, const char *name, const char *what) {
+    char want[32], have[32];
+    format_gib(want, sizeof want, bytes);
+    format_gib(have, sizeof have, be->state->stats.footprint);
+    tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s backend out of memory: asked for %zu bytes (%s) for '%s' (%s) with %s in use",
+             be->name, bytes, want, name ? name : "?", what, have);
+}
+
+/* enters a live allocation (table_room checked) and tells the listeners */
+static void record(tlm_backend *be, void *ptr, size_t bytes, tlm_mem_tag tag, const char *name, void *arena) {
     struct tlm_backend_state *s = be->state;
-    if (2 * (s->stats.live_allocations + 1) > s->capacity && !grow(s)) {
-        tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the allocation table ('%s')", name ? name : "?");
-        return NULL;
-    }
-    void *ptr = be->iface->raw_alloc(be, bytes ? bytes : 1);
-    if (!ptr) {
-        char want[32], have[32];
-        format_gib(want, sizeof want, bytes);
-        format_gib(have, sizeof have, s->stats.current_total);
-        tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s backend out of memory: asked for %zu bytes (%s) for '%s' (%s) with %s in use",
-                 be->name, bytes, want, name ? name : "?", tlm_mem_tag_name(tag), have);
-        return NULL;
-    }
     size_t j = slot_of(ptr, s->capacity);
-    while (s->table[j].ptr) j = (j + 1) & (s->capacity - 1);
+    while (s->table[j].ptr) {
+        if (s->table[j].ptr == ptr) tlm_fatal("tlm_alloc_in: '%s' at %p: a live allocation starts there", name, ptr);
+        j = (j + 1) & (s->capacity - 1);
+    }
     tlm_mem_record *r = &s->table[j];
     r->ptr = ptr;
     r->bytes = bytes;
     r->tag = tag;
+    r->arena = arena;
     snprintf(r->name, sizeof r->name, "%s", name ? name : "");
     tlm_mem_stats *st = &s->stats;
     st->live_allocations++;
     st->current[tag] += bytes;
     st->current_total += bytes;
+    if (arena) st->placed += bytes;
     if (st->current[tag] > st->peak[tag]) st->peak[tag] = st->current[tag];
     if (st->current_total > st->peak_total) st->peak_total = st->current_total;
+    update_footprint(st);
     notify(be, TLM_MEM_ALLOC, r);
+}
+
+void *tlm_alloc(tlm_backend *be, size_t bytes, tlm_mem_tag tag, const char *name) {
+    TLM_ASSERT(be && (unsigned)tag < TLM_MEM_NUM_TAGS);
+    if (!table_room(be->state, name)) return NULL;
+    void *ptr = be->iface->raw_alloc(be, bytes ? bytes : 1);
+    if (!ptr) {
+        out_of_memory(be, bytes, name, tlm_mem_tag_name(tag));
+        return NULL;
+    }
+    record(be, ptr, bytes, tag, name, NULL);
     return ptr;
+}
+
+static tlm_arena_record *find_arena(struct tlm_backend_state *s, const void *arena) {
+    for (int i = 0; i < s->num_arenas; i++)
+        if (s->arenas[i].ptr == arena) return &s->arenas[i];
+    return NULL;
+}
+
+void *tlm_arena_reserve(tlm_backend *be, size_t bytes, const char *name) {
+    struct tlm_backend_state *s = be->state;
+    if (s->num_arenas == s->arenas_cap) {
+        const int cap = s->arenas_cap ? 2 * s->arenas_cap : 4;
+        tlm_arena_record *a = realloc(s->arenas, (size_t)cap * sizeof *a);
+        if (!a) {
+            tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the arena table ('%s')", name ? name : "?");
+            return NULL;
+        }
+        s->arenas = a;
+        s->arenas_cap = cap;
+    }
+    void *ptr = be->iface->raw_alloc(be, bytes ? bytes : 1);
+    if (!ptr) {
+        out_of_memory(be, bytes, name, "arena");
+        return NULL;
+    }
+    tlm_arena_record *a = &s->arenas[s->num_arenas++];
+    a->ptr = ptr;
+    a->bytes = bytes;
+    a->live = 0;
+    snprintf(a->name, sizeof a->name, "%s", name ? name : "");
+    s->stats.reserved += bytes;
+    update_footprint(&s->stats);
+    return ptr;
+}
+
+void tlm_arena_release(tlm_backend *be, void *arena) {
+    if (!arena) return;
+    struct tlm_backend_state *s = be->state;
+    tlm_arena_record *a = find_arena(s, arena);
+    if (!a) tlm_fatal("tlm_arena_release: %p is not an arena of the %s backend", arena, be->name);
+    if (a->live) tlm_fatal("tlm_arena_release: arena '%s' still holds %d allocations", a->name, a->live);
+    s->stats.reserved -= a->bytes;
+    update_footprint(&s->stats);
+    *a = s->arenas[--s->num_arenas];
+    be->iface->raw_free(be, arena);
+}
+
+void *tlm_alloc_in(tlm_backend *be, void *arena, size_t offset, size_t bytes, tlm_mem_tag tag, const char *name) {
+    TLM_ASSERT(be && (unsigned)tag < TLM_MEM_NUM_TAGS);
+    struct tlm_backend_state *s = be->state;
+    tlm_arena_record *a = find_arena(s, arena);
+    if (!a) tlm_fatal("tlm_alloc_in: '%s': %p is not an arena of the %s backend", name ? name : "?", arena, be->name);
+    if (offset > a->bytes || bytes > a->bytes - offset)
+        tlm_fatal("tlm_alloc_in: '%s' [%zu, +%zu) outside arena '%s' of %zu bytes", name ? name : "?", offset, bytes,
+                  a->name, a->bytes);
+    if (!table_room(s, name)) return NULL;
+    void *ptr = (char *)arena + offset;
+    a->live++;
+    record(be, ptr, bytes, tag, name, arena);
+    return ptr;
+}
+
+void tlm_mem_for_each_arena(const tlm_backend *be,
+                            void (*fn)(void *user, const void *arena, size_t bytes, const char *name), void *user) {
+    const struct tlm_backend_state *s = be->state;
+    for (int i = 0; i < s->num_arenas; i++) fn(user, s->arenas[i].ptr, s->arenas[i].bytes, s->arenas[i].name);
 }
 
 void tlm_free(tlm_backend *be, void *ptr) {
@@ -100,6 +195,11 @@ void tlm_free(tlm_backend *be, void *ptr) {
     s->stats.live_allocations--;
     s->stats.current[r.tag] -= r.bytes;
     s->stats.current_total -= r.bytes;
+    if (r.arena) {
+        s->stats.placed -= r.bytes;
+        find_arena(s, r.arena)->live--;
+    }
+    update_footprint(&s->stats);
     /* backward-shift deletion: pull later entries of the probe run into the hole */
     size_t hole = j;
     for (size_t k = (j + 1) & (s->capacity - 1); s->table[k].ptr; k = (k + 1) & (s->capacity - 1)) {
@@ -112,7 +212,7 @@ void tlm_free(tlm_backend *be, void *ptr) {
     }
     s->table[hole].ptr = NULL;
     notify(be, TLM_MEM_FREE, &r);
-    be->iface->raw_free(be, ptr);
+    if (!r.arena) be->iface->raw_free(be, ptr); /* a placed allocation's bytes stay with its arena */
 }
 
 tlm_mem_stats tlm_mem_stats_now(const tlm_backend *be) { return be->state->stats; }
@@ -121,6 +221,7 @@ void tlm_mem_reset_peak(tlm_backend *be) {
     tlm_mem_stats *st = &be->state->stats;
     for (int t = 0; t < TLM_MEM_NUM_TAGS; t++) st->peak[t] = st->current[t];
     st->peak_total = st->current_total;
+    st->peak_footprint = st->footprint;
 }
 
 void tlm_mem_for_each(const tlm_backend *be,
@@ -160,4 +261,8 @@ void tlm_mem_state_free(tlm_backend *be) {
     free(s->table);
     s->table = NULL;
     s->capacity = 0;
+    while (s->num_arenas) tlm_arena_release(be, s->arenas[0].ptr);
+    free(s->arenas);
+    s->arenas = NULL;
+    s->arenas_cap = 0;
 }

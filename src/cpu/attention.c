@@ -15,7 +15,8 @@
  *             dk = dS^T q/sqrt(D) -> dt.
  * Both paths share the loops below; the roundings are passes of their own, outside the
  * softmax loops (with them inside, GCC 12 -O3 compiled the fp32 softmax up to 45% slower:
- * measured). */
+ * measured). The forward runs its three stages one after the other over all heads, each
+ * announced as a range. */
 #include "cpu/cpu_ops.h"
 
 #include <math.h>
@@ -69,42 +70,39 @@ static int qkv_heads(const attn_dims *a, float *w, const void *q, const void *k,
     return D;
 }
 
+/* The forward's three stages, each one parallel loop over the (batch, head) pairs, announced as
+ * ranges (ops.h) as the CUDA backend announces its three launches, so a profile can time them
+ * apart. bf16/fp16: what passes from one stage to the next is in dt in probs, exactly what the
+ * single loop held rounded to dt (S, then P). */
 void tlm_cpu_attention_forward(tlm_backend *be, void *out, void *probs, const void *q,
                                const void *k, const void *v, int ld, int B, int T, int H, int D,
                                tlm_precision p) {
     /* out (N,C) dt; probs (B,H,T,T) dt; q, k, v (N rows, row stride ld) dt, head h at
      * columns h*D.. */
     const attn_dims a = dims(p, T, H, D);
+    const bool parallel = (size_t)B * H * T * T >= TLM_CPU_GRAIN;
     /* bf16/fp16, per thread: q, k, v (T,D), P (T,T), out (T,D) of one head, float32 */
     tlm_cpu_thread_scratch work =
         tlm_cpu_scratch_per_thread(be, a.lowp ? 4 * a.TD + a.TT : 0, "attention_forward");
-#pragma omp parallel for schedule(static) if ((size_t)B * H * T * T >= TLM_CPU_GRAIN)
+
+    tlm_stage_begin(be, "computing attention scores"); /* S = Q K^T / sqrt(D), into probs */
+#pragma omp parallel for schedule(static) if (parallel)
     for (int bh = 0; bh < B * H; bh++) {
-        int b = bh / H, h = bh % H;
-        size_t head = (size_t)b * T * ld + (size_t)h * D;  /* (T,D) block of q, k, v */
-        size_t ohead = (size_t)b * T * a.C + (size_t)h * D;  /* (T,D) block of out */
+        const size_t head = (size_t)(bh / H) * T * ld + (size_t)(bh % H) * D; /* (T,D) block of q, k, v */
         const float *qh, *kh, *vh; /* (T,D), row stride ldh */
-        float *P, *oh;             /* (T,T); (T,D), row stride ldo */
-        int ldh, ldo;
         float *w = tlm_cpu_thread_buf(work, 0);
-        ldh = qkv_heads(&a, w, q, k, v, head, T, D, ld, &qh, &kh, &vh);
-        if (!a.lowp) {
-            P = (float *)probs + (size_t)bh * a.TT;
-            oh = (float *)out + ohead;
-            ldo = a.C;
-        } else {
-            P = w + 3 * a.TD;
-            oh = w + 3 * a.TD + a.TT;
-            ldo = D;
-        }
+        const int ldh = qkv_heads(&a, w, q, k, v, head, T, D, ld, &qh, &kh, &vh);
+        float *S = a.lowp ? w + 3 * a.TD : (float *)probs + (size_t)bh * a.TT;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, a.scale, qh, ldh, kh, ldh, 0.0f, S, T);
+        if (a.lowp) tlm_cpu_narrow(probs, (size_t)bh * a.TT, S, a.TT, a.dt); /* S is a GEMM output: dt */
+    }
+    tlm_stage_end(be, "computing attention scores");
 
-        /* S = Q K^T / sqrt(D), into P */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D,
-                    a.scale, qh, ldh, kh, ldh, 0.0f, P, T);
-
-        if (a.lowp) round_causal(P, T, a.dt); /* S is a GEMM output: dt */
-
-        /* P = softmax over keys j <= i of S (max-subtracted); exact 0 where j > i */
+    tlm_stage_begin(be, "computing softmax"); /* P = softmax over keys j <= i of S; exact 0 where j > i */
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int bh = 0; bh < B * H; bh++) {
+        float *P = a.lowp ? tlm_cpu_thread_buf(work, 0) + 3 * a.TD : (float *)probs + (size_t)bh * a.TT;
+        if (a.lowp) tlm_cpu_widen(P, probs, (size_t)bh * a.TT, a.TT, a.dt);
         for (int i = 0; i < T; i++) {
             float *restrict row = P + (size_t)i * T;
             float max = row[0];
@@ -123,12 +121,31 @@ void tlm_cpu_attention_forward(tlm_backend *be, void *out, void *probs, const vo
             round_causal(P, T, a.dt);
             tlm_cpu_narrow(probs, (size_t)bh * a.TT, P, a.TT, a.dt);
         }
+    }
+    tlm_stage_end(be, "computing softmax");
 
-        /* out = P V, into this head's columns of out */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T,
-                    1.0f, P, T, vh, ldh, 0.0f, oh, ldo);
+    tlm_stage_begin(be, "final matmul"); /* out = P V, into this head's columns of out */
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int bh = 0; bh < B * H; bh++) {
+        const size_t head = (size_t)(bh / H) * T * ld + (size_t)(bh % H) * D;
+        const size_t ohead = (size_t)(bh / H) * T * a.C + (size_t)(bh % H) * D; /* (T,D) block of out */
+        const float *qh, *kh, *vh;
+        float *w = tlm_cpu_thread_buf(work, 0);
+        const int ldh = qkv_heads(&a, w, q, k, v, head, T, D, ld, &qh, &kh, &vh);
+        const float *P = (const float *)probs + (size_t)bh * a.TT;
+        float *oh = (float *)out + ohead;
+        int ldo = a.C;
+        if (a.lowp) {
+            float *Pw = w + 3 * a.TD;
+            tlm_cpu_widen(Pw, probs, (size_t)bh * a.TT, a.TT, a.dt);
+            P = Pw;
+            oh = w + 3 * a.TD + a.TT;
+            ldo = D;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, P, T, vh, ldh, 0.0f, oh, ldo);
         if (a.lowp) narrow_block(out, ohead, a.C, oh, T, D, a.dt);
     }
+    tlm_stage_end(be, "final matmul");
 }
 
 void tlm_cpu_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, void *dprobs,

@@ -6,11 +6,13 @@
 #include "tlm/npy.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "io/convert.h"
+#include "io/input.h"
 #include "tlm/output.h"
 #include "tlm/rng.h"
 
@@ -181,12 +183,14 @@ static tlm_status parse_header_dict(const char *path, const char *text, size_t l
     return TLM_OK;
 }
 
-/* Opens path and reads the magic and header; on success *f is positioned at the data. */
+/* Opens path and reads the magic and header, then checks that the file holds the data the
+ * header claims, before anything is allocated for it; on success *f is positioned at the data. */
 static tlm_status npy_open(const char *path, FILE **f_out, npy_header *h) {
     *f_out = NULL;
     memset(h, 0, sizeof *h);
-    FILE *f = fopen(path, "rb");
-    if (!f) return tlm_fail(TLM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    uint64_t size;
+    TLM_TRY(tlm_input_open(path, &f, &size));
     unsigned char pre[12];
     tlm_status s = TLM_OK;
     char *text = NULL;
@@ -197,7 +201,10 @@ static tlm_status npy_open(const char *path, FILE **f_out, npy_header *h) {
         goto fail;
     }
     if (got < 8 || memcmp(pre, NPY_MAGIC, NPY_MAGIC_LEN) != 0) {
-        s = tlm_fail(TLM_ERR_FORMAT, "%s: not a .npy file (no \\x93NUMPY magic at the start)", path);
+        const char *kind = tlm_input_sniff(pre, got);
+        s = kind && strcmp(kind, "safetensors") == 0
+                ? tlm_fail(TLM_ERR_FORMAT, "%s: this is a safetensors file, not .npy", path)
+                : tlm_fail(TLM_ERR_FORMAT, "%s: not a .npy file (no \\x93NUMPY magic at the start)", path);
         goto fail;
     }
     int major = pre[6], minor = pre[7];
@@ -216,7 +223,12 @@ static tlm_status npy_open(const char *path, FILE **f_out, npy_header *h) {
                              : (uint32_t)pre[8] | (uint32_t)pre[9] << 8 | (uint32_t)pre[10] << 16 |
                                    (uint32_t)pre[11] << 24;
     if (hl > NPY_MAX_HEADER) {
-        s = tlm_fail(TLM_ERR_FORMAT, "%s: .npy header length %u is absurd", path, hl);
+        s = tlm_fail(TLM_ERR_FORMAT, "%s: .npy header length %u is absurd (limit %u)", path, hl, NPY_MAX_HEADER);
+        goto fail;
+    }
+    if (hl > size - prelen) { /* size >= prelen: those bytes were read */
+        s = tlm_fail(TLM_ERR_FORMAT, "%s: .npy file ends inside its %u-byte header (%llu bytes in all)", path, hl,
+                     (unsigned long long)size);
         goto fail;
     }
     text = malloc(hl + 1u);
@@ -237,6 +249,15 @@ static tlm_status npy_open(const char *path, FILE **f_out, npy_header *h) {
     }
     s = parse_header_dict(path, text, hl, h);
     if (s != TLM_OK) goto fail;
+    const uint64_t have = size - prelen - hl;
+    if (h->nbytes > have) {
+        char shape[TLM_SHAPE_STRLEN];
+        s = tlm_fail(TLM_ERR_FORMAT,
+                     "%s: data truncated: shape %s of %s needs %llu bytes of data, the file holds %llu after its header",
+                     path, tlm_shape_format(h->ndim, h->shape, shape, sizeof shape), tlm_dtype_name(h->dtype),
+                     (unsigned long long)h->nbytes, (unsigned long long)have);
+        goto fail;
+    }
     free(text);
     *f_out = f;
     return TLM_OK;
@@ -262,11 +283,7 @@ tlm_status tlm_npy_read(const char *path, tlm_array *out) {
     memset(out, 0, sizeof *out);
     FILE *f;
     npy_header h;
-    TLM_TRY(npy_open(path, &f, &h));
-    if (h.nbytes > SIZE_MAX - 1) {
-        fclose(f);
-        return tlm_fail(TLM_ERR_FORMAT, "%s: .npy array too large", path);
-    }
+    TLM_TRY(npy_open(path, &f, &h)); /* h.nbytes: no more than the file holds */
     void *data = malloc(h.nbytes ? (size_t)h.nbytes : 1);
     if (!data) {
         fclose(f);
@@ -291,6 +308,35 @@ void tlm_array_free(tlm_array *a) {
     if (!a) return;
     free(a->data);
     memset(a, 0, sizeof *a);
+}
+
+const char *tlm_shape_format(int ndim, const int64_t *shape, char *buf, size_t cap) {
+    TLM_ASSERT(buf && cap > 0 && ndim >= 0 && ndim <= TLM_MAX_DIMS && (shape || ndim == 0));
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int d = 0; d <= ndim && len < cap; d++) {
+        int k = d == ndim ? snprintf(buf + len, cap - len, "%s]", d ? "" : "[")
+                          : snprintf(buf + len, cap - len, "%s%lld", d ? ", " : "[", (long long)shape[d]);
+        len += k > 0 ? (size_t)k : 0;
+    }
+    return buf;
+}
+
+tlm_status tlm_array_check_shape(const tlm_array *a, int ndim, int64_t max_dim, const char *expected,
+                                 const char *what) {
+    TLM_ASSERT(a && expected);
+    bool ok = a->ndim == ndim;
+    for (int d = 0; ok && d < ndim; d++) ok = a->shape[d] >= 1 && a->shape[d] <= max_dim;
+    if (ok) return TLM_OK;
+    char got[TLM_SHAPE_STRLEN];
+    return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: expected shape %s (%d dimension%s, each in [1, %lld]), got %s%s",
+                    what ? what : "array", expected, ndim, ndim == 1 ? "" : "s", (long long)max_dim,
+                    tlm_shape_format(a->ndim, a->shape, got, sizeof got), a->numel == 0 ? ": an empty array" : "");
+}
+
+tlm_status tlm_array_to_f32(const tlm_array *a, float *dst, const char *what) {
+    TLM_ASSERT(a && (dst || a->numel == 0));
+    return tlm_io_to_f32(a->data, a->dtype, a->numel, dst, what ? what : "array");
 }
 
 /* ---- writing ------------------------------------------------------------------------------ */
@@ -423,29 +469,24 @@ tlm_status tlm_tokens_load(const char *path, int vocab_size, tlm_tokens *out) {
     tlm_dtype t;
     int64_t n;
     if (has_suffix(path, ".bin")) {
-        f = fopen(path, "rb");
-        if (!f) return tlm_fail(TLM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        struct stat st;
-        int e = fstat(fileno(f), &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
-        if (e) {
-            fclose(f);
-            return tlm_fail(TLM_ERR_IO, "%s: cannot read: %s", path, strerror(e));
-        }
-        if (st.st_size % 2 != 0) {
+        uint64_t size;
+        TLM_TRY(tlm_input_open(path, &f, &size));
+        if (size % 2 != 0) {
             fclose(f);
             return tlm_fail(TLM_ERR_FORMAT,
-                            "%s: %lld bytes, an odd length: not a raw file of uint16 token ids", path,
-                            (long long)st.st_size);
+                            "%s: %llu bytes, an odd length: not a raw file of uint16 token ids", path,
+                            (unsigned long long)size);
         }
         t = TLM_DTYPE_U16;
-        n = (int64_t)st.st_size / 2;
+        n = (int64_t)(size / 2);
     } else {
         npy_header h;
         TLM_TRY(npy_open(path, &f, &h));
         tlm_status s = TLM_OK;
+        char shape[TLM_SHAPE_STRLEN];
         if (h.ndim != 1)
-            s = tlm_fail(TLM_ERR_FORMAT, "%s: a token file must be 1-D, this array has %d dimensions", path,
-                         h.ndim);
+            s = tlm_fail(TLM_ERR_FORMAT, "%s: a token file must be 1-D, this array has shape %s", path,
+                         tlm_shape_format(h.ndim, h.shape, shape, sizeof shape));
         else if (!dtype_is_int(h.dtype))
             s = tlm_fail(TLM_ERR_FORMAT, "%s: token ids must be integers, the array holds %s", path,
                          tlm_dtype_name(h.dtype));

@@ -2,62 +2,62 @@
  * Layout (https://github.com/huggingface/safetensors): u64 little-endian header length N,
  * N bytes of JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
  * "__metadata__": {str: str}}, then the data section; offsets are relative to its start.
- * The writer follows the Rust reference: the header is padded with spaces to a multiple of
+ * The reader follows the Rust reference's checks (safetensors/src/tensor.rs, read_metadata and
+ * Metadata::validate): N at most 10^8 and within the file, the header UTF-8 JSON, sorted by
+ * data_offsets the tensors tile the data section exactly (no overlap, no gap, no trailing bytes),
+ * every size computed with overflow checks; "__metadata__" an object of strings (or null).
+ * The writer follows the reference too: the header is padded with spaces to a multiple of
  * 8 bytes, tensors are stored contiguously in the order given, and "__metadata__" is
  * {"format": "pt"}, which safetensors.torch.load_file expects. */
 #include "tlm/safetensors.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
-#include "tlm/output.h"
 #include "io/convert.h"
+#include "io/input.h"
+#include "tlm/output.h"
 
 /* The Rust reference refuses headers above 100 MB; tlm's largest are a few tens of KB. */
 #define ST_MAX_HEADER 100000000ull
 
 /* ---- reading ------------------------------------------------------------------------------ */
 
-static tlm_status read_whole_file(const char *path, void **buf_out, size_t *size_out) {
+/* The whole file, with one byte more, a NUL: the header handed to cJSON always has a NUL after it
+ * (parse_file), so that even a cJSON that reads one byte past the length it is given (releases
+ * before 1.7.18, CVE-2023-53154) stays inside the buffer. */
+static tlm_status read_whole_file(const char *path, unsigned char **buf_out, size_t *size_out) {
     *buf_out = NULL;
     *size_out = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return tlm_fail(TLM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
-        int e = errno;
-        fclose(f);
-        return tlm_fail(TLM_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (S_ISDIR(st.st_mode)) {
-        fclose(f);
-        return tlm_fail(TLM_ERR_IO, "%s: is a directory", path);
-    }
-    size_t size = (size_t)st.st_size;
-    void *buf = malloc(size ? size : 1);
+    FILE *f;
+    uint64_t size;
+    TLM_TRY(tlm_input_open(path, &f, &size));
+    unsigned char *buf = size < SIZE_MAX ? malloc((size_t)size + 1) : NULL;
     if (!buf) {
         fclose(f);
-        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes to read it", path, size);
+        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: cannot allocate %llu bytes to read it", path,
+                        (unsigned long long)size + 1);
     }
     errno = 0;
-    size_t got = fread(buf, 1, size, f);
+    size_t got = fread(buf, 1, (size_t)size, f);
     int e = errno, had_error = ferror(f);
     fclose(f);
     if (got != size) {
         free(buf);
-        if (had_error)
-            return tlm_fail(TLM_ERR_IO, "%s: read error: %s", path, strerror(e ? e : EIO));
-        return tlm_fail(TLM_ERR_IO, "%s: file shrank while being read (%zu of %zu bytes)", path, got,
-                        size);
+        if (had_error) return tlm_fail(TLM_ERR_IO, "%s: read error: %s", path, strerror(e ? e : EIO));
+        return tlm_fail(TLM_ERR_IO, "%s: file shrank while being read (%zu of %llu bytes)", path, got,
+                        (unsigned long long)size);
     }
+    buf[size] = '\0';
     *buf_out = buf;
-    *size_out = size;
+    *size_out = (size_t)size;
     return TLM_OK;
 }
 
@@ -71,20 +71,64 @@ static int parse_dtype(const char *s, tlm_dtype *out) {
     return 0;
 }
 
-/* A JSON number that is an integer in [0, 2^64). 0 if not. cJSON holds numbers as doubles,
- * exact up to 2^53; larger values cannot match a real file's size and fail the later checks. */
-static int json_uint(const cJSON *j, uint64_t *out) {
+/* A JSON number that is an integer in [0, 2^bits), bits <= 64. 0 if not. cJSON holds numbers as
+ * doubles, exact up to 2^53; a larger offset cannot match a real file's size and fails the later
+ * checks, a larger dimension can only come with another one of 0. */
+static int json_uint(const cJSON *j, int bits, uint64_t *out) {
     if (!cJSON_IsNumber(j)) return 0;
-    double d = j->valuedouble;
-    if (!(d >= 0 && d < 18446744073709551616.0) || d != floor(d)) return 0;
+    const double d = j->valuedouble;
+    if (!(d >= 0 && d < ldexp(1.0, bits)) || d != floor(d)) return 0;
     *out = (uint64_t)d;
     return 1;
+}
+
+/* The length of the UTF-8 sequence at s (n > 0 bytes left): 1 to 4, or 0 if the bytes there are
+ * not UTF-8 (RFC 3629: no overlong form, no surrogate, nothing above U+10FFFF). */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    const unsigned c = s[0];
+    if (c < 0x80) return 1;
+    const size_t len = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (len == 0 || n < len) return 0;
+    uint32_t cp = c & (0x7fu >> len);
+    for (size_t k = 1; k < len; k++) {
+        if ((s[k] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[k] & 0x3fu);
+    }
+    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000}; /* below: an overlong form */
+    return cp < least[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) ? 0 : len;
+}
+
+static bool utf8_valid(const char *s) {
+    for (size_t n = strlen(s), i = 0, k; i < n; i += k)
+        if (!(k = utf8_seq((const unsigned char *)s + i, n - i))) return false;
+    return true;
+}
+
+/* NULL if the header's n bytes are text the reference reads: UTF-8 without control bytes (JSON
+ * allows none but tab, newline and carriage return between tokens, and none at all in a string)
+ * and without an escaped NUL (\u0000) in a string, which would cut a C string short; else what is
+ * wrong, *at its offset. */
+static const char *header_text_error(const unsigned char *s, size_t n, size_t *at) {
+    bool in_string = false;
+    for (size_t i = 0, len; i < n; i += len) {
+        *at = i;
+        const unsigned c = s[i];
+        if (!(len = utf8_seq(s + i, n - i))) return "a byte that is not UTF-8";
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return "a control byte";
+        if (c == '"') in_string = !in_string;
+        if (in_string && c == '\\' && i + 1 < n) {
+            if (n - i >= 6 && memcmp(s + i + 1, "u0000", 5) == 0) return "an escaped NUL (\\u0000)";
+            len = 2; /* the escaped character, '"' or '\\' among them */
+        }
+    }
+    return NULL;
 }
 
 /* Fills t from one header entry; data_len: bytes in the data section. */
 static tlm_status parse_entry(const char *path, const cJSON *e, const unsigned char *data,
                               uint64_t data_len, tlm_st_tensor *t) {
     const char *name = e->string;
+    if (!name[0]) return tlm_fail(TLM_ERR_FORMAT, "%s: a tensor has an empty name", path);
     if (!cJSON_IsObject(e))
         return tlm_fail(TLM_ERR_FORMAT, "%s: tensor '%s': entry is not a JSON object", path, name);
     const cJSON *jdtype = cJSON_GetObjectItemCaseSensitive(e, "dtype");
@@ -113,10 +157,13 @@ static tlm_status parse_entry(const char *path, const cJSON *e, const unsigned c
     const cJSON *jd;
     cJSON_ArrayForEach(jd, jshape) {
         uint64_t d;
-        if (!json_uint(jd, &d)) {
+        if (!json_uint(jd, 63, &d)) { /* a dimension is an int64 in tlm */
             if (cJSON_IsNumber(jd) && jd->valuedouble < 0)
                 return tlm_fail(TLM_ERR_FORMAT, "%s: tensor '%s': negative dimension %.17g in shape",
                                 path, name, jd->valuedouble);
+            if (cJSON_IsNumber(jd) && jd->valuedouble == floor(jd->valuedouble))
+                return tlm_fail(TLM_ERR_FORMAT, "%s: tensor '%s': shape[%d] = %.0f is beyond 2^63 - 1", path,
+                                name, i, jd->valuedouble);
             return tlm_fail(TLM_ERR_FORMAT,
                             "%s: tensor '%s': shape[%d] is not a non-negative integer", path, name, i);
         }
@@ -132,7 +179,7 @@ static tlm_status parse_entry(const char *path, const cJSON *e, const unsigned c
 
     uint64_t begin, end;
     if (!cJSON_IsArray(joffs) || cJSON_GetArraySize(joffs) != 2 ||
-        !json_uint(cJSON_GetArrayItem(joffs, 0), &begin) || !json_uint(cJSON_GetArrayItem(joffs, 1), &end))
+        !json_uint(cJSON_GetArrayItem(joffs, 0), 64, &begin) || !json_uint(cJSON_GetArrayItem(joffs, 1), 64, &end))
         return tlm_fail(TLM_ERR_FORMAT,
                         "%s: tensor '%s': data_offsets is not [begin, end] of two non-negative integers",
                         path, name);
@@ -157,9 +204,143 @@ static tlm_status parse_entry(const char *path, const cJSON *e, const unsigned c
     return TLM_OK;
 }
 
+static int name_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* *twice: a name given more than once among n records of `stride` bytes, each starting with its
+ * name (tlm_st_tensor, tlm_st_meta), or NULL. O(n log n): a hostile header holds a million names. */
+_Static_assert(offsetof(tlm_st_tensor, name) == 0 && offsetof(tlm_st_meta, key) == 0, "records start with the name");
+static tlm_status duplicate_name(const char *path, const void *records, int n, size_t stride, const char **twice) {
+    *twice = NULL;
+    const char **names = malloc((n ? (size_t)n : 1) * sizeof *names);
+    if (!names) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+    for (int i = 0; i < n; i++) memcpy(&names[i], (const char *)records + (size_t)i * stride, sizeof *names);
+    qsort(names, (size_t)n, sizeof *names, name_cmp);
+    for (int i = 1; i < n && !*twice; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) *twice = names[i];
+    free(names);
+    return TLM_OK;
+}
+
+/* Copies "__metadata__" (null, or an object of strings, as the reference requires) into st. */
+static tlm_status parse_meta(const char *path, const cJSON *m, tlm_safetensors *st) {
+    if (cJSON_IsNull(m)) return TLM_OK;
+    if (!cJSON_IsObject(m))
+        return tlm_fail(TLM_ERR_FORMAT, "%s: __metadata__ is not an object of strings", path);
+    const int n = cJSON_GetArraySize(m);
+    st->meta = calloc(n ? (size_t)n : 1, sizeof *st->meta);
+    if (!st->meta) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, m) {
+        if (!cJSON_IsString(e))
+            return tlm_fail(TLM_ERR_FORMAT, "%s: __metadata__ entry '%s' is not a string", path, e->string);
+        tlm_st_meta *kv = &st->meta[st->num_meta];
+        kv->key = strdup(e->string);
+        kv->value = kv->key ? strdup(e->valuestring) : NULL;
+        if (kv->key) st->num_meta++; /* freed with the others from here on */
+        if (!kv->value) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+    }
+    const char *twice;
+    TLM_TRY(duplicate_name(path, st->meta, st->num_meta, sizeof *st->meta, &twice));
+    if (twice) return tlm_fail(TLM_ERR_FORMAT, "%s: __metadata__ has '%s' twice", path, twice);
+    return TLM_OK;
+}
+
+typedef struct {
+    uint64_t begin, end;
+    int index;
+} st_span;
+
+static int span_cmp(const void *a, const void *b) {
+    const st_span *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* The reference's rule (Metadata::validate and the check after it): sorted by data_offsets, the
+ * tensors tile the data section exactly: the first begins at 0, each where the one before ends,
+ * the last at the end of the file. */
+static tlm_status check_layout(const char *path, const tlm_safetensors *st, const unsigned char *data,
+                               uint64_t data_len) {
+    const int n = st->num_tensors;
+    st_span *v = malloc((n ? (size_t)n : 1) * sizeof *v);
+    if (!v) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+    for (int i = 0; i < n; i++) {
+        const tlm_st_tensor *t = &st->tensors[i];
+        v[i].begin = (uint64_t)((const unsigned char *)t->data - data);
+        v[i].end = v[i].begin + (uint64_t)t->numel * tlm_dtype_size(t->dtype); /* checked by parse_entry */
+        v[i].index = i;
+    }
+    qsort(v, (size_t)n, sizeof *v, span_cmp);
+    tlm_status s = TLM_OK;
+    uint64_t at = 0;
+    for (int i = 0; i < n && s == TLM_OK; i++) {
+        const char *name = st->tensors[v[i].index].name;
+        if (v[i].begin < at)
+            s = tlm_fail(TLM_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] overlap tensor '%s' [%llu, %llu]",
+                         path, name, (unsigned long long)v[i].begin, (unsigned long long)v[i].end,
+                         st->tensors[v[i - 1].index].name, (unsigned long long)v[i - 1].begin,
+                         (unsigned long long)v[i - 1].end);
+        else if (v[i].begin > at)
+            s = tlm_fail(TLM_ERR_FORMAT,
+                         "%s: bytes [%llu, %llu) of the data section belong to no tensor (a gap before tensor '%s')",
+                         path, (unsigned long long)at, (unsigned long long)v[i].begin, name);
+        at = v[i].end;
+    }
+    if (s == TLM_OK && at != data_len)
+        s = tlm_fail(TLM_ERR_FORMAT,
+                     "%s: %llu trailing bytes: the tensors end at byte %llu of the %llu-byte data section", path,
+                     (unsigned long long)(data_len - at), (unsigned long long)at, (unsigned long long)data_len);
+    free(v);
+    return s;
+}
+
+/* cJSON's tree of the header (n bytes at buf + 8, NUL-terminated for the parse), or NULL with the
+ * message set. */
+static cJSON *parse_header(const char *path, unsigned char *buf, uint64_t n, tlm_status *s) {
+    char *hdr = (char *)buf + 8;
+    size_t at = 0;
+    const char *bad = header_text_error((const unsigned char *)hdr, (size_t)n, &at);
+    if (bad) {
+        *s = tlm_fail(TLM_ERR_FORMAT, "%s: header has %s (0x%02x) at byte %zu of %llu", path, bad,
+                      (unsigned char)hdr[at], at, (unsigned long long)n);
+        return NULL;
+    }
+    const char saved = hdr[n]; /* the first data byte, or the NUL after the file */
+    hdr[n] = '\0';
+    const char *parse_end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)n, &parse_end, 0);
+    const char *err = root ? NULL : cJSON_GetErrorPtr();
+    hdr[n] = saved;
+    if (!root) {
+        long off = err && err >= hdr && err <= hdr + n ? (long)(err - hdr) : -1;
+        *s = tlm_fail(TLM_ERR_FORMAT, "%s: header is not valid JSON (error near byte %ld of %llu)", path, off,
+                      (unsigned long long)n);
+        return NULL;
+    }
+    for (const char *p = parse_end; p && p < hdr + n; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            *s = tlm_fail(TLM_ERR_FORMAT, "%s: header has bytes after its JSON (at byte %ld of %llu)", path,
+                          (long)(p - hdr), (unsigned long long)n);
+            cJSON_Delete(root);
+            return NULL;
+        }
+    }
+    if (!cJSON_IsObject(root)) {
+        *s = tlm_fail(TLM_ERR_FORMAT, "%s: header is JSON but not an object", path);
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
 static tlm_status parse_file(const char *path, tlm_safetensors *st) {
-    const unsigned char *buf = st->buffer;
+    unsigned char *buf = st->buffer;
     size_t size = st->buffer_size;
+    const char *kind = tlm_input_sniff(buf, size);
+    if (kind && strcmp(kind, "npy") == 0)
+        return tlm_fail(TLM_ERR_FORMAT, "%s: this is a .npy file, not safetensors", path);
     if (size < 8)
         return tlm_fail(TLM_ERR_FORMAT,
                         "%s: %zu bytes, shorter than the 8-byte header length of a safetensors file",
@@ -173,31 +354,17 @@ static tlm_status parse_file(const char *path, tlm_safetensors *st) {
     if (n > ST_MAX_HEADER)
         return tlm_fail(TLM_ERR_FORMAT, "%s: header length %llu is absurd (limit %llu)", path,
                         (unsigned long long)n, ST_MAX_HEADER);
-    const char *hdr = (const char *)buf + 8;
-    const char *parse_end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)n, &parse_end, 0);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        long off = at && at >= hdr && at <= hdr + n ? (long)(at - hdr) : -1;
-        return tlm_fail(TLM_ERR_FORMAT, "%s: header is not valid JSON (error near byte %ld of %llu)",
-                        path, off, (unsigned long long)n);
-    }
     tlm_status s = TLM_OK;
-    for (const char *p = parse_end; p && p < hdr + n; p++) {
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            s = tlm_fail(TLM_ERR_FORMAT, "%s: header has bytes after its JSON (at byte %ld of %llu)",
-                         path, (long)(p - hdr), (unsigned long long)n);
-            goto done;
-        }
-    }
-    if (!cJSON_IsObject(root)) {
-        s = tlm_fail(TLM_ERR_FORMAT, "%s: header is JSON but not an object", path);
-        goto done;
-    }
-    int count = 0;
+    cJSON *root = parse_header(path, buf, n, &s);
+    if (!root) return s;
+    int count = 0, metas = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, root) {
         if (strcmp(e->string, "__metadata__") != 0) count++;
+        else if (++metas > 1) {
+            s = tlm_fail(TLM_ERR_FORMAT, "%s: header has __metadata__ twice", path);
+            goto done;
+        }
     }
     st->tensors = calloc(count ? (size_t)count : 1, sizeof *st->tensors);
     if (!st->tensors) {
@@ -207,18 +374,19 @@ static tlm_status parse_file(const char *path, tlm_safetensors *st) {
     const unsigned char *data = buf + 8 + n;
     uint64_t data_len = (uint64_t)size - 8 - n;
     cJSON_ArrayForEach(e, root) {
-        if (strcmp(e->string, "__metadata__") == 0) continue;
-        for (int j = 0; j < st->num_tensors; j++) {
-            if (strcmp(st->tensors[j].name, e->string) == 0) {
-                s = tlm_fail(TLM_ERR_FORMAT, "%s: tensor '%s' appears twice in the header", path,
-                             e->string);
-                goto done;
-            }
+        if (strcmp(e->string, "__metadata__") == 0) {
+            s = parse_meta(path, e, st);
+            if (s != TLM_OK) goto done;
+            continue;
         }
         s = parse_entry(path, e, data, data_len, &st->tensors[st->num_tensors]);
         if (s != TLM_OK) goto done;
         st->num_tensors++;
     }
+    const char *twice;
+    s = duplicate_name(path, st->tensors, st->num_tensors, sizeof *st->tensors, &twice);
+    if (s == TLM_OK && twice) s = tlm_fail(TLM_ERR_FORMAT, "%s: tensor '%s' appears twice in the header", path, twice);
+    if (s == TLM_OK) s = check_layout(path, st, data, data_len);
 done:
     cJSON_Delete(root);
     return s;
@@ -227,7 +395,9 @@ done:
 tlm_status tlm_safetensors_read(const char *path, tlm_safetensors *out) {
     TLM_ASSERT(path && out);
     memset(out, 0, sizeof *out);
-    TLM_TRY(read_whole_file(path, &out->buffer, &out->buffer_size));
+    unsigned char *buf;
+    TLM_TRY(read_whole_file(path, &buf, &out->buffer_size));
+    out->buffer = buf;
     tlm_status s = parse_file(path, out);
     if (s != TLM_OK) tlm_safetensors_free(out);
     return s;
@@ -239,34 +409,53 @@ const tlm_st_tensor *tlm_safetensors_find(const tlm_safetensors *st, const char 
     return NULL;
 }
 
+const char *tlm_safetensors_meta(const tlm_safetensors *st, const char *key) {
+    for (int i = 0; i < st->num_meta; i++)
+        if (strcmp(st->meta[i].key, key) == 0) return st->meta[i].value;
+    return NULL;
+}
+
 void tlm_safetensors_free(tlm_safetensors *st) {
     if (!st) return;
     if (st->tensors)
         for (int i = 0; i < st->num_tensors; i++) free(st->tensors[i].name);
+    if (st->meta)
+        for (int i = 0; i < st->num_meta; i++) {
+            free((char *)st->meta[i].key);
+            free((char *)st->meta[i].value);
+        }
     free(st->tensors);
+    free(st->meta);
     free(st->buffer);
     memset(st, 0, sizeof *st);
 }
 
-tlm_status tlm_st_tensor_to_f32(const tlm_st_tensor *t, float *dst) {
-    const unsigned char *src = t->data;
-    switch (t->dtype) {
+tlm_status tlm_io_to_f32(const void *data, tlm_dtype t, int64_t n, float *dst, const char *label) {
+    const unsigned char *src = data;
+    switch (t) {
     case TLM_DTYPE_F32:
-        if (t->numel) memcpy(dst, src, (size_t)t->numel * sizeof(float));
+        if (n) memcpy(dst, src, (size_t)n * sizeof(float));
         return TLM_OK;
     case TLM_DTYPE_F64:
-        for (int64_t i = 0; i < t->numel; i++) {
+        for (int64_t i = 0; i < n; i++) {
             double d;
             memcpy(&d, src + 8 * i, 8);
             dst[i] = (float)d;
         }
         return TLM_OK;
-    case TLM_DTYPE_F16: tlm_f16_to_f32_array(src, dst, t->numel); return TLM_OK;
-    case TLM_DTYPE_BF16: tlm_bf16_to_f32_array(src, dst, t->numel); return TLM_OK;
+    case TLM_DTYPE_F16: tlm_f16_to_f32_array(src, dst, n); return TLM_OK;
+    case TLM_DTYPE_BF16: tlm_bf16_to_f32_array(src, dst, n); return TLM_OK;
     default:
-        return tlm_fail(TLM_ERR_FORMAT, "tensor '%s' has dtype %s, not a float dtype (F32 F64 F16 BF16)",
-                        t->name, tlm_dtype_name(t->dtype));
+        return tlm_fail(TLM_ERR_FORMAT, "%s: dtype %s is not a float dtype (F32 F64 F16 BF16)", label,
+                        tlm_dtype_name(t));
     }
+}
+
+tlm_status tlm_st_tensor_to_f32(const tlm_st_tensor *t, float *dst) {
+    char label[300];
+    if (t->name) snprintf(label, sizeof label, "tensor '%s'", t->name);
+    else snprintf(label, sizeof label, "an unnamed tensor");
+    return tlm_io_to_f32(t->data, t->dtype, t->numel, dst, label);
 }
 
 /* ---- writing ------------------------------------------------------------------------------ */
@@ -275,6 +464,8 @@ static tlm_status entry_nbytes(const char *path, const tlm_st_entry *e, uint64_t
     if (!e->name || !e->name[0] || strcmp(e->name, "__metadata__") == 0)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: a tensor has an empty or reserved name '%s'", path,
                         e->name ? e->name : "(null)");
+    if (!utf8_valid(e->name))
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: tensor name '%s' is not UTF-8", path, e->name);
     if ((unsigned)e->dtype >= TLM_DTYPE_NUM)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: tensor '%s': invalid dtype %d", path, e->name,
                         (int)e->dtype);
@@ -305,9 +496,15 @@ static tlm_status build_header(const char *path, const tlm_st_entry *entries, in
     cJSON *root = cJSON_CreateObject(), *md = cJSON_AddObjectToObject(root, "__metadata__");
     bool ok = root && md && cJSON_AddStringToObject(md, "format", "pt");
     for (int i = 0; ok && i < nmeta; i++) {
-        if (!meta[i].key || !meta[i].value) {
+        if (!meta[i].key || !meta[i].value || !utf8_valid(meta[i].key) || !utf8_valid(meta[i].value)) {
             cJSON_Delete(root);
-            return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: a metadata entry without key or value", path);
+            return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: a metadata entry without key or value, or not UTF-8", path);
+        }
+        if (cJSON_GetObjectItemCaseSensitive(md, meta[i].key)) { /* a file with a key twice is refused by readers */
+            cJSON_Delete(root);
+            return tlm_fail(TLM_ERR_INVALID_ARGUMENT, strcmp(meta[i].key, "format") == 0
+                                ? "%s: metadata key '%s' is tlm's own (it writes \"pt\")" : "%s: metadata key '%s' given twice",
+                            path, meta[i].key);
         }
         ok = cJSON_AddStringToObject(md, meta[i].key, meta[i].value) != NULL;
     }

@@ -1,17 +1,28 @@
 /* backward.c — the backward pass of the CS336 model, written once for every backend: from the
  * gradient of the mean loss to every parameter gradient, each line one op through the dispatch
  * (ops.h). Where a layer's gradients become ready: after the last op that writes them, the pass
- * announces the group (layout.h) to the model's grads_ready callback (model.h). */
+ * announces the group (layout.h) to the model's grads_ready callback (model.h), then, with
+ * optimizer-in-backward, takes the group's AdamW update. With recompute, a block's backward first
+ * re-runs what its forward did not keep. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/activations.h"
 #include "model/model_internal.h"
 
-/* group i of the layout (in completion order) is complete */
+/* group i of m->layout.groups (in completion order) is complete */
 static void grads_ready(tlm_model *m, int i) {
-    if (m->grads_ready) m->grads_ready(m->grads_ready_user, m, &m->layout.groups[i]);
+    const tlm_param_group *g = &m->layout.groups[i];
+    if (m->grads_ready) m->grads_ready(m->grads_ready_user, m, g);
+    if (!m->run.optimizer_in_backward) return;
+    /* the group's AdamW update (optimizer.h: update_span), then its gradients are dead */
+    const tlm_dtype dt = tlm_precision_act_dtype(m->run.precision);
+    void *lp = m->params_lp ? tlm_at(m->params_lp, g->offset, dt) : NULL;
+    tlm_adamw_update_span(&m->optimizer, g->offset, g->numel, m->params + g->offset, m->acts->group_grads[i], lp, dt);
 }
+
+/* a group's life begins: its padding is zeroed (the arena's bytes held activations before) */
+static void group_begins(tlm_model *m, int i) { tlm_activations_zero_padding(m->acts, m->backend, i); }
 
 /* The backward ops, from dlogits to the embedding gradient, for a loss scaled by the float whose
  * bits are `scale_bits` (no host copy, no synchronization: a CUDA graph can capture it). */
@@ -21,7 +32,7 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
     const tlm_config *c = &m->config;
     tlm_activations *a = m->acts;
     const int B = m->B, T = m->T, C = c->d_model, F = c->d_ff, V = c->vocab_size, H = c->num_heads;
-    const int D = C / H, n = B * T;
+    const int D = C / H, n = B * T, L = c->num_layers;
     const size_t N = (size_t)n;
     const tlm_precision pm = m->run.precision;
     const tlm_dtype dt = a->dt;
@@ -29,6 +40,8 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
     float scale;
     memcpy(&scale, &scale_bits, sizeof scale);
     int group = 0; /* the next group of m->layout.groups to complete */
+    tlm_activations_enter(a, be, tlm_stage_head_bwd(L));
+    group_begins(m, group);
     /* loss = mean over N positions: dlogits = scale * (softmax - onehot) / N, in place */
     tlm_cross_entropy_backward(be, a->logits, a->logits, a->lse, a->targets, n, V, scale / (float)n, dt);
     tlm_matmul_backward(be, a->d_tmp, m->g.lm_head, a->logits, a->ln_f, tlm_gemm_w(m, m->w.lm_head), n, C, V, pm);
@@ -37,11 +50,14 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
     grads_ready(m, group++); /* ln_final, lm_head */
     /* d_resid (float32) holds the gradient of the current block's output, walking down the layers;
      * d_resid_lp is its GEMM-operand copy */
-    for (int l = c->num_layers - 1; l >= 0; l--) {
+    for (int l = L - 1; l >= 0; l--) {
         const tlm_layer_acts *x = &a->layers[l];
         const tlm_layer_weights *w = &m->w.layers[l];
         const tlm_layer_weights *g = &m->g.layers[l];
         tlm_layer_begin(be, l);
+        tlm_activations_enter(a, be, tlm_stage_bwd(L, l));
+        group_begins(m, group);
+        if (m->run.recompute == TLM_RECOMPUTE_BLOCK) tlm_block_forward(m, l, false); /* from the kept input */
         /* feed-forward branch */
         if (lowp) tlm_cast(be, a->d_resid_lp, a->d_resid, N * C, dt);
         tlm_matmul_backward(be, a->d_g, g->w2, a->d_resid_lp, x->g, tlm_gemm_w(m, w->w2), n, F, C, pm);
@@ -51,47 +67,63 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
         /* attention branch */
         if (lowp) tlm_cast(be, a->d_resid_lp, a->d_resid, N * C, dt);
         tlm_matmul_backward(be, a->d_tmp, g->out_proj, a->d_resid_lp, x->att, tlm_gemm_w(m, w->out_proj), n, C, C, pm);
-        if (m->run.attention == TLM_ATTENTION_FLASH) /* recomputes P from the forward's out and lse */
+        if (m->run.attention == TLM_ATTENTION_FLASH) { /* recomputes P from the forward's out and lse */
             tlm_flash_attention_backward(be, a->d_qkv, tlm_at(a->d_qkv, C, dt), tlm_at(a->d_qkv, 2 * C, dt),
                                          a->flash_workspace, a->d_tmp, x->qkv, tlm_at(x->qkv, C, dt),
                                          tlm_at(x->qkv, 2 * C, dt), x->att, x->lse, 3 * C, C, B, T, T, H, D, true, dt);
-        else
+        } else {
+            if (m->run.recompute == TLM_RECOMPUTE_ATTENTION) /* P again, into the shared buffer; the output
+                                                                (the kept att's values) into d_qkv's bytes,
+                                                                which attention_backward then overwrites */
+                tlm_attention_forward(be, a->d_qkv, x->probs, x->qkv, tlm_at(x->qkv, C, dt),
+                                      tlm_at(x->qkv, 2 * C, dt), 3 * C, B, T, H, D, pm);
             tlm_attention_backward(be, a->d_qkv, tlm_at(a->d_qkv, C, dt), tlm_at(a->d_qkv, 2 * C, dt), a->d_probs,
                                    a->d_tmp, x->qkv, tlm_at(x->qkv, C, dt), tlm_at(x->qkv, 2 * C, dt), x->probs, 3 * C,
                                    B, T, H, D, pm);
+        }
         tlm_rope_backward(be, a->d_qkv, m->rope_cos, m->rope_sin, B, T, 2 * H, D, 3 * C, dt);
         tlm_matmul_backward(be, a->d_tmp, g->qkv, a->d_qkv, x->ln1, tlm_gemm_w(m, w->qkv), n, C, 3 * C, pm);
         tlm_rmsnorm_backward(be, a->d_resid, g->ln1, a->d_tmp, x->x, w->ln1, x->ln1_rstd, n, C, dt);
         tlm_layer_end(be);
         grads_ready(m, group++); /* layer l */
     }
+    tlm_activations_enter(a, be, tlm_stage_embed_bwd(L));
+    group_begins(m, group);
     tlm_embedding_backward(be, m->g.wte, a->d_resid, a->inputs, n, V, C);
     grads_ready(m, group++); /* token_embeddings */
 }
 
 tlm_status tlm_model_backward(tlm_model *m) {
-    if (!m->have_forward)
+    if (m->run.forward_only)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "backward on a forward-only model (run.forward_only)");
+    if (!m->have_forward || !m->acts || m->acts->shape.forward_only)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "backward needs a forward pass with targets first");
+    if (m->acts->shape.recompute != m->run.recompute ||
+        m->acts->shape.optimizer_in_backward != m->run.optimizer_in_backward)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the run's recompute or optimizer-in-backward changed since the "
+                        "forward pass: run the forward again");
     tlm_backend *be = m->backend;
-    tlm_phase_begin(be, TLM_PHASE_BACKWARD); /* the gradient buffer is allocated in the backward phase */
-    if (!m->grads) {
-        m->grads = tlm_alloc(be, m->layout.flat_numel * sizeof(float), TLM_MEM_GRADIENTS, "gradients");
-        tlm_status s = m->grads ? tlm_views_make(&m->g, &m->layout, m->config.num_layers, m->grads)
-                                : TLM_ERR_OUT_OF_MEMORY;
+    const bool oib = m->run.optimizer_in_backward;
+    tlm_phase_begin(be, TLM_PHASE_BACKWARD);
+    if (oib) { /* this step's t, and the moments on the first step */
+        const tlm_status s = tlm_adamw_begin_step(&m->optimizer);
         if (s != TLM_OK) {
-            tlm_free(be, m->grads);
-            m->grads = NULL;
             tlm_phase_end(be);
             return s;
         }
-        tlm_memset_zero(be, m->grads, m->layout.flat_numel * sizeof(float)); /* padding stays zero */
     }
     const float scale = m->run.precision == TLM_PRECISION_FP16 ? m->scaler.scale : 1.0f;
     uint32_t scale_bits;
     memcpy(&scale_bits, &scale, sizeof scale_bits);
-    tlm_graph_run(be, &m->graph_bwd, m->run.cuda_graphs, backward_pass, m, scale_bits);
+    m->grads = m->acts->grads; /* NULL with optimizer-in-backward */
+    /* with optimizer-in-backward the pass runs eagerly: each step's updates take t from the host */
+    tlm_graph_run(be, &m->graph_bwd, m->run.cuda_graphs && !oib, backward_pass, m, scale_bits);
     tlm_phase_end(be);
     m->grads_scale = scale;
     m->have_forward = false; /* the logits now hold their gradient */
+    if (oib) {
+        m->updated_in_backward = true;
+        m->params_lp_stale = false; /* each update refreshed its span of the GEMM copy */
+    }
     return TLM_OK;
 }

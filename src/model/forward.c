@@ -18,8 +18,42 @@ static tlm_status check_tokens(const int32_t *ids, size_t n, int vocab, const ch
     return TLM_OK;
 }
 
+/* Block l's forward from its input x (layers[l].x): the attention branch, h = x + output_proj(...),
+ * and the feed-forward branch up to the SwiGLU product g; with `to_output`, x_next = h + w2(g) into the
+ * next block's input (or final.x). The backward of --recompute block calls it without to_output. */
+void tlm_block_forward(tlm_model *m, int l, bool to_output) {
+    tlm_backend *be = m->backend;
+    const tlm_config *c = &m->config;
+    tlm_activations *a = m->acts;
+    const tlm_precision pm = m->run.precision;
+    const tlm_dtype dt = a->dt;
+    const int B = m->B, T = m->T, C = c->d_model, F = c->d_ff, H = c->num_heads, D = C / H;
+    const int n = B * T;
+    tlm_layer_acts *x = &a->layers[l];
+    const tlm_layer_weights *w = &m->w.layers[l];
+    /* attention branch: h = x + output_proj(attn(RoPE(q), RoPE(k), v)) */
+    tlm_rmsnorm_forward(be, x->ln1, x->ln1_rstd, x->x, w->ln1, n, C, c->rmsnorm_eps, dt);
+    tlm_matmul_forward(be, x->qkv, NULL, x->ln1, tlm_gemm_w(m, w->qkv), n, C, 3 * C, pm);
+    tlm_rope_forward(be, x->qkv, m->rope_cos, m->rope_sin, B, T, 2 * H, D, 3 * C, dt); /* q and k */
+    if (m->run.attention == TLM_ATTENTION_FLASH) /* causal, Tq = Tk = T; saves lse */
+        tlm_flash_attention_forward(be, x->att, x->lse, x->qkv, tlm_at(x->qkv, C, dt), tlm_at(x->qkv, 2 * C, dt),
+                                    3 * C, C, B, T, T, H, D, true, dt);
+    else /* saves probs */
+        tlm_attention_forward(be, x->att, x->probs, x->qkv, tlm_at(x->qkv, C, dt), tlm_at(x->qkv, 2 * C, dt), 3 * C,
+                              B, T, H, D, pm);
+    tlm_matmul_forward(be, x->h, x->x, x->att, tlm_gemm_w(m, w->out_proj), n, C, C, pm);
+    /* feed-forward branch: x_next = h + w2(silu(w1 ln2(h)) * w3 ln2(h)) */
+    tlm_rmsnorm_forward(be, x->ln2, x->ln2_rstd, x->h, w->ln2, n, C, c->rmsnorm_eps, dt);
+    tlm_matmul_forward(be, x->ab, NULL, x->ln2, tlm_gemm_w(m, w->w13), n, C, 2 * F, pm);
+    tlm_swiglu_forward(be, x->g, x->ab, n, F, dt);
+    if (!to_output) return;
+    float *x_next = l + 1 < c->num_layers ? a->layers[l + 1].x : a->x_final;
+    tlm_matmul_forward(be, x_next, x->h, x->g, tlm_gemm_w(m, w->w2), n, F, C, pm);
+}
+
 /* The forward ops, from the embedding to the mean loss (no host copy, no synchronization: a CUDA
- * graph can capture it). key: whether targets were given. */
+ * graph can capture it). key: whether targets were given. Each stage announces itself to the
+ * accounting of the step's buffers (activations.h). */
 static void forward_pass(void *ctx, uint32_t with_targets) {
     tlm_model *m = ctx;
     tlm_backend *be = m->backend;
@@ -27,32 +61,17 @@ static void forward_pass(void *ctx, uint32_t with_targets) {
     tlm_activations *a = m->acts;
     const tlm_precision pm = m->run.precision;
     const tlm_dtype dt = a->dt;
-    const int B = m->B, T = m->T, C = c->d_model, F = c->d_ff, V = c->vocab_size, H = c->num_heads, D = C / H;
+    const int B = m->B, T = m->T, C = c->d_model, V = c->vocab_size, L = c->num_layers;
     const int n = B * T;
+    tlm_activations_enter(a, be, TLM_STAGE_EMBED);
     tlm_embedding_forward(be, a->layers[0].x, a->inputs, m->w.wte, n, C);
-    for (int l = 0; l < c->num_layers; l++) {
-        tlm_layer_acts *x = &a->layers[l];
-        const tlm_layer_weights *w = &m->w.layers[l];
-        float *x_next = l + 1 < c->num_layers ? a->layers[l + 1].x : a->x_final;
+    for (int l = 0; l < L; l++) {
         tlm_layer_begin(be, l);
-        /* attention branch: h = x + output_proj(attn(RoPE(q), RoPE(k), v)) */
-        tlm_rmsnorm_forward(be, x->ln1, x->ln1_rstd, x->x, w->ln1, n, C, c->rmsnorm_eps, dt);
-        tlm_matmul_forward(be, x->qkv, NULL, x->ln1, tlm_gemm_w(m, w->qkv), n, C, 3 * C, pm);
-        tlm_rope_forward(be, x->qkv, m->rope_cos, m->rope_sin, B, T, 2 * H, D, 3 * C, dt); /* q and k */
-        if (m->run.attention == TLM_ATTENTION_FLASH) /* causal, Tq = Tk = T; saves lse */
-            tlm_flash_attention_forward(be, x->att, x->lse, x->qkv, tlm_at(x->qkv, C, dt), tlm_at(x->qkv, 2 * C, dt),
-                                        3 * C, C, B, T, T, H, D, true, dt);
-        else /* saves probs */
-            tlm_attention_forward(be, x->att, x->probs, x->qkv, tlm_at(x->qkv, C, dt), tlm_at(x->qkv, 2 * C, dt), 3 * C,
-                                  B, T, H, D, pm);
-        tlm_matmul_forward(be, x->h, x->x, x->att, tlm_gemm_w(m, w->out_proj), n, C, C, pm);
-        /* feed-forward branch: x_next = h + w2(silu(w1 ln2(h)) * w3 ln2(h)) */
-        tlm_rmsnorm_forward(be, x->ln2, x->ln2_rstd, x->h, w->ln2, n, C, c->rmsnorm_eps, dt);
-        tlm_matmul_forward(be, x->ab, NULL, x->ln2, tlm_gemm_w(m, w->w13), n, C, 2 * F, pm);
-        tlm_swiglu_forward(be, x->g, x->ab, n, F, dt);
-        tlm_matmul_forward(be, x_next, x->h, x->g, tlm_gemm_w(m, w->w2), n, F, C, pm);
+        tlm_activations_enter(a, be, tlm_stage_fwd(l));
+        tlm_block_forward(m, l, true);
         tlm_layer_end(be);
     }
+    tlm_activations_enter(a, be, tlm_stage_head(L));
     tlm_rmsnorm_forward(be, a->ln_f, a->ln_f_rstd, a->x_final, m->w.ln_final, n, C, c->rmsnorm_eps, dt);
     tlm_matmul_forward(be, a->logits, NULL, a->ln_f, tlm_gemm_w(m, m->w.lm_head), n, C, V, pm);
     if (with_targets) {
@@ -61,14 +80,21 @@ static void forward_pass(void *ctx, uint32_t with_targets) {
     }
 }
 
-/* The activations for (B, T) in the mode's dtype with the model's attention, allocated when the
- * shape (or the attention) changed. */
+/* The step's buffers for (B, T) and the run's options, planned again when any changed. */
 static tlm_status ensure_activations(tlm_model *m, int B, int T) {
-    const tlm_dtype dt = tlm_precision_act_dtype(m->run.precision);
+    const tlm_step_shape s = {.B = B, .T = T, .dt = tlm_precision_act_dtype(m->run.precision),
+                              .attention = m->run.attention, .recompute = m->run.recompute,
+                              .forward_only = m->run.forward_only,
+                              .optimizer_in_backward = m->run.optimizer_in_backward};
     const tlm_activations *a = m->acts;
-    if (a && a->B == B && a->T == T && a->dt == dt && a->attention == m->run.attention) return TLM_OK;
+    if (a && a->shape.B == s.B && a->shape.T == s.T && a->shape.dt == s.dt && a->shape.attention == s.attention &&
+        a->shape.recompute == s.recompute && a->shape.forward_only == s.forward_only &&
+        a->shape.optimizer_in_backward == s.optimizer_in_backward)
+        return TLM_OK;
     tlm_model_free_activations(m);
-    return tlm_activations_alloc(&m->acts, m, B, T, dt);
+    TLM_TRY(tlm_activations_plan(&m->acts, m->backend, &m->config, &m->layout, &s, true));
+    m->g = m->acts->grad_views; /* views into the arena (owned by the activations) */
+    return TLM_OK;
 }
 
 tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
@@ -87,13 +113,21 @@ tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t 
     const size_t N = (size_t)B * T;
     TLM_TRY(check_tokens(inputs, N, c->vocab_size, "inputs"));
     if (targets) TLM_TRY(check_tokens(targets, N, c->vocab_size, "targets"));
+    if ((unsigned)m->run.recompute > TLM_RECOMPUTE_BLOCK)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown recompute mode %d", (int)m->run.recompute);
+    if (m->run.optimizer_in_backward && m->run.precision == TLM_PRECISION_FP16)
+        return tlm_fail(TLM_ERR_UNSUPPORTED, "optimizer-in-backward does not support fp16 (use bf16)");
     tlm_backend *be = m->backend;
     tlm_phase_begin(be, TLM_PHASE_FORWARD); /* the activations are allocated in the forward phase */
+    m->grads = NULL; /* this forward's buffers take the last gradients' bytes */
+    m->have_forward = false;
+    m->updated_in_backward = false;
     tlm_status s = ensure_activations(m, B, T);
     if (s == TLM_OK) s = tlm_model_refresh_lowp_weights(m);
     if (s == TLM_OK) {
         m->B = B;
         m->T = T;
+        tlm_activations_enter(m->acts, be, TLM_STAGE_INPUT); /* a new step */
         tlm_copy_to_backend(be, m->acts->inputs, inputs, N * sizeof(int32_t));
         if (targets) tlm_copy_to_backend(be, m->acts->targets, targets, N * sizeof(int32_t));
         tlm_graph_run(be, &m->graph_fwd, m->run.cuda_graphs, forward_pass, m, targets != NULL);

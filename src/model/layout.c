@@ -96,26 +96,56 @@ int tlm_layout_find(const tlm_param_layout *l, const char *name) {
     return -1;
 }
 
+int tlm_layout_group_of(const tlm_param_layout *l, int t) {
+    for (int g = 0; g < l->num_groups; g++)
+        if (t >= l->groups[g].first_tensor && t < l->groups[g].first_tensor + l->groups[g].num_tensors) return g;
+    return -1;
+}
+
+/* where tensor t of the layout lies: in one flat buffer, or in its group's piece */
+typedef struct {
+    const tlm_param_layout *l;
+    float *base;
+    float *const *group_base;
+} placement;
+
+static float *at(const placement *p, int t) {
+    const size_t off = p->l->tensors[t].offset;
+    if (p->base) return p->base + off;
+    const tlm_param_group *g = &p->l->groups[tlm_layout_group_of(p->l, t)];
+    return p->group_base[g - p->l->groups] + (off - g->offset);
+}
+
 /* layer i owns tensors 1 + 9i .. 1 + 9i + 8: ln1, q, k, v, output_proj, ln2, w1, w3, w2 */
+static tlm_status views(tlm_views *v, const placement *p, int num_layers) {
+    memset(v, 0, sizeof *v);
+    v->layers = calloc((size_t)num_layers, sizeof *v->layers);
+    if (!v->layers) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the layer views");
+    v->wte = at(p, 0);
+    for (int i = 0; i < num_layers; i++) {
+        const int t = 1 + 9 * i;
+        v->layers[i] = (tlm_layer_weights){.ln1 = at(p, t),
+                                           .qkv = at(p, t + 1),
+                                           .out_proj = at(p, t + 4),
+                                           .ln2 = at(p, t + 5),
+                                           .w13 = at(p, t + 6),
+                                           .w2 = at(p, t + 8)};
+    }
+    v->ln_final = at(p, p->l->num_tensors - 2);
+    v->lm_head = at(p, p->l->num_tensors - 1);
+    return TLM_OK;
+}
+
 tlm_status tlm_views_make(tlm_views *v, const tlm_param_layout *l, int num_layers, float *base) {
     memset(v, 0, sizeof *v);
     if (!base) return TLM_OK;
-    v->layers = calloc((size_t)num_layers, sizeof *v->layers);
-    if (!v->layers) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the layer views");
-    const tlm_tensor_info *t = l->tensors;
-    v->wte = base + t[0].offset;
-    for (int i = 0; i < num_layers; i++) {
-        const tlm_tensor_info *lt = &t[1 + 9 * i];
-        v->layers[i] = (tlm_layer_weights){.ln1 = base + lt[0].offset,
-                                           .qkv = base + lt[1].offset,
-                                           .out_proj = base + lt[4].offset,
-                                           .ln2 = base + lt[5].offset,
-                                           .w13 = base + lt[6].offset,
-                                           .w2 = base + lt[8].offset};
-    }
-    v->ln_final = base + t[l->num_tensors - 2].offset;
-    v->lm_head = base + t[l->num_tensors - 1].offset;
-    return TLM_OK;
+    const placement p = {l, base, NULL};
+    return views(v, &p, num_layers);
+}
+
+tlm_status tlm_views_make_grouped(tlm_views *v, const tlm_param_layout *l, int num_layers, float *const *group_base) {
+    const placement p = {l, NULL, group_base};
+    return views(v, &p, num_layers);
 }
 
 void tlm_views_free(tlm_views *v) {

@@ -14,7 +14,37 @@
 #include "tlm/util.h"
 
 tlm_run_config tlm_run_defaults(void) {
-    return (tlm_run_config){.precision = TLM_PRECISION_FP32, .attention = TLM_ATTENTION_AUTO, .cuda_graphs = false};
+    return (tlm_run_config){.precision = TLM_PRECISION_FP32,
+                            .attention = TLM_ATTENTION_AUTO,
+                            .cuda_graphs = false,
+                            .forward_only = false,
+                            .recompute = TLM_RECOMPUTE_NONE,
+                            .optimizer_in_backward = false};
+}
+
+static const char *const recompute_names[] = {"none", "attention", "block"}; /* by tlm_recompute */
+
+const char *tlm_recompute_name(tlm_recompute r) {
+    return (unsigned)r <= TLM_RECOMPUTE_BLOCK ? recompute_names[r] : "?";
+}
+
+bool tlm_recompute_parse(const char *name, tlm_recompute *out) {
+    const int i = tlm_name_index(recompute_names, 3, name);
+    if (i >= 0) *out = (tlm_recompute)i;
+    return i >= 0;
+}
+
+/* the run options the passes cannot take (INVALID_ARGUMENT, UNSUPPORTED) */
+static tlm_status check_run(const tlm_run_config *r) {
+    if ((unsigned)r->precision >= TLM_PRECISION_COUNT)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown precision mode %d", (int)r->precision);
+    if ((unsigned)r->recompute > TLM_RECOMPUTE_BLOCK)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown recompute mode %d (known: none, attention, block)",
+                        (int)r->recompute);
+    if (r->optimizer_in_backward && r->precision == TLM_PRECISION_FP16)
+        return tlm_fail(TLM_ERR_UNSUPPORTED, "optimizer-in-backward does not support fp16: dynamic loss scaling must "
+                        "see every gradient for inf/NaN before any update is taken (use bf16)");
+    return TLM_OK;
 }
 
 /* ---- attention: naive or FlashAttention-2 ---------------------------------------------------- */
@@ -116,8 +146,7 @@ tlm_status tlm_model_create(tlm_model **out, const tlm_config *cfg, const tlm_ru
     *out = NULL;
     TLM_TRY(tlm_config_validate(cfg));
     tlm_run_config r = run ? *run : tlm_run_defaults();
-    if ((unsigned)r.precision >= TLM_PRECISION_COUNT)
-        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown precision mode %d", (int)r.precision);
+    TLM_TRY(check_run(&r));
     r.attention = tlm_attention_resolve(be, cfg, r.precision, r.attention);
     TLM_TRY(tlm_attention_check(be, cfg, r.precision, r.attention));
     tlm_model *m = calloc(1, sizeof *m);
@@ -140,13 +169,11 @@ void tlm_model_free(tlm_model *m) {
     tlm_model_free_activations(m);
     tlm_adamw_free(&m->optimizer);
     tlm_free(be, m->params);
-    tlm_free(be, m->grads);
     tlm_free(be, m->params_lp);
     tlm_free(be, m->rope_cos);
     tlm_free(be, m->rope_sin);
     tlm_free(be, m->step_scalars);
     tlm_views_free(&m->w);
-    tlm_views_free(&m->g);
     tlm_layout_free(&m->layout);
     free(m);
 }
@@ -160,6 +187,45 @@ void tlm_model_set_comm(tlm_model *m, tlm_comm *comm) { m->comm = comm; }
 
 int tlm_model_find_tensor(const tlm_model *m, const char *name) { return tlm_layout_find(&m->layout, name); }
 
+float *tlm_model_group_grads(const tlm_model *m, int i) {
+    if (!m->acts || m->acts->shape.forward_only || i < 0 || i >= m->layout.num_groups) return NULL;
+    return m->acts->group_grads[i];
+}
+
+tlm_status tlm_model_memory_estimate(tlm_backend *be, const tlm_config *cfg, const tlm_run_config *run, int B, int T,
+                                     tlm_memory_estimate *out) {
+    memset(out, 0, sizeof *out);
+    TLM_TRY(tlm_config_validate(cfg));
+    tlm_run_config r = run ? *run : tlm_run_defaults();
+    TLM_TRY(check_run(&r));
+    if (B < 1 || T < 1 || T > cfg->context_length)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "batch %d x context %d (context_length %d)", B, T,
+                        cfg->context_length);
+    tlm_param_layout layout;
+    TLM_TRY(tlm_layout_build(&layout, cfg));
+    const tlm_dtype dt = tlm_precision_act_dtype(r.precision);
+    const tlm_step_shape shape = {.B = B, .T = T, .dt = dt,
+                                  .attention = tlm_attention_resolve(be, cfg, r.precision, r.attention),
+                                  .recompute = r.recompute, .forward_only = r.forward_only,
+                                  .optimizer_in_backward = r.optimizer_in_backward};
+    tlm_activations *a = NULL;
+    const tlm_status s = tlm_activations_plan(&a, NULL, cfg, &layout, &shape, false);
+    if (s == TLM_OK) {
+        const size_t n = layout.flat_numel;
+        out->parameters = n * sizeof(float);
+        out->weight_copy = dt == TLM_DTYPE_F32 ? 0 : n * tlm_dtype_size(dt);
+        out->optimizer = r.forward_only ? 0 : 2 * n * sizeof(float);
+        out->arena = a->arena_bytes;
+        out->arena_live = a->live_bytes;
+        out->workspace = 2 * (size_t)cfg->context_length * (size_t)(tlm_config_d_head(cfg) / 2) * sizeof(float) +
+                         2 * sizeof(float);
+        out->total = out->parameters + out->weight_copy + out->optimizer + out->arena + out->workspace;
+    }
+    tlm_activations_free(a, NULL);
+    tlm_layout_free(&layout);
+    return s;
+}
+
 /* ---- what the passes share ------------------------------------------------------------------------- */
 
 void tlm_model_free_activations(tlm_model *m) {
@@ -167,6 +233,8 @@ void tlm_model_free_activations(tlm_model *m) {
     tlm_graph_reset(m->backend, &m->graph_bwd);
     tlm_activations_free(m->acts, m->backend);
     m->acts = NULL;
+    m->grads = NULL; /* they lived in the arena */
+    memset(&m->g, 0, sizeof m->g);
     m->have_forward = false;
 }
 
@@ -233,11 +301,24 @@ tlm_status tlm_model_init_random(tlm_model *m, uint64_t seed) {
 /* ---- the optimizer step ------------------------------------------------------------------------------- */
 
 tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt) {
-    if (!m->grads) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "AdamW step needs gradients: run backward first");
     tlm_backend *be = m->backend;
+    if (m->run.optimizer_in_backward) { /* the updates ran in the backward pass (model.h) */
+        if (!m->updated_in_backward)
+            return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "AdamW step needs a backward pass first (with "
+                            "optimizer-in-backward the backward pass takes the step)");
+        m->optimizer.config = *opt; /* for the next step's updates */
+        m->updated_in_backward = false;
+        tlm_phase_begin(be, TLM_PHASE_OPTIMIZER);
+        tlm_activations_enter(m->acts, be, tlm_stage_optimizer(m->config.num_layers));
+        tlm_activations_leave_all(m->acts, be); /* the step ends */
+        tlm_phase_end(be);
+        return TLM_OK;
+    }
+    if (!m->grads) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "AdamW step needs gradients: run backward first");
     tlm_status s = TLM_OK;
     bool skip = false;
     tlm_phase_begin(be, TLM_PHASE_OPTIMIZER);
+    tlm_activations_enter(m->acts, be, tlm_stage_optimizer(m->config.num_layers));
     if (m->run.precision == TLM_PRECISION_FP16) { /* GradScaler: unscale, skip on inf/NaN */
         s = tlm_loss_scaler_unscale_check(&m->scaler, be, m->grads, m->layout.flat_numel, m->grads_scale,
                                           &m->step_scalars[1], m->comm, &skip);
@@ -250,6 +331,8 @@ tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt) {
                              tlm_precision_act_dtype(m->run.precision));
         if (s == TLM_OK) m->params_lp_stale = m->params_lp == NULL;
     }
+    tlm_activations_leave_all(m->acts, be); /* the step ends: the gradients' bytes are free (their
+                                               values stay until the next forward) */
     tlm_phase_end(be);
     return s;
 }

@@ -7,6 +7,10 @@
 /* model.c: frees the activations (and forgets the captured graphs that use them) */
 void tlm_model_free_activations(tlm_model *m);
 
+/* forward.c: block l's forward from layers[l].x to the SwiGLU product, and with to_output the
+ * block's output into the next block's input (the backward of recompute BLOCK re-runs it without) */
+void tlm_block_forward(tlm_model *m, int l, bool to_output);
+
 /* model.c: casts the parameters to their bf16/fp16 GEMM copy when they changed (allocating it the
  * first time); nothing in fp32/tf32. OUT_OF_MEMORY. */
 tlm_status tlm_model_refresh_lowp_weights(tlm_model *m);

@@ -1,6 +1,7 @@
 /* model_io.c — the model's parameters and gradients to and from safetensors files with the
  * CS336 state-dict names (so PyTorch loads tlm's files and tlm loads PyTorch's). */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,17 +49,120 @@ static void format_shape(char *buf, size_t n, int ndim, const int64_t *shape) {
     if (used < n) snprintf(buf + used, n - used, "]");
 }
 
-tlm_status tlm_model_load(tlm_model *m, const char *path) {
-    tlm_safetensors st;
-    TLM_TRY(tlm_safetensors_read(path, &st));
+/* ---- the config a file describes ----------------------------------------------------------------- */
+
+/* The metadata keys of the config, in tlm_config order, and how each is read. */
+enum { META_INT, META_DOUBLE, META_FLOAT };
+static const struct {
+    const char *key;
+    int kind;
+    size_t offset;
+} config_keys[] = {
+    {"vocab_size", META_INT, offsetof(tlm_config, vocab_size)},
+    {"context_length", META_INT, offsetof(tlm_config, context_length)},
+    {"d_model", META_INT, offsetof(tlm_config, d_model)},
+    {"num_layers", META_INT, offsetof(tlm_config, num_layers)},
+    {"num_heads", META_INT, offsetof(tlm_config, num_heads)},
+    {"d_ff", META_INT, offsetof(tlm_config, d_ff)},
+    {"rope_theta", META_DOUBLE, offsetof(tlm_config, rope_theta)},
+    {"rmsnorm_eps", META_FLOAT, offsetof(tlm_config, rmsnorm_eps)},
+};
+#define NUM_CONFIG_KEYS (int)(sizeof config_keys / sizeof config_keys[0])
+
+/* the file's name for a model tensor: strip_prefix + name */
+static const tlm_st_tensor *find_prefixed(const tlm_safetensors *st, const char *strip_prefix, const char *name) {
+    if (!strip_prefix || !*strip_prefix) return tlm_safetensors_find(st, name);
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", strip_prefix, name);
+    return tlm_safetensors_find(st, full);
+}
+
+static tlm_status config_from_metadata(const tlm_safetensors *st, const char *path, tlm_config *out) {
+    tlm_config c = {0};
+    for (int i = 0; i < NUM_CONFIG_KEYS; i++) {
+        const char *text = tlm_safetensors_meta(st, config_keys[i].key);
+        char *end = NULL;
+        double v = text ? strtod(text, &end) : NAN;
+        if (!text || end == text || *end || !isfinite(v) ||
+            (config_keys[i].kind == META_INT && (v != floor(v) || v < 1 || v > 1 << 30)))
+            return tlm_fail(TLM_ERR_FORMAT, "%s: metadata '%s' is %s%s%s: not a model config tlm can use", path,
+                            config_keys[i].key, text ? "'" : "missing", text ? text : "", text ? "'" : "");
+        char *field = (char *)&c + config_keys[i].offset;
+        if (config_keys[i].kind == META_INT) *(int *)field = (int)v;
+        else if (config_keys[i].kind == META_DOUBLE) *(double *)field = v;
+        else *(float *)field = (float)v;
+    }
+    if (tlm_config_validate(&c) != TLM_OK)
+        return tlm_fail(TLM_ERR_FORMAT, "%s: the model config in its metadata: %s", path, tlm_last_error());
+    *out = c;
+    return TLM_OK;
+}
+
+tlm_status tlm_weights_config(const tlm_safetensors *st, const char *path, const char *strip_prefix, int num_heads,
+                              tlm_config *out, bool *from_metadata) {
+    *from_metadata = tlm_safetensors_meta(st, "d_model") != NULL;
+    if (*from_metadata) return config_from_metadata(st, path, out);
+    /* a state dict without tlm's metadata (PyTorch's): the shapes say all but num_heads */
+    const tlm_st_tensor *emb = find_prefixed(st, strip_prefix, "token_embeddings.weight");
+    const tlm_st_tensor *w1 = find_prefixed(st, strip_prefix, "layers.0.ffn.w1.weight");
+    if (!emb && !strip_prefix && tlm_safetensors_find(st, "_orig_mod.token_embeddings.weight"))
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: its tensor names carry torch.compile's prefix: load it with "
+                                                  "--strip-prefix _orig_mod.", path);
+    if (!emb || emb->ndim != 2 || !w1 || w1->ndim != 2)
+        return tlm_fail(TLM_ERR_FORMAT, "%s: no model config in its metadata, and no 2-d %s to read the shapes "
+                                        "from (CS336 state-dict names%s%s)", path,
+                        !emb || emb->ndim != 2 ? "token_embeddings.weight" : "layers.0.ffn.w1.weight",
+                        strip_prefix ? " after the prefix " : "", strip_prefix ? strip_prefix : "");
+    int layers = 0;
+    const size_t plen = strip_prefix ? strlen(strip_prefix) : 0;
+    for (int i = 0; i < st->num_tensors; i++) {
+        const char *name = st->tensors[i].name;
+        if (plen && strncmp(name, strip_prefix, plen) == 0) name += plen;
+        int l;
+        if (sscanf(name, "layers.%d.", &l) == 1 && l >= 0 && l < 1 << 20 && l + 1 > layers) layers = l + 1;
+    }
+    if (emb->shape[0] > 1 << 30 || emb->shape[1] > 1 << 30 || w1->shape[0] > 1 << 30)
+        return tlm_fail(TLM_ERR_FORMAT, "%s: tensor shapes too large for a model (vocab %lld, d_model %lld, d_ff %lld)",
+                        path, (long long)emb->shape[0], (long long)emb->shape[1], (long long)w1->shape[0]);
+    tlm_config c;
+    TLM_TRY(tlm_config_preset("small", &c)); /* CS336's defaults for what the shapes do not say */
+    c.vocab_size = (int)emb->shape[0];
+    c.d_model = (int)emb->shape[1];
+    c.d_ff = (int)w1->shape[0];
+    c.num_layers = layers;
+    c.num_heads = num_heads;
+    *out = c;
+    if (num_heads <= 0) return TLM_OK; /* the caller supplies it and validates */
+    if (tlm_config_validate(&c) != TLM_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", tlm_last_error());
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: the model its shapes describe (vocab %d, d_model %d, d_ff %d, "
+                                                  "%d layers) with %d heads: %s", path, c.vocab_size, c.d_model,
+                        c.d_ff, layers, num_heads, why);
+    }
+    return TLM_OK;
+}
+
+/* ---- loading ------------------------------------------------------------------------------------------ */
+
+tlm_status tlm_model_load_from(tlm_model *m, const tlm_safetensors *st, const char *path, const char *strip_prefix,
+                               tlm_dtype *converted) {
     tlm_status s = TLM_OK;
+    if (converted) *converted = TLM_DTYPE_F32;
+    const size_t plen = strip_prefix ? strlen(strip_prefix) : 0;
     /* every file tensor must be one of the model's */
-    for (int i = 0; i < st.num_tensors && s == TLM_OK; i++)
-        if (tlm_model_find_tensor(m, st.tensors[i].name) < 0)
-            s = tlm_fail(TLM_ERR_INVALID_ARGUMENT,
-                         "%s: unexpected tensor '%s': not a parameter of this model "
-                         "(%d layers; names follow the CS336 state dict)",
-                         path, st.tensors[i].name, m->config.num_layers);
+    for (int i = 0; i < st->num_tensors && s == TLM_OK; i++) {
+        const char *name = st->tensors[i].name;
+        if (plen && strncmp(name, strip_prefix, plen) == 0) name += plen;
+        if (tlm_model_find_tensor(m, name) >= 0) continue;
+        if (!plen && strncmp(name, "_orig_mod.", 10) == 0 && tlm_model_find_tensor(m, name + 10) >= 0)
+            s = tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: tensor '%s' carries torch.compile's prefix: load it with "
+                                                   "--strip-prefix _orig_mod.", path, st->tensors[i].name);
+        else
+            s = tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: unexpected tensor '%s': not a parameter of this model "
+                                                   "(%d layers; names follow the CS336 state dict)",
+                         path, st->tensors[i].name, m->config.num_layers);
+    }
     size_t max_numel = 0;
     for (int i = 0; i < m->layout.num_tensors; i++)
         if (m->layout.tensors[i].numel > max_numel) max_numel = m->layout.tensors[i].numel;
@@ -69,9 +173,10 @@ tlm_status tlm_model_load(tlm_model *m, const char *path) {
     for (int pass = 0; pass < 2 && s == TLM_OK; pass++)
         for (int i = 0; i < m->layout.num_tensors && s == TLM_OK; i++) {
             const tlm_tensor_info *t = &m->layout.tensors[i];
-            const tlm_st_tensor *ft = tlm_safetensors_find(&st, t->name);
+            const tlm_st_tensor *ft = find_prefixed(st, strip_prefix, t->name);
             if (!ft) {
-                s = tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: missing tensor '%s'", path, t->name);
+                s = tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s: missing tensor '%s%s'", path, plen ? strip_prefix : "",
+                             t->name);
                 break;
             }
             int same = ft->ndim == t->ndim;
@@ -84,6 +189,7 @@ tlm_status tlm_model_load(tlm_model *m, const char *path) {
                              t->name, got, want);
                 break;
             }
+            if (converted && *converted == TLM_DTYPE_F32 && ft->dtype != TLM_DTYPE_F32) *converted = ft->dtype;
             s = tlm_st_tensor_to_f32(ft, staging);
             if (s != TLM_OK) {
                 tlm_fail(s, "%s: tensor '%s': %s", path, t->name, tlm_last_error());
@@ -94,8 +200,15 @@ tlm_status tlm_model_load(tlm_model *m, const char *path) {
             else if (pass == 1) tlm_copy_to_backend(m->backend, m->params + t->offset, staging, t->numel * sizeof(float));
         }
     free(staging);
+    if (s == TLM_OK) m->params_lp_stale = true;
+    return s;
+}
+
+tlm_status tlm_model_load(tlm_model *m, const char *path) {
+    tlm_safetensors st;
+    TLM_TRY(tlm_safetensors_read(path, &st));
+    const tlm_status s = tlm_model_load_from(m, &st, path, NULL, NULL);
     tlm_safetensors_free(&st);
-    m->params_lp_stale = true;
     return s;
 }
 
@@ -123,7 +236,19 @@ static tlm_status save_flat(const tlm_model *m, const float *flat, float divide_
         entries[i].shape[0] = t->shape[0];
         entries[i].shape[1] = t->shape[1];
     }
-    if (s == TLM_OK) s = tlm_safetensors_write(path, entries, m->layout.num_tensors);
+    /* the config, so the file says what model it is */
+    char values[NUM_CONFIG_KEYS][32];
+    tlm_st_meta meta[NUM_CONFIG_KEYS + 2];
+    for (int i = 0; i < NUM_CONFIG_KEYS; i++) {
+        const char *field = (const char *)&m->config + config_keys[i].offset;
+        if (config_keys[i].kind == META_INT) snprintf(values[i], sizeof values[i], "%d", *(const int *)field);
+        else if (config_keys[i].kind == META_DOUBLE) snprintf(values[i], sizeof values[i], "%.17g", *(const double *)field);
+        else snprintf(values[i], sizeof values[i], "%.9g", (double)*(const float *)field);
+        meta[i] = (tlm_st_meta){config_keys[i].key, values[i]};
+    }
+    meta[NUM_CONFIG_KEYS] = (tlm_st_meta){"content", what};
+    meta[NUM_CONFIG_KEYS + 1] = (tlm_st_meta){"producer", "tlm " TLM_VERSION};
+    if (s == TLM_OK) s = tlm_safetensors_write_meta(path, entries, m->layout.num_tensors, meta, NUM_CONFIG_KEYS + 2);
     free(entries);
     free(host);
     return s;

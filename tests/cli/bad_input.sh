@@ -13,7 +13,7 @@ expect_fail "unknown command 'train2'" "$TLM" train2
 expect_fail "unknown model 'huge'" bench --model huge
 expect_fail "unknown model 'huge'" step --model huge --inputs "$X" --targets "$Y"
 expect_fail "unknown device 'tpu'" bench --model tiny --device tpu
-expect_fail "unknown pass 'sideways'" bench --model tiny --pass sideways
+expect_fail "--pass: unknown value 'sideways' (known: forward, forward-backward, train)" bench --model tiny --pass sideways
 expect_fail "unknown format 'xml'" bench --model tiny --format xml
 expect_fail "unknown precision 'fp8'" bench --model tiny --precision fp32,fp8
 expect_fail "--attention: unknown attention 'fast'" bench --model tiny --attention fast
@@ -21,15 +21,15 @@ expect_fail "--attention: unknown attention 'FLASH'" step --attention FLASH --in
 # shapes that cannot work
 expect_fail "d_model 64 is not divisible by num_heads 3" bench --model tiny --num-heads 3
 expect_fail "is odd" bench --model tiny --d-model 96 --num-heads 32
-expect_fail "d_model must be at least 1" bench --model tiny --d-model 0
-expect_fail "d_ff must be at least 1" bench --model tiny --d-ff -3
-expect_fail "num_layers must be at least 1" step --num-layers 0 --inputs "$X" --targets "$Y"
-expect_fail "vocab_size must be at least 1" bench --model tiny --vocab-size 0
+expect_fail "--d-model: 0 is out of range [1, " bench --model tiny --d-model 0
+expect_fail "--d-ff: -3 is out of range [1, " bench --model tiny --d-ff -3
+expect_fail "--num-layers: 0 is out of range [1, " step --num-layers 0 --inputs "$X" --targets "$Y"
+expect_fail "--vocab-size: 0 is out of range [1, " bench --model tiny --vocab-size 0
 expect_fail "--batch-size: 0 is out of range" bench --model tiny --batch-size 0
 expect_fail "--context-length: -5 is out of range" bench --model tiny --context-length -5
 expect_fail "--steps: 0 is out of range" bench --model tiny --steps 0
 expect_fail "--batch-size: 'four' is not an integer" bench --model tiny --batch-size four
-expect_fail "exceeds the model's context_length 8" step --max-context-length 8 --weights "$W" --inputs "$X" --targets "$Y"
+expect_fail "the batch's context length 17 conflicts with --max-context-length 8" step --max-context-length 8 --weights "$W" --inputs "$X" --targets "$Y"
 # tokens outside the vocabulary
 write_npy_i64 "$TMP/big.npy" 1 4 1 2 512 3
 write_npy_i64 "$TMP/ok.npy" 1 4 1 2 3 4
@@ -52,10 +52,11 @@ printf 'NUMPY garbage' > "$TMP/garbage.npy"
 expect_fail "garbage.npy" step --inputs "$TMP/garbage.npy" --targets "$Y"
 expect_fail "nonexistent.npy" step --inputs "$TMP/nonexistent.npy" --targets "$Y"
 expect_fail "nonexistent.safetensors" step --weights "$TMP/nonexistent.safetensors" --inputs "$X" --targets "$Y"
-# missing and misshapen tensors
-expect_fail "missing tensor 'layers.2." step --num-layers 3 --weights "$W" --inputs "$X" --targets "$Y"
-expect_fail "unexpected tensor 'layers.1." step --num-layers 1 --weights "$W" --inputs "$X" --targets "$Y"
-expect_fail "has shape [172, 64] but the model expects [100, 64]" step --d-ff 100 --weights "$W" --inputs "$X" --targets "$Y"
+# shape flags that contradict the weights file (its tensor shapes; tests/cli/hardening.sh: its metadata)
+expect_fail "--num-layers 3 contradicts $W, whose model has num-layers 2" step --num-layers 3 --weights "$W" --inputs "$X" --targets "$Y"
+expect_fail "--num-layers 1 contradicts" step --num-layers 1 --weights "$W" --inputs "$X" --targets "$Y"
+expect_fail "--d-ff 100 contradicts $W, whose model has d-ff 172" step --d-ff 100 --weights "$W" --inputs "$X" --targets "$Y"
+expect_fail "--model small (vocab-size 10000) contradicts" "$TLM" step --device cpu --model small --weights "$W" --inputs "$X" --targets "$Y"
 # conflicting or missing flags
 expect_fail "--data conflicts with --inputs" step --data "$X" --inputs "$X" --targets "$Y"
 expect_fail "give both --inputs and --targets" step --inputs "$X"

@@ -12,17 +12,20 @@ check "auto attention is naive on the CPU" test "$(grep -cE '^tiny +(8|16) +2 +f
 out=$("${B[@]}" --attention flash 2>&1)
 check "--attention flash runs (exit 0)" test $? -eq 0
 check "flash rows say flash" test "$(grep -cE '^tiny +(8|16) +2 +fp32 +flash ' <<<"$out")" -eq 2
-check "the header names the attention" grep -q '^# attention: flash' <<<"$out"
+check "the units row" grep -qE '^ +M +ms +ms +ms +ms +ms +ms' <<<"$out"
+check "the header gives the command" grep -q '^# command: tlm bench --device cpu --model tiny' <<<"$out"
 expect_ok "csv to a file" "${B[@]}" --format csv --out "$TMP/r.csv"
-check "csv has a header and 2 rows" test "$(wc -l < "$TMP/r.csv")" -eq 3
-check "csv has the attention field" grep -q '^impl,model,context_length,batch_size,precision,attention,' "$TMP/r.csv"
+check "csv has a field row and 2 rows after its # lines" test "$(grep -vc '^#' "$TMP/r.csv")" -eq 3
+check "csv has the case fields" grep -q '^model,context_length,batch_size,precision,attention,pass,' "$TMP/r.csv"
+check "csv names the device in a # line" grep -q '^# device: cpu' "$TMP/r.csv"
 expect_ok "json to a file" "${B[@]}" --format json --out "$TMP/r.json" --pass forward
-check "json has 2 rows" test "$(grep -c '"model": "tiny"' "$TMP/r.json")" -eq 2
 if command -v python3 >/dev/null; then
-  check "json parses" python3 -c "import json,sys; d=json.load(open('$TMP/r.json')); assert len(d['rows'])==2"
+  check "json parses: 2 rows, the schema's fields" python3 -c "import json,sys; d=json.load(open('$TMP/r.json'))
+assert len(d['rows'])==2 and d['tool']=='tlm bench' and d['device'].startswith('cpu')
+assert all(r['status']=='ok' and r['fwd_ms_mean']>0 and r['bwd_ms_mean'] is None and r['peak_bytes']>0 for r in d['rows'])"
   expect_ok "json with --attention flash" "${B[@]}" --format json --out "$TMP/f.json" --pass forward --attention flash
   check "json rows say attention flash" python3 -c "import json; d=json.load(open('$TMP/f.json')); \
-assert d['attention']=='flash' and [r['attention'] for r in d['rows']]==['flash','flash']"
+assert [r['attention'] for r in d['rows']]==['flash','flash']"
 fi
 expect_ok "help lists every flag" "$TLM" bench --help
 check "help names the defaults" grep -q 'default: 5' <<<"$("$TLM" bench --help)"

@@ -1,0 +1,553 @@
+/* cmd_memory.c — `tlm memory`: where every byte goes over a training step (issue 12, SPEC.md §2.6).
+ * For each configuration of the bench flags: the model, warm-up steps and one measured step with the
+ * memory timeline recording (memory_timeline.h); then the peaks table (peak, its phase, what was live
+ * by category, bytes around the phases, the device's own count), the largest allocations with their
+ * lifetimes, and on request the event stream as JSON (--timeline, for `tlm plot memory-timeline`) and
+ * a snapshot that PyTorch's memory_viz opens (--snapshot). --suite seeds is the seeds' experiment. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "tlm/bench.h"
+#include "tlm/memory_timeline.h"
+#include "tlm/output.h"
+#include "tlm/rng.h"
+
+#define GIB (1.0 / (1024.0 * 1024.0 * 1024.0))
+#define MIB (1.0 / (1024.0 * 1024.0))
+#define MAX_TOP 100
+
+enum { OPT_SUITE = 3100, OPT_TOP, OPT_SNAPSHOT, OPT_TIMELINE, OPT_MAX_CONTEXT };
+
+typedef struct {
+    bool seeds;
+    int top;
+    const char *snapshot, *timeline;
+    uint64_t memory_limit; /* --max-context: bytes; 0: not asked */
+} memory_opts;
+
+static const cli_use memory_uses[] = {
+    {CLI_MODEL, "small on the CPU, 2.7B on a GPU; --suite seeds: 2.7B", CLI_MAX_LIST},
+    {CLI_CONTEXT_LENGTH, "128 on the CPU, 256 on a GPU; --suite seeds: 128,256,512", CLI_MAX_LIST},
+    {CLI_BATCH_SIZE, "4", CLI_MAX_LIST},
+    {CLI_PRECISION, "fp32; --suite seeds: fp32,bf16", TLM_PRECISION_COUNT},
+    {CLI_ATTENTION, "auto", 1},
+    {CLI_PASS, "train; --suite seeds: forward,train", 3},
+    {CLI_WARMUP, "1", 1},
+    {CLI_RECOMPUTE, "none", 3},
+    {CLI_OPTIMIZER_IN_BACKWARD, "off", 1},
+    {CLI_SEED, "0", 1},
+    CLI_USES_DEVICE,
+    CLI_USES_OUTPUT,
+};
+
+static void memory_usage(FILE *f);
+static bool memory_option(void *user, int opt, const char *arg);
+
+static void memory_usage(FILE *f) {
+    fprintf(f,
+            "Usage: tlm memory [options]\n"
+            "Where every byte goes over a training step: the model, --warmup steps and one measured step, every\n"
+            "allocation and free recorded (tag, name, phase, layer, op). Per configuration: the peak, its phase and\n"
+            "what was live then by category (parameters, weight copy, gradients, optimizer state, activations,\n"
+            "workspace), the bytes after the forward, during the backward and around the optimizer step, the\n"
+            "device's own count beside tlm's, and the largest allocations with their lifetimes and why they exist.\n"
+            "Runs without CUDA graphs (ops and layers are seen as they are issued). Every combination of the list\n"
+            "flags is one configuration; one that does not fit gives an OOM row.\n\n");
+    const cli_command c = {.name = "memory", .uses = memory_uses,
+                           .num_uses = (int)(sizeof memory_uses / sizeof memory_uses[0])};
+    cli_print_shared_help(f, &c);
+    fprintf(f,
+            "      --suite seeds           the seeds' experiment (SPEC.md §2.6): 2.7B (or --model) at context 128,\n"
+            "                              256, 512, forward only and a full training step, fp32 and bf16, batch 4,\n"
+            "                              with the size of one residual-stream tensor from the shapes\n"
+            "      --top N                 the N largest allocations per configuration (default: 10; 0: none)\n"
+
+            "      --timeline FILE.json    the event stream, for `tlm plot memory-timeline FILE.json`\n"
+            "      --snapshot FILE.pickle  a snapshot as torch.cuda.memory._dump_snapshot writes it: drop it on\n"
+            "                              pytorch.org/memory_viz (ops, layers and phases as its stack frames)\n"
+            "                              With several configurations each file's name gets the configuration\n"
+            "                              before its extension (FILE-2.7B-ctx256-b4-fp32-train.json).\n"
+            "      --max-context BYTES     also the longest context (at each batch size) whose planned step fits\n"
+            "                              in BYTES (80G, 80GB; the backend's own workspaces not included)\n");
+}
+
+static bool memory_option(void *user, int opt, const char *arg) {
+    memory_opts *o = user;
+    long v;
+    switch (opt) {
+    case OPT_SUITE:
+        if (strcmp(arg, "seeds") != 0) {
+            cli_error("memory", "--suite: unknown suite '%s' (known: seeds)", arg);
+            return false;
+        }
+        o->seeds = true;
+        return true;
+    case OPT_TOP: return cli_parse_int("memory", "--top", arg, 0, MAX_TOP, &v) && ((o->top = (int)v), true);
+    case OPT_SNAPSHOT: o->snapshot = arg; return true;
+    case OPT_TIMELINE: o->timeline = arg; return true;
+    case OPT_MAX_CONTEXT:
+        return cli_parse_bytes("memory", "--max-context", arg, 1, (uint64_t)1 << 50, &o->memory_limit);
+    }
+    return false;
+}
+
+/* ---- one configuration ----------------------------------------------------------------------------------- */
+
+typedef struct {
+    char name[64];
+    size_t bytes;
+    tlm_memcat category;
+    tlm_memwhy why;
+    char from[96], to[96];
+} top_entry;
+
+typedef struct {
+    tlm_status status;
+    char error[400];
+    tlm_attention attention;
+    tlm_mem_peaks peaks;
+    tlm_memory_estimate plan;
+    top_entry top[MAX_TOP];
+    int n_top;
+    int max_context; /* -1: not asked */
+} result;
+
+/* the configuration as a file-name part: 2.7B-ctx256-b4-fp32-train */
+static void case_label(const tlm_bench_case *c, const memory_opts *o, char *buf, size_t n) {
+    snprintf(buf, n, "%s-ctx%d-b%d-%s-%s%s%s%s", c->model_name, c->context_length, c->batch_size,
+             tlm_precision_name(c->precision), tlm_pass_name(c->pass), c->recompute ? "-recompute-" : "",
+             c->recompute ? tlm_recompute_name(c->recompute) : "", c->optimizer_in_backward ? "-oib" : "");
+    for (char *p = buf; *p; p++)
+        if (*p == '*' || *p == '/') *p = '_';
+}
+
+/* FILE.ext -> FILE-label.ext (label NULL: FILE.ext itself) */
+static void file_for(const char *path, const char *label, char *buf, size_t n) {
+    if (!label) {
+        snprintf(buf, n, "%s", path);
+        return;
+    }
+    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+    if (!dot || (slash && dot < slash) || dot == path || (slash && dot == slash + 1)) dot = path + strlen(path);
+    snprintf(buf, n, "%.*s-%s%s", (int)(dot - path), path, label, dot);
+}
+
+static tlm_run_config run_of(const tlm_bench_case *c, const memory_opts *o) {
+    tlm_run_config r = tlm_run_defaults();
+    r.precision = c->precision;
+    r.attention = c->attention;
+    r.cuda_graphs = false; /* the hooks see every op only when the passes are issued eagerly */
+    r.forward_only = c->pass == TLM_PASS_FORWARD;
+    r.recompute = c->recompute;
+    r.optimizer_in_backward = c->optimizer_in_backward;
+    return r;
+}
+
+/* the longest context at this batch whose planned step fits in `limit` bytes (0 when none) */
+static int max_context(tlm_backend *be, const tlm_bench_case *c, const memory_opts *o) {
+    tlm_config cfg = c->config;
+    const tlm_run_config r = run_of(c, o);
+    int lo = 0, hi = 1 << 20;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        cfg.context_length = mid;
+        tlm_memory_estimate e;
+        const bool fits = tlm_model_memory_estimate(be, &cfg, &r, c->batch_size, mid, &e) == TLM_OK &&
+                          e.total <= o->memory_limit;
+        if (fits) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+static tlm_status one_step(tlm_model *m, const tlm_bench_case *c, const int32_t *tokens, int index, bool warmup) {
+    const tlm_adamw_config opt = tlm_adamw_defaults();
+    tlm_backend *be = m->backend;
+    tlm_step_begin(be, index, warmup);
+    tlm_status s = tlm_model_forward(m, tokens, tokens + 1, c->batch_size, c->context_length, NULL);
+    if (s == TLM_OK && c->pass >= TLM_PASS_FORWARD_BACKWARD) s = tlm_model_backward(m);
+    if (s == TLM_OK && c->pass == TLM_PASS_TRAIN) s = tlm_model_adamw_step(m, &opt);
+    tlm_step_end(be);
+    tlm_synchronize(be);
+    return s;
+}
+
+/* the file outputs of one configuration */
+static tlm_status write_files(const tlm_mem_timeline *t, const tlm_bench_case *c, const memory_opts *o,
+                              const char *label, const tlm_backend *be, const result *r) {
+    char path[4200];
+    if (o->timeline) {
+        file_for(o->timeline, label, path, sizeof path);
+        char ctx[16], batch[16], title[256];
+        snprintf(ctx, sizeof ctx, "%d", c->context_length);
+        snprintf(batch, sizeof batch, "%d", c->batch_size);
+        snprintf(title, sizeof title, "%s, context %d, batch %d, %s, %s%s%s%s, %s attention (%s)", c->model_name,
+                 c->context_length, c->batch_size, tlm_precision_name(c->precision), tlm_pass_name(c->pass),
+                 c->recompute ? ", recompute " : "", c->recompute ? tlm_recompute_name(c->recompute) : "",
+                 c->optimizer_in_backward ? ", optimizer in backward" : "", tlm_attention_name(r->attention), be->name);
+        const char *keys[] = {"title", "model", "context_length", "batch_size", "precision", "pass", "attention",
+                              "recompute", "optimizer_in_backward", "device"};
+        const char *values[] = {title, c->model_name, ctx, batch, tlm_precision_name(c->precision),
+                                tlm_pass_name(c->pass), tlm_attention_name(r->attention),
+                                tlm_recompute_name(c->recompute), c->optimizer_in_backward ? "true" : "false",
+                                be->description};
+        TLM_TRY(tlm_mem_timeline_write_json(t, path, keys, values, (int)(sizeof keys / sizeof keys[0])));
+    }
+    if (o->snapshot) {
+        file_for(o->snapshot, label, path, sizeof path);
+        TLM_TRY(tlm_mem_timeline_write_snapshot(t, path, be->device_index));
+    }
+    return TLM_OK;
+}
+
+static void fail(result *r, tlm_status s) {
+    r->status = s;
+    snprintf(r->error, sizeof r->error, "%s", tlm_last_error());
+}
+
+/* Runs one configuration; a failure of the configuration (out of memory) is in r->status, a failure
+ * to write its files is returned. */
+static tlm_status run_case(tlm_backend *be, const tlm_bench_case *c, const memory_opts *o, const char *label,
+                           result *r) {
+    memset(r, 0, sizeof *r);
+    r->max_context = -1;
+    tlm_config cfg = c->config;
+    if (cfg.context_length < c->context_length) cfg.context_length = c->context_length;
+    const tlm_run_config run = run_of(c, o);
+    r->attention = tlm_attention_resolve(be, &cfg, c->precision, c->attention);
+    if (o->memory_limit) r->max_context = max_context(be, c, o);
+    tlm_status s = tlm_model_memory_estimate(be, &cfg, &run, c->batch_size, c->context_length, &r->plan);
+    if (s != TLM_OK) {
+        fail(r, s);
+        return TLM_OK;
+    }
+    tlm_backend_release_cached(be); /* what earlier configurations freed is not counted by the device */
+    const size_t N = (size_t)c->batch_size * c->context_length;
+    int32_t *tokens = malloc((N + 1) * sizeof *tokens);
+    if (!tokens) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the batch");
+    uint64_t rng = tlm_rng_stream(c->seed, 0xBA7C4);
+    for (size_t i = 0; i <= N; i++) tokens[i] = (int32_t)tlm_rng_below(&rng, (uint64_t)cfg.vocab_size);
+    tlm_model *m = NULL;
+    tlm_mem_timeline *t = NULL;
+    s = tlm_model_create(&m, &cfg, &run, be);
+    if (s == TLM_OK) s = tlm_model_init_random(m, c->seed);
+    if (s == TLM_OK) s = tlm_mem_timeline_start(&t, be);
+    for (int i = 0; s == TLM_OK && i < c->warmup; i++) s = one_step(m, c, tokens, i, true);
+    if (s == TLM_OK) s = one_step(m, c, tokens, 0, false);
+    tlm_status files = TLM_OK;
+    if (t) {
+        const tlm_status stopped = tlm_mem_timeline_stop(t);
+        if (s == TLM_OK) s = stopped;
+    }
+    if (s == TLM_OK) s = tlm_mem_timeline_peaks(t, 0, &r->peaks);
+    int idx[MAX_TOP];
+    if (s == TLM_OK && o->top > 0) s = tlm_mem_timeline_largest(t, 0, o->top, idx, &r->n_top);
+    if (s == TLM_OK) {
+        const tlm_mem_allocation *al = tlm_mem_timeline_allocations(t);
+        for (int k = 0; k < r->n_top; k++) {
+            const tlm_mem_allocation *a = &al[idx[k]];
+            top_entry *e = &r->top[k];
+            snprintf(e->name, sizeof e->name, "%s", a->name);
+            e->bytes = a->bytes;
+            e->category = a->category;
+            e->why = tlm_mem_allocation_why(a);
+            if (a->before) snprintf(e->from, sizeof e->from, "before the warm-up");
+            else tlm_mem_timeline_op_label(t, a->alloc_op, e->from, sizeof e->from);
+            if (a->free_op == UINT64_MAX) snprintf(e->to, sizeof e->to, "still alive");
+            else tlm_mem_timeline_op_label(t, a->free_op ? a->free_op - 1 : 0, e->to, sizeof e->to);
+        }
+        files = write_files(t, c, o, label, be, r);
+    } else {
+        fail(r, s);
+    }
+    tlm_mem_timeline_free(t);
+    tlm_model_free(m);
+    free(tokens);
+    return files;
+}
+
+/* ---- the report ------------------------------------------------------------------------------------------- */
+
+/*   key                            type            head        unit   width prec scale flags */
+static const tlm_column extra_columns[] = {
+    {"peak_bytes", TLM_FIELD_INT, "peak", "GiB", 7, 2, GIB, 0},
+    {"peak_phase", TLM_FIELD_STR, "at", "", -9, 0, 0, 0},
+    {"peak_layer", TLM_FIELD_INT, "layer", "", 5, 0, 0, 0},
+    TLM_COL_HIDDEN("peak_op", TLM_FIELD_STR),
+    {"parameters_bytes", TLM_FIELD_INT, "params", "GiB", 7, 2, GIB, 0},
+    {"weight_copy_bytes", TLM_FIELD_INT, "w.copy", "GiB", 7, 2, GIB, 0},
+    {"gradients_bytes", TLM_FIELD_INT, "grads", "GiB", 7, 2, GIB, 0},
+    {"optimizer_bytes", TLM_FIELD_INT, "adam", "GiB", 7, 2, GIB, 0},
+    {"activations_bytes", TLM_FIELD_INT, "acts", "GiB", 7, 2, GIB, 0},
+    {"workspace_bytes", TLM_FIELD_INT, "wksp", "GiB", 7, 2, GIB, 0},
+    {"after_forward_bytes", TLM_FIELD_INT, "after fwd", "GiB", 9, 2, GIB, 0},
+    {"backward_peak_bytes", TLM_FIELD_INT, "bwd peak", "GiB", 8, 2, GIB, 0},
+    TLM_COL_HIDDEN("before_optimizer_bytes", TLM_FIELD_INT),
+    {"optimizer_peak_bytes", TLM_FIELD_INT, "opt peak", "GiB", 8, 2, GIB, 0},
+    TLM_COL_HIDDEN("after_optimizer_bytes", TLM_FIELD_INT),
+    {"reserved_bytes", TLM_FIELD_INT, "reserved", "GiB", 8, 2, GIB, 0},
+    {"device_peak_bytes", TLM_FIELD_INT, "device", "GiB", 7, 2, GIB, 0},
+    TLM_COL_HIDDEN("planned_bytes", TLM_FIELD_INT),
+    {"residual_bytes", TLM_FIELD_INT, "resid", "MiB", 6, 0, MIB, 0},
+    {"max_context", TLM_FIELD_INT, "max ctx", "", 7, 0, 0, 0},
+};
+
+static const tlm_column top_columns[] = {
+    {"model", TLM_FIELD_STR, "model", "", -8, 0, 0, TLM_COL_KEY},
+    {"context_length", TLM_FIELD_INT, "ctx", "", 5, 0, 0, TLM_COL_KEY},
+    {"batch_size", TLM_FIELD_INT, "batch", "", 5, 0, 0, TLM_COL_KEY},
+    {"precision", TLM_FIELD_STR, "prec", "", -5, 0, 0, TLM_COL_KEY},
+    {"pass", TLM_FIELD_STR, "pass", "", -16, 0, 0, TLM_COL_KEY},
+    {"rank", TLM_FIELD_INT, "#", "", 3, 0, 0, 0},
+    {"name", TLM_FIELD_STR, "allocation", "", -28, 0, 0, 0},
+    {"bytes", TLM_FIELD_INT, "size", "MiB", 9, 1, MIB, 0},
+    {"category", TLM_FIELD_STR, "category", "", -15, 0, 0, 0},
+    {"why", TLM_FIELD_STR, "why", "", -25, 0, 0, 0},
+    {"from_op", TLM_FIELD_STR, "from", "", -36, 0, 0, 0},
+    {"to_op", TLM_FIELD_STR, "to", "", -36, 0, 0, 0},
+};
+
+static tlm_column peak_columns[64];
+static int num_peak_columns;
+
+static void build_columns(void) {
+    num_peak_columns = 0;
+    for (int i = 0; i < tlm_bench_case_columns; i++) peak_columns[num_peak_columns++] = tlm_bench_columns[i];
+    for (size_t i = 0; i < sizeof extra_columns / sizeof extra_columns[0]; i++)
+        peak_columns[num_peak_columns++] = extra_columns[i];
+}
+
+static void peaks_row(tlm_report *rep, const tlm_bench_case *c, const memory_opts *o, const result *r) {
+    tlm_report_row_begin(rep);
+    tlm_bench_report_case(rep, c);
+    tlm_report_str(rep, "attention", tlm_attention_name(r->attention));
+    const int64_t resid = (int64_t)c->batch_size * c->context_length * c->config.d_model * 4;
+    tlm_report_int(rep, "residual_bytes", resid);
+    tlm_report_int(rep, "planned_bytes", (int64_t)r->plan.total);
+    if (r->max_context >= 0) tlm_report_int(rep, "max_context", r->max_context);
+    if (r->status != TLM_OK) {
+        tlm_report_status(rep, r->status == TLM_ERR_OUT_OF_MEMORY ? "OOM" : "failed", r->error);
+        tlm_report_row_end(rep);
+        return;
+    }
+    const tlm_mem_peaks *p = &r->peaks;
+    static const char *const at_keys[TLM_MEMCAT_COUNT] = {"parameters_bytes", "weight_copy_bytes",
+                                                          "gradients_bytes",  "optimizer_bytes",
+                                                          "activations_bytes", "workspace_bytes"};
+    tlm_report_int(rep, "peak_bytes", (int64_t)p->peak);
+    tlm_report_str(rep, "peak_phase", tlm_phase_name(p->peak_scope.phase));
+    if (p->peak_scope.layer >= 0) tlm_report_int(rep, "peak_layer", p->peak_scope.layer);
+    tlm_report_str(rep, "peak_op", p->peak_op);
+    for (int k = 0; k < TLM_MEMCAT_COUNT; k++) tlm_report_int(rep, at_keys[k], (int64_t)p->at_peak[k]);
+    tlm_report_int(rep, "after_forward_bytes", (int64_t)p->after_forward);
+    if (c->pass >= TLM_PASS_FORWARD_BACKWARD) tlm_report_int(rep, "backward_peak_bytes", (int64_t)p->backward_peak);
+    if (c->pass == TLM_PASS_TRAIN) {
+        tlm_report_int(rep, "before_optimizer_bytes", (int64_t)p->before_optimizer);
+        tlm_report_int(rep, "optimizer_peak_bytes", (int64_t)p->optimizer_peak);
+        tlm_report_int(rep, "after_optimizer_bytes", (int64_t)p->after_optimizer);
+    }
+    tlm_report_int(rep, "reserved_bytes", (int64_t)p->peak_footprint);
+    if (p->device_peak) tlm_report_int(rep, "device_peak_bytes", (int64_t)p->device_peak);
+    tlm_report_row_end(rep);
+}
+
+static void top_rows(tlm_report *rep, const tlm_bench_case *c, const result *r) {
+    for (int k = 0; k < r->n_top; k++) {
+        const top_entry *e = &r->top[k];
+        tlm_report_row_begin(rep);
+        tlm_report_str(rep, "model", c->model_name);
+        tlm_report_int(rep, "context_length", c->context_length);
+        tlm_report_int(rep, "batch_size", c->batch_size);
+        tlm_report_str(rep, "precision", tlm_precision_name(c->precision));
+        tlm_report_str(rep, "pass", tlm_pass_name(c->pass));
+        tlm_report_int(rep, "rank", k + 1);
+        tlm_report_str(rep, "name", e->name);
+        tlm_report_int(rep, "bytes", (int64_t)e->bytes);
+        tlm_report_str(rep, "category", tlm_memcat_name(e->category));
+        tlm_report_str(rep, "why", tlm_memwhy_name(e->why));
+        tlm_report_str(rep, "from_op", e->from);
+        tlm_report_str(rep, "to_op", e->to);
+        tlm_report_row_end(rep);
+    }
+}
+
+/* refuses an output path that cannot be written before anything runs */
+static bool check_output(const char *cmd, const char *flag, const char *path, const char *label) {
+    char p[4200];
+    file_for(path, label, p, sizeof p);
+    tlm_output *o = NULL;
+    if (tlm_output_open(&o, p) != TLM_OK) {
+        cli_error(cmd, "%s: %s", flag, tlm_last_error());
+        return false;
+    }
+    tlm_output_abort(o);
+    return true;
+}
+
+int cmd_memory(int argc, char **argv) {
+    const char *cmd = "memory";
+    memory_opts o = {.top = 10};
+    static const struct option opts[] = {{"suite", required_argument, 0, OPT_SUITE},
+                                         {"top", required_argument, 0, OPT_TOP},
+                                         {"snapshot", required_argument, 0, OPT_SNAPSHOT},
+                                         {"timeline", required_argument, 0, OPT_TIMELINE},
+                                         {"max-context", required_argument, 0, OPT_MAX_CONTEXT},
+                                         {0, 0, 0, 0}};
+    const cli_command c = {.name = cmd, .uses = memory_uses,
+                           .num_uses = (int)(sizeof memory_uses / sizeof memory_uses[0]), .options = opts,
+                           .handle = memory_option, .user = &o, .usage = memory_usage};
+    cli_args a;
+    int rc = cli_parse(&c, argc, argv, &a);
+    if (rc >= 0) return rc;
+    rc = TLM_EXIT_USAGE;
+    static char *seeds_model[] = {"2.7B"}, *gpu_model[] = {"2.7B"}, *cpu_model[] = {"small"};
+    tlm_backend *be = NULL;
+    tlm_bench_case *cases = NULL;
+    result *res = NULL;
+    tlm_report *rep = NULL;
+    int n = 0;
+    bool batch = false;
+    if (o.seeds) {
+        const char *why = "--suite seeds fixes the context lengths, passes, precisions and batch size";
+        if (!cli_refuse_together(cmd, &a, CLI_CONTEXT_LENGTH, true, "--suite seeds", why) ||
+            !cli_refuse_together(cmd, &a, CLI_PASS, true, "--suite seeds", why) ||
+            !cli_refuse_together(cmd, &a, CLI_PRECISION, true, "--suite seeds", why) ||
+            !cli_refuse_together(cmd, &a, CLI_BATCH_SIZE, true, "--suite seeds", why))
+            goto done;
+        if (!a.num_models) {
+            a.models = seeds_model;
+            a.num_models = 1;
+        }
+        const int ctx[] = {128, 256, 512};
+        for (int i = 0; i < 3; i++) a.contexts[a.num_contexts++] = ctx[i];
+        a.passes[a.num_passes++] = TLM_PASS_FORWARD;
+        a.passes[a.num_passes++] = TLM_PASS_TRAIN;
+        a.precisions[a.num_precisions++] = TLM_PRECISION_FP32;
+        a.precisions[a.num_precisions++] = TLM_PRECISION_BF16;
+        a.batch_sizes[a.num_batch_sizes++] = 4;
+    }
+    rc = TLM_EXIT_FAILURE;
+    if (!(be = cli_create_backend(cmd, &a))) goto done;
+    rc = TLM_EXIT_USAGE;
+    const bool on_cpu = be->kind == TLM_DEVICE_CPU;
+    if (!a.num_models) {
+        a.models = on_cpu ? cpu_model : gpu_model;
+        a.num_models = 1;
+    }
+    if (!a.num_contexts) a.contexts[a.num_contexts++] = on_cpu ? 128 : 256;
+    if (!a.num_batch_sizes) a.batch_sizes[a.num_batch_sizes++] = 4;
+    if (!a.num_precisions) a.precisions[a.num_precisions++] = TLM_PRECISION_FP32;
+    if (!a.num_passes) a.passes[a.num_passes++] = TLM_PASS_TRAIN;
+    if (!a.num_warmups) a.warmups[a.num_warmups++] = 1;
+    a.steps = 1;
+    a.cuda_graphs = false;
+    if (!cli_bench_cases(cmd, &a, be, &cases, &n)) goto done;
+    /* every file's destination is checked before anything runs: a bad path costs no run */
+    for (int i = 0; i < n; i++) {
+        char label[160];
+        case_label(&cases[i], &o, label, sizeof label);
+        if ((o.timeline && !check_output(cmd, "--timeline", o.timeline, n > 1 ? label : NULL)) ||
+            (o.snapshot && !check_output(cmd, "--snapshot", o.snapshot, n > 1 ? label : NULL)))
+            goto done;
+    }
+    rc = TLM_EXIT_FAILURE;
+    if (!(res = calloc((size_t)n, sizeof *res))) {
+        cli_error(cmd, "out of host memory");
+        goto done;
+    }
+    tlm_output_batch_begin(); /* the report and every file are committed together */
+    batch = true;
+    if (!(rep = cli_open_report(cmd, &a, "tlm memory", argc, argv))) goto done;
+    cli_report_device(rep, be);
+    tlm_report_meta_str(rep, "measured", "the tracked allocator over warm-up steps and one measured step, without "
+                                         "CUDA graphs; the peaks are the measured step's");
+    tlm_report_meta_str(rep, "peak_bytes", "bytes held by live allocations at the step's peak (PyTorch's "
+                                           "max_memory_allocated), and by category what was live then; "
+                                           "reserved_bytes adds the arenas' unused bytes (memory_reserved); "
+                                           "device_peak_bytes is the device's own count (cudaMemGetInfo) at the "
+                                           "step's phase boundaries less what it held outside tlm before; table: "
+                                           "GiB = 2^30 bytes");
+    tlm_report_meta_str(rep, "residual_bytes", "one residual-stream tensor, batch x context x d_model x 4 bytes "
+                                               "(float32)");
+    if (o.memory_limit)
+        tlm_report_meta_int(rep, "max_context_memory_bytes", (int64_t)o.memory_limit);
+    double total = 0;
+    for (int i = 0; i < n; i++)
+        total += tlm_config_forward_flops(&cases[i].config, cases[i].batch_size, cases[i].context_length) *
+                 (cases[i].pass == TLM_PASS_FORWARD ? 1 : 3) * (cases[i].warmup + 1);
+    tlm_report_progress_total(rep, n, total);
+    tlm_status file_error = TLM_OK;
+    for (int i = 0; i < n && file_error == TLM_OK; i++) {
+        char label[160], what[200];
+        case_label(&cases[i], &o, label, sizeof label);
+        snprintf(what, sizeof what, "%s", label);
+        tlm_report_progress(rep, what, tlm_config_forward_flops(&cases[i].config, cases[i].batch_size,
+                                                                cases[i].context_length) *
+                                           (cases[i].pass == TLM_PASS_FORWARD ? 1 : 3) * (cases[i].warmup + 1));
+        file_error = run_case(be, &cases[i], &o, n > 1 ? label : NULL, &res[i]);
+    }
+    if (file_error != TLM_OK) {
+        cli_error(cmd, "%s", tlm_last_error());
+        goto done;
+    }
+    build_columns();
+    tlm_report_table(rep, "rows", peak_columns, num_peak_columns);
+    tlm_report_table_title(rep, "Peaks of the measured step");
+    bool any_device = false, any_ctx = false, any_rc = false, any_oib = false;
+    for (int i = 0; i < n; i++) {
+        any_device |= res[i].peaks.device_peak > 0;
+        any_ctx |= res[i].max_context >= 0;
+        any_rc |= cases[i].recompute != TLM_RECOMPUTE_NONE;
+        any_oib |= cases[i].optimizer_in_backward;
+    }
+    tlm_report_show(rep, "device_peak_bytes", any_device);
+    tlm_report_show(rep, "max_context", any_ctx);
+    tlm_report_show(rep, "recompute", any_rc);
+    tlm_report_show(rep, "optimizer_in_backward", any_oib);
+    tlm_report_show(rep, "warmup_steps", false);
+    tlm_report_show(rep, "pass", true);
+    int failed = 0, hard = 0;
+    for (int i = 0; i < n; i++) {
+        peaks_row(rep, &cases[i], &o, &res[i]);
+        failed += res[i].status != TLM_OK;
+        hard += res[i].status != TLM_OK && res[i].status != TLM_ERR_OUT_OF_MEMORY;
+    }
+    if (o.seeds || a.given[CLI_MODEL]) { /* the residual stream from the shapes (SPEC.md §2.6) */
+        const tlm_bench_case *big = &cases[0];
+        for (int i = 1; i < n; i++)
+            if (cases[i].context_length > big->context_length) big = &cases[i];
+        char line[256];
+        const double bytes = (double)big->batch_size * big->context_length * big->config.d_model * 4;
+        snprintf(line, sizeof line, "one residual-stream tensor of %s: batch %d x context %d x d_model %d x 4 bytes "
+                 "(float32) = %.0f bytes = %.2f MiB", big->model_name, big->batch_size, big->context_length,
+                 big->config.d_model, bytes, bytes * MIB);
+        tlm_report_list(rep, "findings", line);
+    }
+    if (o.top > 0) {
+        tlm_report_table(rep, "largest", top_columns, (int)(sizeof top_columns / sizeof top_columns[0]));
+        tlm_report_table_title(rep, "Largest allocations alive in the measured step: lifetime from the op that "
+                                    "first runs with it to the last before it is freed");
+        for (int i = 0; i < n; i++) top_rows(rep, &cases[i], &res[i]);
+    }
+    char line[96];
+    snprintf(line, sizeof line, "%d configurations, %d ran, %d out of memory or failed", n, n - failed, failed);
+    tlm_report_summary_str(rep, "result", line);
+    tlm_status s = tlm_report_close(rep, true);
+    rep = NULL;
+    if (s == TLM_OK) s = tlm_output_batch_end(true);
+    else tlm_output_batch_end(false);
+    batch = false;
+    if (s != TLM_OK) cli_error(cmd, "%s", tlm_last_error());
+    rc = hard || s != TLM_OK ? TLM_EXIT_FAILURE : TLM_EXIT_OK;
+done:
+    tlm_report_close(rep, false);
+    if (batch) tlm_output_batch_end(false);
+    free(res);
+    free(cases);
+    tlm_backend_destroy(be);
+    if (a.models == seeds_model || a.models == gpu_model || a.models == cpu_model) a.models = NULL;
+    cli_args_free(&a);
+    return rc;
+}

@@ -1,0 +1,42 @@
+/* input.c — opening a file that tlm reads: regular files only, with their size (io/input.h). */
+#include "io/input.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+tlm_status tlm_input_open(const char *path, FILE **f_out, uint64_t *size) {
+    *f_out = NULL;
+    *size = 0;
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer before it can be refused */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return tlm_fail(TLM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    tlm_status s = TLM_OK;
+    if (fstat(fd, &st) != 0) s = tlm_fail(TLM_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (S_ISDIR(st.st_mode)) s = tlm_fail(TLM_ERR_IO, "%s: is a directory, not a file", path);
+    else if (!S_ISREG(st.st_mode))
+        s = tlm_fail(TLM_ERR_IO, "%s: not a regular file (a pipe or a device): tlm reads regular files only", path);
+    FILE *f = NULL;
+    if (s == TLM_OK && (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0 || !(f = fdopen(fd, "rb"))))
+        s = tlm_fail(TLM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (s != TLM_OK) {
+        close(fd);
+        return s;
+    }
+    *f_out = f;
+    *size = (uint64_t)st.st_size;
+    return TLM_OK;
+}
+
+const char *tlm_input_sniff(const unsigned char *head, size_t n) {
+    if (n >= 6 && memcmp(head, "\x93NUMPY", 6) == 0) return "npy";
+    if (n >= 9 && head[8] == '{') {
+        uint64_t len = 0;
+        for (int i = 7; i >= 0; i--) len = len << 8 | head[i];
+        if (len >= 2 && len < 100000000u) return "safetensors";
+    }
+    return NULL;
+}

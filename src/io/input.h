@@ -1,0 +1,24 @@
+/* input.h — opening a file that tlm reads (internal to src/io): the readers of .npy, token and
+ * safetensors files take every size from a file's header on trust only after checking it against
+ * the bytes really there, so they first learn the file's size here; and a file of the other
+ * format is named as such rather than reported as a malformed one. */
+#ifndef TLM_IO_INPUT_H
+#define TLM_IO_INPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tlm/status.h"
+
+/* Opens `path` for reading; *size: its length in bytes (fstat). Only regular files are read (the
+ * size of a pipe or a device is not known beforehand). Errors: TLM_ERR_IO naming the path (cannot
+ * open, a directory, not a regular file). */
+tlm_status tlm_input_open(const char *path, FILE **f, uint64_t *size);
+
+/* Which format the first n bytes of a file are in, judging by their magic: "npy" ("\x93NUMPY"),
+ * "safetensors" (a little-endian u64 header length below 10^8, then '{'), or NULL. For messages:
+ * "x.npy: this is a .npy file, not safetensors". */
+const char *tlm_input_sniff(const unsigned char *head, size_t n);
+
+#endif

@@ -1,0 +1,55 @@
+/* clip.c — the global L2 norm of the gradients and CS336's gradient clipping (train.h), over the
+ * one flat gradient buffer: the sum_squares op (float64, fixed order), one host copy, and the
+ * grad_unscale op as the multiply. */
+#include <math.h>
+
+#include "tlm/train.h"
+
+static tlm_status need_grads(const tlm_model *m) {
+    if (!m->grads)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "no gradients to measure: run a backward pass first%s",
+                        m->run.optimizer_in_backward ? " (optimizer-in-backward never holds them all at once)" : "");
+    return TLM_OK;
+}
+
+/* sum of squares of grads (n) on the backend, to the host */
+static double sum_squares(tlm_model *m, const float *x, size_t n, void *scratch) {
+    double s = 0;
+    tlm_sum_squares(m->backend, (double *)scratch, x, n);
+    tlm_copy_to_host(m->backend, &s, scratch, sizeof s);
+    return s;
+}
+
+tlm_status tlm_grad_norm(tlm_model *m, void *scratch, double *norm) {
+    TLM_TRY(need_grads(m));
+    const double scale = m->grads_scale; /* fp16: the gradients carry the loss scale */
+    *norm = sqrt(sum_squares(m, m->grads, m->layout.flat_numel, scratch)) / scale;
+    return TLM_OK;
+}
+
+tlm_status tlm_clip_grad_norm(tlm_model *m, double max_norm, void *scratch, double *norm, bool *clipped) {
+    *clipped = false;
+    TLM_TRY(tlm_grad_norm(m, scratch, norm));
+    if (!(max_norm > 0) || !isfinite(*norm)) return TLM_OK;
+    const double coef = max_norm / (*norm + 1e-6); /* CS336 / clip_grad_norm_'s eps */
+    if (coef >= 1.0) return TLM_OK;
+    *clipped = true;
+    if (m->grads_scale != 1.0f) { /* fp16: the unscale before the update multiplies by coef too, no extra pass */
+        m->grads_scale = (float)((double)m->grads_scale / coef);
+        return TLM_OK;
+    }
+    /* found_inf counts into the scratch's second half: the multiply by coef < 1 cannot overflow */
+    float *count = (float *)((char *)scratch + 8);
+    tlm_memset_zero(m->backend, count, sizeof(float));
+    tlm_grad_unscale(m->backend, m->grads, m->layout.flat_numel, (float)coef, count);
+    return TLM_OK;
+}
+
+const char *tlm_grad_nonfinite_tensor(tlm_model *m, void *scratch) {
+    if (!m->grads) return NULL;
+    for (int i = 0; i < m->layout.num_tensors; i++) {
+        const tlm_tensor_info *t = &m->layout.tensors[i];
+        if (!isfinite(sum_squares(m, m->grads + t->offset, t->numel, scratch))) return t->name;
+    }
+    return NULL;
+}
