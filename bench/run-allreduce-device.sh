@@ -5,7 +5,8 @@
 # process count up to the GPUs otherwise), the MPI communicator on the CPU cores at --nproc processes
 # beside torch.distributed's gloo (the issue's target: MPI >= 2x gloo at 100 MB and 1 GB for 2 and 4
 # processes), Open MPI's all-reduce algorithms side by side, torch.distributed NCCL, and nccl-tests'
-# all_reduce_perf when its source was carried; then a short table, last.
+# all_reduce_perf when a binary of it is carried (NCCL_TESTS_BIN; tlm does not build it); then a short
+# table, last.
 # Usage (on the GPU machine, from the repository root; carry [".devdeps"]):
 #   OUT=/some/dir bench/run-allreduce-device.sh
 # Files under $OUT: info.txt, build.log, tests.log, tlm-nccl-1.json (world size 1), tlm-nccl.json (2+
@@ -21,7 +22,7 @@
 # On a machine without a GPU (the CPU figures): BUILD=build-comm STAGES=mpi,gloo,table NPROC=2.
 # .devdeps (tools/pack-device-deps.sh; the GPU machine has no network): deps.tar.xz (cJSON, OpenBLAS),
 #   openmpi/include (Open MPI 4.1's mpi.h, used when the machine has Open MPI's runtime without its
-#   headers), nccl-tests/ (its source: `git archive` of NVIDIA/nccl-tests; optional).
+#   headers).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to a folder for the results}

@@ -811,7 +811,7 @@ static void test_adamw(size_t n) {
     for (size_t i = 0; i < n; i++) rp[i] = wp[i] = p[i];
     for (int t = 1; t <= 3; t++) {
         float *g = randn(n, 1.0f);
-        tlm_adamw_step(be, p, g, m, v, n, lr, b1, b2, eps, wd, t, NULL, F32);
+        tlm_adamw_step(be, p, g, 1.0f, m, v, n, lr, b1, b2, eps, wd, t, NULL, F32);
         adamw_reference(rp, rm, rv, g, n, lr, b1, b2, eps, wd, t, false);
         adamw_reference(wp, wm, wv, g, n, lr, b1, b2, eps, wd, t, true);
         double ep = rel_error(p, rp, n), em = rel_error(m, rm, n), ev = rel_error(v, rv, n);
@@ -821,6 +821,20 @@ static void test_adamw(size_t n) {
               "(decay before the update gives %.2e)", n, t, ep, em, ev, wrong);
     }
     free(rp), free(rm), free(rv), free(wp), free(wm), free(wv);
+
+    /* grad_scale (gradient clipping's factor) = the step on gradients multiplied beforehand, bit for bit */
+    const float s = 0.3f;
+    float *g = randn(n, 1.0f), *gs = alloc_floats(n), *p2 = alloc_floats(n), *m2 = alloc_floats(n),
+          *v2 = alloc_floats(n);
+    for (size_t i = 0; i < n; i++) gs[i] = g[i] * s;
+    memcpy(p2, p, n * sizeof(float));
+    memcpy(m2, m, n * sizeof(float));
+    memcpy(v2, v, n * sizeof(float));
+    tlm_adamw_step(be, p, g, s, m, v, n, lr, b1, b2, eps, wd, 4, NULL, F32);
+    tlm_adamw_step(be, p2, gs, 1.0f, m2, v2, n, lr, b1, b2, eps, wd, 4, NULL, F32);
+    check(memcmp(p, p2, n * sizeof(float)) == 0 && memcmp(m, m2, n * sizeof(float)) == 0 &&
+              memcmp(v, v2, n * sizeof(float)) == 0,
+          "adamw n=%zu grad_scale %.1f: the same bits as the step on gradients multiplied first", n, (double)s);
 }
 
 /* ---- bf16 / fp16 --------------------------------------------------------------------------
@@ -996,8 +1010,8 @@ static void test_adamw_lowp(size_t n, tlm_dtype dt) {
     for (size_t i = 0; i < n; i++) v[i] *= v[i];
     float *p2 = copy_of(p, n), *m2 = copy_of(m, n), *v2 = copy_of(v, n);
     void *lp = alloc_dt(n, dt);
-    tlm_adamw_step(be, p, g, m, v, n, 0.05f, 0.9f, 0.999f, 1e-8f, 0.5f, 3, lp, dt);
-    tlm_adamw_step(be, p2, g, m2, v2, n, 0.05f, 0.9f, 0.999f, 1e-8f, 0.5f, 3, NULL, F32);
+    tlm_adamw_step(be, p, g, 1.0f, m, v, n, 0.05f, 0.9f, 0.999f, 1e-8f, 0.5f, 3, lp, dt);
+    tlm_adamw_step(be, p2, g, 1.0f, m2, v2, n, 0.05f, 0.9f, 0.999f, 1e-8f, 0.5f, 3, NULL, F32);
     size_t wrong = 0;
     for (size_t i = 0; i < n; i++) wrong += ((uint16_t *)lp)[i] != narrow16(p[i], dt);
     check(memcmp(p, p2, n * sizeof(float)) == 0 && memcmp(m, m2, n * sizeof(float)) == 0 &&
@@ -1504,7 +1518,7 @@ static int run_parallel_ops(op_output *o, tlm_dtype dt) {
     float *g = randn(n, 1.0f), *m = randn(n, 0.1f), *v = randn(n, 0.1f);
     for (size_t i = 0; i < n; i++) v[i] *= v[i];
     void *params_lp = dt == F32 ? NULL : alloc_dt(n, dt);
-    tlm_adamw_step(be, o[k++].out, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 7,
+    tlm_adamw_step(be, o[k++].out, g, 1.0f, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 7,
                         params_lp, dt);
     if (params_lp) o[k++] = (op_output){"adamw params_lp", params_lp, n, dt};
     if (dt == F32) {

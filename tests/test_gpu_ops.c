@@ -688,8 +688,9 @@ static void adamw_one(const char *tag, size_t n, int step, size_t offset, tlm_dt
     char what[64];
     snprintf(what, sizeof what, "adamw_step t=%d%s", step, offset ? " unaligned" : "");
     ON_BOTH(what, tag,
-            tlm_adamw_step(be_, FP(p) + offset, FP(g) + offset, FP(m) + offset, FP(v) + offset, n - offset, lr, b1, b2,
-                           eps, wd, step, with_lp ? AT(lp, offset) : NULL, lp_dt));
+            tlm_adamw_step(be_, FP(p) + offset, FP(g) + offset, step == 2 ? 0.37f : 1.0f, FP(m) + offset,
+                           FP(v) + offset, n - offset, lr, b1, b2, eps, wd, step, with_lp ? AT(lp, offset) : NULL,
+                           lp_dt));
     if (with_lp && !perf_mode) {
         /* the first `offset` elements were not part of the step: give both sides the same bits */
         for (size_t i = 0; i < offset; i++) {

@@ -144,6 +144,9 @@ typedef struct tlm_model {
                                       while m->grads is set, or during their group's callback) */
     float grads_scale;             /* the factor the gradients in `grads` carry now: the loss scale
                                       after backward in fp16, 1 after unscaling and in other modes */
+    float grads_clip;              /* the factor gradient clipping asks the next AdamW step to apply
+                                      to the gradients inside its pass (fp32, tf32, bf16; fp16 folds
+                                      it into grads_scale's unscale); 1 after each backward */
     tlm_grads_ready_fn grads_ready;
     void *grads_ready_user;
 

@@ -42,6 +42,9 @@ void tlm_adamw_free(tlm_adamw *opt);
 /* One step: t += 1, then params (n) -= the AdamW update from grads (n); params_lp (n) dt, when not
  * NULL, = round(params) in the same pass. The first step allocates m and v (OUT_OF_MEMORY). */
 tlm_status tlm_adamw_update(tlm_adamw *opt, float *params, const float *grads, void *params_lp, tlm_dtype dt);
+/* The same with the gradients multiplied by grad_scale inside the pass (gradient clipping's factor). */
+tlm_status tlm_adamw_update_scaled(tlm_adamw *opt, float *params, const float *grads, float grad_scale,
+                                   void *params_lp, tlm_dtype dt);
 
 /* The same step in parts, for optimizer-in-backward (model.h: one group of the flat buffers at a
  * time, as its gradients are complete): begin_step (t += 1; the first allocates m and v:

@@ -43,11 +43,12 @@ double tlm_lr_cosine_schedule(int64_t it, double lr_max, double lr_min, int64_t 
  * CS336 Assignment 1 §4.5, gradient_clipping (as torch.nn.utils.clip_grad_norm_): the L2 norm of all
  * gradients together, total = sqrt(sum g^2) (the sum_squares op over the one flat gradient buffer,
  * float64, a fixed order: reproducible); coef = max_norm / (total + 1e-6); when coef < 1 every
- * gradient is multiplied by coef (the grad_unscale op), else left alone.
- * Gradients carrying a loss scale (fp16, m->grads_scale != 1) are measured unscaled (the sum divided
- * by the scale squared) and stay as they are: clipping divides m->grads_scale by coef instead, so the
- * optimizer step's unscale applies the clip factor (no pass of its own). Cost: the norm reads the
- * gradients once; a clip (fp32, tf32, bf16) reads and writes them once more.
+ * gradient is multiplied by coef, else left alone. The multiply has no pass of its own: clipping
+ * records coef in m->grads_clip and the AdamW pass multiplies each gradient as it reads it (ops.def,
+ * adamw_step's grad_scale: the same bits as a multiply beforehand); gradients carrying a loss scale
+ * (fp16, m->grads_scale != 1) are measured unscaled (the sum divided by the scale squared) and the
+ * clip divides m->grads_scale by coef, so the unscale before the update applies it. The norm is of
+ * the gradients as the update will see them. Cost: one read of the gradients (the norm).
  * scratch: TLM_CLIP_SCRATCH_BYTES of backend memory (tlm_alloc). Waits for the norm (a host copy).
  * Errors: INVALID_ARGUMENT when m holds no gradients (no backward since the last forward, or
  * optimizer-in-backward, which never has them all at once). A non-finite gradient gives a non-finite

@@ -10,7 +10,7 @@
  * copy while the block is in cache. */
 #define ADAMW_BLOCK 8192
 
-void tlm_cpu_adamw_step(tlm_backend *be, float *params, const float *grads, float *m, float *v,
+void tlm_cpu_adamw_step(tlm_backend *be, float *params, const float *grads, float grad_scale, float *m, float *v,
                         size_t n, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int t, void *params_lp, tlm_dtype dt) {
     /* params, grads, m, v (n); step t >= 1; params_lp (n) dt or NULL */
@@ -27,8 +27,9 @@ void tlm_cpu_adamw_step(tlm_backend *be, float *params, const float *grads, floa
         size_t i0 = blk * ADAMW_BLOCK, i1 = n - i0 < ADAMW_BLOCK ? n : i0 + ADAMW_BLOCK;
 #pragma omp simd
         for (size_t i = i0; i < i1; i++) {
-            mm[i] = beta1 * mm[i] + (1.0f - beta1) * g[i];
-            vv[i] = beta2 * vv[i] + (1.0f - beta2) * g[i] * g[i];
+            const float gi = g[i] * grad_scale; /* exact when grad_scale is 1 */
+            mm[i] = beta1 * mm[i] + (1.0f - beta1) * gi;
+            vv[i] = beta2 * vv[i] + (1.0f - beta2) * gi * gi;
             float pi = p[i] - a_t * mm[i] / (sqrtf(vv[i]) + eps);
             p[i] = pi - decay * pi;
         }

@@ -12,10 +12,11 @@
 #include "cuda/cuda_common.cuh"
 
 struct adamw_args {
-    float beta1, beta2, one_minus_beta1, one_minus_beta2, a_t, eps, decay;
+    float grad_scale, beta1, beta2, one_minus_beta1, one_minus_beta2, a_t, eps, decay;
 };
 
-__device__ __forceinline__ void adamw_update(float &p, float g, float &m, float &v, const adamw_args &a) {
+__device__ __forceinline__ void adamw_update(float &p, float g_raw, float &m, float &v, const adamw_args &a) {
+    const float g = __fmul_rn(g_raw, a.grad_scale); /* rounded on its own, as the CPU (no fused multiply-add) */
     m = a.beta1 * m + a.one_minus_beta1 * g;
     v = a.beta2 * v + a.one_minus_beta2 * g * g;
     const float pi = p - __fdiv_rn(a.a_t * m, __fsqrt_rn(v) + a.eps); /* (a_t m) / (...), as the CPU */
@@ -79,11 +80,12 @@ static void launch_adamw(tlm_backend *be, float *params, const float *grads, flo
     TLM_CUDA_CHECK_LAUNCH();
 }
 
-void tlm_cuda_adamw_step(tlm_backend *be, float *params, const float *grads, float *m, float *v, size_t n,
-                         float lr, float beta1, float beta2, float eps, float weight_decay, int t, void *params_lp,
-                         tlm_dtype dt) {
+void tlm_cuda_adamw_step(tlm_backend *be, float *params, const float *grads, float grad_scale, float *m, float *v,
+                         size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                         void *params_lp, tlm_dtype dt) {
     if (n == 0) return;
     adamw_args a;
+    a.grad_scale = grad_scale;
     a.beta1 = beta1;
     a.beta2 = beta2;
     a.one_minus_beta1 = 1.0f - beta1;

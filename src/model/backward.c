@@ -120,6 +120,7 @@ tlm_status tlm_model_backward(tlm_model *m) {
     tlm_graph_run(be, &m->graph_bwd, m->run.cuda_graphs && !oib, backward_pass, m, scale_bits);
     tlm_phase_end(be);
     m->grads_scale = scale;
+    m->grads_clip = 1.0f;
     m->have_forward = false; /* the logits now hold their gradient */
     if (oib) {
         m->updated_in_backward = true;

@@ -138,6 +138,7 @@ static tlm_status create(tlm_model *m) {
     tlm_adamw_init(&m->optimizer, be, m->layout.flat_numel, NULL);
     tlm_loss_scaler_init(&m->scaler);
     m->grads_scale = 1.0f;
+    m->grads_clip = 1.0f;
     m->params_lp_stale = true;
     return TLM_OK;
 }
@@ -327,8 +328,9 @@ tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt) {
     if (s == TLM_OK && !skip) {
         m->optimizer.config = *opt;
         /* the GEMM copy of the weights (bf16/fp16) is refreshed in the same pass */
-        s = tlm_adamw_update(&m->optimizer, m->params, m->grads, m->params_lp,
-                             tlm_precision_act_dtype(m->run.precision));
+        s = tlm_adamw_update_scaled(&m->optimizer, m->params, m->grads, m->grads_clip, m->params_lp,
+                                    tlm_precision_act_dtype(m->run.precision));
+        m->grads_clip = 1.0f;
         if (s == TLM_OK) m->params_lp_stale = m->params_lp == NULL;
     }
     tlm_activations_leave_all(m->acts, be); /* the step ends: the gradients' bytes are free (their

@@ -259,5 +259,5 @@ tlm_status tlm_model_save(const tlm_model *m, const char *path) {
 }
 
 tlm_status tlm_model_save_grads(const tlm_model *m, const char *path) {
-    return save_flat(m, m->grads, m->grads_scale, path, "gradients");
+    return save_flat(m, m->grads, m->grads_scale / m->grads_clip, path, "gradients");
 }

@@ -57,16 +57,26 @@ tlm_status tlm_adamw_begin_step(tlm_adamw *opt) {
     return TLM_OK;
 }
 
-void tlm_adamw_update_span(tlm_adamw *opt, size_t offset, size_t n, float *params, const float *grads,
-                           void *params_lp, tlm_dtype dt) {
+static void update_span(tlm_adamw *opt, size_t offset, size_t n, float *params, const float *grads,
+                        float grad_scale, void *params_lp, tlm_dtype dt) {
     const tlm_adamw_config *c = &opt->config;
     /* the GEMM copy of the weights (bf16/fp16) is refreshed in the same pass */
-    tlm_adamw_step(opt->backend, params, grads, opt->m + offset, opt->v + offset, n, c->lr, c->beta1, c->beta2,
-                   c->eps, c->weight_decay, opt->t, params_lp, dt);
+    tlm_adamw_step(opt->backend, params, grads, grad_scale, opt->m + offset, opt->v + offset, n, c->lr, c->beta1,
+                   c->beta2, c->eps, c->weight_decay, opt->t, params_lp, dt);
+}
+
+void tlm_adamw_update_span(tlm_adamw *opt, size_t offset, size_t n, float *params, const float *grads,
+                           void *params_lp, tlm_dtype dt) {
+    update_span(opt, offset, n, params, grads, 1.0f, params_lp, dt);
+}
+
+tlm_status tlm_adamw_update_scaled(tlm_adamw *opt, float *params, const float *grads, float grad_scale,
+                                   void *params_lp, tlm_dtype dt) {
+    TLM_TRY(tlm_adamw_begin_step(opt));
+    update_span(opt, 0, opt->n, params, grads, grad_scale, params_lp, dt);
+    return TLM_OK;
 }
 
 tlm_status tlm_adamw_update(tlm_adamw *opt, float *params, const float *grads, void *params_lp, tlm_dtype dt) {
-    TLM_TRY(tlm_adamw_begin_step(opt));
-    tlm_adamw_update_span(opt, 0, opt->n, params, grads, params_lp, dt);
-    return TLM_OK;
+    return tlm_adamw_update_scaled(opt, params, grads, 1.0f, params_lp, dt);
 }

@@ -82,7 +82,7 @@ static tlm_status build(tlm_plot *p, const cJSON *const *docs, const char *const
     tlm_plot_cmd(p, "set xlabel 'step'");
     tlm_plot_cmd(p, "%s", plots[0]);
     tlm_plot_cmd(p, "set xlabel 'tokens trained on'");
-    tlm_plot_cmd(p, "set format x '%%.0s%%c'");
+    tlm_plot_cmd(p, "set format x '%%.1s%%c'");
     tlm_plot_cmd(p, "%s", plots[1]);
     tlm_plot_cmd(p, "unset multiplot");
     return TLM_OK;

@@ -1,6 +1,6 @@
 /* clip.c — the global L2 norm of the gradients and CS336's gradient clipping (train.h), over the
- * one flat gradient buffer: the sum_squares op (float64, fixed order), one host copy, and the
- * grad_unscale op as the multiply. */
+ * one flat gradient buffer: the sum_squares op (float64, fixed order) and one host copy; the
+ * multiply is the AdamW pass's (m->grads_clip) or, in fp16, the unscale's. */
 #include <math.h>
 
 #include "tlm/train.h"
@@ -22,7 +22,8 @@ static double sum_squares(tlm_model *m, const float *x, size_t n, void *scratch)
 
 tlm_status tlm_grad_norm(tlm_model *m, void *scratch, double *norm) {
     TLM_TRY(need_grads(m));
-    const double scale = m->grads_scale; /* fp16: the gradients carry the loss scale */
+    /* fp16: the gradients carry the loss scale; a clip already asked for multiplies them in the update */
+    const double scale = (double)m->grads_scale / m->grads_clip;
     *norm = sqrt(sum_squares(m, m->grads, m->layout.flat_numel, scratch)) / scale;
     return TLM_OK;
 }
@@ -34,14 +35,10 @@ tlm_status tlm_clip_grad_norm(tlm_model *m, double max_norm, void *scratch, doub
     const double coef = max_norm / (*norm + 1e-6); /* CS336 / clip_grad_norm_'s eps */
     if (coef >= 1.0) return TLM_OK;
     *clipped = true;
-    if (m->grads_scale != 1.0f) { /* fp16: the unscale before the update multiplies by coef too, no extra pass */
-        m->grads_scale = (float)((double)m->grads_scale / coef);
-        return TLM_OK;
-    }
-    /* found_inf counts into the scratch's second half: the multiply by coef < 1 cannot overflow */
-    float *count = (float *)((char *)scratch + 8);
-    tlm_memset_zero(m->backend, count, sizeof(float));
-    tlm_grad_unscale(m->backend, m->grads, m->layout.flat_numel, (float)coef, count);
+    /* no pass of its own: fp16's unscale before the update multiplies by coef too; in the other modes
+     * the AdamW pass multiplies the gradients by it as it reads them */
+    if (m->grads_scale != 1.0f) m->grads_scale = (float)((double)m->grads_scale / coef);
+    else m->grads_clip = (float)((double)m->grads_clip * coef); /* the norm was of the clipped gradients */
     return TLM_OK;
 }
 
