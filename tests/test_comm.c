@@ -12,10 +12,16 @@
  *   int) refused with their message; ranks that disagree on a configuration refused on every rank,
  *   naming the rank; the busbw formula (2(n-1)/n) and algbw's units; the benchmark of one size with
  *   --check: no wrong element, the times and bandwidths consistent over the ranks.
+ * The MPI communicator's shm all-reduce (comm.h, "whose schedule"), at 2 and 3 ranks: auto's choice
+ *   by size; the checks above through shm with the default chunk and a 4 KiB one (many chunks, odd
+ *   tails), counts 1..300001; the bits of random float32 and bf16 values (an inf, a NaN) equal to
+ *   the float32 sum in rank order rounded once, on every rank; ranks that disagree on the algorithm
+ *   refused; a world of one refused shm, naming why.
  *
  * Fault modes (tests/test_comm_fault.sh runs them under mpirun and checks the others' message, the
  * exit status and the time): `--fault exit|hang|kill` makes the last rank exit (with an error), sleep
- * forever, or kill itself before the 4th all-reduce of a loop; `--timeout S` sets the watchdog's. */
+ * forever, or kill itself before the 4th all-reduce of a loop; `--timeout S` sets the watchdog's;
+ * `--algo mpi|shm` the MPI communicator's all-reduce for the loop. */
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -282,6 +288,86 @@ static void check_bench(void) {
                  "bench: bytes that are not whole elements refused");
 }
 
+/* ---- the shm all-reduce ---------------------------------------------------------------------------------------- */
+
+/* rank q's value of element i: pseudo-random in [-4, 4), an inf at 5 on rank 0, a NaN at 6 on the last */
+static float random_value(int q, size_t i, tlm_dtype dt) {
+    uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(q + 1) * 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 31;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 29;
+    float v = (float)((double)(x >> 11) / 9007199254740992.0 * 8.0 - 4.0);
+    if (i == 5 && q == 0) v = INFINITY;
+    if (i == 6 && q == nranks - 1) v = NAN;
+    return dt == TLM_DTYPE_BF16 ? tlm_bf16_to_f32(tlm_f32_to_bf16(v)) : v;
+}
+
+/* the shm schedule's bits: the float32 sum over the ranks in rank order (avg: / n), rounded once */
+static void check_shm_bits(size_t count, tlm_dtype dt, tlm_reduce_op op) {
+    const size_t es = tlm_dtype_size(dt);
+    float *v = malloc(count * sizeof(float));
+    void *want = malloc(count * es), *got = malloc(count * es);
+    for (size_t i = 0; i < count; i++) {
+        v[i] = random_value(rank, i, dt);
+        float sum = random_value(0, i, dt);
+        for (int q = 1; q < nranks; q++) sum += random_value(q, i, dt);
+        if (op == TLM_REDUCE_AVG) sum /= (float)nranks;
+        if (dt == TLM_DTYPE_BF16) ((uint16_t *)want)[i] = tlm_f32_to_bf16(sum);
+        else ((float *)want)[i] = sum;
+    }
+    void *buf = dev_alloc(count, dt);
+    put(buf, v, count, dt);
+    die_on(tlm_comm_all_reduce(comm, buf, buf, count, dt, op, NULL), "all_reduce (shm)");
+    tlm_copy_to_host(be, got, buf, count * es);
+    size_t bad = 0, at = 0;
+    for (size_t i = 0; i < count; i++)
+        if (memcmp((char *)got + i * es, (char *)want + i * es, es) != 0 && !bad++) at = i;
+    RCHECK(bad == 0, "shm %s %s of random values, count %zu: the bits of the rank-order float32 sum rounded once "
+           "(%zu differ)", dt_name(dt), tlm_reduce_op_name(op), count, bad);
+    if (bad) printf("       first at element %zu\n", at);
+    tlm_free(be, buf);
+    free(v);
+    free(want);
+    free(got);
+}
+
+static void check_shm(void) {
+    if (comm->kind != TLM_COMM_MPI) return;
+    if (nranks == 1) {
+        rcheck_status(tlm_comm_set_mpi_algo(comm, TLM_MPI_ALGO_SHM, 0), TLM_ERR_UNSUPPORTED, "one rank",
+                     "shm for a world of one refused, saying why");
+        return;
+    }
+    RCHECK(tlm_comm_shm_note(comm)[0] == '\0', "ranks on one host: a shared segment (%s)", tlm_comm_shm_note(comm));
+    const size_t below = TLM_COMM_SHM_MIN_BYTES / 4 - 1, from = TLM_COMM_SHM_MIN_BYTES / 4;
+    RCHECK(strcmp(tlm_comm_all_reduce_algo(comm, below, TLM_DTYPE_F32), "mpi") == 0 &&
+               strcmp(tlm_comm_all_reduce_algo(comm, from, TLM_DTYPE_F32), "shm") == 0,
+           "auto: mpi below %zu bytes, shm from it", TLM_COMM_SHM_MIN_BYTES);
+    static const size_t counts[] = {1, 7, 1000, 65537, 300001};
+    static const size_t chunks[] = {0, 4096};
+    for (int c = 0; c < 2; c++) {
+        die_on(tlm_comm_set_mpi_algo(comm, TLM_MPI_ALGO_SHM, chunks[c]), "the shm all-reduce");
+        if (rank == 0) printf("# shm, chunk %zu bytes per rank (0: the default)\n", chunks[c]);
+        RCHECK(strcmp(tlm_comm_all_reduce_algo(comm, 1, TLM_DTYPE_BF16), "shm") == 0, "shm chosen for any size");
+        for (int d = 0; d < 2; d++)
+            for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+                for (int ip = 0; ip < 2; ip++) {
+                    const tlm_dtype dt = d ? TLM_DTYPE_BF16 : TLM_DTYPE_F32;
+                    check_all_reduce(counts[k], dt, TLM_REDUCE_SUM, ip);
+                    check_all_reduce(counts[k], dt, TLM_REDUCE_AVG, ip);
+                }
+        for (int d = 0; d < 2; d++)
+            for (int op = 0; op < 2; op++) check_shm_bits(100003, d ? TLM_DTYPE_BF16 : TLM_DTYPE_F32, (tlm_reduce_op)op);
+    }
+    die_on(tlm_comm_set_mpi_algo(comm, TLM_MPI_ALGO_MPI, 0), "MPI_Allreduce");
+    RCHECK(strcmp(tlm_comm_all_reduce_algo(comm, (size_t)1 << 24, TLM_DTYPE_F32), "mpi") == 0,
+           "--mpi-algorithm mpi: MPI_Allreduce for any size");
+    rcheck_status(tlm_comm_set_mpi_algo(comm, rank == nranks - 1 ? TLM_MPI_ALGO_SHM : TLM_MPI_ALGO_AUTO, 0),
+                 TLM_ERR_INVALID_ARGUMENT, "disagree on the MPI all-reduce algorithm",
+                 "ranks that disagree on the algorithm are refused on every rank");
+    die_on(tlm_comm_set_mpi_algo(comm, TLM_MPI_ALGO_AUTO, 0), "auto");
+}
+
 /* ---- the fault modes ----------------------------------------------------------------------------------------- */
 
 static int run_fault(const char *mode) {
@@ -308,11 +394,13 @@ static int run_fault(const char *mode) {
 int main(int argc, char **argv) {
     const char *fault = NULL;
     double timeout = 60;
+    tlm_mpi_algo algo = TLM_MPI_ALGO_AUTO;
     static const struct option opts[] = {{"fault", required_argument, 0, 'F'}, {"timeout", required_argument, 0, 'T'},
-                                         {0, 0, 0, 0}};
+                                         {"algo", required_argument, 0, 'A'}, {0, 0, 0, 0}};
     for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         if (o == 'F') fault = optarg;
         else if (o == 'T') timeout = atof(optarg);
+        else if (o == 'A' && tlm_mpi_algo_parse(optarg, &algo)) continue;
         else return 2;
     }
     tlm_comm_world w;
@@ -339,7 +427,10 @@ int main(int argc, char **argv) {
     if (rank == 0)
         printf("# %s communicator, %s; %s; MPI: %s; NCCL: %s\n", tlm_comm_kind_name(comm->kind), hosts,
                be->description, tlm_comm_mpi_version(), tlm_comm_nccl_version());
-    if (fault) return run_fault(fault);
+    if (fault) {
+        if (comm->kind == TLM_COMM_MPI) die_on(tlm_comm_set_mpi_algo(comm, algo, 0), "--algo");
+        return run_fault(fault);
+    }
 
     RCHECK(comm->rank == rank && comm->world_size == nranks && w.local_rank < w.local_size && strstr(hosts, "rank"),
            "rank %d of %d, local rank %d of %d (%s)", rank, nranks, w.local_rank, w.local_size, hosts);
@@ -348,6 +439,7 @@ int main(int argc, char **argv) {
     check_seam();
     check_bad_arguments();
     check_bench();
+    check_shm();
 
     /* every rank's failures, summed on rank 0 */
     int mine[2] = {passed, failed}, *all = malloc(sizeof(int) * 2 * (size_t)nranks);

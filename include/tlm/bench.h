@@ -11,7 +11,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "tlm/backend.h"
+#include "tlm/comm.h"
 #include "tlm/config.h"
+#include "tlm/ddp.h"
 #include "tlm/model.h"
 #include "tlm/report.h"
 
@@ -39,6 +41,9 @@ typedef struct {
     tlm_recompute recompute; /* activation checkpointing (tlm_run_config.recompute); default NONE */
     bool optimizer_in_backward; /* tlm_run_config.optimizer_in_backward (not with fp16) */
     uint64_t seed;         /* weights and batch */
+    tlm_comm *comm;        /* not owned: data parallelism over its ranks (ddp.h); NULL: one process */
+    tlm_ddp_config ddp;    /* with comm: how the gradients are averaged; batch_size is then the global
+                              batch, batch_size / world_size rows a rank (it must divide) */
 } tlm_bench_case;
 
 typedef struct {
@@ -66,11 +71,27 @@ typedef struct {
     float loss_scale;       /* fp16: the loss scale after the run (GradScaler); else 1 */
     int64_t skipped_steps;  /* fp16: AdamW steps skipped for inf/NaN gradients, warm-up included */
     tlm_attention attention; /* the attention the row ran (or would have): naive or flash */
+    /* data parallelism (case comm set; else zero) */
+    tlm_timing comm;        /* communication the step waited for (tlm_ddp_timing.exposed_ms); forward,
+                               backward and optimizer exclude it, so the four phases add up to the step */
+    double comm_share;      /* comm mean / step mean */
+    int world_size;         /* ranks (1 alone) */
+    size_t peak_bytes_min;  /* with several ranks peak_bytes (and reserved, per tag) is the largest over
+                               the ranks, this the smallest */
+    size_t mem_after_init_bytes, mem_before_opt_bytes, mem_after_opt_bytes; /* tracked bytes in use after
+                               the model and reducer were set up, right before and after the last timed
+                               optimizer step (the ZeRO memory table; largest over the ranks) */
 } tlm_bench_result;
 
 /* Runs one case on `be`: creates and initialises the model, runs, frees it. Failures of the
  * case (out of memory, invalid shapes) are returned in r->status with r->error; the function
- * itself returns TLM_OK unless it could not run at all. */
+ * itself returns TLM_OK unless it could not run at all.
+ * With c->comm (every rank calls it with the same case): each rank runs its rows of the global batch
+ * (its stretch of the one random sequence a single process would run) with the reducer of c->ddp; the
+ * ranks agree after the model's creation and after every step, so a failure every rank saw (out of
+ * memory) is every rank's failed row, and the memory figures are gathered from every rank (the
+ * function returns BACKEND when a host exchange failed: the run cannot go on). A rank that fails alone
+ * inside a step leaves the others in a collective: the watchdog ends the run (comm.h, "Faults"). */
 tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_result *r);
 
 /* ---- the report (src/bench/bench_report.c) ------------------------------------------------------------

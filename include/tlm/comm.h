@@ -152,6 +152,44 @@ tlm_status tlm_comm_barrier(tlm_comm *c);
  * asynchronous error meanwhile (an error aborts the communicator and returns BACKEND). MPI: no-op. */
 tlm_status tlm_comm_synchronize(tlm_comm *c, tlm_stream *s);
 
+/* ---- the MPI communicator's all-reduce: whose schedule ---------------------------------------------------------
+ *   mpi   MPI_Allreduce: Open MPI's algorithm and transport (shared memory within a host: vader).
+ *   shm   tlm's schedule for ranks that share one host (src/comm/shm_allreduce.h): a shared-memory
+ *         segment mapped by every rank; per chunk (TLM_COMM_SHM_CHUNK_BYTES per rank) each rank
+ *         copies its buffer in once, sums its 1/n slice reading every rank's copy directly, and
+ *         copies the others' sums out: B read and B written per rank in its own memory for B bytes.
+ *         Sums in float32 in rank order 0..n-1 (bf16: converted, summed in float32, rounded to
+ *         nearest even once; avg: divided by n in float32 before that rounding): every rank gets
+ *         the same bits.
+ *   auto  shm when every rank is on one host, there are at least 2, the segment could be made at
+ *         the communicator's creation and the buffer is at least TLM_COMM_SHM_MIN_BYTES per rank;
+ *         mpi otherwise (across hosts: MPI_Allreduce).
+ * Faults as for every collective (above); a shm wait also gives up by itself past the timeout + 5 s
+ * (TLM_ERR_BACKEND naming the rank), after which the communicator is not usable.
+ * The segment (2 x 1 MiB per rank, in /dev/shm) is made by tlm_comm_create for an MPI communicator
+ * whose ranks share one host; when it cannot be (a full /dev/shm), auto is mpi and
+ * tlm_comm_shm_note says why. Reduce-scatter, all-gather and broadcast stay MPI's. */
+typedef enum { TLM_MPI_ALGO_AUTO = 0, TLM_MPI_ALGO_MPI = 1, TLM_MPI_ALGO_SHM = 2 } tlm_mpi_algo;
+
+#define TLM_COMM_SHM_MIN_BYTES ((size_t)256 << 10)  /* auto: shm from this size per rank (measured: see below) */
+#define TLM_COMM_SHM_CHUNK_BYTES ((size_t)256 << 10) /* the default chunk per rank; at most 1 MiB */
+
+const char *tlm_mpi_algo_name(tlm_mpi_algo a); /* "auto", "mpi", "shm" */
+bool tlm_mpi_algo_parse(const char *name, tlm_mpi_algo *out);
+
+/* Chooses the MPI communicator's all-reduce (default: auto) and shm's chunk per rank in bytes (0:
+ * TLM_COMM_SHM_CHUNK_BYTES; more than 1 MiB is 1 MiB). Collective: every rank calls it with the same
+ * values (checked: INVALID_ARGUMENT on every rank otherwise). Errors: INVALID_ARGUMENT (not an MPI
+ * communicator, an unknown algorithm, ranks that disagree), UNSUPPORTED (shm asked for where there
+ * is no segment: ranks on several hosts, one rank, or /dev/shm refused; the message says which). */
+tlm_status tlm_comm_set_mpi_algo(tlm_comm *c, tlm_mpi_algo a, size_t shm_chunk_bytes);
+
+/* The schedule tlm_comm_all_reduce uses for count elements of dt: "mpi", "shm", or "nccl". */
+const char *tlm_comm_all_reduce_algo(const tlm_comm *c, size_t count, tlm_dtype dt);
+
+/* Why this communicator has no shm schedule ("" when it has one): "ranks on 2 hosts", ... */
+const char *tlm_comm_shm_note(const tlm_comm *c);
+
 /* ---- host exchanges (MPI on host memory, whatever the kind; watched) ------------------------------------------ */
 
 /* recv (world_size * bytes) = every rank's send (bytes), rank r's at r*bytes. */

@@ -261,6 +261,15 @@ tlm_status tlm_model_backward(tlm_model *m);
  * (m->scaler.last_step_skipped, the scale halves) and TLM_OK is returned. */
 tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt);
 
+/* The optimizer step with someone else's update (data-parallel ZeRO-1, ddp.h: each rank updates its
+ * shard of the parameters with its own AdamW state): what tlm_model_adamw_step does around its own
+ * AdamW pass (the optimizer phase, the step's memory stage: the gradients' life ends with it; in fp16
+ * the unscale and overflow check, `update` skipped on an overflow), with update(user, m) in place of
+ * that pass. update reads m->grads (unscaled) times m->grads_clip, writes m->params, and sets
+ * m->params_lp_stale when the GEMM copy no longer matches them. Not with optimizer-in-backward.
+ * Errors: INVALID_ARGUMENT without gradients; update's. */
+tlm_status tlm_model_adamw_step_by(tlm_model *m, tlm_status (*update)(void *user, tlm_model *m), void *user);
+
 /* Copies the logits of the last forward (before backward) to host memory as float32
  * (B*T*V floats; widened from bf16/fp16 in those modes). */
 tlm_status tlm_model_copy_logits(const tlm_model *m, float *host);

@@ -5,11 +5,11 @@
  *
  * One state (tlm_train), one function per step (tlm_train_step). Data parallelism (one process per
  * rank) plugs in without changing the loop: the batch draws are rank-aware (npy.h, tlm_batch_draw:
- * rank r of world_size takes its rows of each global batch), the model's communicator (model.h,
- * tlm_model_set_comm) averages the loss, and a grads-ready callback (tlm_model_on_grads_ready) that
- * all-reduces each group of gradients makes them the same on every rank before the step clips and
- * updates them, so every rank computes the same norm and takes the same step. Checkpoints are
- * written by one rank (rank 0).
+ * rank r of world_size takes its rows of each global batch), and the reducer (ddp.h, t->ddp) gives
+ * the model its communicator (the loss averaged over the ranks), averages the gradients over the
+ * ranks (overlapping the backward pass) before the step clips them by the norm of the average and
+ * updates them, so every rank takes the same step (with ZeRO-1 each its shard, then the parameters
+ * are all-gathered). Checkpoints are written by one rank (rank 0).
  *
  * Units: a step is one optimizer update; steps count from 1; tokens are token positions trained on
  * (batch_size x context_length x world_size per step); learning rates are per step. */
@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "tlm/ddp.h"
 #include "tlm/model.h"
 #include "tlm/npy.h"
 #include "tlm/safetensors.h"
@@ -56,6 +57,9 @@ double tlm_lr_cosine_schedule(int64_t it, double lr_max, double lr_min, int64_t 
 #define TLM_CLIP_SCRATCH_BYTES 16
 tlm_status tlm_grad_norm(tlm_model *m, void *scratch, double *norm);
 tlm_status tlm_clip_grad_norm(tlm_model *m, double max_norm, void *scratch, double *norm, bool *clipped);
+/* The clip of a norm measured elsewhere (data parallelism: ddp.h's norm of the averaged gradients):
+ * records coef as tlm_clip_grad_norm does; nothing when norm is not finite or within max_norm. */
+void tlm_clip_to_norm(tlm_model *m, double max_norm, double norm, bool *clipped);
 /* The name of the first tensor (layout order) whose gradient holds a NaN or inf, or NULL. */
 const char *tlm_grad_nonfinite_tensor(tlm_model *m, void *scratch);
 
@@ -107,6 +111,8 @@ typedef struct tlm_train {
     const tlm_tokens *train_data;   /* not owned: ids < vocab_size, at least context_length + 1 */
     const tlm_tokens *val_data;     /* not owned; NULL: no validation */
     int rank, world_size;           /* this process among the data-parallel ranks; 0 and 1 alone */
+    struct tlm_ddp *ddp;            /* not owned: the gradient reducer of a world of several ranks (ddp.h),
+                                       set by the caller after tlm_train_init; NULL alone */
     int64_t step;                   /* steps taken (the next is step + 1) */
     int64_t tokens;                 /* tokens trained on (all ranks) */
     int32_t *inputs, *targets;      /* (B*T) host: the step's batch */
@@ -130,8 +136,9 @@ tlm_status tlm_train_init(tlm_train *t, tlm_model *m, const tlm_train_config *c,
 void tlm_train_free(tlm_train *t);
 
 /* One step, step s = t->step + 1: lr = the schedule at it = s - 1; this rank's rows of batch
- * (seed, it) drawn from the training data; forward (mean loss), backward, the global norm and
- * clipping, the AdamW update with lr; t->step, t->tokens advance and the record is appended to the
+ * (seed, it) drawn from the training data; forward (mean loss), backward (with t->ddp: the gradients
+ * averaged over the ranks, tlm_ddp_sync_grads), the global norm and clipping, the AdamW update with
+ * lr (with t->ddp: tlm_ddp_adamw_step); t->step, t->tokens advance and the record is appended to the
  * log and copied to *rec (may be NULL). Errors: the model's (OUT_OF_MEMORY, ...); INVALID_ARGUMENT
  * for a non-finite loss or gradient in fp32, tf32 or bf16 (the message names the step and the first
  * tensor whose gradient is not finite; the update is not taken). In fp16 an inf/NaN gradient is the

@@ -32,6 +32,34 @@ static void fail_case(tlm_bench_result *r, tlm_status s) {
     snprintf(r->error, sizeof r->error, "%s", tlm_last_error());
 }
 
+/* ---- data parallelism: the ranks agree, and their memory figures meet ------------------------------- */
+
+enum { MEM_PEAK, MEM_RESERVED, MEM_AFTER_INIT, MEM_BEFORE_OPT, MEM_AFTER_OPT, MEM_TAGS, MEM_N = MEM_TAGS + TLM_MEM_NUM_TAGS };
+
+/* the largest figure over the ranks (and the smallest peak) */
+static tlm_status gather_memory(tlm_comm *c, tlm_bench_result *r) {
+    uint64_t mine[MEM_N] = {r->peak_bytes, r->reserved_peak_bytes, r->mem_after_init_bytes, r->mem_before_opt_bytes,
+                            r->mem_after_opt_bytes};
+    for (int t = 0; t < TLM_MEM_NUM_TAGS; t++) mine[MEM_TAGS + t] = r->peak_bytes_by_tag[t];
+    uint64_t *all = malloc(sizeof mine * (size_t)c->world_size);
+    if (!all) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
+    const tlm_status s = tlm_comm_host_all_gather(c, mine, all, sizeof mine);
+    r->peak_bytes_min = r->peak_bytes;
+    for (int k = 0; s == TLM_OK && k < c->world_size; k++) {
+        const uint64_t *v = all + (size_t)k * MEM_N;
+        if (v[MEM_PEAK] < r->peak_bytes_min) r->peak_bytes_min = v[MEM_PEAK];
+        for (int i = 0; i < MEM_N; i++) mine[i] = v[i] > mine[i] ? v[i] : mine[i];
+    }
+    free(all);
+    r->peak_bytes = mine[MEM_PEAK];
+    r->reserved_peak_bytes = mine[MEM_RESERVED];
+    r->mem_after_init_bytes = mine[MEM_AFTER_INIT];
+    r->mem_before_opt_bytes = mine[MEM_BEFORE_OPT];
+    r->mem_after_opt_bytes = mine[MEM_AFTER_OPT];
+    for (int t = 0; t < TLM_MEM_NUM_TAGS; t++) r->peak_bytes_by_tag[t] = mine[MEM_TAGS + t];
+    return s;
+}
+
 tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_result *r) {
     memset(r, 0, sizeof *r);
     r->params = tlm_config_num_params(&c->config);
@@ -41,7 +69,14 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     }
     tlm_config cfg = c->config;
     if (cfg.context_length < c->context_length) cfg.context_length = c->context_length;
-    const int B = c->batch_size, T = c->context_length;
+    tlm_comm *comm = c->comm;
+    r->world_size = comm ? comm->world_size : 1;
+    if (c->batch_size % r->world_size != 0) {
+        fail_case(r, tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the global batch of %d rows does not divide over %d ranks",
+                              c->batch_size, r->world_size));
+        return TLM_OK;
+    }
+    const int B = c->batch_size / r->world_size, T = c->context_length; /* this rank's rows */
     const size_t N = (size_t)B * T;
 
     /* a forward-only case keeps no gradient and no activation for a backward (model.h) */
@@ -63,14 +98,22 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
         free(ms);
         return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the benchmark batch");
     }
-    /* one random sequence; targets are the inputs shifted by one */
+    /* one random sequence of the global batch (this rank's stretch of it); targets are the inputs shifted by
+     * one */
     uint64_t rng = tlm_rng_stream(c->seed, 0xBA7C4);
+    const size_t skip = (size_t)(comm ? comm->rank : 0) * N;
+    for (size_t i = 0; i < skip; i++) tlm_rng_below(&rng, (uint64_t)cfg.vocab_size);
     for (size_t i = 0; i <= N; i++) tokens[i] = (int32_t)tlm_rng_below(&rng, (uint64_t)cfg.vocab_size);
 
     tlm_status s = TLM_OK;
+    tlm_ddp *d = NULL;
+    double *comm_ms = comm ? calloc((size_t)c->steps, sizeof(double)) : NULL;
+    if (comm && !comm_ms) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     for (int e = 0; e < 4 && s == TLM_OK; e++) s = tlm_event_create(be, &ev[e]);
     if (s == TLM_OK) s = tlm_model_create(&m, &cfg, &run, be);
     if (s == TLM_OK) s = tlm_model_init_random(m, c->seed);
+    if (comm && (s = tlm_ddp_agree(comm, s)) == TLM_OK) s = tlm_ddp_create(&d, m, comm, &c->ddp); /* symmetric errors */
+    r->mem_after_init_bytes = tlm_mem_stats_now(be).current_total;
     const tlm_adamw_config opt = tlm_adamw_defaults();
     double *fwd = ms, *bwd = ms + c->steps, *upd = ms + 2 * c->steps, *step = ms + 3 * c->steps;
     for (int i = 0; s == TLM_OK && i < c->warmup + c->steps; i++) {
@@ -83,10 +126,14 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
         tlm_event_record(be, ev[1], NULL);
         if (s == TLM_OK && c->pass >= TLM_PASS_FORWARD_BACKWARD) s = tlm_model_backward(m);
         tlm_event_record(be, ev[2], NULL);
-        if (s == TLM_OK && c->pass == TLM_PASS_TRAIN) s = tlm_model_adamw_step(m, &opt);
+        if (s == TLM_OK && d && c->pass >= TLM_PASS_FORWARD_BACKWARD) s = tlm_ddp_sync_grads(d);
+        if (d) r->mem_before_opt_bytes = tlm_mem_stats_now(be).current_total;
+        if (s == TLM_OK && c->pass == TLM_PASS_TRAIN) s = d ? tlm_ddp_adamw_step(d, &opt) : tlm_model_adamw_step(m, &opt);
+        if (d) r->mem_after_opt_bytes = tlm_mem_stats_now(be).current_total;
         tlm_event_record(be, ev[3], NULL);
         tlm_step_end(be);
         tlm_synchronize(be);
+        if (comm) s = tlm_ddp_agree(comm, s); /* a failure of every rank (out of memory) is the row's */
         if (s == TLM_OK) {
             const size_t used = tlm_device_memory_used(be);
             if (used > device_max) device_max = used;
@@ -96,6 +143,13 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
             bwd[timed] = tlm_event_elapsed_ms(be, ev[1], ev[2]);
             upd[timed] = tlm_event_elapsed_ms(be, ev[2], ev[3]);
             step[timed] = tlm_event_elapsed_ms(be, ev[0], ev[3]);
+            if (d) { /* the communication the step waited for, out of the phases it happened in */
+                tlm_ddp_timing t;
+                tlm_ddp_last_timing(d, &t);
+                bwd[timed] -= t.in_backward_ms;
+                upd[timed] -= t.after_backward_ms + t.params_ms;
+                comm_ms[timed] = t.exposed_ms;
+            }
             if (timed == 0) r->loss_first = loss;
             r->loss_last = loss;
         }
@@ -105,7 +159,11 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
         if (c->pass >= TLM_PASS_FORWARD_BACKWARD) r->backward = summarize(bwd, c->steps);
         if (c->pass == TLM_PASS_TRAIN) r->optimizer = summarize(upd, c->steps);
         r->step = summarize(step, c->steps);
-        r->tokens_per_s = (double)N / (r->step.mean_ms * 1e-3);
+        r->tokens_per_s = (double)N * r->world_size / (r->step.mean_ms * 1e-3);
+        if (d) {
+            r->comm = summarize(comm_ms, c->steps);
+            r->comm_share = r->comm.mean_ms / r->step.mean_ms;
+        }
         const double flops = tlm_config_forward_flops(&cfg, B, T);
         const double gemm_ms = r->forward.mean_ms + r->backward.mean_ms;
         const double counted = c->pass >= TLM_PASS_FORWARD_BACKWARD ? 3 * flops : flops;
@@ -122,9 +180,11 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     r->device_peak_bytes = device_max > outside ? device_max - outside : 0;
     memcpy(r->peak_bytes_by_tag, mem.peak, sizeof r->peak_bytes_by_tag);
     r->reserved_peak_bytes = mem.peak_footprint;
+    tlm_ddp_free(d);
     tlm_model_free(m);
     for (int e = 0; e < 4; e++) tlm_event_destroy(be, ev[e]);
     free(tokens);
     free(ms);
-    return TLM_OK;
+    free(comm_ms);
+    return comm ? gather_memory(comm, r) : TLM_OK;
 }

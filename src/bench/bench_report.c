@@ -22,12 +22,20 @@ const tlm_column tlm_bench_columns[] = {
     TLM_COL_HIDDEN("cuda_graphs", TLM_FIELD_BOOL),
     TLM_COL_HIDDEN("seed", TLM_FIELD_INT),
     {"params", TLM_FIELD_INT, "params", "M", 8, 1, 1e-6, TLM_COL_KEY},
+    {"ranks", TLM_FIELD_INT, "ranks", "", 5, 0, 0, TLM_COL_KEY},
+    {"ddp", TLM_FIELD_STR, "ddp", "", -8, 0, 0, TLM_COL_KEY},
+    {"bucket_mb", TLM_FIELD_NUM, "bucket", "MiB", 7, 2, 0, TLM_COL_KEY},
+    {"grad_reduce_dtype", TLM_FIELD_STR, "reduce", "", -6, 0, 0, TLM_COL_KEY},
+    {"zero", TLM_FIELD_INT, "zero", "", 4, 0, 0, TLM_COL_KEY},
     {"fwd_ms_mean", TLM_FIELD_NUM, "forward", "ms", 10, 2, 0, 0},
     {"fwd_ms_std", TLM_FIELD_NUM, "std", "ms", 7, 2, 0, 0},
     {"bwd_ms_mean", TLM_FIELD_NUM, "backward", "ms", 10, 2, 0, 0},
     {"bwd_ms_std", TLM_FIELD_NUM, "std", "ms", 7, 2, 0, 0},
     {"opt_ms_mean", TLM_FIELD_NUM, "optimizer", "ms", 10, 2, 0, 0},
     {"opt_ms_std", TLM_FIELD_NUM, "std", "ms", 7, 2, 0, 0},
+    {"comm_ms_mean", TLM_FIELD_NUM, "comm", "ms", 9, 2, 0, 0},
+    {"comm_ms_std", TLM_FIELD_NUM, "std", "ms", 7, 2, 0, 0},
+    {"comm_share", TLM_FIELD_NUM, "comm", "%", 5, 1, 100, 0},
     TLM_COL_HIDDEN("step_ms_mean", TLM_FIELD_NUM),
     TLM_COL_HIDDEN("step_ms_std", TLM_FIELD_NUM),
     {"tokens_per_s", TLM_FIELD_NUM, "tokens/s", "", 10, 0, 0, 0},
@@ -36,6 +44,10 @@ const tlm_column tlm_bench_columns[] = {
     {"peak_bytes", TLM_FIELD_INT, "peak", "GiB", 7, 3, GIB, 0},
     {"reserved_peak_bytes", TLM_FIELD_INT, "reserved", "GiB", 8, 3, GIB, 0},
     {"device_peak_bytes", TLM_FIELD_INT, "device", "GiB", 7, 3, GIB, 0},
+    TLM_COL_HIDDEN("peak_bytes_min", TLM_FIELD_INT),
+    {"mem_after_init_bytes", TLM_FIELD_INT, "init", "GiB", 7, 3, GIB, 0},
+    {"mem_before_opt_bytes", TLM_FIELD_INT, "pre-opt", "GiB", 7, 3, GIB, 0},
+    {"mem_after_opt_bytes", TLM_FIELD_INT, "post-opt", "GiB", 8, 3, GIB, 0},
     TLM_COL_HIDDEN("peak_bytes_parameters", TLM_FIELD_INT),
     TLM_COL_HIDDEN("peak_bytes_gradients", TLM_FIELD_INT),
     TLM_COL_HIDDEN("peak_bytes_optimizer", TLM_FIELD_INT),
@@ -56,7 +68,7 @@ static const char *const peak_by_tag[TLM_MEM_NUM_TAGS] = {"peak_bytes_parameters
 
 void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_bench_case *cases, int n) {
     bool fp16 = false, several_passes = false, several_warmups = false, fp32_and_other = false, fp32 = false,
-         other = false, recompute = false, oib = false;
+         other = false, recompute = false, oib = false, ddp = false, bucketed = false, train = false;
     for (int i = 0; i < n; i++) {
         fp16 |= cases[i].precision == TLM_PRECISION_FP16;
         fp32 |= cases[i].precision == TLM_PRECISION_FP32;
@@ -65,6 +77,9 @@ void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_be
         several_warmups |= cases[i].warmup != cases[0].warmup;
         recompute |= cases[i].recompute != TLM_RECOMPUTE_NONE;
         oib |= cases[i].optimizer_in_backward;
+        ddp |= cases[i].comm != NULL;
+        bucketed |= cases[i].comm && cases[i].ddp.mode == TLM_DDP_BUCKETED;
+        train |= cases[i].pass == TLM_PASS_TRAIN;
     }
     fp32_and_other = fp32 && other;
     tlm_report_meta_str(rep, "timing", "ms = mean and population std over the timed steps of each phase, timed "
@@ -85,7 +100,22 @@ void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_be
                                                 "model, context, batch and pass");
     tlm_report_meta_str(rep, "attention", "auto resolves per row: flash on CUDA where it has kernels for the "
                                           "d_head and dtype, else naive; naive on the CPU");
+    if (ddp) {
+        tlm_report_meta_str(rep, "ddp", "data parallelism (ddp.h): batch_size is the global batch, divided over the "
+                            "ranks; tokens_per_s counts every rank's; comm_ms: the communication each step waited "
+                            "for (NCCL: events on the compute and communication streams; MPI, synchronous: the time "
+                            "inside the collectives), taken out of the phase it fell in, so forward + backward + comm "
+                            "+ optimizer = the step; comm_share = comm / step; memory: the largest over the ranks "
+                            "(peak_bytes_min the smallest peak); init, pre-opt, post-opt: tracked bytes in use after "
+                            "setting up, right before and after the last optimizer step (ZeRO-1's table)");
+    }
     tlm_report_table(rep, "rows", tlm_bench_columns, tlm_bench_num_columns);
+    const char *ddp_cols[] = {"ranks", "ddp", "grad_reduce_dtype", "zero", "comm_ms_mean", "comm_ms_std", "comm_share"};
+    for (size_t i = 0; i < sizeof ddp_cols / sizeof ddp_cols[0]; i++) tlm_report_show(rep, ddp_cols[i], ddp);
+    tlm_report_show(rep, "bucket_mb", bucketed);
+    tlm_report_show(rep, "mem_after_init_bytes", ddp && train);
+    tlm_report_show(rep, "mem_before_opt_bytes", ddp && train);
+    tlm_report_show(rep, "mem_after_opt_bytes", ddp && train);
     tlm_report_show(rep, "pass", several_passes);
     tlm_report_show(rep, "warmup_steps", several_warmups);
     tlm_report_show(rep, "recompute", recompute);
@@ -140,6 +170,10 @@ void tlm_bench_report_row(tlm_report *rep, const tlm_bench_case *c, const tlm_be
         tlm_report_num(rep, "loss_last", r->loss_last);
         tlm_report_num(rep, "loss_scale", r->loss_scale);
         tlm_report_int(rep, "skipped_steps", r->skipped_steps);
+        if (c->comm) {
+            timing(rep, "comm_ms_mean", "comm_ms_std", &r->comm, true);
+            tlm_report_num(rep, "comm_share", r->comm_share);
+        }
     } else {
         tlm_report_status(rep, r->status == TLM_ERR_OUT_OF_MEMORY ? "OOM" : "failed", r->error);
     }
@@ -147,5 +181,18 @@ void tlm_bench_report_row(tlm_report *rep, const tlm_bench_case *c, const tlm_be
     tlm_report_int(rep, "reserved_peak_bytes", (int64_t)r->reserved_peak_bytes);
     if (r->device_peak_bytes) tlm_report_int(rep, "device_peak_bytes", (int64_t)r->device_peak_bytes);
     for (int t = 0; t < TLM_MEM_NUM_TAGS; t++) tlm_report_int(rep, peak_by_tag[t], (int64_t)r->peak_bytes_by_tag[t]);
+    if (c->comm) {
+        tlm_report_int(rep, "ranks", r->world_size);
+        tlm_report_str(rep, "ddp", tlm_ddp_mode_name(c->ddp.mode));
+        if (c->ddp.mode == TLM_DDP_BUCKETED) tlm_report_num(rep, "bucket_mb", c->ddp.bucket_mb);
+        tlm_report_str(rep, "grad_reduce_dtype", c->ddp.reduce_dtype == TLM_DTYPE_BF16 ? "bf16" : "fp32");
+        tlm_report_int(rep, "zero", c->ddp.zero);
+        tlm_report_int(rep, "peak_bytes_min", (int64_t)r->peak_bytes_min);
+        if (c->pass == TLM_PASS_TRAIN && r->status == TLM_OK) {
+            tlm_report_int(rep, "mem_after_init_bytes", (int64_t)r->mem_after_init_bytes);
+            tlm_report_int(rep, "mem_before_opt_bytes", (int64_t)r->mem_before_opt_bytes);
+            tlm_report_int(rep, "mem_after_opt_bytes", (int64_t)r->mem_after_opt_bytes);
+        }
+    }
     tlm_report_row_end(rep);
 }

@@ -18,6 +18,7 @@
 #include "tlm/backend.h"
 #include "tlm/bench.h"
 #include "tlm/config.h"
+#include "tlm/ddp.h"
 #include "tlm/model.h"
 #include "tlm/report.h"
 
@@ -70,6 +71,11 @@ typedef enum {
     CLI_SEED,           /* -s, --seed N */
     CLI_RECOMPUTE,      /*     --recompute LIST (none, attention, block: activation checkpointing) */
     CLI_OPTIMIZER_IN_BACKWARD, /* --optimizer-in-backward (no value) */
+    CLI_DDP,            /*     --ddp LIST (naive, flat, overlap, bucketed: data parallelism, ddp.h) */
+    CLI_BUCKET_MB,      /*     --bucket-mb LIST (MiB) */
+    CLI_ZERO,           /*     --zero LIST (0, 1) */
+    CLI_GRAD_REDUCE_DTYPE, /*  --grad-reduce-dtype LIST (fp32, bf16) */
+    CLI_TIMEOUT,        /*     --timeout S (the communication layer's watchdog, comm.h) */
     CLI_NUM_FLAGS
 } cli_flag;
 
@@ -118,6 +124,14 @@ typedef struct {
     tlm_recompute recomputes[3];
     int num_recomputes;
     bool optimizer_in_backward;
+    tlm_ddp_mode ddp_modes[4];          /* data parallelism (under a launcher); empty: the defaults */
+    int num_ddp_modes;
+    double bucket_mbs[CLI_MAX_LIST];
+    int num_bucket_mbs;
+    int zeros[2], num_zeros;
+    tlm_dtype grad_reduce_dtypes[2];
+    int num_grad_reduce_dtypes;
+    double timeout;                     /* seconds; 0: not given */
     int num_positional; /* arguments after the options (compare's files) */
     char **positional;
     char *models_buf_;  /* owned storage */
@@ -177,6 +191,12 @@ tlm_backend *cli_create_backend(const char *cmd, const cli_args *a);
 
 /* The report's standard header fields for this backend: device, threads. */
 void cli_report_device(tlm_report *r, const tlm_backend *be);
+
+/* Joins the data-parallel run a launcher started (ddp.h, tlm_ddp_join: --device, --gpu, --threads, --timeout,
+ * default_timeout_s when not given): several ranks: p->comm and p->be set, and ranks other than 0 print
+ * nothing on stdout; a world of one: the data-parallel flags (--ddp, --bucket-mb, --zero,
+ * --grad-reduce-dtype) are refused. Prints the error; returns the exit code, or -1 to go on. */
+int cli_join(const char *cmd, const cli_args *a, double default_timeout_s, tlm_ddp_process *p);
 
 /* Opens the report of `tool` in --format to --out (stdout shows the table then). Prints the error. */
 tlm_report *cli_open_report(const char *cmd, const cli_args *a, const char *tool, int argc, char **argv);

@@ -202,6 +202,20 @@ static const flag_info flags[CLI_NUM_FLAGS] = {
                                    "each layer's AdamW update runs in the backward pass as soon as its gradients "
                                    "are complete, so the whole gradient buffer never exists (train pass; not with "
                                    "fp16 or gradient clipping)"},
+    [CLI_DDP] = {"ddp", 0, "M", "LIST",
+                 "data parallelism under mpirun/srun (one process per GPU; MPI on the CPU): how gradients are "
+                 "averaged: naive (an all-reduce per tensor after backward), flat (one of the whole buffer after "
+                 "backward), overlap (per tensor, as each layer's gradients are ready), bucketed (buckets of "
+                 "--bucket-mb as they are ready)"},
+    [CLI_BUCKET_MB] = {"bucket-mb", 0, "X", "LIST", "bucketed: bucket size in MiB of float32 gradients (PyTorch's "
+                                                    "bucket_cap_mb)"},
+    [CLI_ZERO] = {"zero", 0, "N", "LIST", "1: ZeRO stage 1, the AdamW state sharded over the ranks (reduce-scatter "
+                                          "of the gradients, all-gather of the parameters); 0: replicated"},
+    [CLI_GRAD_REDUCE_DTYPE] = {"grad-reduce-dtype", 0, "T", "LIST",
+                               "fp32 | bf16: the dtype the gradients are averaged in (bf16: PyTorch's bf16 "
+                               "compression hook)"},
+    [CLI_TIMEOUT] = {"timeout", 0, "S", "S", "under a launcher: the longest any rank waits in one collective before "
+                                             "the run stops, naming the ranks that did not arrive"},
 };
 
 const char *cli_flag_name(cli_flag f) {
@@ -240,7 +254,7 @@ static bool parse_shape(const char *cmd, int which, const char *arg, cli_shape_f
 static bool parse_shared(const cli_command *c, cli_flag f, const char *arg, cli_args *a) {
     const char *cmd = c->name, *flag = cli_flag_name(f);
     const int max_n = use_of(c, f)->max_values > 1 ? use_of(c, f)->max_values : 1;
-    long v;
+    long v = 0;
     int n = 0;
     switch (f) {
     case CLI_DEVICE:
@@ -330,6 +344,41 @@ static bool parse_shared(const cli_command *c, cli_flag f, const char *arg, cli_
         return ok;
     }
     case CLI_OPTIMIZER_IN_BACKWARD: a->optimizer_in_backward = true; return true;
+    case CLI_DDP:
+    case CLI_GRAD_REDUCE_DTYPE: {
+        static const char *const dtypes[2] = {"fp32", "bf16"};
+        char **items;
+        if (!cli_split_list(cmd, flag, arg, max_n, &items, &n)) return false;
+        bool ok = true;
+        int *count = f == CLI_DDP ? &a->num_ddp_modes : &a->num_grad_reduce_dtypes, k;
+        *count = 0;
+        for (int i = 0; ok && i < n; i++) {
+            if (f == CLI_DDP && !(ok = tlm_ddp_mode_parse(items[i], &a->ddp_modes[i])))
+                cli_error(cmd, "%s: unknown mode '%s' (known: naive, flat, overlap, bucketed)", flag, items[i]);
+            if (f == CLI_GRAD_REDUCE_DTYPE && (ok = cli_parse_choice(cmd, flag, items[i], dtypes, 2, &k)))
+                a->grad_reduce_dtypes[i] = k ? TLM_DTYPE_BF16 : TLM_DTYPE_F32;
+            (*count)++;
+        }
+        free(items);
+        return ok;
+    }
+    case CLI_BUCKET_MB:
+    case CLI_ZERO: {
+        char **items;
+        if (!cli_split_list(cmd, flag, arg, max_n, &items, &n)) return false;
+        bool ok = true;
+        for (int i = 0; ok && i < n; i++) {
+            double x = 0;
+            ok = f == CLI_ZERO ? cli_parse_int(cmd, flag, items[i], 0, 1, &v) : cli_parse_double(cmd, flag, items[i],
+                                                                                                  1e-6, 1e7, &x);
+            if (f == CLI_ZERO) a->zeros[i] = (int)v;
+            else a->bucket_mbs[i] = x;
+        }
+        *(f == CLI_ZERO ? &a->num_zeros : &a->num_bucket_mbs) = n;
+        free(items);
+        return ok;
+    }
+    case CLI_TIMEOUT: return cli_parse_double(cmd, flag, arg, 0.5, 86400, &a->timeout);
     case CLI_NUM_FLAGS: break;
     }
     return false;
@@ -493,12 +542,33 @@ bool cli_bench_cases(const char *cmd, const cli_args *a, tlm_backend *be, tlm_be
     const tlm_recompute no_recompute = TLM_RECOMPUTE_NONE;
     const tlm_recompute *recomputes = a->num_recomputes ? a->recomputes : &no_recompute;
     const int num_recomputes = a->num_recomputes ? a->num_recomputes : 1;
+    /* data parallelism: every mode (bucketed once per --bucket-mb) x --zero x --grad-reduce-dtype */
+    tlm_ddp_config ddps[4 * CLI_MAX_LIST * 4];
+    int num_ddps = 0;
+    const tlm_ddp_config dd = tlm_ddp_defaults();
+    for (int mi = 0; mi < (a->num_ddp_modes ? a->num_ddp_modes : 1); mi++) {
+        const tlm_ddp_mode mode = a->num_ddp_modes ? a->ddp_modes[mi] : dd.mode;
+        const int nb = mode == TLM_DDP_BUCKETED && a->num_bucket_mbs ? a->num_bucket_mbs : 1;
+        for (int bi = 0; bi < nb; bi++)
+            for (int zi = 0; zi < (a->num_zeros ? a->num_zeros : 1); zi++)
+                for (int di = 0; di < (a->num_grad_reduce_dtypes ? a->num_grad_reduce_dtypes : 1); di++)
+                    ddps[num_ddps++] = (tlm_ddp_config){
+                        .mode = mode, .bucket_mb = a->num_bucket_mbs ? a->bucket_mbs[bi] : dd.bucket_mb,
+                        .zero = a->num_zeros ? a->zeros[zi] : 0,
+                        .reduce_dtype = a->num_grad_reduce_dtypes ? a->grad_reduce_dtypes[di] : dd.reduce_dtype};
+    }
     const long total = (long)a->num_models * a->num_passes * a->num_batch_sizes * a->num_warmups * num_recomputes *
-                       a->num_precisions * a->num_contexts;
+                       a->num_precisions * a->num_contexts * num_ddps;
     for (int k = 0; a->optimizer_in_backward && k < a->num_precisions; k++)
         if (a->precisions[k] == TLM_PRECISION_FP16) {
             cli_error(cmd, "--optimizer-in-backward conflicts with --precision fp16: dynamic loss scaling needs every "
                            "gradient before the first update (use bf16)");
+            return false;
+        }
+    for (int k = 0; a->optimizer_in_backward && k < a->num_zeros; k++)
+        if (a->zeros[k]) {
+            cli_error(cmd, "--zero 1 conflicts with --optimizer-in-backward: a layer's update would need its shard "
+                           "of the averaged gradients before its bucket is complete");
             return false;
         }
     *cases = NULL;
@@ -535,16 +605,17 @@ bool cli_bench_cases(const char *cmd, const cli_args *a, tlm_backend *be, tlm_be
                 for (int wi = 0; wi < a->num_warmups; wi++)
                     for (int ri = 0; ri < num_recomputes; ri++)
                         for (int ki = 0; ki < a->num_precisions; ki++)
-                            for (int ci = 0; ci < a->num_contexts; ci++) {
+                            for (int ci = 0; ci < a->num_contexts * num_ddps; ci++) {
                                 tlm_bench_case *bc = &v[(*n)++];
                                 *bc = base;
+                                bc->ddp = ddps[ci % num_ddps];
                                 bc->pass = a->passes[pi];
                                 bc->batch_size = a->batch_sizes[bi];
                                 bc->warmup = a->warmups[wi];
                                 bc->recompute = recomputes[ri];
                                 bc->optimizer_in_backward = a->optimizer_in_backward && bc->pass == TLM_PASS_TRAIN;
                                 bc->precision = a->precisions[ki];
-                                bc->context_length = a->contexts[ci];
+                                bc->context_length = a->contexts[ci / num_ddps];
                             }
     }
     *cases = v;
@@ -569,6 +640,25 @@ tlm_backend *cli_create_backend(const char *cmd, const cli_args *a) {
 void cli_report_device(tlm_report *r, const tlm_backend *be) {
     tlm_report_meta_str(r, "device", be->description);
     tlm_report_meta_int(r, "threads", omp_get_max_threads());
+}
+
+int cli_join(const char *cmd, const cli_args *a, double default_timeout_s, tlm_ddp_process *p) {
+    if (tlm_ddp_join(p, a->device, a->gpu, a->threads, a->timeout > 0 ? a->timeout : default_timeout_s) != TLM_OK) {
+        cli_error(cmd, "joining the run (rank %d): %s", p->world.rank, tlm_last_error());
+        return TLM_EXIT_FAILURE; /* alone: the communication layer tells the others */
+    }
+    if (p->comm && p->world.rank != 0 && !freopen("/dev/null", "w", stdout)) { /* rank 0 prints */
+        cli_error(cmd, "rank %d: cannot silence stdout", p->world.rank);
+        return TLM_EXIT_FAILURE;
+    }
+    const cli_flag ddp_flags[] = {CLI_DDP, CLI_BUCKET_MB, CLI_ZERO, CLI_GRAD_REDUCE_DTYPE};
+    for (size_t i = 0; !p->comm && i < sizeof ddp_flags / sizeof ddp_flags[0]; i++)
+        if (a->given[ddp_flags[i]]) {
+            cli_error(cmd, "%s needs several processes: start tlm %s with a launcher (mpirun -np 2 tlm %s ...; srun); "
+                           "this is a world of one", cli_flag_name(ddp_flags[i]), cmd, cmd);
+            return TLM_EXIT_USAGE;
+        }
+    return -1;
 }
 
 tlm_report *cli_open_report(const char *cmd, const cli_args *a, const char *tool, int argc, char **argv) {

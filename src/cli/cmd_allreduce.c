@@ -39,13 +39,16 @@ typedef struct {
     long iters, warmup;
     bool check;
     double timeout;
+    tlm_mpi_algo mpi_algo;
+    uint64_t shm_chunk;        /* bytes; 0: the default */
+    bool given_algo, given_chunk;
     bool sweep;
     int nprocs[MAX_NPROC], num_nprocs;
 } opts;
 
 /* ---- flags ------------------------------------------------------------------------------------------------ */
 
-enum { OPT_SIZES = 300, OPT_BACKEND, OPT_OP, OPT_TIMEOUT, OPT_SWEEP, OPT_NPROC };
+enum { OPT_SIZES = 300, OPT_BACKEND, OPT_OP, OPT_TIMEOUT, OPT_SWEEP, OPT_NPROC, OPT_MPI_ALGO, OPT_SHM_CHUNK };
 
 static const struct option allreduce_options[] = {
     {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
@@ -54,7 +57,8 @@ static const struct option allreduce_options[] = {
     {"op", required_argument, 0, OPT_OP}, {"iters", required_argument, 0, 'n'},
     {"warmup", required_argument, 0, 'w'}, {"check", required_argument, 0, 'c'},
     {"timeout", required_argument, 0, OPT_TIMEOUT}, {"sweep", no_argument, 0, OPT_SWEEP},
-    {"nproc", required_argument, 0, OPT_NPROC}, {0, 0, 0, 0},
+    {"nproc", required_argument, 0, OPT_NPROC}, {"mpi-algorithm", required_argument, 0, OPT_MPI_ALGO},
+    {"shm-chunk", required_argument, 0, OPT_SHM_CHUNK}, {0, 0, 0, 0},
 };
 
 static const cli_use allreduce_uses[] = {
@@ -112,6 +116,14 @@ static bool handle(void *user, int opt, const char *arg) {
     case OPT_TIMEOUT: return cli_parse_double(cmd, "--timeout", arg, 0.5, 86400, &o->timeout);
     case OPT_SWEEP: o->sweep = true; return true;
     case OPT_NPROC: return cli_parse_int_list(cmd, "--nproc", arg, 1, 4096, o->nprocs, MAX_NPROC, &o->num_nprocs);
+    case OPT_MPI_ALGO:
+        o->given_algo = true;
+        if (tlm_mpi_algo_parse(arg, &o->mpi_algo)) return true;
+        cli_error(cmd, "--mpi-algorithm: unknown algorithm '%s' (known: auto, mpi, shm)", arg);
+        return false;
+    case OPT_SHM_CHUNK:
+        o->given_chunk = true;
+        return cli_parse_bytes(cmd, "--shm-chunk", arg, 4096, (uint64_t)1 << 20, &o->shm_chunk);
     default: return false;
     }
 }
@@ -154,6 +166,11 @@ static void allreduce_usage(FILE *f) {
             "  -n, --iters N         timed all-reduces per size and placement (default: 20)\n"
             "  -w, --warmup N        untimed all-reduces first (default: 5)\n"
             "  -c, --check on|off    check every element of every rank's result once per size (default: on)\n"
+            "      --mpi-algorithm A auto | mpi | shm: the MPI backend's all-reduce: MPI_Allreduce (mpi), or tlm's\n"
+            "                        schedule for ranks that share a host (shm: a shared-memory segment, each\n"
+            "                        rank sums its 1/n slice of every rank's copy; comm.h); auto: shm from\n"
+            "                        256K per rank when every rank is on one host, else mpi (default: auto)\n"
+            "      --shm-chunk SIZE  shm's chunk per rank, 4K..1M (default: 256K)\n"
             "      --timeout S       the longest any rank waits in one collective before the run stops, naming\n"
             "                        the ranks that did not arrive (default: 60)\n"
             "      --sweep           run under mpirun for each --backend and --nproc and merge the results\n"
@@ -228,6 +245,7 @@ static const tlm_column columns[] = {
     {"count", TLM_FIELD_INT, "count", "elements", 11, 0, 0, 0},
     {"dtype", TLM_FIELD_STR, "type", "", 5, 0, 0, 0},
     {"op", TLM_FIELD_STR, "redop", "", 5, 0, 0, 0},
+    {"algorithm", TLM_FIELD_STR, "algo", "", 5, 0, 0, 0},
     {"in_place", TLM_FIELD_BOOL, "in-place", "", 8, 0, 0, TLM_COL_KEY},
     {"time_us_mean", TLM_FIELD_NUM, "time", "us", 11, 1, 0, 0},
     {"time_us_min", TLM_FIELD_NUM, "min", "us", 11, 1, 0, 0},
@@ -243,6 +261,9 @@ static const char *time_note = "the mean over the ranks of each rank's mean time
                                "stream (CUDA events with NCCL, the host clock with MPI); min and max over the ranks";
 static const char *busbw_note = "algbw = bytes / time, busbw = algbw x 2(n-1)/n for n ranks; GB/s = 10^9 bytes/s "
                                 "(nccl-tests, doc/PERFORMANCE.md); bytes per rank";
+static const char *algo_note = "mpi: MPI_Allreduce; shm: tlm's schedule for ranks on one host (a shared-memory "
+                               "segment: each rank copies its buffer in once, sums its 1/n slice of every rank's copy, "
+                               "copies the sums out); nccl: NCCL's own";
 static const char *wrong_note = "elements of all ranks' results that differ from the expected (sum: exactly; avg: by "
                                 "more than n ulps); - when not checked";
 
@@ -257,6 +278,9 @@ static void put_config_meta(tlm_report *rep, const opts *o) {
     tlm_report_meta_int(rep, "iters", o->iters);
     tlm_report_meta_bool(rep, "check", o->check);
     tlm_report_meta_num(rep, "timeout_s", o->timeout);
+    tlm_report_meta_str(rep, "mpi_algorithm", tlm_mpi_algo_name(o->mpi_algo));
+    tlm_report_meta_int(rep, "shm_chunk_bytes", (int64_t)(o->shm_chunk ? o->shm_chunk : TLM_COMM_SHM_CHUNK_BYTES));
+    tlm_report_meta_str(rep, "algorithm", algo_note);
     static const char *const nccl_env[] = {"NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_ALGO",
                                            "NCCL_PROTO"};
     char env[256] = "";
@@ -277,8 +301,8 @@ typedef struct {
     int64_t wrong;
 } tally;
 
-static void put_timing_row(tlm_report *rep, const char *backend, int nranks, uint64_t bytes, const opts *o,
-                           bool in_place, const tlm_allreduce_result *r, tally *t) {
+static void put_timing_row(tlm_report *rep, const char *backend, const char *algo, int nranks, uint64_t bytes,
+                           const opts *o, bool in_place, const tlm_allreduce_result *r, tally *t) {
     const tlm_allreduce_timing *m = in_place ? &r->in_place : &r->out_of_place;
     tlm_report_row_begin(rep);
     tlm_report_str(rep, "backend", backend);
@@ -287,6 +311,7 @@ static void put_timing_row(tlm_report *rep, const char *backend, int nranks, uin
     tlm_report_int(rep, "count", (int64_t)(bytes / tlm_dtype_size(o->dtype)));
     tlm_report_str(rep, "dtype", dtype_text(o->dtype));
     tlm_report_str(rep, "op", tlm_reduce_op_name(o->op));
+    tlm_report_str(rep, "algorithm", algo);
     tlm_report_bool(rep, "in_place", in_place);
     if (r->status != TLM_OK) {
         tlm_report_status(rep, r->status == TLM_ERR_OUT_OF_MEMORY ? "OOM" : "failed", r->error);
@@ -419,9 +444,10 @@ static int run_once(const cli_args *a, const opts *o, int argc, char **argv) {
     }
     /* the same configuration on every rank, before the first all-reduce */
     char config[2048];
-    size_t used = (size_t)snprintf(config, sizeof config, "backend %s dtype %s op %s warmup %ld iters %ld check %d sizes",
-                                   tlm_comm_kind_name(kind), dtype_text(o->dtype), tlm_reduce_op_name(o->op), o->warmup,
-                                   o->iters, o->check);
+    size_t used = (size_t)snprintf(config, sizeof config, "backend %s mpi-algorithm %s shm-chunk %llu dtype %s op %s "
+                                   "warmup %ld iters %ld check %d sizes", tlm_comm_kind_name(kind),
+                                   tlm_mpi_algo_name(o->mpi_algo), (unsigned long long)o->shm_chunk, dtype_text(o->dtype),
+                                   tlm_reduce_op_name(o->op), o->warmup, o->iters, o->check);
     for (int i = 0; i < o->num_sizes && used < sizeof config; i++)
         used += (size_t)snprintf(config + used, sizeof config - used, "%s%llu", i ? "," : " ",
                                  (unsigned long long)o->sizes[i]);
@@ -430,6 +456,12 @@ static int run_once(const cli_args *a, const opts *o, int argc, char **argv) {
         tlm_comm_destroy(c);
         tlm_backend_destroy(be);
         return leave(TLM_EXIT_USAGE, true);
+    }
+    if (kind == TLM_COMM_MPI && tlm_comm_set_mpi_algo(c, o->mpi_algo, o->shm_chunk) != TLM_OK) {
+        if (w.rank == 0) cli_error(cmd, "--mpi-algorithm %s: %s", tlm_mpi_algo_name(o->mpi_algo), tlm_last_error());
+        tlm_comm_destroy(c);
+        tlm_backend_destroy(be);
+        return leave(TLM_EXIT_FAILURE, true);
     }
     /* who runs where, on what */
     char mine[256], devices[4096], hosts[1024], links[1024] = "";
@@ -462,8 +494,11 @@ static int run_once(const cli_args *a, const opts *o, int argc, char **argv) {
         tlm_report_meta_int(rep, "nranks", w.world_size);
         tlm_report_meta_str(rep, "ranks", hosts);
         tlm_report_meta_str(rep, "devices", devices);
-        tlm_report_meta_str(rep, "links", kind == TLM_COMM_NCCL ? links : "host processes: Open MPI's choice (shared "
-                                                                          "memory within a host, the network between)");
+        if (kind == TLM_COMM_MPI)
+            snprintf(links, sizeof links, "host processes: %s%s; Open MPI's transports for the mpi rows (shared memory "
+                     "within a host, the network between)", tlm_comm_shm_note(c)[0] ? "no shm segment: " :
+                     "tlm's shared-memory segment for the shm rows", tlm_comm_shm_note(c));
+        tlm_report_meta_str(rep, "links", links);
         put_config_meta(rep, o);
         tlm_report_table(rep, "rows", columns, NUM_COLUMNS);
         if (!o->check) tlm_report_show(rep, "wrong", false);
@@ -488,8 +523,9 @@ static int run_once(const cli_args *a, const opts *o, int argc, char **argv) {
             return leave(TLM_EXIT_FAILURE, false); /* the other ranks are told */
         }
         if (rep) {
-            put_timing_row(rep, tlm_comm_kind_name(kind), w.world_size, bytes, o, false, &r, &t);
-            put_timing_row(rep, tlm_comm_kind_name(kind), w.world_size, bytes, o, true, &r, &t);
+            const char *algo = tlm_comm_all_reduce_algo(c, bytes / tlm_dtype_size(o->dtype), o->dtype);
+            put_timing_row(rep, tlm_comm_kind_name(kind), algo, w.world_size, bytes, o, false, &r, &t);
+            put_timing_row(rep, tlm_comm_kind_name(kind), algo, w.world_size, bytes, o, true, &r, &t);
         } else {
             t.wrong += r.status == TLM_OK ? (r.out_of_place.wrong > 0 ? r.out_of_place.wrong : 0) +
                                                 (r.in_place.wrong > 0 ? r.in_place.wrong : 0)
@@ -575,6 +611,14 @@ static int sweep_argv(const char *mpirun, const char *self, const cli_args *a, c
     ARG("%s", o->check ? "on" : "off");
     ARG("--timeout");
     ARG("%g", o->timeout);
+    if (sr->kind == TLM_COMM_MPI) {
+        ARG("--mpi-algorithm");
+        ARG("%s", tlm_mpi_algo_name(o->mpi_algo));
+        if (o->shm_chunk) {
+            ARG("--shm-chunk");
+            ARG("%llu", (unsigned long long)o->shm_chunk);
+        }
+    }
     if (a->given[CLI_GPU] && sr->kind == TLM_COMM_NCCL) {
         ARG("--gpu");
         ARG("%d", a->gpu);
@@ -816,6 +860,11 @@ int cmd_allreduce(int argc, char **argv) {
         cli_error(cmd, "--device cpu conflicts with --backend nccl: NCCL reduces GPU buffers");
     } else if (a.given[CLI_GPU] && !has[TLM_COMM_NCCL]) {
         cli_error(cmd, "--gpu conflicts with --backend mpi: the MPI communicator uses no GPU");
+    } else if ((o->given_algo || o->given_chunk) && !has[TLM_COMM_MPI]) {
+        cli_error(cmd, "%s conflicts with --backend nccl: it chooses the MPI backend's all-reduce",
+                  o->given_algo ? "--mpi-algorithm" : "--shm-chunk");
+    } else if (o->given_chunk && o->mpi_algo == TLM_MPI_ALGO_MPI) {
+        cli_error(cmd, "--shm-chunk conflicts with --mpi-algorithm mpi: the chunk is the shm schedule's");
     } else if (make_sizes(o)) {
         rc = -1;
         for (int i = 0; i < o->num_sizes && has[TLM_COMM_MPI]; i++)

@@ -19,6 +19,11 @@ static const cli_use bench_uses[] = {
     {CLI_OPTIMIZER_IN_BACKWARD, "off", 1},
     {CLI_CUDA_GRAPH, "on", 1},
     {CLI_SEED, "0", 1},
+    {CLI_DDP, "bucketed", 4},
+    {CLI_BUCKET_MB, "25", CLI_MAX_LIST},
+    {CLI_ZERO, "0", 2},
+    {CLI_GRAD_REDUCE_DTYPE, "fp32", 2},
+    {CLI_TIMEOUT, "600", 1},
     CLI_USES_DEVICE,
     CLI_USES_OUTPUT,
 };
@@ -35,7 +40,33 @@ static void bench_usage(FILE *f) {
                "Every combination of the list flags is one row.\n\n");
     cli_print_shared_help(f, &bench_cmd);
     fprintf(f, "\nWith no --model, --context-length, --warmup or --steps on a machine without a GPU, tlm bench runs\n"
-               "small at context 128 with 1 warm-up and 3 timed steps on the CPU (about 20 s on 2 cores).\n");
+               "small at context 128 with 1 warm-up and 3 timed steps on the CPU (about 20 s on 2 cores).\n"
+               "\nData parallelism: started by a launcher, one process per GPU (NCCL), or per share of the CPU's cores\n"
+               "(MPI, --device cpu), every process with the same flags; --batch-size is then the global batch:\n"
+               "  mpirun -np 2 tlm bench -m xl -c 256 -b 8 --ddp naive,flat,overlap,bucketed --bucket-mb 1,10,100,1000\n"
+               "(as root add --allow-run-as-root; on the CPU: mpirun -np 2 tlm bench --device cpu ...). Only rank 0\n"
+               "prints and writes; the memory columns are the largest over the ranks.\n");
+}
+
+/* several ranks: the same command line on each (checked), every --batch-size divided over them */
+static bool ddp_check_run(const cli_args *a, tlm_comm *c, int argc, char **argv) {
+    char line[4096];
+    size_t used = 0;
+    line[0] = '\0';
+    for (int i = 1; i < argc && used < sizeof line; i++)
+        used += (size_t)snprintf(line + used, sizeof line - used, "%s%s", i > 1 ? " " : "", argv[i]);
+    if (tlm_comm_check_same(c, "the command line", line) != TLM_OK) {
+        if (c->rank == 0) cli_error("bench", "%s", tlm_last_error());
+        return false;
+    }
+    for (int i = 0; i < a->num_batch_sizes; i++)
+        if (a->batch_sizes[i] % c->world_size != 0) {
+            if (c->rank == 0)
+                cli_error("bench", "--batch-size %d is the global batch: it does not divide over %d ranks (give a "
+                                   "multiple of %d)", a->batch_sizes[i], c->world_size, c->world_size);
+            return false;
+        }
+    return true;
 }
 
 /* the fp32 row of the same model, context, batch, pass and warm-up, earlier in the sweep */
@@ -55,11 +86,21 @@ int cmd_bench(int argc, char **argv) {
     cli_args a;
     int rc = cli_parse(&bench_cmd, argc, argv, &a);
     if (rc >= 0) return rc;
-    tlm_backend *be = cli_create_backend(cmd, &a);
-    if (!be) {
+    tlm_ddp_process proc;
+    rc = cli_join(cmd, &a, 600, &proc);
+    if (rc == TLM_EXIT_FAILURE) { /* this rank alone, maybe: no goodbye barrier, the others are told */
         cli_args_free(&a);
-        return TLM_EXIT_FAILURE;
+        return rc;
     }
+    const int rank = proc.world.rank;
+    if (rc < 0 && proc.comm && !ddp_check_run(&a, proc.comm, argc, argv)) rc = TLM_EXIT_USAGE;
+    tlm_backend *be = rc >= 0 ? NULL : proc.comm ? proc.be : cli_create_backend(cmd, &a);
+    if (!be) {
+        tlm_ddp_leave(&proc, true);
+        cli_args_free(&a);
+        return rc >= 0 ? rc : TLM_EXIT_FAILURE;
+    }
+    if (proc.comm) a.out = rank == 0 ? a.out : NULL; /* one writer */
     const bool on_cpu = be->kind == TLM_DEVICE_CPU;
     const bool cpu_default = on_cpu && !a.given[CLI_DEVICE] && !a.given[CLI_MODEL] && !a.given[CLI_CONTEXT_LENGTH] &&
                              !a.given[CLI_WARMUP] && !a.given[CLI_STEPS];
@@ -75,7 +116,7 @@ int cmd_bench(int argc, char **argv) {
     if (!a.num_passes) a.passes[a.num_passes++] = TLM_PASS_TRAIN;
     if (!a.num_warmups) a.warmups[a.num_warmups++] = cpu_default ? 1 : 5;
     if (!a.steps) a.steps = cpu_default ? 3 : 10;
-    if (cpu_default)
+    if (cpu_default && rank == 0)
         fprintf(stderr, "tlm bench: no GPU found: running the CPU backend with a short default (small, context 128, "
                         "batch %d, 1 warm-up + 3 timed steps, pass %s); see tlm bench --help to choose\n",
                 a.batch_sizes[0], tlm_pass_name(a.passes[0]));
@@ -86,6 +127,10 @@ int cmd_bench(int argc, char **argv) {
     int n = 0;
     rc = TLM_EXIT_USAGE;
     if (!cli_bench_cases(cmd, &a, be, &cases, &n)) goto done;
+    for (int i = 0; i < n; i++) {
+        cases[i].comm = proc.comm;
+        cases[i].graphs &= !proc.comm; /* the data-parallel reducer runs the passes eagerly (ddp.h) */
+    }
     rc = TLM_EXIT_FAILURE;
     if (!(res = calloc((size_t)n, sizeof *res))) {
         cli_error(cmd, "out of host memory");
@@ -99,7 +144,7 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < n; i++)
         total += tlm_config_forward_flops(&cases[i].config, cases[i].batch_size, cases[i].context_length) *
                  (cases[i].pass == TLM_PASS_FORWARD ? 1 : 3) * (cases[i].warmup + cases[i].steps);
-    tlm_report_progress_total(rep, n, total);
+    if (rank == 0) tlm_report_progress_total(rep, n, total); /* the others show no progress */
     int failed = 0, hard_failures = 0;
     for (int i = 0; i < n; i++) {
         const tlm_bench_case *bc = &cases[i];
@@ -111,6 +156,11 @@ int cmd_bench(int argc, char **argv) {
                                             (bc->pass == TLM_PASS_FORWARD ? 1 : 3) * (bc->warmup + bc->steps));
         tlm_bench_result *r = &res[i];
         if (tlm_bench_run(be, bc, r) != TLM_OK) {
+            if (proc.comm) { /* a collective failed: the run cannot go on; the communication layer tells the others */
+                cli_error(cmd, "rank %d: %s", rank, tlm_last_error());
+                proc.comm = NULL; /* not destroyed: a failed communicator may not answer */
+                goto done;
+            }
             r->status = TLM_ERR_BACKEND;
             snprintf(r->error, sizeof r->error, "%s", tlm_last_error());
         }
@@ -134,7 +184,11 @@ done:
     tlm_report_close(rep, false);
     free(res);
     free(cases);
-    tlm_backend_destroy(be);
+    if (proc.comm) {
+        if (tlm_ddp_leave(&proc, true) != TLM_OK) rc = TLM_EXIT_FAILURE;
+    } else if (proc.be != be) {
+        tlm_backend_destroy(be); /* alone: the backend is ours (not after a failed collective: the process ends) */
+    }
     if (a.models == cpu_models || a.models == gpu_models) a.models = NULL;
     cli_args_free(&a);
     return rc;

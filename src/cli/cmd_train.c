@@ -31,7 +31,7 @@ typedef struct {
 
 static const cli_use train_uses[] = {
     {CLI_MODEL, "small (a resumed run: the checkpoint's)", 1},
-    {CLI_BATCH_SIZE, "4", 1},
+    {CLI_BATCH_SIZE, "4; under a launcher the global batch, 4 a rank", 1},
     {CLI_CONTEXT_LENGTH, "256, or the model's context_length when shorter", 1},
     {CLI_PRECISION, "fp32", 1},
     {CLI_ATTENTION, "auto", 1},
@@ -41,6 +41,11 @@ static const cli_use train_uses[] = {
     {CLI_GPU, "0", 1},
     {CLI_THREADS, NULL, 1},
     {CLI_FORMAT, "json with --log FILE (csv for FILE.csv); table on stdout", 1},
+    {CLI_DDP, "bucketed", 1},
+    {CLI_BUCKET_MB, "25", 1},
+    {CLI_ZERO, "0", 1},
+    {CLI_GRAD_REDUCE_DTYPE, "fp32", 1},
+    {CLI_TIMEOUT, "1800 (longer than rank 0's slowest checkpoint save)", 1},
 };
 
 static const struct option train_options[] = {
@@ -153,7 +158,11 @@ static void train_usage(FILE *f) {
         "      --peak-tflops X       the device's dense peak for MFU (default: H100/H200 SXM 989 bf16/fp16, 494\n"
         "                            tf32, 67 fp32; H100 PCIe 756/378/51; otherwise MFU is n/a, as on the CPU)\n"
         "SIGINT/SIGTERM stop the run after the current step (saving a checkpoint when --checkpoint-dir is set and\n"
-        "committing the log); a second one ends it at once.\n\n");
+        "committing the log); a second one ends it at once.\n"
+        "Data parallelism: started by a launcher (mpirun -np 2 tlm train ...; srun), one process per GPU (NCCL) or\n"
+        "per share of the CPU's cores (MPI, --device cpu), every process with the same flags: --batch-size is the\n"
+        "global batch, each rank draws its rows; the gradients are averaged as --ddp says; rank 0 alone prints, logs\n"
+        "and saves checkpoints, which resume with as many ranks. A rank that dies or hangs ends the run, named.\n\n");
     cli_print_shared_help(f, &train_cmd);
 }
 
@@ -182,6 +191,7 @@ static void on_stop(int sig) {
 /* ---- resolving the run --------------------------------------------------------------------------------------- */
 
 typedef struct {
+    int world; /* ranks: --batch-size is the global batch, recipe.batch_size a rank's rows */
     tlm_config model;
     char model_name[48];
     tlm_train_config recipe;
@@ -256,7 +266,7 @@ static bool plan_resume(const cli_args *a, const train_opts *o, const tlm_checkp
         if (!same_or_refuse(flag, GIVEN(o, id), given, recipe[i].ckpt, d)) return false;
     }
     if (!same_or_refuse("--batch-size", a->num_batch_sizes > 0, a->num_batch_sizes ? a->batch_sizes[0] : 0,
-                        r->batch_size, d) ||
+                        (double)r->batch_size * ck->world_size, d) ||
         !same_or_refuse("--context-length", a->num_contexts > 0, a->num_contexts ? a->contexts[0] : 0,
                         r->context_length, d) ||
         !same_or_refuse("--seed", a->given[CLI_SEED], (double)a->seed, (double)r->seed, d))
@@ -301,13 +311,18 @@ static bool plan_fresh(const cli_args *a, const train_opts *o, run_plan *p) {
     }
     const char *name = a->num_models ? a->models[0] : "small";
     if (!cli_model_config("train", a, name, &p->model, p->model_name, sizeof p->model_name)) return false;
-    const int B = a->num_batch_sizes ? a->batch_sizes[0] : 4;
+    const int B = a->num_batch_sizes ? a->batch_sizes[0] : 4 * p->world; /* global */
+    if (B % p->world != 0) {
+        cli_error("train", "--batch-size %d is the global batch: it does not divide over %d ranks (give a multiple of "
+                           "%d)", B, p->world, p->world);
+        return false;
+    }
     const int T = a->num_contexts ? a->contexts[0] : (p->model.context_length < 256 ? p->model.context_length : 256);
     const int64_t steps = GIVEN(o, OPT_STEPS) ? (int64_t)NUM(o, OPT_STEPS)
                                               : (int64_t)ceil(NUM(o, OPT_TOKENS) / ((double)B * T));
     tlm_train_config *r = &p->recipe;
     *r = tlm_train_defaults(steps);
-    r->batch_size = B;
+    r->batch_size = B / p->world; /* this rank's rows */
     r->context_length = T;
     r->seed = a->seed;
     if (GIVEN(o, OPT_LR_MAX)) r->lr_max = NUM(o, OPT_LR_MAX);
@@ -347,6 +362,8 @@ static const tlm_column log_columns[] = {
     {"loss_scale", TLM_FIELD_NUM, "scale", "", 8, 0, 0, 0},
     {"skipped", TLM_FIELD_BOOL, "skip", "", 4, 0, 0, 0},
     {"step_ms", TLM_FIELD_NUM, "step", "ms", 9, 2, 0, 0},
+    {"comm_ms", TLM_FIELD_NUM, "comm", "ms", 8, 2, 0, 0},
+    {"comm_share", TLM_FIELD_NUM, "comm", "%", 5, 1, 100, 0},
     {"tokens_per_s", TLM_FIELD_NUM, "tokens/s", "", 10, 0, 0, 0},
     {"mfu", TLM_FIELD_NUM, "MFU", "%", 6, 1, 100, 0},
     {"elapsed_s", TLM_FIELD_NUM, "elapsed", "s", 8, 1, 0, 0},
@@ -355,6 +372,7 @@ static const tlm_column log_columns[] = {
 /* the figures of the steps since the last row (NaN step_ms: none, a row replayed from a checkpoint) */
 typedef struct {
     double step_ms, tokens_per_s, mfu, elapsed_s;
+    double comm_ms; /* several ranks: the communication a step waited for (ddp.h); NaN alone */
 } window_stats;
 
 static void log_row(tlm_report *rep, const tlm_train_record *e, const window_stats *w, bool fp16, bool norm) {
@@ -376,6 +394,10 @@ static void log_row(tlm_report *rep, const tlm_train_record *e, const window_sta
         tlm_report_num(rep, "step_ms", w->step_ms);
         tlm_report_num(rep, "tokens_per_s", w->tokens_per_s);
         if (!isnan(w->mfu)) tlm_report_num(rep, "mfu", w->mfu);
+        if (!isnan(w->comm_ms)) {
+            tlm_report_num(rep, "comm_ms", w->comm_ms);
+            tlm_report_num(rep, "comm_share", w->comm_ms / w->step_ms);
+        }
         tlm_report_num(rep, "elapsed_s", w->elapsed_s);
     }
     tlm_report_row_end(rep);
@@ -425,6 +447,31 @@ static void progress_show(progress *pr, const tlm_train_record *e, int64_t steps
     fflush(stderr);
 }
 
+/* ---- several ranks ------------------------------------------------------------------------------------------------ */
+
+/* *flag = whether it is set on any rank */
+static tlm_status any_rank(tlm_comm *c, bool *flag) {
+    int mine = *flag, *all = malloc(sizeof(int) * (size_t)c->world_size);
+    if (!all) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
+    const tlm_status s = tlm_comm_host_all_gather(c, &mine, all, sizeof mine);
+    for (int r = 0; s == TLM_OK && r < c->world_size; r++) *flag |= all[r] != 0;
+    free(all);
+    return s;
+}
+
+/* "r0 1.234 GiB, r1 1.234 GiB": every rank's tracked peak */
+static tlm_status peaks_per_rank(tlm_comm *c, tlm_backend *be, char *buf, size_t n) {
+    uint64_t mine = tlm_mem_stats_now(be).peak_total, *all = malloc(sizeof(uint64_t) * (size_t)c->world_size);
+    if (!all) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
+    const tlm_status s = tlm_comm_host_all_gather(c, &mine, all, sizeof mine);
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int r = 0; s == TLM_OK && r < c->world_size && used < n; r++)
+        used += (size_t)snprintf(buf + used, n - used, "%sr%d %.3f GiB", r ? ", " : "", r, (double)all[r] / 1073741824.0);
+    free(all);
+    return s;
+}
+
 /* ---- the command ----------------------------------------------------------------------------------------------- */
 
 static bool load_tokens(const char *path, const char *what, int vocab, int64_t expect, const char *ckpt,
@@ -460,6 +507,30 @@ int cmd_train(int argc, char **argv) {
     tlm_report *rep = NULL;
     bool have_train = false;
     char *resume_root = NULL;
+    tlm_ddp *ddp = NULL;
+    bool agreed = false;  /* several ranks: they met after setting up (a failure before is met there) */
+    bool together = true; /* every rank ends here alike (else a failure of this rank's alone: no goodbye barrier) */
+
+    /* data parallelism: the world the launcher made (a world of one without one) */
+    tlm_ddp_process proc;
+    const int joined = cli_join(cmd, &a, 1800, &proc);
+    if (joined >= 0) {
+        cli_args_free(&a);
+        return joined;
+    }
+    const int rank = proc.world.rank;
+    plan.world = proc.world.world_size;
+    if (rank != 0) o->log = NULL; /* rank 0 alone prints, logs and saves */
+    tlm_ddp_config dcfg = tlm_ddp_defaults();
+    if (a.num_ddp_modes) dcfg.mode = a.ddp_modes[0];
+    if (a.num_bucket_mbs) dcfg.bucket_mb = a.bucket_mbs[0];
+    if (a.num_zeros) dcfg.zero = a.zeros[0];
+    if (a.num_grad_reduce_dtypes) dcfg.reduce_dtype = a.grad_reduce_dtypes[0];
+    if (dcfg.zero && (o->ckpt_dir || o->resume || GIVEN(o, OPT_SAVE_EVERY))) {
+        cli_error(cmd, "--zero 1 conflicts with checkpoints (--save-every, --checkpoint-dir, --resume): the sharded AdamW "
+                       "state is not gathered into a checkpoint yet (train with --zero 0 to save)");
+        goto out;
+    }
 
     if (GIVEN(o, OPT_STEPS) && GIVEN(o, OPT_TOKENS)) {
         cli_error(cmd, "--steps conflicts with --tokens: give the budget one way");
@@ -480,9 +551,10 @@ int cmd_train(int argc, char **argv) {
             goto out;
         }
         have_ck = true;
-        if (ck.world_size != 1) {
-            cli_error(cmd, "the checkpoint %s was written by a run of %d ranks: resume it with as many", ck.dir,
-                      ck.world_size);
+        if (ck.world_size != plan.world) {
+            cli_error(cmd, "the checkpoint %s was written by a run of %d rank%s, this run has %d: resume it with as many "
+                           "(the batch draws are each rank's)", ck.dir, ck.world_size, ck.world_size == 1 ? "" : "s",
+                      plan.world);
             goto out;
         }
         if (!plan_resume(&a, o, &ck, &plan)) goto out;
@@ -524,7 +596,7 @@ int cmd_train(int argc, char **argv) {
         goto out;
 
     /* the model and the training state */
-    if (!(be = cli_create_backend(cmd, &a))) goto out;
+    if (!(be = proc.comm ? proc.be : cli_create_backend(cmd, &a))) goto out;
     const tlm_run_config run = {.precision = plan.precision, .attention = plan.attention, .cuda_graphs = a.cuda_graphs};
     if (tlm_attention_check(be, &plan.model, plan.precision, plan.attention) != TLM_OK) {
         cli_error(cmd, "%s", tlm_last_error());
@@ -534,7 +606,7 @@ int cmd_train(int argc, char **argv) {
     tlm_status s = tlm_model_create(&m, &plan.model, &run, be);
     if (s == TLM_OK && !have_ck) s = tlm_model_init_random(m, a.seed);
     if (s == TLM_OK)
-        s = tlm_train_init(&t, m, &plan.recipe, &train_data, plan.val_path ? &val_data : NULL, 0, 1);
+        s = tlm_train_init(&t, m, &plan.recipe, &train_data, plan.val_path ? &val_data : NULL, rank, plan.world);
     have_train = s == TLM_OK;
     if (s == TLM_OK && have_ck) s = tlm_checkpoint_restore(&t, &ck);
     if (s != TLM_OK) {
@@ -552,6 +624,28 @@ int cmd_train(int argc, char **argv) {
         cli_error(cmd, "%s", tlm_last_error());
         goto out;
     }
+    if (proc.comm) { /* every rank set up alike (or all stop here), then the reducer: rank 0's weights everywhere */
+        agreed = true;
+        if ((s = tlm_ddp_agree(proc.comm, TLM_OK)) != TLM_OK) {
+            if (rank == 0) cli_error(cmd, "%s", tlm_last_error());
+            goto out;
+        }
+        char text[1024];
+        snprintf(text, sizeof text, "model %d %d %d %d %d %d; recipe batch %d ctx %d steps %lld seed %llu lr %g %g; %s; "
+                 "data %lld %lld", plan.model.vocab_size, plan.model.d_model, plan.model.d_ff, plan.model.num_layers,
+                 plan.model.num_heads, plan.model.context_length, plan.recipe.batch_size, plan.recipe.context_length,
+                 (long long)plan.recipe.steps, (unsigned long long)plan.recipe.seed, plan.recipe.lr_max,
+                 plan.recipe.lr_min, tlm_precision_name(plan.precision), (long long)train_data.n, (long long)val_data.n);
+        s = tlm_comm_check_same(proc.comm, "the run's configuration", text);
+        if (s == TLM_OK) s = tlm_ddp_create(&ddp, m, proc.comm, &dcfg);
+        if (s != TLM_OK) { /* every rank failed alike */
+            if (rank == 0) cli_error(cmd, "%s", tlm_last_error());
+            rc = s == TLM_ERR_INVALID_ARGUMENT || s == TLM_ERR_UNSUPPORTED ? TLM_EXIT_USAGE : TLM_EXIT_FAILURE;
+            goto out;
+        }
+        t.ddp = ddp;
+    }
+
     const tlm_train_config *r = &t.config;
     const bool fp16 = plan.precision == TLM_PRECISION_FP16;
     const double peak = GIVEN(o, OPT_PEAK) ? NUM(o, OPT_PEAK) : default_peak(be, plan.precision);
@@ -562,7 +656,18 @@ int cmd_train(int argc, char **argv) {
     tlm_report_meta_int(rep, "vocab_size", plan.model.vocab_size);
     tlm_report_meta_int(rep, "d_model", plan.model.d_model);
     tlm_report_meta_int(rep, "num_layers", plan.model.num_layers);
-    tlm_report_meta_int(rep, "batch_size", r->batch_size);
+    tlm_report_meta_int(rep, "batch_size", (int64_t)r->batch_size * plan.world);
+    if (proc.comm) {
+        char hosts[512];
+        tlm_comm_describe_hosts(hosts, sizeof hosts);
+        tlm_report_meta_int(rep, "ranks", plan.world);
+        tlm_report_meta_str(rep, "ranks_where", hosts);
+        tlm_report_meta_int(rep, "batch_size_per_rank", r->batch_size);
+        tlm_report_meta_str(rep, "ddp", tlm_ddp_mode_name(dcfg.mode));
+        if (dcfg.mode == TLM_DDP_BUCKETED) tlm_report_meta_num(rep, "bucket_mb", dcfg.bucket_mb);
+        tlm_report_meta_str(rep, "grad_reduce_dtype", dcfg.reduce_dtype == TLM_DTYPE_BF16 ? "bf16" : "fp32");
+        tlm_report_meta_int(rep, "zero", dcfg.zero);
+    }
     tlm_report_meta_int(rep, "context_length", r->context_length);
     tlm_report_meta_int(rep, "steps", r->steps);
     tlm_report_meta_str(rep, "precision", tlm_precision_name(plan.precision));
@@ -593,13 +698,17 @@ int cmd_train(int argc, char **argv) {
                         "validation batches after the step; grad_norm: global L2 norm before clipping; step_ms, "
                         "tokens_per_s, mfu: wall clock of the steps since the last row, logging included (evaluation "
                         "and checkpoints not counted); mfu = 3 x forward matmul FLOPs per step (tlm bench's count) / time / peak; "
-                        "rows before resumed_from are the checkpoint's log (no timing)");
+                        "rows before resumed_from are the checkpoint's log (no timing); with several ranks: loss and "
+                        "tokens over every rank, MFU per GPU, comm_ms the communication a step waited for (ddp.h) and "
+                        "comm_share its part of the step");
     tlm_report_table(rep, "log", log_columns, (int)(sizeof log_columns / sizeof log_columns[0]));
     tlm_report_show(rep, "loss_scale", fp16);
     tlm_report_show(rep, "skipped", fp16);
     tlm_report_show(rep, "mfu", peak > 0);
     tlm_report_show(rep, "grad_norm", r->max_grad_norm > 0);
     tlm_report_show(rep, "clipped", r->max_grad_norm > 0);
+    tlm_report_show(rep, "comm_ms", proc.comm != NULL);
+    tlm_report_show(rep, "comm_share", proc.comm != NULL);
     for (int64_t i = 0; i < t.log_len; i++) /* a resumed run's log starts with the checkpoint's */
         if (row_due(&t.log[i], plan.log_every, r->steps)) log_row(rep, &t.log[i], NULL, fp16, r->max_grad_norm > 0);
 
@@ -609,6 +718,8 @@ int cmd_train(int argc, char **argv) {
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     progress pr = {.tty = isatty(STDERR_FILENO) != 0};
+    bool stopping = false; /* a signal reached a rank: every rank stops after the same step */
+    double window_comm = 0;
     const int64_t first = t.step;
     const double t0 = now_s();
     double train_s = 0, window_s = 0, last_show = 0, steady_s = 0;
@@ -620,11 +731,21 @@ int cmd_train(int argc, char **argv) {
     /* a step's time runs from the end of the last one's (its logging included) to the end of its own; the
      * evaluations and checkpoints between are left out */
     double tick = now_s();
-    while (t.step < r->steps && !stop_signal) {
+    while (t.step < r->steps && !stopping) {
         s = tlm_train_step(&t, &e);
-        if (s != TLM_OK) break;
+        if (s == TLM_OK && ddp) {
+            tlm_ddp_timing ct;
+            s = tlm_ddp_last_timing(ddp, &ct);
+            window_comm += ct.exposed_ms;
+        }
+        stopping = stop_signal != 0;
+        if (s == TLM_OK && proc.comm) s = any_rank(proc.comm, &stopping);
+        if (s != TLM_OK) {
+            together = !proc.comm; /* this rank's failure may be its own: it leaves, the others are told */
+            break;
+        }
         const bool eval = tlm_train_eval_due(&t), save = plan.save_every && (t.step % plan.save_every == 0 ||
-                                                                              t.step == r->steps || stop_signal);
+                                                                              t.step == r->steps || stopping);
         if (eval || save) tlm_synchronize(be); /* the step's device work ends here */
         const double now = now_s(), dt = now - tick;
         tick = now;
@@ -636,13 +757,17 @@ int cmd_train(int argc, char **argv) {
             steady_steps++;
         }
         window_stats w = {.step_ms = 1e3 * window_s / (double)window_steps, .elapsed_s = now_s() - t0};
-        w.tokens_per_s = (double)r->batch_size * r->context_length * (double)window_steps / window_s;
+        w.tokens_per_s = (double)r->batch_size * plan.world * r->context_length * (double)window_steps / window_s;
+        w.comm_ms = ddp ? window_comm / (double)window_steps : NAN;
         w.mfu = peak > 0 ? step_flops * (double)window_steps / window_s / (peak * 1e12) : NAN;
-        if (eval && (s = tlm_train_eval(&t, &e.val_loss)) != TLM_OK) break;
+        if (eval && (s = tlm_train_eval(&t, &e.val_loss)) != TLM_OK) {
+            together = !proc.comm;
+            break;
+        }
         if (eval) tick = now_s();
         const double eta = train_s / (double)(t.step - first) * (double)(r->steps - t.step);
-        const bool row = row_due(&e, plan.log_every, r->steps) || stop_signal;
-        if (row || (pr.tty && now_s() - last_show > 0.2)) {
+        const bool row = row_due(&e, plan.log_every, r->steps) || stopping;
+        if (rank == 0 && (row || (pr.tty && now_s() - last_show > 0.2))) {
             if (row || pr.tty) progress_show(&pr, &e, r->steps, &w, eta);
             last_show = now_s();
         }
@@ -651,12 +776,16 @@ int cmd_train(int argc, char **argv) {
             log_row(rep, &e, &w, fp16, r->max_grad_norm > 0);
             window_s = 0;
             window_steps = 0;
+            window_comm = 0;
         }
-        if (save) {
+        if (save && rank == 0) { /* one writer; the others wait for it in the next step's first collective */
             free(saved);
             saved = NULL;
             const tlm_train_sources src = {plan.train_path, plan.val_path};
-            if ((s = tlm_checkpoint_save(&t, &src, plan.ckpt_dir, plan.keep, &saved)) != TLM_OK) break;
+            if ((s = tlm_checkpoint_save(&t, &src, plan.ckpt_dir, plan.keep, &saved)) != TLM_OK) {
+                together = !proc.comm;
+                break;
+            }
             progress_clear(&pr);
             fprintf(stderr, "tlm train: step %lld: checkpoint %s\n", (long long)t.step, saved);
             tick = now_s();
@@ -682,7 +811,7 @@ int cmd_train(int argc, char **argv) {
         const double mean = steady_steps ? steady_s / (double)steady_steps : train_s / (double)ran;
         snprintf(line, sizeof line, "%.4f", 1e3 * mean);
         tlm_report_summary_str(rep, "step_ms_mean", line);
-        snprintf(line, sizeof line, "%.1f", (double)r->batch_size * r->context_length / mean);
+        snprintf(line, sizeof line, "%.1f", (double)r->batch_size * plan.world * r->context_length / mean);
         tlm_report_summary_str(rep, "tokens_per_s", line);
         if (peak > 0) {
             snprintf(line, sizeof line, "%.4f", step_flops / mean / (peak * 1e12));
@@ -702,9 +831,13 @@ int cmd_train(int argc, char **argv) {
             }
     }
     if (saved) tlm_report_summary_str(rep, "checkpoint", saved);
-    if (stop_signal && s == TLM_OK) {
+    if (proc.comm && s == TLM_OK) { /* every rank's peak, gathered */
+        char line[1024];
+        if (peaks_per_rank(proc.comm, be, line, sizeof line) == TLM_OK) tlm_report_summary_str(rep, "peak_bytes_per_rank", line);
+    }
+    if (stopping && s == TLM_OK && rank == 0) {
         char line[96];
-        snprintf(line, sizeof line, "stopped by signal %d after step %lld of %lld", (int)stop_signal,
+        snprintf(line, sizeof line, "stopped by signal %d after step %lld of %lld", stop_signal ? (int)stop_signal : SIGTERM,
                  (long long)t.step, (long long)r->steps);
         tlm_report_summary_str(rep, "stopped", line);
         fprintf(stderr, "tlm train: %s\n", line);
@@ -713,12 +846,17 @@ int cmd_train(int argc, char **argv) {
     const tlm_status cs = tlm_report_close(rep, true);
     rep = NULL;
     if (cs != TLM_OK) cli_error(cmd, "%s", tlm_last_error());
-    rc = s != TLM_OK || cs != TLM_OK ? TLM_EXIT_FAILURE : stop_signal ? 128 + (int)stop_signal : TLM_EXIT_OK;
+    rc = s != TLM_OK || cs != TLM_OK ? TLM_EXIT_FAILURE
+         : stopping                  ? 128 + (stop_signal ? (int)stop_signal : SIGTERM)
+                                     : TLM_EXIT_OK;
 out:
+    if (proc.comm && !agreed) tlm_ddp_agree(proc.comm, TLM_ERR_INVALID_ARGUMENT); /* meet the others: all stop */
     tlm_report_close(rep, false);
+    if (together) tlm_ddp_free(ddp); /* else a collective may hang: the process ends */
     if (have_train) tlm_train_free(&t);
     tlm_model_free(m);
-    tlm_backend_destroy(be);
+    if (!proc.be) tlm_backend_destroy(be); /* alone: the backend is ours */
+    else if (together && tlm_ddp_leave(&proc, true) != TLM_OK && rc == TLM_EXIT_OK) rc = TLM_EXIT_FAILURE;
     if (train_data.ids) tlm_tokens_free(&train_data);
     if (val_data.ids) tlm_tokens_free(&val_data);
     if (have_ck) tlm_checkpoint_close(&ck);

@@ -11,6 +11,7 @@
 
 #include "comm/comm_internal.h"
 #include "comm/nccl_comm.h"
+#include "comm/shm_allreduce.h"
 
 /* ---- names -------------------------------------------------------------------------------------------- */
 
@@ -347,7 +348,13 @@ tlm_status tlm_comm_create(tlm_comm **out, tlm_comm_kind kind, tlm_backend *be, 
             tlm_watchdog_end();
         }
     }
+    if (s == TLM_OK && kind == TLM_COMM_MPI) {
+        tlm_watchdog_begin("the shared-memory segment's creation", 0);
+        s = tlm_mpi_setup_shm(st, &g.w);
+        tlm_watchdog_end();
+    }
     if (s != TLM_OK) {
+        tlm_shm_destroy(st->shm);
         if (st->mpi != MPI_COMM_NULL) MPI_Comm_free(&st->mpi);
         free(st);
         free(c);
@@ -366,6 +373,7 @@ void tlm_comm_destroy(tlm_comm *c) {
         tlm_nccl_destroy((tlm_nccl *)st->nccl);
         tlm_watchdog_end();
     }
+    tlm_shm_destroy(st->shm);
     if (st->mpi != MPI_COMM_NULL) MPI_Comm_free(&st->mpi);
     st->magic = 0;
     free(st);
@@ -411,7 +419,7 @@ tlm_status tlm_comm_all_reduce(tlm_comm *c, const void *send, void *recv, size_t
     TLM_TRY(check_dtype(dt, op));
     const size_t bytes = count * tlm_dtype_size(dt);
     TLM_TRY(check_buffers("all_reduce", send, bytes, recv, bytes));
-    DISPATCH("all_reduce", bytes, tlm_mpi_all_reduce(st->mpi, send, recv, count, dt, op),
+    DISPATCH("all_reduce", bytes, tlm_mpi_all_reduce(st, send, recv, count, dt, op),
              tlm_nccl_all_reduce((tlm_nccl *)st->nccl, c->be, send, recv, count, dt, op, s));
 }
 

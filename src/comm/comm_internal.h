@@ -20,10 +20,16 @@ tlm_status tlm_mpi_fail(int rc, const char *call);
 
 #define TLM_COMM_MAGIC 0x434f4d4du /* "COMM": a communicator made by tlm_comm_create, not a fake */
 
+struct tlm_shm;
+
 typedef struct {
     unsigned magic;
     MPI_Comm mpi;          /* a duplicate of MPI_COMM_WORLD: the MPI collectives and the host exchanges */
     void *nccl;            /* nccl_comm.h's state (NCCL only) */
+    struct tlm_shm *shm;   /* shm_allreduce.h: the host's shared segment (MPI, ranks on one host), or NULL */
+    char shm_note[200];    /* why shm is NULL */
+    tlm_mpi_algo algo;     /* tlm_comm_set_mpi_algo */
+    size_t shm_chunk_bytes;
 } tlm_comm_state;
 
 static inline tlm_comm_state *tlm_comm_state_of(tlm_comm *c) {
@@ -33,7 +39,11 @@ static inline tlm_comm_state *tlm_comm_state_of(tlm_comm *c) {
 
 /* ---- mpi_comm.c: the MPI collectives on host memory (arguments checked by comm.c) --------------------- */
 
-tlm_status tlm_mpi_all_reduce(MPI_Comm comm, const void *send, void *recv, size_t count, tlm_dtype dt,
+/* The MPI communicator's segment for the shm all-reduce (st->shm, or st->shm_note saying why not);
+ * collective, at creation. tlm_mpi_setup_shm's errors: BACKEND (MPI failed), OUT_OF_MEMORY. */
+tlm_status tlm_mpi_setup_shm(tlm_comm_state *st, const tlm_comm_world *w);
+/* MPI_Allreduce, or the shm schedule (st->algo, the size: comm.h) */
+tlm_status tlm_mpi_all_reduce(tlm_comm_state *st, const void *send, void *recv, size_t count, tlm_dtype dt,
                               tlm_reduce_op op);
 tlm_status tlm_mpi_reduce_scatter(MPI_Comm comm, const void *send, void *recv, size_t recv_count, tlm_dtype dt,
                                   tlm_reduce_op op);

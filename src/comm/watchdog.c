@@ -59,7 +59,7 @@ static struct {
     /* the thread's (and leave's, after the thread stopped) */
     wd_msg in;
     MPI_Request in_req;
-    outbox *out;            /* one per peer */
+    outbox *out;            /* two per peer: its questions and goodbye, and its answers (box_of) */
     wd_msg *answers;        /* one per peer, valid where answered[p] */
     char *answered;
     int bye_acks;
@@ -85,10 +85,15 @@ double tlm_watchdog_timeout(void) { return wd.timeout_s; }
 
 /* ---- messages ---------------------------------------------------------------------------------------------- */
 
-/* Sends m to peer p unless the previous message to p is still in flight (then it is dropped: the
- * peer has not taken the last one either). */
+/* The outbox of messages of m's type to peer p: questions and answers apart, so that an answer
+ * does not wait behind a question of this rank's own survey that the peer has not yet taken (two
+ * ranks that time out together ask each other at once). */
+static outbox *box_of(int p, int type) { return &wd.out[2 * p + (type == MSG_STATE || type == MSG_BYE_ACK)]; }
+
+/* Sends m to peer p unless the previous message of its kind to p is still in flight (then it is
+ * dropped: the peer has not taken the last one either). */
 static void send_to(int p, const wd_msg *m) {
-    outbox *o = &wd.out[p];
+    outbox *o = box_of(p, m->type);
     if (o->req != MPI_REQUEST_NULL) {
         int done = 0;
         MPI_Test(&o->req, &done, MPI_STATUS_IGNORE);
@@ -119,7 +124,8 @@ __attribute__((noreturn)) static void peer_left(const wd_msg *m) {
     fflush(stderr);
     for (int i = 0; i < 100; i++) { /* let the acknowledgement go */
         int done = 1;
-        if (wd.out[m->from].req != MPI_REQUEST_NULL) MPI_Test(&wd.out[m->from].req, &done, MPI_STATUS_IGNORE);
+        outbox *o = box_of(m->from, MSG_BYE_ACK);
+        if (o->req != MPI_REQUEST_NULL) MPI_Test(&o->req, &done, MPI_STATUS_IGNORE);
         if (done) break;
         sleep_ms(5);
     }
@@ -251,11 +257,11 @@ tlm_status tlm_watchdog_start(double timeout_s, bool thread_multiple, int rank, 
     wd.rank = rank;
     wd.size = world_size;
     snprintf(wd.host, sizeof wd.host, "%s", host);
-    wd.out = calloc((size_t)world_size, sizeof *wd.out);
+    wd.out = calloc(2 * (size_t)world_size, sizeof *wd.out);
     wd.answers = calloc((size_t)world_size, sizeof *wd.answers);
     wd.answered = calloc((size_t)world_size, 1);
     if (!wd.out || !wd.answers || !wd.answered) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory (watchdog)");
-    for (int p = 0; p < world_size; p++) wd.out[p].req = MPI_REQUEST_NULL;
+    for (int p = 0; p < 2 * world_size; p++) wd.out[p].req = MPI_REQUEST_NULL;
     wd.in_req = MPI_REQUEST_NULL;
     if (thread_multiple) TLM_MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &wd.ctl));
     atomic_store(&wd.stop, false);
@@ -296,7 +302,7 @@ static void stop_thread(void) {
 }
 
 static void settle_sends(void) {
-    for (int p = 0; p < wd.size; p++) {
+    for (int p = 0; p < 2 * wd.size; p++) {
         outbox *o = &wd.out[p];
         for (int i = 0; i < 100 && o->req != MPI_REQUEST_NULL; i++) {
             int done = 0;

@@ -301,6 +301,16 @@ tlm_status tlm_model_init_random(tlm_model *m, uint64_t seed) {
 
 /* ---- the optimizer step ------------------------------------------------------------------------------- */
 
+/* the model's own update: one AdamW pass over the flat buffers */
+static tlm_status own_update(void *user, tlm_model *m) {
+    m->optimizer.config = *(const tlm_adamw_config *)user;
+    /* the GEMM copy of the weights (bf16/fp16) is refreshed in the same pass */
+    const tlm_status s = tlm_adamw_update_scaled(&m->optimizer, m->params, m->grads, m->grads_clip, m->params_lp,
+                                                 tlm_precision_act_dtype(m->run.precision));
+    if (s == TLM_OK) m->params_lp_stale = m->params_lp == NULL;
+    return s;
+}
+
 tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt) {
     tlm_backend *be = m->backend;
     if (m->run.optimizer_in_backward) { /* the updates ran in the backward pass (model.h) */
@@ -315,6 +325,11 @@ tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt) {
         tlm_phase_end(be);
         return TLM_OK;
     }
+    return tlm_model_adamw_step_by(m, own_update, (void *)opt);
+}
+
+tlm_status tlm_model_adamw_step_by(tlm_model *m, tlm_status (*update)(void *user, tlm_model *m), void *user) {
+    tlm_backend *be = m->backend;
     if (!m->grads) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "AdamW step needs gradients: run backward first");
     tlm_status s = TLM_OK;
     bool skip = false;
@@ -325,14 +340,8 @@ tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt) {
                                           &m->step_scalars[1], m->comm, &skip);
         m->grads_scale = 1.0f;
     }
-    if (s == TLM_OK && !skip) {
-        m->optimizer.config = *opt;
-        /* the GEMM copy of the weights (bf16/fp16) is refreshed in the same pass */
-        s = tlm_adamw_update_scaled(&m->optimizer, m->params, m->grads, m->grads_clip, m->params_lp,
-                                    tlm_precision_act_dtype(m->run.precision));
-        m->grads_clip = 1.0f;
-        if (s == TLM_OK) m->params_lp_stale = m->params_lp == NULL;
-    }
+    if (s == TLM_OK && !skip) s = update(user, m);
+    m->grads_clip = 1.0f;
     tlm_activations_leave_all(m->acts, be); /* the step ends: the gradients' bytes are free (their
                                                values stay until the next forward) */
     tlm_phase_end(be);

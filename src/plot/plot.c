@@ -25,7 +25,9 @@
 extern char **environ;
 
 /* ---- the registry: one name per kind; each is defined in its own file of src/plot/ --------------- */
-#define TLM_PLOT_KINDS(X) X(tlm_plot_memory_timeline) X(tlm_plot_memory_context) X(tlm_plot_loss_curve)
+#define TLM_PLOT_KINDS(X)                                                                             \
+    X(tlm_plot_memory_timeline) X(tlm_plot_memory_context) X(tlm_plot_loss_curve) X(tlm_plot_allreduce_size) \
+    X(tlm_plot_allreduce_nproc) X(tlm_plot_allreduce_backends)
 
 #define DECLARE(k) extern const tlm_plot_kind k;
 TLM_PLOT_KINDS(DECLARE)

@@ -31,15 +31,20 @@ tlm_status tlm_grad_norm(tlm_model *m, void *scratch, double *norm) {
 tlm_status tlm_clip_grad_norm(tlm_model *m, double max_norm, void *scratch, double *norm, bool *clipped) {
     *clipped = false;
     TLM_TRY(tlm_grad_norm(m, scratch, norm));
-    if (!(max_norm > 0) || !isfinite(*norm)) return TLM_OK;
-    const double coef = max_norm / (*norm + 1e-6); /* CS336 / clip_grad_norm_'s eps */
-    if (coef >= 1.0) return TLM_OK;
+    tlm_clip_to_norm(m, max_norm, *norm, clipped);
+    return TLM_OK;
+}
+
+void tlm_clip_to_norm(tlm_model *m, double max_norm, double norm, bool *clipped) {
+    *clipped = false;
+    if (!(max_norm > 0) || !isfinite(norm)) return;
+    const double coef = max_norm / (norm + 1e-6); /* CS336 / clip_grad_norm_'s eps */
+    if (coef >= 1.0) return;
     *clipped = true;
     /* no pass of its own: fp16's unscale before the update multiplies by coef too; in the other modes
      * the AdamW pass multiplies the gradients by it as it reads them */
     if (m->grads_scale != 1.0f) m->grads_scale = (float)((double)m->grads_scale / coef);
     else m->grads_clip = (float)((double)m->grads_clip * coef); /* the norm was of the clipped gradients */
-    return TLM_OK;
 }
 
 const char *tlm_grad_nonfinite_tensor(tlm_model *m, void *scratch) {

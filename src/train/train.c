@@ -95,9 +95,12 @@ tlm_status tlm_train_step(tlm_train *t, tlm_train_record *rec) {
     tlm_step_begin(be, (int)it, false);
     tlm_status s = tlm_model_forward(m, t->inputs, t->targets, c->batch_size, c->context_length, &r.loss);
     if (s == TLM_OK) s = tlm_model_backward(m);
+    if (s == TLM_OK && t->ddp) s = tlm_ddp_sync_grads(t->ddp); /* the ranks' average from here on */
     r.grad_norm = NAN; /* not measured without clipping: a pass over the gradients saved */
-    if (s == TLM_OK && c->max_grad_norm > 0)
-        s = tlm_clip_grad_norm(m, c->max_grad_norm, t->scratch, &r.grad_norm, &r.clipped);
+    if (s == TLM_OK && c->max_grad_norm > 0) {
+        s = t->ddp ? tlm_ddp_grad_norm(t->ddp, t->scratch, &r.grad_norm) : tlm_grad_norm(m, t->scratch, &r.grad_norm);
+        if (s == TLM_OK) tlm_clip_to_norm(m, c->max_grad_norm, r.grad_norm, &r.clipped);
+    }
     const bool fp16 = m->run.precision == TLM_PRECISION_FP16;
     if (s == TLM_OK && c->max_grad_norm > 0 && !isfinite(r.grad_norm) && !fp16) { /* fp16: the scaler's */
         const char *where = tlm_grad_nonfinite_tensor(m, t->scratch);
@@ -109,7 +112,7 @@ tlm_status tlm_train_step(tlm_train *t, tlm_train_record *rec) {
     if (s == TLM_OK) {
         tlm_adamw_config opt = c->adamw;
         opt.lr = (float)r.lr;
-        s = tlm_model_adamw_step(m, &opt);
+        s = t->ddp ? tlm_ddp_adamw_step(t->ddp, &opt) : tlm_model_adamw_step(m, &opt);
     }
     tlm_step_end(be);
     TLM_TRY(s);

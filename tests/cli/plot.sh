@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# plot.sh — `tlm plot` end to end: the memory timeline and the peak-against-context pictures rendered
-# as PNG and SVG when gnuplot is present (skipped with a message when not); without gnuplot a clear
-# error naming the Debian package; bad input (an unknown kind, a file that is not JSON, the wrong
-# JSON for the kind) gives a clear error and no picture.
+# plot.sh — `tlm plot` end to end: the memory timeline and the peak-against-context pictures, and the
+# all-reduce pictures (time against size, against the process count, busbw by backend) of a
+# `tlm allreduce` sweep's JSON and torch_allreduce.py's (written here in their field names; the real
+# sweep is drawn by allreduce.sh), rendered as PNG and SVG when gnuplot is present (skipped with a
+# message when not); without gnuplot a clear error naming the Debian package; bad input (an unknown
+# kind, a file that is not JSON, the wrong JSON for the kind) gives a clear error and no picture.
 source "$(dirname "$0")/lib.bash"
 M=("$TLM" memory --device cpu --model tiny --batch-size 2 --top 0)
 expect_ok "a timeline and a report to draw" "${M[@]}" --context-length 16,32 --timeline "$TMP/t.json" \
@@ -35,5 +37,59 @@ if command -v gnuplot >/dev/null || [ -n "${TLM_GNUPLOT:-}" ]; then
   check "no temporary file left behind" test -z "$(find "$TMP" -name '.*' -type f)"
 else
   echo "skip   the pictures: gnuplot is not installed (Debian: apt-get install gnuplot-nox)"
+fi
+
+# ---- the all-reduce pictures -------------------------------------------------------------------------------
+row() { # backend nranks bytes in_place time_us busbw [status]
+  printf '{"backend": "%s", "nranks": %s, "bytes": %s, "count": %s, "dtype": "fp32", "op": "sum", "in_place": %s, ' \
+    "$1" "$2" "$3" $(( $3 / 4 )) "$4"
+  printf '"time_us_mean": %s, "time_us_min": %s, "time_us_max": %s, "busbw_gb_per_s": %s, "wrong": 0, ' "$5" "$5" "$5" "$6"
+  printf '"status": "%s", "error": null}' "${7:-ok}"
+}
+{
+  echo '{"tool": "tlm allreduce", "mpi_algorithm": "auto", "nccl_env": "(none set)", "rows": ['
+  echo "$(row mpi 2 1000000 true 120 8.3), $(row mpi 2 1000000 false 130 7.7), $(row mpi 2 100000000 true 25000 4.0),"
+  echo "$(row mpi 3 1000000 true 200 6.6), $(row mpi 3 100000000 true 40000 3.3),"
+  echo '{"backend": "nccl", "nranks": 2, "status": "skipped", "error": "2 processes need 2 GPUs"}]}'
+} > "$TMP/ar-tlm.json"
+{
+  echo '{"tool": "torch_allreduce.py", "backend": "gloo", "rows": ['
+  echo "$(row gloo 2 1000000 true 600 1.6), $(row gloo 2 100000000 true 43000 2.3), $(row gloo 3 1000000 true 900 1.4),"
+  echo "$(row gloo 3 100000000 true 70000 1.9)]}"
+} > "$TMP/ar-gloo.json"
+{
+  echo '{"tool": "tlm allreduce", "rows": ['
+  echo "$(row nccl 1 1000000 true 7 0), $(row mpi 2 1000000 true 1 1 skipped)]}"
+} > "$TMP/ar-one.json"
+err=$(env PATH=/nonexistent TLM_GNUPLOT= "$TLM" plot allreduce-size "$TMP/ar-tlm.json" --out "$TMP/none" 2>&1)
+check "allreduce-size without gnuplot: the message names gnuplot-nox" grep -q 'gnuplot-nox' <<<"$err"
+if command -v gnuplot >/dev/null || [ -n "${TLM_GNUPLOT:-}" ]; then
+  expect_ok "allreduce-size: tlm and gloo" "$TLM" plot allreduce-size "$TMP/ar-tlm.json" "$TMP/ar-gloo.json" --out "$TMP/ars"
+  check "allreduce-size: PNG written (PNG signature)" \
+    test "$(head -c 8 "$TMP/ars.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a
+  check "allreduce-size: tlm's line at 2 ranks" grep -q '>tlm mpi (auto), 2 ranks<' "$TMP/ars.svg"
+  check "allreduce-size: gloo's line at 3 ranks" grep -q '>torch gloo, 3 ranks<' "$TMP/ars.svg"
+  check "allreduce-size: 2 lines of tlm's, 2 of gloo's, no more (out-of-place and skipped rows left out)" \
+    test "$(grep -oE '>[^<]*, [0-9]+ ranks?<' "$TMP/ars.svg" | sort -u | wc -l)" -eq 4
+  check "allreduce-size: the sizes as tics" grep -q '>100 MB<' "$TMP/ars.svg"
+  expect_ok "allreduce-nproc" "$TLM" plot allreduce-nproc "$TMP/ar-tlm.json" "$TMP/ar-gloo.json" --out "$TMP/arn"
+  check "allreduce-nproc: a line per size and implementation" \
+    test "$(grep -oE '>(tlm mpi \(auto\)|torch gloo), 1(00)? MB<' "$TMP/arn.svg" | sort -u | wc -l)" -eq 4
+  expect_ok "allreduce-backends" "$TLM" plot allreduce-backends "$TMP/ar-tlm.json" "$TMP/ar-gloo.json" --out "$TMP/arb"
+  check "allreduce-backends: a panel per process count" test "$(grep -oE '>[23] ranks<' "$TMP/arb.svg" | sort -u | wc -l)" -eq 2
+  check "allreduce-backends: the busbw axis named" grep -q 'busbw (GB/s)' "$TMP/arb.svg"
+  cp "$TMP/ar-tlm.json" "$TMP/ar-tlm2.json"
+  expect_ok "the same implementation from two files" "$TLM" plot allreduce-size "$TMP/ar-tlm.json" "$TMP/ar-tlm2.json" \
+    --out "$TMP/ar2" --only svg
+  check "the same implementation from two files: the second named by its file" \
+    grep -q 'tlm mpi (auto) \[ar-tlm2.json\], 2 ranks' "$TMP/ar2.svg"
+  expect_fail "is not an all-reduce result" "$TLM" plot allreduce-size "$T" --out "$TMP/bad"
+  expect_fail "is not an all-reduce result" "$TLM" plot allreduce-backends "$TMP/r.json" --out "$TMP/bad"
+  expect_fail "no row of 2 or more ranks" "$TLM" plot allreduce-backends "$TMP/ar-one.json" --out "$TMP/bad"
+  sed 's/"ok"/"failed"/g' "$TMP/ar-gloo.json" > "$TMP/ar-failed.json"
+  expect_fail "no in-place row that ran" "$TLM" plot allreduce-nproc "$TMP/ar-failed.json" --out "$TMP/bad"
+  check "no all-reduce picture after bad input" test -z "$(ls "$TMP" | grep '^bad\.\(png\|svg\)')"
+else
+  echo "skip   the all-reduce pictures: gnuplot is not installed (Debian: apt-get install gnuplot-nox)"
 fi
 finish

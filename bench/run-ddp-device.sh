@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# run-ddp-device.sh — data-parallel training (issue 15, SPEC.md §2.10) on one host of 2 or 4 H200, in
+# device calls of at most 10 minutes each (STAGES):
+#   build   tlm for sm_90a (bench/run-device.sh's build: the carried .devdeps when cJSON is missing);
+#   test    the NCCL equality test (test_gpu_ddp under mpirun -np 2, and -np 4 with 4 GPUs: N-rank training of
+#           the tiny model = one process in fp32 within 1e-6, bf16 within one ulp, ZeRO-1 = DDP) and
+#           the CPU ones under mpirun (test_ddp at 2 and 4 processes);
+#   one     the single-GPU baseline: tlm bench, xl, batch 4, context 256, fp32 and bf16, CUDA graphs off
+#           (as every data-parallel row runs: ddp.h) and on (tlm's best single-GPU step);
+#   modes   2 GPUs (and 4 when present): every --ddp mode, bucketed at --bucket-mb 1,10,100,1000 (and 25,
+#           the default), fp32 and bf16 gradient reductions, per-rank batch 4 (global 4 N);
+#   zero    ZeRO-1 against DDP (bucketed 25 MiB and flat), fp32 and bf16: step time and the memory table
+#           (after set-up, before and after the optimizer step, peak, optimizer state per rank);
+#   scale   bucketed 25 MiB at 1, 2 and 4 GPUs (the 1-GPU row is `one`'s);
+#   torch   the PyTorch DDP peer (bench/peers/pytorch_ddp.py) in the same run: 1, 2 (and 4) processes, bucket
+#           sizes, bf16_compress_hook, ZeroRedundancyOptimizer;
+#   table   ddp-side-by-side.md: the mode x bucket table against the 1-GPU step (the issue's targets:
+#           bucketed <= 1.10x on 2 GPUs, <= 1.15x on 4; ZeRO-1 <= 1.10x bucketed, its optimizer state 1/N),
+#           PyTorch beside, the ZeRO memory table, the scaling table.
+# Usage (from the repository root; carry [".devdeps"]):
+#   OUT=/some/dir STAGES=build,test,one bench/run-ddp-device.sh      # first call
+#   OUT=/some/dir STAGES=modes bench/run-ddp-device.sh               # second call, and so on:
+#   OUT=/some/dir STAGES=zero,scale bench/run-ddp-device.sh; STAGES=torch ...; STAGES=table ...
+# (the build stays in build-gpu while the machine is held; a fresh machine needs `build` again).
+# Files under $OUT: info.txt, build.log, tests.log, tlm-1gpu.json, tlm-1gpu-graphs.json, tlm-modes-N.json,
+#   tlm-zero-N.json, tlm-scale-N.json, torch-ddp.json, ddp-side-by-side.md
+# env: MODEL (xl) CTX (256) BATCH (4: rows per rank) PRECISIONS (fp32,bf16) BUCKETS (1,10,100,1000,25)
+#      WARMUP (3) STEPS (10) TIMEOUT (600: the watchdog's, s) BUILD (build-gpu) NPROCS (2 and 4 when present)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:?set OUT to a folder for the results}
+export NCCL_NVLS_ENABLE=0 # NVLink multicast is off on the lent machines (their README)
+MODEL=${MODEL:-xl} CTX=${CTX:-256} BATCH=${BATCH:-4} PRECISIONS=${PRECISIONS:-fp32,bf16}
+BUCKETS=${BUCKETS:-1,10,100,1000,25} WARMUP=${WARMUP:-3} STEPS=${STEPS:-10} TIMEOUT=${TIMEOUT:-600}
+BUILD=${BUILD:-build-gpu}
+STAGES=${STAGES:-build,test,one,modes,zero,scale,torch,table}
+TLM=$BUILD/tlm
+stage() { [[ ",$STAGES," == *",$1,"* ]]; }
+mkdir -p "$OUT"
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ -z "${NPROCS:-}" ]; then NPROCS=2; [ "$GPUS" -ge 4 ] && NPROCS=2,4; fi
+IFS=, read -r -a nprocs <<<"$NPROCS"
+root=(); [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
+mpi() { local n=$1; shift; mpirun "${root[@]}" --bind-to none -np "$n" -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH "$@"; }
+{
+  echo "# date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "# host: $(hostname), $(nproc) cores; $GPUS GPUs"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/# gpu: /'
+  nvidia-smi topo -m 2>/dev/null | sed 's/^/# topo: /'
+  mpirun --version 2>/dev/null | head -1 | sed 's/^/# /'
+  python3 -c 'import torch; print("# torch:", torch.__version__, "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>/dev/null
+  echo "# NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE; $MODEL ctx $CTX, $BATCH rows a rank; $PRECISIONS; buckets $BUCKETS MiB;" \
+       "warm-up $WARMUP, steps $STEPS; processes $NPROCS"
+} | tee -a "$OUT/info.txt"
+
+if stage build; then
+  echo "== build"
+  STAGES=build OUT="$OUT" bash bench/run-device.sh > /dev/null || { tail -30 "$OUT/build.log"; exit 1; }
+fi
+export LD_LIBRARY_PATH=/tmp/tlm-deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+[ -x "$TLM" ] || { echo "no $TLM: run the build stage"; exit 1; }
+[ "$GPUS" -ge 2 ] || echo "warning: $GPUS GPU(s): the data-parallel stages need 2 or more"
+
+tests_rc=0
+if stage test; then
+  echo "== tests" | tee "$OUT/tests.log"
+  run_test() { echo "-- $*" >> "$OUT/tests.log"; "$@" >> "$OUT/tests.log" 2>&1 || tests_rc=1; }
+  for n in "${nprocs[@]}"; do run_test bash tests/test_comm_mpirun.sh "$n" "$BUILD/tests/test_gpu_ddp"; done
+  run_test bash tests/test_comm_mpirun.sh 2 "$BUILD/tests/test_ddp"
+  run_test bash tests/test_comm_mpirun.sh 4 "$BUILD/tests/test_ddp"
+  grep -E '^-- |FAIL|[0-9]+ passed|skipped' "$OUT/tests.log"
+fi
+
+# a row's columns on stdout (tlm bench prints the table; the JSON goes to the file)
+common=(--model "$MODEL" --context-length "$CTX" --warmup "$WARMUP" --steps "$STEPS" --pass train
+        --precision "$PRECISIONS" --timeout "$TIMEOUT")
+if stage one; then
+  echo "== 1 GPU: the baseline (CUDA graphs off, as the data-parallel rows; and on)"
+  "$TLM" bench "${common[@]}" --batch-size "$BATCH" --cuda-graph off -f json -o "$OUT/tlm-1gpu.json" | grep -v '^#'
+  "$TLM" bench "${common[@]}" --batch-size "$BATCH" --cuda-graph on -f json -o "$OUT/tlm-1gpu-graphs.json" | grep -v '^#'
+fi
+if stage modes; then
+  for n in "${nprocs[@]}"; do
+    echo "== $n GPUs: every mode, buckets $BUCKETS MiB, fp32 and bf16 reductions"
+    mpi "$n" "$TLM" bench "${common[@]}" --batch-size $((BATCH * n)) --ddp naive,flat,overlap,bucketed \
+      --bucket-mb "$BUCKETS" --grad-reduce-dtype fp32,bf16 -f json -o "$OUT/tlm-modes-$n.json" | grep -v '^#'
+  done
+fi
+if stage zero; then
+  for n in "${nprocs[@]}"; do
+    echo "== $n GPUs: ZeRO-1 against DDP (bucketed 25 MiB, flat)"
+    mpi "$n" "$TLM" bench "${common[@]}" --batch-size $((BATCH * n)) --ddp bucketed,flat --bucket-mb 25 --zero 0,1 \
+      -f json -o "$OUT/tlm-zero-$n.json" | grep -v '^#'
+  done
+fi
+if stage scale; then
+  for n in "${nprocs[@]}"; do
+    echo "== $n GPUs: bucketed 25 MiB (scaling)"
+    mpi "$n" "$TLM" bench "${common[@]}" --batch-size $((BATCH * n)) --ddp bucketed --bucket-mb 25 \
+      -f json -o "$OUT/tlm-scale-$n.json" | grep -v '^#'
+  done
+fi
+if stage torch; then
+  echo "== PyTorch DDP (bench/peers/pytorch_ddp.py)"
+  PYTHONUNBUFFERED=1 python3 bench/peers/pytorch_ddp.py --model "$MODEL" --context-length "$CTX" \
+    --batch-size-per-rank "$BATCH" --precision "$PRECISIONS" --nproc "1,$NPROCS" --bucket-mb "$BUCKETS" \
+    --grad-reduce-dtype fp32,bf16 --zero 0,1 --warmup "$WARMUP" --steps "$STEPS" --out "$OUT/torch-ddp.json"
+fi
+
+if stage table; then
+  echo "== side by side"
+  python3 - "$OUT" <<'EOF'
+import glob, json, os, sys
+out = sys.argv[1]
+def rows(pattern):
+    r = []
+    for f in sorted(glob.glob(os.path.join(out, pattern))):
+        try:
+            r += json.load(open(f)).get("rows", [])
+        except (OSError, ValueError):
+            pass
+    return [x for x in r if x.get("status") == "ok"]
+one = {r["precision"]: r for r in rows("tlm-1gpu.json")}
+one_g = {r["precision"]: r for r in rows("tlm-1gpu-graphs.json")}
+torch_rows = rows("torch-ddp.json")
+t_one = {r["precision"]: r for r in torch_rows if r["ranks"] == 1}
+def torch_match(prec, n, bucket, rdt, zero):
+    for r in torch_rows:
+        if (r["precision"], r["ranks"], r["grad_reduce_dtype"], r["zero"]) == (prec, n, rdt, zero) and \
+           (bucket is None or abs(r["bucket_mb"] - bucket) < 1e-9):
+            return r
+def ratio(a, b):
+    return f"{a / b:.3f}x" if a and b else "-"
+gib = 2.0 ** 30
+L = ["Step = forward + backward + exposed communication + optimizer, ms (mean of the timed steps, the slowest rank); "
+     "x1 = this step / the 1-GPU step of the same precision (tlm: CUDA graphs off, as the data-parallel rows run; "
+     "PyTorch: its own 1-process step). Targets: bucketed <= 1.10x on 2 GPUs, <= 1.15x on 4; ZeRO-1 <= 1.10x bucketed.",
+     ""]
+for prec, r in sorted(one.items()):
+    g = one_g.get(prec)
+    L.append(f"1 GPU {prec}: tlm {r['step_ms_mean']:.1f} ms (graphs on: {g['step_ms_mean']:.1f} ms)" if g else
+             f"1 GPU {prec}: tlm {r['step_ms_mean']:.1f} ms")
+    if prec in t_one:
+        L.append(f"1 GPU {prec}: PyTorch {t_one[prec]['step_ms_mean']:.1f} ms")
+L += ["", "| GPUs | prec | mode | bucket MiB | reduce | tlm step ms | comm ms | comm % | tlm x1 | PyTorch DDP step ms | PyTorch x1 |",
+      "|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+for r in sorted(rows("tlm-modes-*.json"), key=lambda r: (r["ranks"], r["precision"], r["grad_reduce_dtype"], r["ddp"],
+                                                        r.get("bucket_mb") or 0)):
+    b = r.get("bucket_mb")
+    t = torch_match(r["precision"], r["ranks"], b if r["ddp"] == "bucketed" else None, r["grad_reduce_dtype"], 0) \
+        if r["ddp"] == "bucketed" else None
+    base = one.get(r["precision"], {}).get("step_ms_mean")
+    tb = t_one.get(r["precision"], {}).get("step_ms_mean")
+    L.append(f"| {r['ranks']} | {r['precision']} | {r['ddp']} | {b if b else '-'} | {r['grad_reduce_dtype']} | "
+             f"{r['step_ms_mean']:.1f} | {r['comm_ms_mean']:.2f} | {100 * r['comm_share']:.1f} | "
+             f"{ratio(r['step_ms_mean'], base)} | {t['step_ms_mean']:.1f} | {ratio(t['step_ms_mean'], tb)} |" if t else
+             f"| {r['ranks']} | {r['precision']} | {r['ddp']} | {b if b else '-'} | {r['grad_reduce_dtype']} | "
+             f"{r['step_ms_mean']:.1f} | {r['comm_ms_mean']:.2f} | {100 * r['comm_share']:.1f} | "
+             f"{ratio(r['step_ms_mean'], base)} | - | - |")
+L += ["", "ZeRO-1 (memory: the largest rank's, GiB = 2^30 bytes; optimizer = AdamW's moments held by a rank)", "",
+      "| GPUs | prec | mode | zero | step ms | vs zero 0 | after set-up | before opt | after opt | peak | optimizer | "
+      "PyTorch optimizer | PyTorch peak |", "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+zr = rows("tlm-zero-*.json")
+for r in sorted(zr, key=lambda r: (r["ranks"], r["precision"], r["ddp"], r["zero"])):
+    z0 = next((q for q in zr if (q["ranks"], q["precision"], q["ddp"], q["zero"]) ==
+               (r["ranks"], r["precision"], r["ddp"], 0)), None)
+    t = torch_match(r["precision"], r["ranks"], 25.0, "fp32", r["zero"])
+    L.append(f"| {r['ranks']} | {r['precision']} | {r['ddp']} | {r['zero']} | {r['step_ms_mean']:.1f} | "
+             f"{ratio(r['step_ms_mean'], z0['step_ms_mean'] if z0 else None)} | {r['mem_after_init_bytes'] / gib:.2f} | "
+             f"{r['mem_before_opt_bytes'] / gib:.2f} | {r['mem_after_opt_bytes'] / gib:.2f} | {r['peak_bytes'] / gib:.2f} | "
+             f"{r['peak_bytes_optimizer'] / gib:.2f} | {t['peak_bytes_optimizer'] / gib:.2f} | {t['peak_bytes'] / gib:.2f} |"
+             if t else
+             f"| {r['ranks']} | {r['precision']} | {r['ddp']} | {r['zero']} | {r['step_ms_mean']:.1f} | "
+             f"{ratio(r['step_ms_mean'], z0['step_ms_mean'] if z0 else None)} | {r['mem_after_init_bytes'] / gib:.2f} | "
+             f"{r['mem_before_opt_bytes'] / gib:.2f} | {r['mem_after_opt_bytes'] / gib:.2f} | {r['peak_bytes'] / gib:.2f} | "
+             f"{r['peak_bytes_optimizer'] / gib:.2f} | - | - |")
+for prec, r in sorted(one.items()):
+    L.append(f"| 1 | {prec} | - | - | {r['step_ms_mean']:.1f} | - | - | - | - | {r['peak_bytes'] / gib:.2f} | "
+             f"{r['peak_bytes_optimizer'] / gib:.2f} | - | - |")
+L += ["", "Scaling (bucketed 25 MiB; the same per-rank batch: tokens/s should grow N-fold)", "",
+      "| GPUs | prec | tlm step ms | tlm tokens/s | tlm speed-up | PyTorch step ms | PyTorch tokens/s | PyTorch speed-up |",
+      "|---:|---|---:|---:|---:|---:|---:|---:|"]
+sc = rows("tlm-scale-*.json") + [dict(r, ranks=1) for r in one.values()]
+for r in sorted(sc, key=lambda r: (r["precision"], r["ranks"])):
+    base = one.get(r["precision"])
+    t = torch_match(r["precision"], r["ranks"], 25.0 if r["ranks"] > 1 else 0.0, "fp32", 0)
+    tb = t_one.get(r["precision"])
+    su = r["tokens_per_s"] / base["tokens_per_s"] if base else 0
+    tsu = t["tokens_per_s"] / tb["tokens_per_s"] if t and tb else 0
+    L.append(f"| {r['ranks']} | {r['precision']} | {r['step_ms_mean']:.1f} | {r['tokens_per_s']:.0f} | {su:.2f}x | "
+             + (f"{t['step_ms_mean']:.1f} | {t['tokens_per_s']:.0f} | {tsu:.2f}x |" if t else "- | - | - |"))
+text = "\n".join(L) + "\n"
+path = os.path.join(out, "ddp-side-by-side.md")
+with open(path + ".tmp", "w") as f:
+    f.write(text)
+os.replace(path + ".tmp", path)
+print(text, end="")
+EOF
+fi
+exit "$tests_rc"

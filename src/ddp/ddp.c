@@ -1,0 +1,327 @@
+/* ddp.c — the data-parallel reducer (ddp.h): the parameters broadcast at the start, each bucket's
+ * reduction issued from the grads-ready callback (OVERLAP, BUCKETED) or after the backward (NAIVE,
+ * FLAT), on the communication stream (NCCL) or in place of the caller (MPI), the compute stream
+ * ordered after them; ZeRO-1's update of this rank's pieces and the all-gather of the parameters;
+ * the norm of the averaged gradients; and where the step's communication time went. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ddp/ddp_internal.h"
+#include "tlm/ddp.h"
+#include "tlm/train.h"
+
+struct tlm_ddp {
+    tlm_ddp_config cfg;
+    tlm_model *m;
+    tlm_comm *c;
+    tlm_backend *be;
+    int rank, world;
+    bool nccl;                 /* asynchronous on `stream`; else MPI: synchronous, host-clock timing */
+    bool overlapped;           /* OVERLAP, BUCKETED: issued from the callbacks */
+    tlm_ddp_bucket *buckets;   /* [nb] in completion order */
+    int nb;
+    size_t *moment_off;        /* ZeRO: [nb] where bucket k's piece (or tail) sits in the shard's moments */
+    size_t opt_numel;          /* ZeRO: floats per moment on this rank */
+    tlm_adamw opt;             /* ZeRO: the shard's AdamW (moments of opt_numel floats) */
+    double *sq;                /* ZeRO: [nb] backend float64: each piece's sum of squares (the norm) */
+    uint16_t *staging;         /* (flat_numel) bf16: the compressed gradients (reduce_dtype BF16) */
+    tlm_stream *stream;        /* NCCL: the communication stream */
+    tlm_event *ev_ready, *ev_bwd_end, *ev_comm_done, *ev_joined, *ev_upd_end, *ev_ag_joined;
+    /* the step */
+    int next_bucket;           /* buckets issued so far */
+    bool pending;              /* a backward ran: sync_grads is due */
+    bool timed_after, timed_params; /* NCCL: the step recorded those events */
+    tlm_status status;         /* the first failure of a callback (returned by sync_grads) */
+    double host_in_bwd, host_after, host_params; /* MPI: ms inside the collectives */
+    int collectives;
+    size_t bytes;
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+/* ---- one reduction -------------------------------------------------------------------------------------- */
+
+/* Averages the span [off, off + n) of the gradients, held at g (the flat buffer's place, or a group's
+ * own with optimizer-in-backward), over the ranks, in place, on stream s: all-reduced, or (sharded)
+ * reduce-scattered so that this rank's piece holds the average; bf16 through the staging buffer. */
+static tlm_status reduce_span(tlm_ddp *d, float *g, size_t off, size_t n, bool sharded, tlm_stream *s) {
+    const size_t piece = sharded ? n / (size_t)d->world : n, mine = sharded ? (size_t)d->rank * piece : 0;
+    const bool bf16 = d->cfg.reduce_dtype == TLM_DTYPE_BF16;
+    void *buf = bf16 ? (void *)(d->staging + off) : (void *)g;
+    const size_t es = bf16 ? 2 : 4;
+    if (bf16) tlm_ddp_cast(d->be, s, buf, g, n, true);
+    if (sharded)
+        TLM_TRY(tlm_comm_reduce_scatter(d->c, buf, (char *)buf + mine * es, piece, d->cfg.reduce_dtype,
+                                        TLM_REDUCE_AVG, s));
+    else
+        TLM_TRY(tlm_comm_all_reduce(d->c, buf, buf, n, d->cfg.reduce_dtype, TLM_REDUCE_AVG, s));
+    if (bf16) tlm_ddp_cast(d->be, s, g + mine, d->staging + off + mine, piece, false);
+    d->collectives++;
+    d->bytes += n * es;
+    return TLM_OK;
+}
+
+/* issues buckets next_bucket.. while they are complete by group `upto` (all of them: upto INT_MAX) */
+static tlm_status issue_ready(tlm_ddp *d, int upto) {
+    while (d->next_bucket < d->nb && d->buckets[d->next_bucket].ready_group <= upto) {
+        const tlm_ddp_bucket *b = &d->buckets[d->next_bucket++];
+        TLM_TRY(reduce_span(d, d->m->grads + b->offset, b->offset, b->numel, b->sharded, d->stream));
+    }
+    return TLM_OK;
+}
+
+/* the communication stream waits for the compute stream's work so far (NCCL) */
+static void comm_waits_compute(tlm_ddp *d) {
+    if (!d->nccl) return;
+    tlm_event_record(d->be, d->ev_ready, NULL);
+    tlm_stream_wait_event(d->be, d->stream, d->ev_ready);
+}
+
+/* the compute stream waits for the communication stream's work so far, `mark` recorded after (NCCL) */
+static void compute_waits_comm(tlm_ddp *d, tlm_event *mark) {
+    if (!d->nccl) return;
+    tlm_event_record(d->be, d->ev_comm_done, d->stream);
+    tlm_stream_wait_event(d->be, NULL, d->ev_comm_done);
+    tlm_event_record(d->be, mark, NULL);
+}
+
+/* the grads-ready callback (model.h): group gi of the layout is complete */
+static void on_grads_ready(void *user, tlm_model *m, const tlm_param_group *g) {
+    tlm_ddp *d = user;
+    const int gi = (int)(g - m->layout.groups);
+    if (gi == 0) { /* a new backward pass */
+        d->next_bucket = 0;
+        d->pending = true;
+        d->timed_after = d->timed_params = false;
+        d->status = TLM_OK;
+        d->host_in_bwd = d->host_after = d->host_params = 0;
+        d->collectives = 0;
+        d->bytes = 0;
+    }
+    if (d->status != TLM_OK || (!d->overlapped && !m->run.optimizer_in_backward)) return;
+    const double t0 = now_ms();
+    if (m->run.optimizer_in_backward) { /* the group's update follows on the compute stream: reduce it there */
+        d->status = reduce_span(d, tlm_model_group_grads(m, gi), g->offset, g->numel, false, NULL);
+    } else {
+        comm_waits_compute(d);
+        d->status = issue_ready(d, gi);
+    }
+    if (!d->nccl) d->host_in_bwd += now_ms() - t0;
+}
+
+/* ---- creation -------------------------------------------------------------------------------------------- */
+
+static tlm_status create_streams(tlm_ddp *d) {
+    if (!d->nccl) return TLM_OK;
+    TLM_TRY(tlm_stream_create(d->be, &d->stream));
+    tlm_event **ev[] = {&d->ev_ready, &d->ev_bwd_end, &d->ev_comm_done, &d->ev_joined, &d->ev_upd_end,
+                        &d->ev_ag_joined};
+    for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++) TLM_TRY(tlm_event_create(d->be, ev[i]));
+    return TLM_OK;
+}
+
+tlm_status tlm_ddp_agree(tlm_comm *c, tlm_status mine) {
+    int *all = malloc(sizeof(int) * (size_t)c->world_size), m = (int)mine;
+    char why[512];
+    snprintf(why, sizeof why, "%s", tlm_last_error());
+    tlm_status s = all ? tlm_comm_host_all_gather(c, &m, all, sizeof m) : TLM_ERR_OUT_OF_MEMORY;
+    for (int r = 0; s == TLM_OK && r < c->world_size; r++)
+        if (all[r] != TLM_OK)
+            s = r == c->rank ? tlm_fail(mine, "%s", why)
+                             : tlm_fail((tlm_status)all[r], "rank %d failed (its own message says why)", r);
+    free(all);
+    return s;
+}
+
+/* this rank's part: the plan, the shard's moments' places, the staging buffer, the stream and events */
+static tlm_status local_setup(tlm_ddp *d) {
+    const tlm_param_layout *l = &d->m->layout;
+    const tlm_ddp_config *cfg = &d->cfg;
+    TLM_TRY(tlm_ddp_plan_buckets(l, tlm_ddp_cap_bytes(cfg), cfg->zero ? d->world : 0, &d->buckets, &d->nb));
+    if (cfg->zero) {
+        d->moment_off = malloc((size_t)d->nb * sizeof *d->moment_off);
+        if (!d->moment_off) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the shard's plan");
+        for (int k = 0; k < d->nb; k++) {
+            d->moment_off[k] = d->opt_numel;
+            d->opt_numel += d->buckets[k].sharded ? d->buckets[k].numel / (size_t)d->world : d->buckets[k].numel;
+        }
+        tlm_adamw_init(&d->opt, d->be, d->opt_numel, &d->m->optimizer.config);
+        d->sq = tlm_alloc(d->be, (size_t)d->nb * sizeof(double), TLM_MEM_WORKSPACE, "ddp.norm");
+        if (!d->sq) return TLM_ERR_OUT_OF_MEMORY;
+    } else {
+        d->opt_numel = l->flat_numel;
+    }
+    if (cfg->reduce_dtype == TLM_DTYPE_BF16) {
+        d->staging = tlm_alloc(d->be, l->flat_numel * sizeof(uint16_t), TLM_MEM_WORKSPACE, "ddp.bf16_staging");
+        if (!d->staging) return TLM_ERR_OUT_OF_MEMORY;
+    }
+    return create_streams(d);
+}
+
+static tlm_status setup(tlm_ddp *d) {
+    tlm_model *m = d->m;
+    const tlm_param_layout *l = &m->layout;
+    const tlm_ddp_config *cfg = &d->cfg;
+    /* the same reducer on every rank, before the first collective: a different plan would hang */
+    char text[512];
+    snprintf(text, sizeof text, "mode %s bucket_mb %.17g reduce %s zero %d; layout %zu floats, %d tensors; %s; "
+             "optimizer-in-backward %d", tlm_ddp_mode_name(cfg->mode), cfg->bucket_mb,
+             tlm_dtype_name(cfg->reduce_dtype), cfg->zero, l->flat_numel, l->num_tensors,
+             tlm_precision_name(m->run.precision), (int)m->run.optimizer_in_backward);
+    TLM_TRY(tlm_comm_check_same(d->c, "the data-parallel configuration", text));
+    TLM_TRY(tlm_ddp_config_check(cfg)); /* the same on every rank from here on */
+    if (cfg->zero && m->run.optimizer_in_backward)
+        return tlm_fail(TLM_ERR_UNSUPPORTED, "ZeRO-1 with optimizer-in-backward: a layer's update would need its "
+                        "shard's averaged gradients, which the reduce-scatter of its bucket gives only once the "
+                        "bucket is complete (use one or the other)");
+    TLM_TRY(tlm_ddp_agree(d->c, local_setup(d))); /* no rank goes on to the broadcast alone */
+    /* rank 0's parameters everywhere; the GEMM copy follows them in the next forward */
+    TLM_TRY(tlm_comm_broadcast(d->c, m->params, m->params, l->flat_numel, TLM_DTYPE_F32, 0, NULL));
+    TLM_TRY(tlm_comm_synchronize(d->c, NULL));
+    m->params_lp_stale = true;
+    m->run.cuda_graphs = false; /* the callbacks must run on the host every step */
+    tlm_model_set_comm(m, d->c);
+    tlm_model_on_grads_ready(m, on_grads_ready, d);
+    return TLM_OK;
+}
+
+tlm_status tlm_ddp_create(tlm_ddp **out, tlm_model *m, tlm_comm *c, const tlm_ddp_config *cfg) {
+    *out = NULL;
+    if (c->world_size < 2)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "data parallelism over a world of %d rank: nothing to reduce",
+                        c->world_size);
+    if (c->be != m->backend)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the communicator's backend (%s) is not the model's (%s)",
+                        c->be->name, m->backend->name);
+    tlm_ddp *d = calloc(1, sizeof *d);
+    if (!d) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the data-parallel reducer");
+    *d = (tlm_ddp){.cfg = *cfg, .m = m, .c = c, .be = m->backend, .rank = c->rank, .world = c->world_size,
+                   .nccl = c->kind == TLM_COMM_NCCL,
+                   .overlapped = cfg->mode == TLM_DDP_OVERLAP || cfg->mode == TLM_DDP_BUCKETED};
+    const tlm_status s = setup(d);
+    if (s != TLM_OK) {
+        tlm_ddp_free(d);
+        return s;
+    }
+    *out = d;
+    return TLM_OK;
+}
+
+void tlm_ddp_free(tlm_ddp *d) {
+    if (!d) return;
+    if (d->m->grads_ready_user == d) {
+        tlm_model_on_grads_ready(d->m, NULL, NULL);
+        tlm_model_set_comm(d->m, NULL);
+    }
+    if (d->stream) (void)tlm_comm_synchronize(d->c, d->stream); /* nothing of ours still queued */
+    tlm_event *ev[] = {d->ev_ready, d->ev_bwd_end, d->ev_comm_done, d->ev_joined, d->ev_upd_end, d->ev_ag_joined};
+    for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++)
+        if (ev[i]) tlm_event_destroy(d->be, ev[i]);
+    if (d->stream) tlm_stream_destroy(d->be, d->stream);
+    tlm_free(d->be, d->staging);
+    tlm_free(d->be, d->sq);
+    tlm_adamw_free(&d->opt);
+    free(d->moment_off);
+    free(d->buckets);
+    free(d);
+}
+
+void tlm_ddp_plan(const tlm_ddp *d, tlm_ddp_plan_info *out) {
+    *out = (tlm_ddp_plan_info){.num_buckets = d->nb, .buckets = d->buckets, .optimizer_numel = d->opt_numel,
+                               .staging_bytes = d->staging ? d->m->layout.flat_numel * sizeof(uint16_t) : 0};
+}
+
+/* ---- the step -------------------------------------------------------------------------------------------------- */
+
+tlm_status tlm_ddp_sync_grads(tlm_ddp *d) {
+    if (!d->pending) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "no backward pass to reduce the gradients of");
+    d->pending = false;
+    TLM_TRY(d->status);
+    if (d->m->run.optimizer_in_backward) return TLM_OK; /* each group was reduced before its update */
+    const double t0 = now_ms();
+    if (d->nccl) tlm_event_record(d->be, d->ev_bwd_end, NULL);
+    comm_waits_compute(d); /* NAIVE, FLAT: the whole backward; the overlapped modes issued every bucket */
+    TLM_TRY(issue_ready(d, d->m->layout.num_groups));
+    compute_waits_comm(d, d->ev_joined);
+    d->timed_after = d->nccl;
+    if (!d->nccl) d->host_after = now_ms() - t0;
+    return TLM_OK;
+}
+
+tlm_status tlm_ddp_grad_norm(tlm_ddp *d, void *scratch, double *norm) {
+    tlm_model *m = d->m;
+    if (!d->cfg.zero) return tlm_grad_norm(m, scratch, norm); /* every rank holds the average */
+    if (!m->grads) return tlm_grad_norm(m, scratch, norm);   /* its message */
+    tlm_memset_zero(d->be, d->sq, (size_t)d->nb * sizeof(double));
+    for (int k = 0; k < d->nb; k++) {
+        const tlm_ddp_bucket *b = &d->buckets[k];
+        const size_t piece = b->numel / (size_t)d->world;
+        if (b->sharded) tlm_sum_squares(d->be, d->sq + k, m->grads + b->offset + (size_t)d->rank * piece, piece);
+        else if (d->rank == 0) tlm_sum_squares(d->be, d->sq + k, m->grads + b->offset, b->numel); /* once */
+    }
+    double *host = malloc(((size_t)d->nb + (size_t)d->world) * sizeof(double));
+    if (!host) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the gradient norm");
+    tlm_copy_to_host(d->be, host, d->sq, (size_t)d->nb * sizeof(double));
+    double mine = 0, total = 0;
+    for (int k = 0; k < d->nb; k++) mine += host[k];
+    double *all = host + d->nb;
+    const tlm_status s = tlm_comm_host_all_gather(d->c, &mine, all, sizeof mine);
+    for (int r = 0; r < d->world; r++) total += all[r]; /* rank order: the same sum everywhere */
+    free(host);
+    TLM_TRY(s);
+    *norm = sqrt(total) / ((double)m->grads_scale / m->grads_clip);
+    return TLM_OK;
+}
+
+/* ZeRO-1's update (tlm_model_adamw_step_by): this rank's pieces and the tails with the shard's moments,
+ * each sharded bucket's parameters all-gathered as soon as its piece is updated */
+static tlm_status zero_update(void *user, tlm_model *m) {
+    tlm_ddp *d = user;
+    tlm_adamw *o = &d->opt;
+    TLM_TRY(tlm_adamw_begin_step(o)); /* t += 1; the first allocates the shard's moments */
+    const tlm_adamw_config *h = &o->config;
+    double comm_ms = 0;
+    for (int k = 0; k < d->nb; k++) {
+        const tlm_ddp_bucket *b = &d->buckets[k];
+        const size_t piece = b->sharded ? b->numel / (size_t)d->world : b->numel;
+        const size_t at = b->offset + (b->sharded ? (size_t)d->rank * piece : 0);
+        tlm_adamw_step(d->be, m->params + at, m->grads + at, m->grads_clip, o->m + d->moment_off[k],
+                       o->v + d->moment_off[k], piece, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, o->t, NULL,
+                       TLM_DTYPE_F32);
+        if (!b->sharded) continue; /* a tail: every rank updated it alike */
+        comm_waits_compute(d);
+        const double t0 = now_ms();
+        TLM_TRY(tlm_comm_all_gather(d->c, m->params + at, m->params + b->offset, piece, TLM_DTYPE_F32, d->stream));
+        comm_ms += now_ms() - t0;
+        d->collectives++;
+        d->bytes += b->numel * sizeof(float);
+    }
+    if (d->nccl) tlm_event_record(d->be, d->ev_upd_end, NULL);
+    compute_waits_comm(d, d->ev_ag_joined);
+    d->timed_params = d->nccl;
+    if (!d->nccl) d->host_params = comm_ms;
+    m->params_lp_stale = true; /* the next forward casts the GEMM copy from the gathered parameters */
+    return TLM_OK;
+}
+
+tlm_status tlm_ddp_adamw_step(tlm_ddp *d, const tlm_adamw_config *opt) {
+    if (!d->cfg.zero) return tlm_model_adamw_step(d->m, opt);
+    d->opt.config = *opt;
+    return tlm_model_adamw_step_by(d->m, zero_update, d);
+}
+
+tlm_status tlm_ddp_last_timing(tlm_ddp *d, tlm_ddp_timing *t) {
+    *t = (tlm_ddp_timing){.in_backward_ms = d->host_in_bwd, .after_backward_ms = d->host_after,
+                          .params_ms = d->host_params, .collectives = d->collectives, .bytes = d->bytes};
+    if (d->timed_after) t->after_backward_ms = tlm_event_elapsed_ms(d->be, d->ev_bwd_end, d->ev_joined);
+    if (d->timed_params) t->params_ms = tlm_event_elapsed_ms(d->be, d->ev_upd_end, d->ev_ag_joined);
+    t->exposed_ms = t->in_backward_ms + t->after_backward_ms + t->params_ms;
+    return TLM_OK;
+}

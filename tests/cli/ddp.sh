@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# ddp.sh — `tlm train` and `tlm bench` over several processes (MPI on the CPU, under mpirun through
+# tests/test_comm_mpirun.sh): N-rank training of the tiny model gives the weights of one process on the
+# same global batch (tlm compare, rtol 1e-6) for 2 ranks bucketed and 3 ranks flat + ZeRO-1, rank 0
+# alone prints and writes (one table, the log and checkpoints), a 2-rank checkpoint resumes with 2 ranks
+# bit for bit and is refused with 1; a killed rank and a stopped (hung) rank end the run with a message
+# naming them, the last checkpoint intact (it resumes); tlm bench's data-parallel rows; bad input
+# refused by name with exit 1 or 2 (a global batch that does not divide, data-parallel flags alone,
+# ZeRO-1 with checkpoints or optimizer-in-backward, ranks given different flags).
+source "$(dirname "$0")/lib.bash"
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} OMP_NUM_THREADS=1
+RUN=(bash "$(dirname "$0")/../test_comm_mpirun.sh")
+# token files: a noisy walk over 256 ids (uint16), 18000 to train on, 2000 to validate
+python3 - "$TMP" <<'EOF'
+import random, struct, sys
+rng, ids, x = random.Random(11), [], 0
+while len(ids) < 20000:
+    x = (x + rng.choice((1, 1, 1, 2, 7))) % 256
+    ids.append(x)
+for name, part in (("train", ids[:18000]), ("val", ids[18000:])):
+    open(f"{sys.argv[1]}/{name}.bin", "wb").write(struct.pack(f"<{len(part)}H", *part))
+EOF
+args=(train --device cpu --model tiny --vocab-size 256 --train-data "$TMP/train.bin" --val-data "$TMP/val.bin"
+      --steps 6 --batch-size 12 --context-length 32 --lr-max 5e-3 --warmup-iters 2 --max-grad-norm 0.5
+      --eval-every 3 --eval-batches 2 --log-every 1 --save-every 3)
+weights() { echo "$TMP/$1/step-0000000$2/weights.safetensors"; }
+
+# ---- the same weights as one process -------------------------------------------------------------------------
+expect_ok "one process, global batch 12, 6 steps" "$TLM" "${args[@]}" --checkpoint-dir "$TMP/one" --log "$TMP/one.csv"
+out=$("${RUN[@]}" 2 "$TLM" "${args[@]}" --checkpoint-dir "$TMP/two" --log "$TMP/two.csv" 2>&1); rc=$?
+check "2 ranks (bucketed, the default): exit 0 ($rc)" test $rc -eq 0
+echo "$out" | grep -E '^ +[0-9]+ ' | tail -2
+check "2 ranks: one log table (rank 0 alone prints), 6 rows with comm columns" \
+  test "$(grep -c '^   step ' <<<"$out")" -eq 1 -a "$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9.]+ ' <<<"$out")" -eq 6
+check "2 ranks: the log counts every rank's tokens (6 x 12 x 32 = 2304) and names the ranks" \
+  grep -qE '^6,2304,.*' "$TMP/two.csv"
+check "2 ranks: the log's header: ranks 2, ddp bucketed, batch 12 (6 a rank)" \
+  bash -c "grep -q '^# ranks: 2$' '$TMP/two.csv' && grep -q '^# ddp: bucketed$' '$TMP/two.csv' &&
+           grep -q '^# batch_size: 12$' '$TMP/two.csv' && grep -q '^# batch_size_per_rank: 6$' '$TMP/two.csv'"
+check "2 ranks: the same weights as one process (rtol 1e-6)" \
+  "$TLM" compare --rtol 1e-6 "$(weights two 6)" "$(weights one 6)"
+check "2 ranks: the same validation loss to 6 digits" \
+  test "$(grep -o 'final_val_loss: [0-9.]\{7\}' "$TMP/two.csv")" = "$(grep -o 'final_val_loss: [0-9.]\{7\}' "$TMP/one.csv")"
+out=$("${RUN[@]}" 3 "$TLM" "${args[@]/--save-every/--eval-every}" --ddp flat --zero 1 --log "$TMP/three.csv" 2>&1); rc=$?
+check "3 ranks, flat, ZeRO-1: exit 0 ($rc), the validation loss of one process to 6 digits" \
+  test $rc -eq 0 -a "$(grep -o 'final_val_loss: [0-9.]\{7\}' "$TMP/three.csv")" = \
+  "$(grep -o 'final_val_loss: [0-9.]\{7\}' "$TMP/one.csv")"
+
+# ---- resume: with as many ranks, bit for bit ----------------------------------------------------------------------
+expect_ok "2 ranks resume from step 3 to 6" "${RUN[@]}" 2 "$TLM" train --resume "$TMP/two/step-00000003" \
+  --save-every 3 --checkpoint-dir "$TMP/two-resumed"
+check "the resumed run's weights are the uninterrupted run's, bit for bit" \
+  cmp -s "$(weights two 6)" "$(weights two-resumed 6)"
+expect_fail "was written by a run of 2 ranks, this run has 1: resume it with as many" \
+  "$TLM" train --resume "$TMP/two/step-00000003"
+
+# ---- a rank that dies or hangs ---------------------------------------------------------------------------------------
+# rank 1's pid: a child of mpirun whose environment says OMPI_COMM_WORLD_RANK=1
+rank_pid() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && { echo "$p"; return; }
+  done
+}
+long=("${args[@]/--steps/--eval-batches}" --steps 100000 --timeout 3)
+for fault in kill stop; do
+  rm -rf "$TMP/f"
+  "${RUN[@]}" 2 "$TLM" "${long[@]}" --checkpoint-dir "$TMP/f" > "$TMP/f.out" 2>&1 &
+  mp=$!
+  for _ in $(seq 1 1500); do [ -f "$TMP/f/latest" ] && break; sleep 0.02; done
+  victim=$(rank_pid $mp)
+  start=$(date +%s%N)
+  [ "$fault" = kill ] && kill -KILL "$victim" 2>/dev/null
+  [ "$fault" = stop ] && kill -STOP "$victim" 2>/dev/null
+  for _ in $(seq 1 600); do kill -0 $mp 2>/dev/null || break; sleep 0.05; done
+  kill -0 $mp 2>/dev/null && { kill -KILL $mp; check "$fault: the run ended by itself (30 s guard)" false; }
+  [ "$fault" = stop ] && kill -KILL "$victim" 2>/dev/null
+  wait $mp; rc=$?
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  grep -E 'rank 1|^tlm' "$TMP/f.out" | head -3
+  check "$fault rank 1 (pid ${victim:-?}) after checkpoint $(cat "$TMP/f/latest"): non-zero exit ($rc) after $ms ms" \
+    test -n "$victim" -a $rc -ne 0
+  if [ "$fault" = kill ]; then
+    check "kill: rank 1 named (by mpirun or the watchdog)" \
+      grep -qE 'process rank 1 .*(signal 9|Killed)|rank 1 (did not answer|left the run|has not reached)' "$TMP/f.out"
+  else
+    check "stop: the watchdog names rank 1 within the 3 s timeout (+ the launcher)" \
+      bash -c "grep -qE 'rank 1 (did not answer|has not reached)' '$TMP/f.out' && test $ms -lt 15000"
+  fi
+  last=$(cat "$TMP/f/latest")
+  "${RUN[@]}" 2 "$TLM" train --resume "$TMP/f" --steps $(( 10#${last#step-} + 1 )) > "$TMP/r.out" 2>&1; rc=$?
+  check "$fault: the last checkpoint ($last) is whole: it resumes for 1 more step with 2 ranks (exit $rc)" \
+    test $rc -eq 0 -a "$(grep -c '^# steps_run: 1$' "$TMP/r.out")" -eq 1
+done
+
+# ---- tlm bench ---------------------------------------------------------------------------------------------------------
+out=$("${RUN[@]}" 2 "$TLM" bench --device cpu -m tiny -c 32 -b 4 -w 1 -n 2 --ddp naive,flat,overlap,bucketed \
+      --bucket-mb 0.05,25 --zero 0,1 -f json -o "$TMP/bench.json" 2>&1); rc=$?
+check "bench, 2 ranks, 4 modes x (2 bucket sizes) x ZeRO 0/1: exit 0 ($rc)" test $rc -eq 0
+if command -v python3 >/dev/null; then
+  check "bench JSON: 10 rows of 2 ranks, the phases add up to the step, ZeRO-1's optimizer state about half" python3 -c "
+import json; d = json.load(open('$TMP/bench.json')); rows = d['rows']
+assert len(rows) == 10 and all(r['status'] == 'ok' and r['ranks'] == 2 for r in rows), rows
+assert sorted({r['ddp'] for r in rows}) == ['bucketed', 'flat', 'naive', 'overlap']
+for r in rows:
+    parts = r['fwd_ms_mean'] + r['bwd_ms_mean'] + r['opt_ms_mean'] + r['comm_ms_mean']
+    assert abs(parts - r['step_ms_mean']) <= 1e-3 * r['step_ms_mean'] + 1e-3, r
+    assert 0 < r['comm_share'] < 1 and r['mem_before_opt_bytes'] > 0
+z = {r['zero']: r['peak_bytes_optimizer'] for r in rows if r['ddp'] == 'flat'}
+assert abs(z[1] - z[0] / 2) <= 64 * 8, z"
+fi
+
+# ---- bad input ------------------------------------------------------------------------------------------------------------
+expect_fail "--batch-size 5 is the global batch: it does not divide over 2 ranks" \
+  "${RUN[@]}" 2 "$TLM" train --device cpu --model tiny --train-data "$TMP/train.bin" --vocab-size 256 --steps 2 -b 5
+expect_fail "--batch-size 3 is the global batch: it does not divide over 2 ranks" \
+  "${RUN[@]}" 2 "$TLM" bench --device cpu -m tiny -c 16 -b 3 -n 1 -w 0
+expect_fail "--ddp needs several processes: start tlm train with a launcher" \
+  "$TLM" train --device cpu --model tiny --train-data "$TMP/train.bin" --vocab-size 256 --steps 2 --ddp flat
+expect_fail "--zero needs several processes" "$TLM" bench --device cpu -m tiny -c 16 -n 1 --zero 1
+expect_fail "--zero 1 conflicts with checkpoints" \
+  "${RUN[@]}" 2 "$TLM" "${args[@]}" --checkpoint-dir "$TMP/z" --zero 1
+expect_fail "--zero 1 conflicts with --optimizer-in-backward" \
+  "${RUN[@]}" 2 "$TLM" bench --device cpu -m tiny -c 16 -n 1 --zero 1 --optimizer-in-backward
+expect_fail "--zero: 2 is out of range [0, 1]" "$TLM" bench --device cpu -m tiny --zero 2
+expect_fail "--bucket-mb: 0 is out of range" "$TLM" bench --device cpu -m tiny --bucket-mb 0
+expect_fail "--ddp: unknown mode 'ring'" "$TLM" train --ddp ring
+flags=(--oversubscribe); [ "$(id -u)" -eq 0 ] && flags+=(--allow-run-as-root)
+t1=("$TLM" train --device cpu --model tiny --train-data "$TMP/train.bin" --vocab-size 256 --steps 2 -b 4)
+expect_fail "the ranks disagree on the run's configuration" \
+  ${MPIRUN:-mpirun} "${flags[@]}" -np 1 "${t1[@]}" --seed 1 : -np 1 "${t1[@]}" --seed 2
+expect_fail "the ranks disagree on the data-parallel configuration" \
+  ${MPIRUN:-mpirun} "${flags[@]}" -np 1 "${t1[@]}" --bucket-mb 1 : -np 1 "${t1[@]}" --bucket-mb 2
+finish
