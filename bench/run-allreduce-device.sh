@@ -16,7 +16,7 @@
 #      ALGS (4,6,3: Open MPI's coll_tuned_allreduce_algorithm numbers: ring, rabenseifner, recursive
 #        doubling; at ALG_SIZES 100MB,1GB and ALG_NPROC 2,4; empty: none)
 #      BUILD (build-gpu) TLM (the binary; default $BUILD/tlm) NCCL_TESTS_BIN (an all_reduce_perf binary, if carried)
-#      STAGES (build,test,nccl,mpi,gloo,algs,torch-nccl,nccl-tests,table: a subset runs part of it, e.g.
+#      STAGES (build,test,nccl,mpi,mpi-plain,gloo,algs,torch-nccl,nccl-tests,table: a subset runs part of it, e.g.
 #        STAGES=build,test,nccl then STAGES=mpi,gloo,algs,table if one call's 10 minutes are short;
 #        the table joins whatever JSON files are in $OUT)
 # On a machine without a GPU (the CPU figures): BUILD=build-comm STAGES=mpi,gloo,table NPROC=2.
@@ -30,7 +30,7 @@ export NCCL_NVLS_ENABLE=0 # NVLink multicast is off on the lent machines (their 
 SIZES=${SIZES:-1MB,10MB,100MB,1GB} NPROC=${NPROC:-2,4,6} ITERS=${ITERS:-10} WARMUP=${WARMUP:-5} DTYPE=${DTYPE:-fp32}
 ALGS=${ALGS-4,6,3} ALG_SIZES=${ALG_SIZES:-100MB,1GB} ALG_NPROC=${ALG_NPROC:-2,4}
 BUILD=${BUILD:-build-gpu}
-STAGES=${STAGES:-build,test,nccl,mpi,gloo,algs,torch-nccl,nccl-tests,table}
+STAGES=${STAGES:-build,test,nccl,mpi,mpi-plain,gloo,algs,torch-nccl,nccl-tests,table}
 TLM=${TLM:-$BUILD/tlm}
 stage() { [[ ",$STAGES," == *",$1,"* ]]; }
 mkdir -p "$OUT"
@@ -117,9 +117,15 @@ if stage nccl; then
 fi
 
 if stage mpi; then
-  echo "== tlm allreduce, MPI on $CORES cores at $NPROC processes"
+  echo "== tlm allreduce, MPI on $CORES cores at $NPROC processes (--mpi-algorithm auto: shm from 256 KiB)"
   "$TLM" allreduce --sweep --backend mpi --nproc "$NPROC" "${common[@]}" -f json -o "$OUT/tlm-mpi.json" 2>&1 \
     | grep -E '^mpi|^# result|skipped|failed'
+fi
+
+if stage mpi-plain; then
+  echo "== tlm allreduce, MPI on $CORES cores at $NPROC processes, MPI_Allreduce only (--mpi-algorithm mpi)"
+  "$TLM" allreduce --sweep --backend mpi --mpi-algorithm mpi --nproc "$NPROC" "${common[@]}" -f json \
+    -o "$OUT/tlm-mpi-plain.json" 2>&1 | grep -E '^mpi|^# result|skipped|failed'
 fi
 
 if stage gloo; then
@@ -177,12 +183,13 @@ for f, who in (("tlm-mpi.json", "tlm"), ("tlm-nccl-1.json", "tlm"), ("tlm-nccl.j
                ("torch-gloo.json", "torch"), ("torch-nccl.json", "torch")):
     load(os.path.join(out, f), who)
 load(os.path.join(out, "tlm-nccl-net.json"), "net")
+load(os.path.join(out, "tlm-mpi-plain.json"), "plain")
 for f in sorted(glob.glob(os.path.join(out, "tlm-mpi-alg-*.json"))):
     load(f, "alg" + f.rsplit("-", 1)[1].split(".")[0])
 keys = sorted({(k[2], k[3]) for k in runs})
-lines = ["| ranks | size (bytes) | tlm MPI busbw | gloo busbw | MPI / gloo | MPI ring (4) | MPI rabenseifner (6) "
+lines = ["| ranks | size (bytes) | tlm MPI busbw | gloo busbw | MPI / gloo | MPI_Allreduce only | MPI ring (4) | MPI rabenseifner (6) "
          "| MPI rec. doubling (3) | tlm NCCL busbw | torch NCCL busbw | tlm NCCL net busbw |",
-         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 def cell(key):
     v = runs.get(key)
     return f"{v[0]:.2f}" if v else "-"
@@ -190,13 +197,14 @@ for n, b in keys:
     mpi, gloo = runs.get(("tlm", "mpi", n, b)), runs.get(("torch", "gloo", n, b))
     ratio = f"{mpi[0] / gloo[0]:.2f}x" if mpi and gloo and gloo[0] > 0 else "-"
     lines.append(f"| {n} | {b} | {cell(('tlm', 'mpi', n, b))} | {cell(('torch', 'gloo', n, b))} | {ratio} | "
-                 f"{cell(('alg4', 'mpi', n, b))} | {cell(('alg6', 'mpi', n, b))} | {cell(('alg3', 'mpi', n, b))} | "
+                 f"{cell(('plain', 'mpi', n, b))} | {cell(('alg4', 'mpi', n, b))} | {cell(('alg6', 'mpi', n, b))} | {cell(('alg3', 'mpi', n, b))} | "
                  f"{cell(('tlm', 'nccl', n, b))} | {cell(('torch', 'nccl', n, b))} | {cell(('net', 'nccl', n, b))} |")
 text = "\n".join(lines) + "\n"
 path = os.path.join(out, "allreduce-side-by-side.md")
 with open(path + ".tmp", "w") as f:
     f.write("busbw = algbw x 2(n-1)/n, GB/s = 10^9 bytes/s; the in-place rows (torch.distributed all-reduces in "
-            "place); MPI / gloo = tlm's MPI busbw over gloo's; the target is >= 2x at 100 MB and 1 GB for 2 and 4 "
+            "place); tlm MPI = --mpi-algorithm auto (tlm's shared-memory schedule from 256 KiB a rank, MPI_Allreduce below); "
+            "MPI_Allreduce only = --mpi-algorithm mpi; MPI / gloo = tlm's MPI busbw over gloo's; the target is >= 2x at 100 MB and 1 GB for 2 and 4 "
             "processes. At 1 rank busbw is 0 by definition.\n\n" + text)
 os.replace(path + ".tmp", path)
 print(text, end="")
