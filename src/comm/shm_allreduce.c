@@ -194,31 +194,30 @@ static tlm_status wait_peers(tlm_shm *s, int stage, uint64_t target) {
 
 /* ---- copies and sums ---------------------------------------------------------------------------------------- */
 
-/* dst = src (bytes); stream: non-temporal stores (past the cache) for the 32-byte-aligned body */
-static void copy_out(void *dst, const void *src, size_t bytes, bool stream) {
+/* one non-temporal store (past the cache) of STREAM_BYTES from q (any alignment) to d (aligned) */
 #if TLM_SHM_X86 && defined(__AVX__)
-    if (stream && bytes >= 256) {
-        char *d = dst;
-        const char *q = src;
-        const size_t head = (size_t)(-(uintptr_t)d & 31);
-        memcpy(d, q, head);
-        d += head, q += head, bytes -= head;
-        const size_t body = bytes & ~(size_t)31;
-        for (size_t i = 0; i < body; i += 32)
-            _mm256_stream_si256((__m256i *)(void *)(d + i), _mm256_loadu_si256((const __m256i *)(const void *)(q + i)));
-        memcpy(d + body, q + body, bytes - body);
-        return;
-    }
+#define STREAM_BYTES 32
+static inline void stream_store(char *d, const char *q) {
+    _mm256_stream_si256((__m256i *)(void *)d, _mm256_loadu_si256((const __m256i *)(const void *)q));
+}
 #elif TLM_SHM_X86
+#define STREAM_BYTES 16
+static inline void stream_store(char *d, const char *q) {
+    _mm_stream_si128((__m128i *)(void *)d, _mm_loadu_si128((const __m128i *)(const void *)q));
+}
+#endif
+
+/* dst = src (bytes); stream: non-temporal stores for the STREAM_BYTES-aligned body */
+static void copy_out(void *dst, const void *src, size_t bytes, bool stream) {
+#ifdef STREAM_BYTES
     if (stream && bytes >= 256) {
         char *d = dst;
         const char *q = src;
-        const size_t head = (size_t)(-(uintptr_t)d & 15);
+        const size_t head = (size_t)(-(uintptr_t)d & (STREAM_BYTES - 1));
         memcpy(d, q, head);
         d += head, q += head, bytes -= head;
-        const size_t body = bytes & ~(size_t)15;
-        for (size_t i = 0; i < body; i += 16)
-            _mm_stream_si128((__m128i *)(void *)(d + i), _mm_loadu_si128((const __m128i *)(const void *)(q + i)));
+        const size_t body = bytes & ~(size_t)(STREAM_BYTES - 1);
+        for (size_t i = 0; i < body; i += STREAM_BYTES) stream_store(d + i, q + i);
         memcpy(d + body, q + body, bytes - body);
         return;
     }

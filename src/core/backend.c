@@ -100,25 +100,21 @@ static tlm_status token(void **out, size_t bytes, const char *what) {
 }
 
 tlm_status tlm_stream_create(tlm_backend *be, tlm_stream **out) {
-    if (be->iface->stream_create) return be->iface->stream_create(be, out);
-    return token((void **)out, sizeof **out, "a stream");
+    return be->iface->stream_create ? be->iface->stream_create(be, out) : token((void **)out, sizeof **out, "a stream");
 }
 
 void tlm_stream_destroy(tlm_backend *be, tlm_stream *s) {
-    if (!s) return;
-    if (be->iface->stream_destroy) be->iface->stream_destroy(be, s);
-    else free(s);
+    if (s && be->iface->stream_destroy) be->iface->stream_destroy(be, s);
+    else free(s); /* a token, or NULL */
 }
 
 tlm_status tlm_event_create(tlm_backend *be, tlm_event **out) {
-    if (be->iface->event_create) return be->iface->event_create(be, out);
-    return token((void **)out, sizeof **out, "an event");
+    return be->iface->event_create ? be->iface->event_create(be, out) : token((void **)out, sizeof **out, "an event");
 }
 
 void tlm_event_destroy(tlm_backend *be, tlm_event *e) {
-    if (!e) return;
-    if (be->iface->event_destroy) be->iface->event_destroy(be, e);
-    else free(e);
+    if (e && be->iface->event_destroy) be->iface->event_destroy(be, e);
+    else free(e); /* a token, or NULL */
 }
 
 void tlm_event_record(tlm_backend *be, tlm_event *e, tlm_stream *s) {

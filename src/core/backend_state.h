@@ -4,11 +4,12 @@
 #ifndef TLM_CORE_BACKEND_STATE_H
 #define TLM_CORE_BACKEND_STATE_H
 
+#include "core/ptrmap.h"
 #include "tlm/backend.h"
 
-/* one live allocation */
+/* one live allocation: an entry of the allocator's ptrmap, keyed by ptr */
 typedef struct {
-    void *ptr;           /* NULL: an empty slot */
+    void *ptr;           /* the key (first field); NULL: an empty slot */
     size_t bytes;
     tlm_mem_tag tag;
     void *arena;         /* the arena it is placed in (tlm_alloc_in), else NULL */
@@ -24,9 +25,8 @@ typedef struct {
 } tlm_arena_record;
 
 struct tlm_backend_state {
-    /* allocator (memory.c): open addressing on the pointer, linear probing, power-of-two size */
-    tlm_mem_record *table;
-    size_t capacity;
+    /* allocator (memory.c) */
+    tlm_ptrmap live;     /* the live allocations: tlm_mem_record entries keyed by ptr */
     tlm_mem_stats stats;
     tlm_mem_listener listeners[TLM_MAX_MEM_LISTENERS];
     int num_listeners;

@@ -125,18 +125,14 @@ static inline float tlm_f16_to_f32(uint16_t b) {
 
 static inline void tlm_16_to_f32_n(const uint16_t *TLM_CONVERT_RESTRICT src, float *TLM_CONVERT_RESTRICT dst,
                                    size_t n, int bf16) {
-    if (bf16)
-        for (size_t i = 0; i < n; i++) dst[i] = tlm_bf16_to_f32(src[i]);
-    else
-        for (size_t i = 0; i < n; i++) dst[i] = tlm_f16_to_f32(src[i]);
+    if (bf16) for (size_t i = 0; i < n; i++) dst[i] = tlm_bf16_to_f32(src[i]);
+    else for (size_t i = 0; i < n; i++) dst[i] = tlm_f16_to_f32(src[i]);
 }
 
 static inline void tlm_f32_to_16_n(const float *TLM_CONVERT_RESTRICT src, uint16_t *TLM_CONVERT_RESTRICT dst,
                                    size_t n, int bf16) {
-    if (bf16)
-        for (size_t i = 0; i < n; i++) dst[i] = tlm_f32_to_bf16(src[i]);
-    else
-        for (size_t i = 0; i < n; i++) dst[i] = tlm_f32_to_f16(src[i]);
+    if (bf16) for (size_t i = 0; i < n; i++) dst[i] = tlm_f32_to_bf16(src[i]);
+    else for (size_t i = 0; i < n; i++) dst[i] = tlm_f32_to_f16(src[i]);
 }
 
 #endif

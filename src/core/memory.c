@@ -1,8 +1,8 @@
 /* memory.c — the tracked allocator shared by every backend (memory.h): each allocation carries a
  * tag and a name; current and peak bytes are kept per tag and in total; every allocation and free
  * goes to the listeners with the current scope; arenas hold placed allocations (counted as
- * allocations, their bytes as reserved). Live allocations sit in an open-addressing hash
- * table keyed by pointer (linear probing, backward-shift deletion), so a free is O(1). */
+ * allocations, their bytes as reserved). Live allocations sit in a hash table keyed by pointer
+ * (ptrmap.h), so a free is O(1). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,31 +13,6 @@ const char *tlm_mem_tag_name(tlm_mem_tag tag) {
     static const char *names[TLM_MEM_NUM_TAGS] = {"parameters", "gradients", "optimizer", "activations",
                                                   "workspace"};
     return (unsigned)tag < TLM_MEM_NUM_TAGS ? names[tag] : "unknown";
-}
-
-static size_t slot_of(const void *ptr, size_t capacity) {
-    uint64_t h = (uint64_t)(uintptr_t)ptr;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL; /* MurmurHash3's finalizer: pointers differ in their low bits */
-    h ^= h >> 33;
-    return (size_t)h & (capacity - 1);
-}
-
-/* doubles the table (or creates it); false when out of host memory */
-static bool grow(struct tlm_backend_state *s) {
-    const size_t cap = s->capacity ? 2 * s->capacity : 256;
-    tlm_mem_record *t = calloc(cap, sizeof *t);
-    if (!t) return false;
-    for (size_t i = 0; i < s->capacity; i++) {
-        if (!s->table[i].ptr) continue;
-        size_t j = slot_of(s->table[i].ptr, cap);
-        while (t[j].ptr) j = (j + 1) & (cap - 1);
-        t[j] = s->table[i];
-    }
-    free(s->table);
-    s->table = t;
-    s->capacity = cap;
-    return true;
 }
 
 static void notify(tlm_backend *be, tlm_mem_action action, const tlm_mem_record *r) {
@@ -68,7 +43,7 @@ static void format_gib(char *buf, size_t n, size_t bytes) {
 
 /* room in the table for one more record; false (message set) when out of host memory */
 static bool table_room(struct tlm_backend_state *s, const char *name) {
-    if (2 * (s->stats.live_allocations + 1) <= s->capacity || grow(s)) return true;
+    if (tlm_ptrmap_reserve(&s->live, sizeof(tlm_mem_record), 256)) return true;
     tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the allocation table ('%s')", name ? name : "?");
     return false;
 }
@@ -85,13 +60,9 @@ static void out_of_memory(tlm_backend *be, size_t bytes, const char *name, const
 /* enters a live allocation (table_room checked) and tells the listeners */
 static void record(tlm_backend *be, void *ptr, size_t bytes, tlm_mem_tag tag, const char *name, void *arena) {
     struct tlm_backend_state *s = be->state;
-    size_t j = slot_of(ptr, s->capacity);
-    while (s->table[j].ptr) {
-        if (s->table[j].ptr == ptr) tlm_fatal("tlm_alloc_in: '%s' at %p: a live allocation starts there", name, ptr);
-        j = (j + 1) & (s->capacity - 1);
-    }
-    tlm_mem_record *r = &s->table[j];
-    r->ptr = ptr;
+    bool taken;
+    tlm_mem_record *r = tlm_ptrmap_put(&s->live, (uintptr_t)ptr, &taken);
+    if (taken) tlm_fatal("tlm_alloc_in: '%s' at %p: a live allocation starts there", name, ptr);
     r->bytes = bytes;
     r->tag = tag;
     r->arena = arena;
@@ -188,10 +159,10 @@ void tlm_mem_for_each_arena(const tlm_backend *be,
 void tlm_free(tlm_backend *be, void *ptr) {
     if (!ptr) return;
     struct tlm_backend_state *s = be->state;
-    size_t j = s->capacity ? slot_of(ptr, s->capacity) : 0;
-    while (s->capacity && s->table[j].ptr && s->table[j].ptr != ptr) j = (j + 1) & (s->capacity - 1);
-    if (!s->capacity || s->table[j].ptr != ptr) tlm_fatal("tlm_free: %p was not allocated by the %s backend", ptr, be->name);
-    tlm_mem_record r = s->table[j];
+    tlm_mem_record *e = tlm_ptrmap_find(&s->live, (uintptr_t)ptr);
+    if (!e) tlm_fatal("tlm_free: %p was not allocated by the %s backend", ptr, be->name);
+    const tlm_mem_record r = *e;
+    tlm_ptrmap_remove(&s->live, e);
     s->stats.live_allocations--;
     s->stats.current[r.tag] -= r.bytes;
     s->stats.current_total -= r.bytes;
@@ -200,17 +171,6 @@ void tlm_free(tlm_backend *be, void *ptr) {
         find_arena(s, r.arena)->live--;
     }
     update_footprint(&s->stats);
-    /* backward-shift deletion: pull later entries of the probe run into the hole */
-    size_t hole = j;
-    for (size_t k = (j + 1) & (s->capacity - 1); s->table[k].ptr; k = (k + 1) & (s->capacity - 1)) {
-        const size_t home = slot_of(s->table[k].ptr, s->capacity);
-        /* k may move to the hole when its home is not in (hole, k] (cyclically) */
-        const bool stays = hole <= k ? (home > hole && home <= k) : (home > hole || home <= k);
-        if (stays) continue;
-        s->table[hole] = s->table[k];
-        hole = k;
-    }
-    s->table[hole].ptr = NULL;
     notify(be, TLM_MEM_FREE, &r);
     if (!r.arena) be->iface->raw_free(be, ptr); /* a placed allocation's bytes stay with its arena */
 }
@@ -227,9 +187,9 @@ void tlm_mem_reset_peak(tlm_backend *be) {
 void tlm_mem_for_each(const tlm_backend *be,
                       void (*fn)(void *user, const void *ptr, size_t bytes, tlm_mem_tag tag, const char *name),
                       void *user) {
-    const struct tlm_backend_state *s = be->state;
-    for (size_t i = 0; i < s->capacity; i++)
-        if (s->table[i].ptr) fn(user, s->table[i].ptr, s->table[i].bytes, s->table[i].tag, s->table[i].name);
+    const tlm_mem_record *table = be->state->live.slots;
+    for (size_t i = 0; i < be->state->live.capacity; i++)
+        if (table[i].ptr) fn(user, table[i].ptr, table[i].bytes, table[i].tag, table[i].name);
 }
 
 tlm_status tlm_mem_listener_add(tlm_backend *be, const tlm_mem_listener *l) {
@@ -255,12 +215,11 @@ void tlm_mem_state_free(tlm_backend *be) {
     struct tlm_backend_state *s = be->state;
     /* tlm_free shifts entries back into the freed slot: look at a slot until it is empty, and
      * scan again while anything is left */
+    const tlm_mem_record *table = s->live.slots;
     while (s->stats.live_allocations)
-        for (size_t i = 0; i < s->capacity; i++)
-            while (s->table[i].ptr) tlm_free(be, s->table[i].ptr);
-    free(s->table);
-    s->table = NULL;
-    s->capacity = 0;
+        for (size_t i = 0; i < s->live.capacity; i++)
+            while (table[i].ptr) tlm_free(be, table[i].ptr);
+    tlm_ptrmap_free(&s->live);
     while (s->num_arenas) tlm_arena_release(be, s->arenas[0].ptr);
     free(s->arenas);
     s->arenas = NULL;

@@ -68,6 +68,23 @@ static void axpy(float *restrict y, float a, const float *restrict x, int n) {
     for (int d = 0; d < n; d++) y[d] += a * x[d];
 }
 
+/* The scores of query tile i0 against key tile j0: S (br rows of stride Bc) = Q_i K_j^T / sqrt(D)
+ * (scale) for Q_i (br, D), K_j (bc, D); given L (L_i (br): the backward), P = exp(S - L_i)
+ * instead. When the tile crosses the causal diagonal, where key j0+c > query i0+r + off: S = -inf,
+ * P = 0 (L not read). Keep the mask as written: as c > r + (i0 + off - j0) it let the compiler
+ * vectorise these loops another way, which changed the bits of the sums. */
+static void scores(float *restrict S, int Bc, const float *restrict Qi, const float *restrict Kj,
+                   const float *restrict L, int br, int bc, int D, float scale, bool crosses,
+                   int i0, int j0, int off) {
+    for (int r = 0; r < br; r++)
+        for (int c = 0; c < bc; c++) {
+            const bool masked = crosses && j0 + c > i0 + r + off;
+            const float *q = Qi + (size_t)r * D, *k = Kj + (size_t)c * D;
+            if (L) S[r * Bc + c] = masked ? 0.0f : tlm_cpu_expf(scale * dot(q, k, D) - L[r]);
+            else S[r * Bc + c] = masked ? -INFINITY : scale * dot(q, k, D);
+        }
+}
+
 static void *tile_alloc(size_t floats, const char *what) {
     float *p = malloc(floats * sizeof(float));
     if (!p) tlm_fatal("flash attention (cpu): out of memory for the %s tiles (%zu floats)",
@@ -121,20 +138,16 @@ void tlm_flash_attention_forward_cpu(float *out, float *lse, const float *q, con
             /* key tiles up to the last one this query tile sees (the rest are skipped) */
             const int j_end = causal ? max_int(0, min_int(Tk, i0 + br + off)) : Tk;
             for (int j0 = 0; j0 < j_end; j0 += Bc) {
+                visited++;
                 const int bc = min_int(Bc, Tk - j0);
                 const bool crosses = causal && j0 + bc - 1 > i0 + off;
-                visited++;
 
                 /* load K_j, V_j */
                 load_tile(Kj, k, krow0 + j0, bc, ld_qkv, h * D, D);
                 load_tile(Vj, v, krow0 + j0, bc, ld_qkv, h * D, D);
 
                 /* S = Q_i K_j^T / sqrt(D); -inf where key j0+c > query i0+r + off */
-                for (int r = 0; r < br; r++)
-                    for (int c = 0; c < bc; c++)
-                        S[r * Bc + c] = crosses && j0 + c > i0 + r + off
-                                            ? -INFINITY
-                                            : scale * dot(Qi + (size_t)r * D, Kj + (size_t)c * D, D);
+                scores(S, Bc, Qi, Kj, NULL, br, bc, D, scale, crosses, i0, j0, off);
 
                 /* online softmax, row by row */
                 for (int r = 0; r < br; r++) {
@@ -244,14 +257,7 @@ void tlm_flash_attention_backward_cpu(float *dq, float *dk, float *dv, const flo
                     load_tile(dOi, dout, qrow0 + i0, br, ld_out, h * D, D);
 
                     /* P = exp(Q_i K_j^T / sqrt(D) - L_i); 0 where masked */
-                    for (int r = 0; r < br; r++)
-                        for (int c = 0; c < bc; c++)
-                            P[r * Bc + c] =
-                                crosses && j0 + c > i0 + r + off
-                                    ? 0.0f
-                                    : tlm_cpu_expf(scale * dot(Qi + (size_t)r * D,
-                                                               Kj + (size_t)c * D, D) -
-                                                   L[i0 + r]);
+                    scores(P, Bc, Qi, Kj, L + i0, br, bc, D, scale, crosses, i0, j0, off);
 
                     /* dV_j += P^T dO_i */
                     for (int r = 0; r < br; r++)

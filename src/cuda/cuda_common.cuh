@@ -196,6 +196,23 @@ static inline void tlm_cuda_launch_vec(tlm_dtype dt, const char *op, long long n
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
+/* A grid-stride pass over n floats: each thread calls vec4(i) for its float4 indices i < n/4 when
+ * VEC4 (16-byte accesses: the caller's pointers 16-byte aligned), then one(i) for its elements i of
+ * the rest, [4 (n/4), n) (VEC4) or [0, n) (!VEC4); each in ascending order, so a thread's
+ * arithmetic order is fixed by the grid. Any grid covers all n (tlm_cuda_grid sizes one). */
+template <bool VEC4, typename V, typename S>
+__device__ __forceinline__ void tlm_grid_stride_f32(size_t n, V &&vec4, S &&one) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t done = 0;
+    if constexpr (VEC4) {
+        const size_t n4 = n / 4;
+        for (size_t i = first; i < n4; i += stride) vec4(i);
+        done = n4 * 4;
+    }
+    for (size_t i = done + first; i < n; i += stride) one(i);
+}
+
 /* threads for a block that walks a row of `items` vectors: a multiple of 32 in [32, max] */
 static inline int tlm_cuda_row_threads(int items, int max) {
     int t = (items + 31) / 32 * 32;

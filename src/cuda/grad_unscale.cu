@@ -14,14 +14,11 @@ __device__ __forceinline__ unsigned not_finite(float v) {
 
 template <bool VEC4>
 __global__ void grad_unscale_kernel(float *g, size_t n, float inv_scale, float *found_inf) {
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t done = 0;
     unsigned bad = 0;
-    if constexpr (VEC4) {
-        const size_t n4 = n / 4;
-        float4 *g4 = reinterpret_cast<float4 *>(g);
-        for (size_t i = first; i < n4; i += stride) {
+    float4 *g4 = reinterpret_cast<float4 *>(g);
+    tlm_grid_stride_f32<VEC4>(
+        n,
+        [&](size_t i) {
             float4 v = g4[i];
             v.x *= inv_scale;
             v.y *= inv_scale;
@@ -29,14 +26,12 @@ __global__ void grad_unscale_kernel(float *g, size_t n, float inv_scale, float *
             v.w *= inv_scale;
             bad += not_finite(v.x) + not_finite(v.y) + not_finite(v.z) + not_finite(v.w);
             g4[i] = v;
-        }
-        done = n4 * 4;
-    }
-    for (size_t i = done + first; i < n; i += stride) {
-        const float v = g[i] * inv_scale;
-        bad += not_finite(v);
-        g[i] = v;
-    }
+        },
+        [&](size_t i) {
+            const float v = g[i] * inv_scale;
+            bad += not_finite(v);
+            g[i] = v;
+        });
     /* block total: a warp sum, then one atomic per warp that saw any */
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) bad += __shfl_xor_sync(0xffffffffu, bad, o);

@@ -21,20 +21,15 @@ template <bool VEC4>
 __global__ void sum_squares_partial_kernel(double *partial, const float *x, size_t n) {
     /* partial (gridDim.x) float64; x (n) float32 */
     __shared__ double part[SUMSQ_THREADS];
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     double s = 0.0;
-    size_t done = 0;
-    if constexpr (VEC4) {
-        const size_t n4 = n / 4;
-        const float4 *x4 = reinterpret_cast<const float4 *>(x);
-        for (size_t i = first; i < n4; i += stride) {
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+    tlm_grid_stride_f32<VEC4>(
+        n,
+        [&](size_t i) {
             const float4 v = x4[i];
             s += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
-        }
-        done = n4 * 4;
-    }
-    for (size_t i = done + first; i < n; i += stride) s += (double)x[i] * x[i];
+        },
+        [&](size_t i) { s += (double)x[i] * x[i]; });
     part[threadIdx.x] = s;
     __syncthreads();
     block_tree_sum(part);

@@ -206,12 +206,9 @@ tlm_status tlm_ddp_create(tlm_ddp **out, tlm_model *m, tlm_comm *c, const tlm_dd
                    .nccl = c->kind == TLM_COMM_NCCL,
                    .overlapped = cfg->mode == TLM_DDP_OVERLAP || cfg->mode == TLM_DDP_BUCKETED};
     const tlm_status s = setup(d);
-    if (s != TLM_OK) {
-        tlm_ddp_free(d);
-        return s;
-    }
-    *out = d;
-    return TLM_OK;
+    if (s == TLM_OK) *out = d;
+    else tlm_ddp_free(d);
+    return s;
 }
 
 void tlm_ddp_free(tlm_ddp *d) {

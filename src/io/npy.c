@@ -285,12 +285,9 @@ tlm_status tlm_npy_read(const char *path, tlm_array *out) {
     npy_header h;
     TLM_TRY(npy_open(path, &f, &h)); /* h.nbytes: no more than the file holds */
     void *data = malloc(h.nbytes ? (size_t)h.nbytes : 1);
-    if (!data) {
-        fclose(f);
-        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: cannot allocate %llu bytes", path,
-                        (unsigned long long)h.nbytes);
-    }
-    tlm_status s = read_data(path, f, data, (size_t)h.nbytes, h.nbytes, 0);
+    tlm_status s = data ? read_data(path, f, data, (size_t)h.nbytes, h.nbytes, 0)
+                        : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: cannot allocate %llu bytes", path,
+                                   (unsigned long long)h.nbytes);
     fclose(f);
     if (s != TLM_OK) {
         free(data);
@@ -502,18 +499,14 @@ tlm_status tlm_tokens_load(const char *path, int vocab_size, tlm_tokens *out) {
         return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: %lld tokens do not fit in memory", path, (long long)n);
     }
     int32_t *ids = malloc(n ? (size_t)n * sizeof(int32_t) : 1);
-    if (!ids) {
-        fclose(f);
-        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: cannot allocate %lld token ids", path, (long long)n);
-    }
-    tlm_status s = read_ids(path, f, t, n, vocab_size, ids);
+    tlm_status s = ids ? read_ids(path, f, t, n, vocab_size, ids)
+                       : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: cannot allocate %lld token ids", path, (long long)n);
     fclose(f);
     if (s != TLM_OK) {
         free(ids);
         return s;
     }
-    out->ids = ids;
-    out->n = n;
+    *out = (tlm_tokens){.ids = ids, .n = n};
     return TLM_OK;
 }
 

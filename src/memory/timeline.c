@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ptrmap.h"
+
 /* ---- categories and reasons ---------------------------------------------------------------------- */
 
 static const char *const cat_names[TLM_MEMCAT_COUNT] = {"parameters",      "weight copy", "gradients",
@@ -65,12 +67,11 @@ tlm_memwhy tlm_mem_allocation_why(const tlm_mem_allocation *a) {
 
 #define MAX_EVENTS (100 * 1000 * 1000)
 
-/* live allocations: address -> allocation index, open addressing (linear probing, backward-shift
- * deletion), power-of-two capacity */
+/* a live allocation: an entry of the ptrmap live, address -> allocation index */
 typedef struct {
-    uint64_t key; /* 0: empty */
-    int32_t value;
-} slot;
+    uintptr_t addr; /* the key (first field); 0: an empty slot */
+    int32_t index;  /* into allocs */
+} live_entry;
 
 struct tlm_mem_timeline {
     tlm_backend *be;
@@ -86,8 +87,7 @@ struct tlm_mem_timeline {
     uint64_t first_op;
     tlm_mem_timeline_mark *marks;
     int n_marks, cap_marks;
-    slot *live;
-    size_t live_cap, live_n;
+    tlm_ptrmap live; /* live_entry entries */
     size_t cur[TLM_MEMCAT_COUNT], start[TLM_MEMCAT_COUNT];
     size_t device_outside; /* the device's count less tlm's footprint when recording began */
     tlm_mem_timeline_arena *arenas; /* reserved when recording stopped */
@@ -107,54 +107,22 @@ static bool grow_array(void **arr, int n, int *cap, size_t size) {
 }
 #define ROOM(t, arr, n, cap) grow_array((void **)&(t)->arr, (t)->n, &(t)->cap, sizeof *(t)->arr)
 
-static size_t hash_of(uint64_t k, size_t cap) {
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    return (size_t)k & (cap - 1);
-}
-
-static bool live_put(tlm_mem_timeline *t, uint64_t key, int32_t value) {
-    if (2 * (t->live_n + 1) > t->live_cap) {
-        const size_t cap = t->live_cap ? 2 * t->live_cap : 1024;
-        slot *s = calloc(cap, sizeof *s);
-        if (!s) return false;
-        for (size_t i = 0; i < t->live_cap; i++) {
-            if (!t->live[i].key) continue;
-            size_t j = hash_of(t->live[i].key, cap);
-            while (s[j].key) j = (j + 1) & (cap - 1);
-            s[j] = t->live[i];
-        }
-        free(t->live);
-        t->live = s;
-        t->live_cap = cap;
-    }
-    size_t j = hash_of(key, t->live_cap);
-    while (t->live[j].key && t->live[j].key != key) j = (j + 1) & (t->live_cap - 1);
-    if (!t->live[j].key) t->live_n++;
-    t->live[j] = (slot){key, value};
+/* address -> allocation index i (replacing any index it had); false when out of host memory */
+static bool live_put(tlm_mem_timeline *t, uintptr_t addr, int32_t i) {
+    if (!tlm_ptrmap_reserve(&t->live, sizeof(live_entry), 1024)) return false;
+    bool found;
+    live_entry *e = tlm_ptrmap_put(&t->live, addr, &found);
+    e->index = i;
     return true;
 }
 
-/* removes key; its value, or -1 when absent */
-static int32_t live_take(tlm_mem_timeline *t, uint64_t key) {
-    if (!t->live_cap) return -1;
-    const size_t mask = t->live_cap - 1;
-    size_t j = hash_of(key, t->live_cap);
-    while (t->live[j].key && t->live[j].key != key) j = (j + 1) & mask;
-    if (!t->live[j].key) return -1;
-    const int32_t v = t->live[j].value;
-    size_t hole = j;
-    for (size_t k = (j + 1) & mask; t->live[k].key; k = (k + 1) & mask) {
-        const size_t home = hash_of(t->live[k].key, t->live_cap);
-        const bool stays = hole <= k ? (home > hole && home <= k) : (home > hole || home <= k);
-        if (stays) continue;
-        t->live[hole] = t->live[k];
-        hole = k;
-    }
-    t->live[hole].key = 0;
-    t->live_n--;
-    return v;
+/* removes addr; its allocation index, or -1 when absent */
+static int32_t live_take(tlm_mem_timeline *t, uintptr_t addr) {
+    live_entry *e = tlm_ptrmap_find(&t->live, addr);
+    if (!e) return -1;
+    const int32_t i = e->index;
+    tlm_ptrmap_remove(&t->live, e);
+    return i;
 }
 
 static int32_t new_allocation(tlm_mem_timeline *t, const char *name, size_t bytes, tlm_mem_tag tag, const void *ptr,
@@ -172,7 +140,7 @@ static int32_t new_allocation(tlm_mem_timeline *t, const char *name, size_t byte
     a->alloc_event = a->free_event = -1;
     a->alloc_scope.layer = a->free_scope.layer = -1;
     a->alloc_scope.step = a->free_scope.step = -1;
-    if (!live_put(t, a->addr, t->n_allocs)) return -1;
+    if (!live_put(t, (uintptr_t)ptr, t->n_allocs)) return -1;
     return t->n_allocs++;
 }
 
@@ -183,12 +151,12 @@ static void on_event(void *user, const tlm_mem_event *e) {
     if (e->action == TLM_MEM_ALLOC) {
         i = new_allocation(t, e->name, e->bytes, e->tag, e->ptr, e->arena);
     } else {
-        i = live_take(t, (uint64_t)(uintptr_t)e->ptr);
+        i = live_take(t, (uintptr_t)e->ptr);
         if (i < 0) { /* not seen allocated (cannot happen after start's census): an allocation of its own */
             i = new_allocation(t, e->name, e->bytes, e->tag, e->ptr, e->arena);
             if (i >= 0) {
                 t->allocs[i].before = true;
-                live_take(t, (uint64_t)(uintptr_t)e->ptr);
+                live_take(t, (uintptr_t)e->ptr);
             }
         }
     }
@@ -335,7 +303,7 @@ void tlm_mem_timeline_free(tlm_mem_timeline *t) {
     free(t->allocs);
     free(t->ops);
     free(t->marks);
-    free(t->live);
+    tlm_ptrmap_free(&t->live);
     free(t->arenas);
     free(t);
 }

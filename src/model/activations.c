@@ -228,9 +228,7 @@ static tlm_status find_padding(tlm_activations *a, const tlm_param_layout *l) {
                 const size_t next = t < g->first_tensor + g->num_tensors ? l->tensors[t].offset : g->offset + g->numel;
                 if (next > at) {
                     if (pass == 1) {
-                        a->pad_group[n] = gi;
-                        a->pad_off[n] = at - g->offset;
-                        a->pad_len[n] = next - at;
+                        a->pad[n] = (tlm_grad_padding){.group = gi, .off = at - g->offset, .len = next - at};
                     }
                     n++;
                 }
@@ -239,10 +237,8 @@ static tlm_status find_padding(tlm_activations *a, const tlm_param_layout *l) {
         }
         if (pass == 0) {
             cap = n;
-            a->pad_group = malloc((size_t)(cap ? cap : 1) * sizeof *a->pad_group);
-            a->pad_off = malloc((size_t)(cap ? cap : 1) * sizeof *a->pad_off);
-            a->pad_len = malloc((size_t)(cap ? cap : 1) * sizeof *a->pad_len);
-            if (!a->pad_group || !a->pad_off || !a->pad_len)
+            a->pad = malloc((size_t)(cap ? cap : 1) * sizeof *a->pad);
+            if (!a->pad)
                 return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the gradient padding");
         }
         a->num_pad = n;
@@ -411,8 +407,8 @@ size_t tlm_activations_bytes(const tlm_activations *a, tlm_mem_tag tag) {
 
 void tlm_activations_zero_padding(const tlm_activations *a, tlm_backend *be, int group) {
     for (int i = 0; i < a->num_pad; i++)
-        if (a->pad_group[i] == group)
-            tlm_memset_zero(be, a->group_grads[group] + a->pad_off[i], a->pad_len[i] * sizeof(float));
+        if (a->pad[i].group == group)
+            tlm_memset_zero(be, a->group_grads[group] + a->pad[i].off, a->pad[i].len * sizeof(float));
 }
 
 void tlm_activations_free(tlm_activations *a, tlm_backend *be) {
@@ -422,9 +418,7 @@ void tlm_activations_free(tlm_activations *a, tlm_backend *be) {
     tlm_views_free(&a->grad_views);
     free(a->buffers);
     free(a->group_grads);
-    free(a->pad_group);
-    free(a->pad_off);
-    free(a->pad_len);
+    free(a->pad);
     free(a->layers);
     free(a);
 }

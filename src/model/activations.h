@@ -74,6 +74,12 @@ typedef struct {
     void *g;         /* (N,F) dt: silu(w1 x) * w3 x */
 } tlm_layer_acts;
 
+/* a span of a gradient group that no tensor covers: floats [off, off + len) of group `group` */
+typedef struct {
+    int group;
+    size_t off, len;
+} tlm_grad_padding;
+
 struct tlm_act_buffer; /* activations.c: one planned buffer */
 
 typedef struct tlm_activations {
@@ -115,9 +121,8 @@ typedef struct tlm_activations {
     size_t guest_bytes;        /* activation buffers placed in another's bytes (not planned apart:
                                   backward scratch whose lives do not meet, activations.c) */
     int num_pad;               /* padding spans of the gradient groups (zeroed when a group's life
-                                  begins): [pad_off, pad_off + pad_len) floats of group pad_group */
-    int *pad_group;
-    size_t *pad_off, *pad_len;
+                                  begins) */
+    tlm_grad_padding *pad;     /* [num_pad] */
 } tlm_activations;
 
 /* Plans the step's buffers for shape `s` of the model (c, layout): with reserve, reserves the arena

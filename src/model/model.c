@@ -156,12 +156,9 @@ tlm_status tlm_model_create(tlm_model **out, const tlm_config *cfg, const tlm_ru
     m->run = r;
     m->backend = be;
     tlm_status s = create(m);
-    if (s != TLM_OK) {
-        tlm_model_free(m);
-        return s;
-    }
-    *out = m;
-    return TLM_OK;
+    if (s == TLM_OK) *out = m;
+    else tlm_model_free(m);
+    return s;
 }
 
 void tlm_model_free(tlm_model *m) {

@@ -211,32 +211,54 @@ static void common_style(tlm_plot *p) {
     tlm_plot_cmd(p, "set key outside right top vertical Left reverse noenhanced");
 }
 
-/* ---- allreduce-size ------------------------------------------------------------------------------------- */
+/* ---- allreduce-size, allreduce-nproc ------------------------------------------------------------------------ */
 
-static tlm_status against_size(tlm_plot *p, const cJSON *const *docs, const char *const *paths, int n) {
+/* Time per all-reduce against the size (nproc false: one line per implementation and process count;
+ * a color per implementation, a dash and point type per count) or against the process count (nproc:
+ * one line per size and implementation; a color per size, a dash and point type per implementation). */
+static tlm_status time_against(tlm_plot *p, const cJSON *const *docs, const char *const *paths, int n, bool nproc) {
     results r;
     tlm_status s = collect(&r, docs, paths, n);
     char plot[16384];
     size_t used = 0;
     bool fits = add_plot(plot, sizeof plot, &used, "plot ");
     int lines = 0;
+    const int n_keys = nproc ? r.n_sizes : r.n_nranks;
     for (int i = 0; s == TLM_OK && i < r.n_impls; i++)
-        for (int k = 0; k < r.n_nranks; k++) {
-            char name[32], title[220];
-            snprintf(name, sizeof name, "s%d_%d", i, k);
-            if (!block(p, &r, name, i, r.nranks[k], false, false)) continue;
-            snprintf(title, sizeof title, "%s, %.0f rank%s", r.impl[i], r.nranks[k], r.nranks[k] == 1 ? "" : "s");
+        for (int k = 0; k < n_keys; k++) {
+            const double key = nproc ? r.sizes[k] : r.nranks[k];
+            char name[32], title[220], size[32];
+            snprintf(name, sizeof name, "%c%d_%d", nproc ? 'n' : 's', i, k);
+            if (!block(p, &r, name, i, key, nproc, false)) continue;
+            if (nproc) {
+                size_label(key, size, sizeof size);
+                snprintf(title, sizeof title, "%s, %s", r.impl[i], size);
+            } else {
+                snprintf(title, sizeof title, "%s, %.0f rank%s", r.impl[i], key, key == 1 ? "" : "s");
+            }
+            const int color = nproc ? k : i, dash = nproc ? i : k;
             fits = fits && add_plot(plot, sizeof plot, &used, "%s$%s using 1:2 with linespoints lw 2 lc rgb '%s' dt %d "
-                                    "pt %d ps 1.2 title %s", lines++ ? ", " : "", name, colors[i % 8], k % 5 + 1,
-                                    points_types[k % 6], tlm_plot_str(p, title));
+                                    "pt %d ps 1.2 title %s", lines++ ? ", " : "", name, colors[color % 8],
+                                    dash % 5 + 1, points_types[dash % 6], tlm_plot_str(p, title));
         }
     if (s == TLM_OK && !fits) s = tlm_fail(TLM_ERR_FORMAT, "too many lines to draw in one picture");
     if (s == TLM_OK) {
-        tlm_plot_cmd(p, "set title 'All-reduce: time against size (in place; the mean over the ranks)'");
-        tlm_plot_cmd(p, "set xlabel 'size per rank'");
+        tlm_plot_cmd(p, "set title 'All-reduce: time against %s (in place; the mean over the ranks)'",
+                     nproc ? "the number of processes" : "size");
+        tlm_plot_cmd(p, "set xlabel '%s'", nproc ? "processes (ranks)" : "size per rank");
         tlm_plot_cmd(p, "set ylabel 'time per all-reduce (ms)'");
-        tlm_plot_cmd(p, "set logscale xy");
-        size_tics(p, &r, "x");
+        if (nproc) {
+            char xtics[512];
+            size_t xt = (size_t)snprintf(xtics, sizeof xtics, "set xtics (");
+            for (int k = 0; k < r.n_nranks && xt < sizeof xtics; k++)
+                xt += (size_t)snprintf(xtics + xt, sizeof xtics - xt, "%s%.0f", k ? ", " : "", r.nranks[k]);
+            tlm_plot_cmd(p, "set logscale y");
+            if (xt < sizeof xtics) tlm_plot_cmd(p, "%s)", xtics);
+            tlm_plot_cmd(p, "set xrange [%g:%g]", r.nranks[0] - 0.5, r.nranks[r.n_nranks - 1] + 0.5);
+        } else {
+            tlm_plot_cmd(p, "set logscale xy");
+            size_tics(p, &r, "x");
+        }
         common_style(p);
         tlm_plot_cmd(p, "%s", plot);
     }
@@ -244,42 +266,12 @@ static tlm_status against_size(tlm_plot *p, const cJSON *const *docs, const char
     return s;
 }
 
-/* ---- allreduce-nproc ------------------------------------------------------------------------------------- */
+static tlm_status against_size(tlm_plot *p, const cJSON *const *docs, const char *const *paths, int n) {
+    return time_against(p, docs, paths, n, false);
+}
 
 static tlm_status against_nproc(tlm_plot *p, const cJSON *const *docs, const char *const *paths, int n) {
-    results r;
-    tlm_status s = collect(&r, docs, paths, n);
-    char plot[16384], xtics[512];
-    size_t used = 0, xt = (size_t)snprintf(xtics, sizeof xtics, "set xtics (");
-    bool fits = add_plot(plot, sizeof plot, &used, "plot ");
-    int lines = 0;
-    for (int k = 0; k < r.n_nranks && xt < sizeof xtics; k++)
-        xt += (size_t)snprintf(xtics + xt, sizeof xtics - xt, "%s%.0f", k ? ", " : "", r.nranks[k]);
-    for (int i = 0; s == TLM_OK && i < r.n_impls; i++)
-        for (int b = 0; b < r.n_sizes; b++) {
-            char name[32], title[220], size[32];
-            snprintf(name, sizeof name, "n%d_%d", i, b);
-            if (!block(p, &r, name, i, r.sizes[b], true, false)) continue;
-            size_label(r.sizes[b], size, sizeof size);
-            snprintf(title, sizeof title, "%s, %s", r.impl[i], size);
-            fits = fits && add_plot(plot, sizeof plot, &used, "%s$%s using 1:2 with linespoints lw 2 lc rgb '%s' dt %d "
-                                    "pt %d ps 1.2 title %s", lines++ ? ", " : "", name, colors[b % 8], i % 5 + 1,
-                                    points_types[i % 6], tlm_plot_str(p, title));
-        }
-    if (s == TLM_OK && !fits) s = tlm_fail(TLM_ERR_FORMAT, "too many lines to draw in one picture");
-    if (s == TLM_OK) {
-        tlm_plot_cmd(p, "set title 'All-reduce: time against the number of processes (in place; the mean over the "
-                        "ranks)'");
-        tlm_plot_cmd(p, "set xlabel 'processes (ranks)'");
-        tlm_plot_cmd(p, "set ylabel 'time per all-reduce (ms)'");
-        tlm_plot_cmd(p, "set logscale y");
-        if (xt < sizeof xtics) tlm_plot_cmd(p, "%s)", xtics);
-        tlm_plot_cmd(p, "set xrange [%g:%g]", r.nranks[0] - 0.5, r.nranks[r.n_nranks - 1] + 0.5);
-        common_style(p);
-        tlm_plot_cmd(p, "%s", plot);
-    }
-    free(r.pts);
-    return s;
+    return time_against(p, docs, paths, n, true);
 }
 
 /* ---- allreduce-backends ------------------------------------------------------------------------------------ */
