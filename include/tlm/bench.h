@@ -109,6 +109,9 @@ extern const int tlm_bench_case_columns; /* model .. seed */
  * table's columns, with those that say nothing for these cases hidden (the loss scale without fp16, the
  * device's peak on the CPU, a pass or warm-up column with one value). */
 void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_bench_case *cases, int n);
+/* Of the case columns of the current table, hides those that say nothing for these cases: pass and
+ * warmup_steps with one value, recompute and optimizer_in_backward when no case uses them. */
+void tlm_bench_report_show_case(tlm_report *rep, const tlm_bench_case *cases, int n);
 /* The case's fields into the current row (for tables that reuse the case columns). */
 void tlm_bench_report_case(tlm_report *rep, const tlm_bench_case *c);
 /* One row: the case and its result (failed rows: status "OOM" or "failed" and the error). */

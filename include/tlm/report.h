@@ -70,6 +70,13 @@ typedef struct {
 /* A column only in CSV and JSON. */
 #define TLM_COL_HIDDEN(key, type) {key, type, NULL, NULL, 0, 0, 0, TLM_COL_NO_TABLE}
 
+/* Columns by unit: a time (a number field) in ms or us; a byte count (an integer field) that the table
+ * shows in GiB (2^30 bytes) or MiB (2^20 bytes). */
+#define TLM_COL_MS(key, head, width, prec) {key, TLM_FIELD_NUM, head, "ms", width, prec, 0, 0}
+#define TLM_COL_US(key, head, width, prec) {key, TLM_FIELD_NUM, head, "us", width, prec, 0, 0}
+#define TLM_COL_GIB(key, head, width, prec) {key, TLM_FIELD_INT, head, "GiB", width, prec, 1.0 / (1 << 30), 0}
+#define TLM_COL_MIB(key, head, width, prec) {key, TLM_FIELD_INT, head, "MiB", width, prec, 1.0 / (1 << 20), 0}
+
 typedef struct tlm_report tlm_report;
 
 /* Starts a report of `tool` ("tlm bench") in format fmt; out_path NULL writes fmt to stdout,

@@ -116,46 +116,37 @@ typedef struct {
     void *const *p; /* the case's buffers, BUF_* */
 } pass_args;
 
-/* one forward pass: out and what it saves (naive P, flash L) from q, k, v (ld = C, Tq = Tk) */
-static void forward(const pass_args *a) {
+/* one pass, ld = C, Tq = Tk. Forward: out and what it saves (naive P, flash L) from q, k, v; backward:
+ * dq, dk, dv from dout and the last forward's saved tensors. */
+static void run_pass(const pass_args *a, bool backward) {
     tlm_backend *be = a->be;
     const tlm_attn_case *c = a->c;
     void *const *p = a->p;
     const int B = c->batch, H = c->heads, T = c->seq, D = c->d_head, C = H * D;
     switch (a->path) {
     case PATH_NAIVE:
-        tlm_attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, B, T, H, D,
-                              tlm_precision_of_dtype(c->dtype));
+        if (!backward)
+            tlm_attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, B, T, H, D,
+                                  tlm_precision_of_dtype(c->dtype));
+        else
+            tlm_attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_SCRATCH], p[BUF_DOUT], p[BUF_Q],
+                                   p[BUF_K], p[BUF_V], p[BUF_SAVED], C, B, T, H, D, tlm_precision_of_dtype(c->dtype));
         break;
     case PATH_FLASH_OPS:
-        tlm_flash_attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, C, B, T, T, H, D,
-                                    c->causal, c->dtype);
+        if (!backward)
+            tlm_flash_attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, C, B, T, T, H,
+                                        D, c->causal, c->dtype);
+        else
+            tlm_flash_attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_WORKSPACE], p[BUF_DOUT], p[BUF_Q],
+                                         p[BUF_K], p[BUF_V], p[BUF_OUT], p[BUF_SAVED], C, C, B, T, T, H, D, c->causal,
+                                         c->dtype);
         break;
     }
 }
 
-/* one backward pass: dq, dk, dv from dout and the last forward's saved tensors */
-static void backward(const pass_args *a) {
-    tlm_backend *be = a->be;
-    const tlm_attn_case *c = a->c;
-    void *const *p = a->p;
-    const int B = c->batch, H = c->heads, T = c->seq, D = c->d_head, C = H * D;
-    switch (a->path) {
-    case PATH_NAIVE:
-        tlm_attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_SCRATCH], p[BUF_DOUT], p[BUF_Q], p[BUF_K],
-                               p[BUF_V], p[BUF_SAVED], C, B, T, H, D, tlm_precision_of_dtype(c->dtype));
-        break;
-    case PATH_FLASH_OPS:
-        tlm_flash_attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_WORKSPACE], p[BUF_DOUT], p[BUF_Q],
-                                     p[BUF_K], p[BUF_V], p[BUF_OUT], p[BUF_SAVED], C, C, B, T, T, H, D, c->causal,
-                                     c->dtype);
-        break;
-    }
-}
-
-/* the mean ms of `iters` runs of pass, each between two events on the compute stream (the backward
- * runs reuse the last forward's saved outputs); -1 when events cannot be created (message set) */
-static double time_passes(tlm_backend *be, void (*pass)(const pass_args *), const pass_args *a, int iters) {
+/* the mean ms of `iters` forward or backward passes, each between two events on the compute stream (the
+ * backward runs reuse the last forward's saved outputs); -1 when events cannot be created (message set) */
+static double time_passes(tlm_backend *be, const pass_args *a, bool backward, int iters) {
     tlm_event *e0 = NULL, *e1 = NULL;
     if (tlm_event_create(be, &e0) != TLM_OK || tlm_event_create(be, &e1) != TLM_OK) {
         tlm_event_destroy(be, e0);
@@ -164,7 +155,7 @@ static double time_passes(tlm_backend *be, void (*pass)(const pass_args *), cons
     double ms = 0;
     for (int i = 0; i < iters; i++) {
         tlm_event_record(be, e0, NULL);
-        pass(a);
+        run_pass(a, backward);
         tlm_event_record(be, e1, NULL);
         ms += tlm_event_elapsed_ms(be, e0, e1);
     }
@@ -246,10 +237,10 @@ tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_
 
     const pass_args a = {be, c, flash ? PATH_FLASH_OPS : PATH_NAIVE, b.p};
     for (int i = 0; i < c->warmup; i++) {
-        forward(&a);
-        backward(&a);
+        run_pass(&a, false);
+        run_pass(&a, true);
     }
-    const double fwd = time_passes(be, forward, &a, c->iters), bwd = time_passes(be, backward, &a, c->iters);
+    const double fwd = time_passes(be, &a, false, c->iters), bwd = time_passes(be, &a, true, c->iters);
     if (fwd < 0 || bwd < 0) { /* no events: the message is set */
         unsupported(r, "%s", tlm_last_error());
         goto done;

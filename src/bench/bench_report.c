@@ -5,7 +5,9 @@
 
 #include "tlm/bench.h"
 
-#define GIB (1.0 / (1024.0 * 1024.0 * 1024.0))
+/* a time's mean and population std over the timed steps, in ms (timing() writes them) */
+#define MS_MEAN_STD(mean_key, std_key, head, width)                                                               \
+    TLM_COL_MS(mean_key, head, width, 2), TLM_COL_MS(std_key, "std", 7, 2)
 
 /*   key                     type            head         unit   width prec scale flags */
 const tlm_column tlm_bench_columns[] = {
@@ -27,27 +29,23 @@ const tlm_column tlm_bench_columns[] = {
     {"bucket_mb", TLM_FIELD_NUM, "bucket", "MiB", 7, 2, 0, TLM_COL_KEY},
     {"grad_reduce_dtype", TLM_FIELD_STR, "reduce", "", -6, 0, 0, TLM_COL_KEY},
     {"zero", TLM_FIELD_INT, "zero", "", 4, 0, 0, TLM_COL_KEY},
-    {"fwd_ms_mean", TLM_FIELD_NUM, "forward", "ms", 10, 2, 0, 0},
-    {"fwd_ms_std", TLM_FIELD_NUM, "std", "ms", 7, 2, 0, 0},
-    {"bwd_ms_mean", TLM_FIELD_NUM, "backward", "ms", 10, 2, 0, 0},
-    {"bwd_ms_std", TLM_FIELD_NUM, "std", "ms", 7, 2, 0, 0},
-    {"opt_ms_mean", TLM_FIELD_NUM, "optimizer", "ms", 10, 2, 0, 0},
-    {"opt_ms_std", TLM_FIELD_NUM, "std", "ms", 7, 2, 0, 0},
-    {"comm_ms_mean", TLM_FIELD_NUM, "comm", "ms", 9, 2, 0, 0},
-    {"comm_ms_std", TLM_FIELD_NUM, "std", "ms", 7, 2, 0, 0},
+    MS_MEAN_STD("fwd_ms_mean", "fwd_ms_std", "forward", 10),
+    MS_MEAN_STD("bwd_ms_mean", "bwd_ms_std", "backward", 10),
+    MS_MEAN_STD("opt_ms_mean", "opt_ms_std", "optimizer", 10),
+    MS_MEAN_STD("comm_ms_mean", "comm_ms_std", "comm", 9),
     {"comm_share", TLM_FIELD_NUM, "comm", "%", 5, 1, 100, 0},
     TLM_COL_HIDDEN("step_ms_mean", TLM_FIELD_NUM),
     TLM_COL_HIDDEN("step_ms_std", TLM_FIELD_NUM),
     {"tokens_per_s", TLM_FIELD_NUM, "tokens/s", "", 10, 0, 0, 0},
     {"tflop_per_s", TLM_FIELD_NUM, "TFLOP/s", "", 8, 3, 0, 0},
     {"speedup_vs_fp32", TLM_FIELD_NUM, "vs fp32", "x", 7, 2, 0, 0},
-    {"peak_bytes", TLM_FIELD_INT, "peak", "GiB", 7, 3, GIB, 0},
-    {"reserved_peak_bytes", TLM_FIELD_INT, "reserved", "GiB", 8, 3, GIB, 0},
-    {"device_peak_bytes", TLM_FIELD_INT, "device", "GiB", 7, 3, GIB, 0},
+    TLM_COL_GIB("peak_bytes", "peak", 7, 3),
+    TLM_COL_GIB("reserved_peak_bytes", "reserved", 8, 3),
+    TLM_COL_GIB("device_peak_bytes", "device", 7, 3),
     TLM_COL_HIDDEN("peak_bytes_min", TLM_FIELD_INT),
-    {"mem_after_init_bytes", TLM_FIELD_INT, "init", "GiB", 7, 3, GIB, 0},
-    {"mem_before_opt_bytes", TLM_FIELD_INT, "pre-opt", "GiB", 7, 3, GIB, 0},
-    {"mem_after_opt_bytes", TLM_FIELD_INT, "post-opt", "GiB", 8, 3, GIB, 0},
+    TLM_COL_GIB("mem_after_init_bytes", "init", 7, 3),
+    TLM_COL_GIB("mem_before_opt_bytes", "pre-opt", 7, 3),
+    TLM_COL_GIB("mem_after_opt_bytes", "post-opt", 8, 3),
     TLM_COL_HIDDEN("peak_bytes_parameters", TLM_FIELD_INT),
     TLM_COL_HIDDEN("peak_bytes_gradients", TLM_FIELD_INT),
     TLM_COL_HIDDEN("peak_bytes_optimizer", TLM_FIELD_INT),
@@ -66,17 +64,28 @@ static const char *const peak_by_tag[TLM_MEM_NUM_TAGS] = {"peak_bytes_parameters
                                                           "peak_bytes_optimizer", "peak_bytes_activations",
                                                           "peak_bytes_workspace"};
 
+void tlm_bench_report_show_case(tlm_report *rep, const tlm_bench_case *cases, int n) {
+    bool several_passes = false, several_warmups = false, recompute = false, oib = false;
+    for (int i = 0; i < n; i++) {
+        several_passes |= cases[i].pass != cases[0].pass;
+        several_warmups |= cases[i].warmup != cases[0].warmup;
+        recompute |= cases[i].recompute != TLM_RECOMPUTE_NONE;
+        oib |= cases[i].optimizer_in_backward;
+    }
+    tlm_report_show(rep, "pass", several_passes);
+    tlm_report_show(rep, "warmup_steps", several_warmups);
+    tlm_report_show(rep, "recompute", recompute);
+    tlm_report_show(rep, "optimizer_in_backward", oib);
+}
+
 void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_bench_case *cases, int n) {
-    bool fp16 = false, several_passes = false, several_warmups = false, fp32_and_other = false, fp32 = false,
-         other = false, recompute = false, oib = false, ddp = false, bucketed = false, train = false;
+    bool fp16 = false, several_passes = false, fp32_and_other = false, fp32 = false, other = false, ddp = false,
+         bucketed = false, train = false;
     for (int i = 0; i < n; i++) {
         fp16 |= cases[i].precision == TLM_PRECISION_FP16;
         fp32 |= cases[i].precision == TLM_PRECISION_FP32;
         other |= cases[i].precision != TLM_PRECISION_FP32;
         several_passes |= cases[i].pass != cases[0].pass;
-        several_warmups |= cases[i].warmup != cases[0].warmup;
-        recompute |= cases[i].recompute != TLM_RECOMPUTE_NONE;
-        oib |= cases[i].optimizer_in_backward;
         ddp |= cases[i].comm != NULL;
         bucketed |= cases[i].comm && cases[i].ddp.mode == TLM_DDP_BUCKETED;
         train |= cases[i].pass == TLM_PASS_TRAIN;
@@ -116,10 +125,7 @@ void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_be
     tlm_report_show(rep, "mem_after_init_bytes", ddp && train);
     tlm_report_show(rep, "mem_before_opt_bytes", ddp && train);
     tlm_report_show(rep, "mem_after_opt_bytes", ddp && train);
-    tlm_report_show(rep, "pass", several_passes);
-    tlm_report_show(rep, "warmup_steps", several_warmups);
-    tlm_report_show(rep, "recompute", recompute);
-    tlm_report_show(rep, "optimizer_in_backward", oib);
+    tlm_bench_report_show_case(rep, cases, n);
     tlm_report_show(rep, "speedup_vs_fp32", fp32_and_other);
     tlm_report_show(rep, "loss_scale", fp16);
     tlm_report_show(rep, "skipped_steps", fp16);

@@ -1,10 +1,10 @@
 /* cli.h — what the tlm subcommands share: one parser for the shared flags (device, output, model
  * shape, precision, attention, the benchmark's workload), their help lines, the expansion of the
  * workload flags into benchmark cases (bench, and every command that "takes the bench flags"),
- * value parsers, and backend creation.
+ * value parsers, backend creation, and the dispatch to subcommands.
  *
- * A subcommand describes itself (cli_command: which shared flags it takes with its defaults, its
- * own getopt options and a handler for them) and calls cli_parse once. Every shared flag has one
+ * A subcommand describes itself (cli_command: its help, which shared flags it takes with its
+ * defaults, its own getopt options and a handler for them) and calls cli_parse once. Every shared flag has one
  * spelling, one short letter and one help line in every command that takes it; list flags take
  * comma lists ("8,16"; no empty items, no length limit) where the command sweeps them. */
 #ifndef TLM_CLI_H
@@ -91,6 +91,32 @@ typedef struct {
 #define CLI_USES_DEVICE {CLI_DEVICE, NULL, 1}, {CLI_GPU, "0", 1}, {CLI_THREADS, NULL, 1}
 #define CLI_USES_OUTPUT {CLI_FORMAT, "table", 1}, {CLI_OUT, NULL, 1}
 
+/* The memory-saving flags: activation checkpointing and the optimizer step in the backward pass. */
+#define CLI_USES_RECOMPUTE {CLI_RECOMPUTE, "none", 3}, {CLI_OPTIMIZER_IN_BACKWARD, "off", 1}
+
+/* The benchmark's workload (bench, profile), every list flag a sweep, with the defaults the commands
+ * share (cli_default_workload fills them); the arguments are the defaults that differ, as the help
+ * shows them. */
+#define CLI_USES_WORKLOAD(models, contexts, attention, warmups, steps)                                          \
+    {CLI_MODEL, models, CLI_MAX_LIST}, {CLI_CONTEXT_LENGTH, contexts, CLI_MAX_LIST},                          \
+        {CLI_BATCH_SIZE, "4", CLI_MAX_LIST}, {CLI_PRECISION, "fp32", TLM_PRECISION_COUNT},                    \
+        {CLI_ATTENTION, attention, 1}, {CLI_PASS, "train", 3}, {CLI_WARMUP, warmups, CLI_MAX_LIST},           \
+        {CLI_STEPS, steps, 1}, CLI_USES_RECOMPUTE, {CLI_CUDA_GRAPH, "on", 1}, {CLI_SEED, "0", 1}
+
+/* The model and the batch of one run (step, train): one value each, the defaults that differ by
+ * command as the arguments. */
+#define CLI_USES_RUN(model, batch_size, context_length)                                                          \
+    {CLI_MODEL, model, 1}, {CLI_BATCH_SIZE, batch_size, 1}, {CLI_CONTEXT_LENGTH, context_length, 1},             \
+        {CLI_PRECISION, "fp32", 1}, {CLI_ATTENTION, "auto", 1}
+
+/* Data parallelism under a launcher (ddp.h) with the defaults of tlm_ddp_defaults: one value each, or
+ * (SWEEP) lists, every combination a run. --timeout is apart: its default differs by command. */
+#define CLI_USES_DDP                                                                                             \
+    {CLI_DDP, "bucketed", 1}, {CLI_BUCKET_MB, "25", 1}, {CLI_ZERO, "0", 1}, {CLI_GRAD_REDUCE_DTYPE, "fp32", 1}
+#define CLI_USES_DDP_SWEEP                                                                                       \
+    {CLI_DDP, "bucketed", 4}, {CLI_BUCKET_MB, "25", CLI_MAX_LIST}, {CLI_ZERO, "0", 2},                         \
+        {CLI_GRAD_REDUCE_DTYPE, "fp32", 2}
+
 #define CLI_MAX_LIST 64
 #define CLI_NOT_GIVEN (-2000000000L)
 
@@ -137,26 +163,33 @@ typedef struct {
     char *models_buf_;  /* owned storage */
 } cli_args;
 
-/* A subcommand: its name ("bench"), the shared flags it takes, its own options (a getopt_long
- * table ending in a zero entry, and their short letters; neither may reuse a shared flag's), the
- * handler of its own options (returns false after printing the error), its help, and how many
- * positional arguments it takes. */
-typedef struct {
+/* A subcommand: its help, its name ("bench"), the shared flags it takes, its own options (a
+ * getopt_long table ending in a zero entry, and their short letters; neither may reuse a shared
+ * flag's), the handler of its own options (gets the opts given to cli_parse; returns false after
+ * printing the error), and how many positional arguments it takes. --help prints `help`, the shared
+ * flags' lines and `help_after` (NULL: none); or, where the help is computed, calls `usage` (which
+ * prints the shared flags' lines with cli_print_shared_help). The help comes first in the commands'
+ * definitions: it says what the command is. */
+typedef struct cli_command cli_command;
+struct cli_command {
+    const char *help, *help_after;
+    void (*usage)(FILE *f, const cli_command *c);
     const char *name;
     const cli_use *uses;
     int num_uses;
     const struct option *options;
     const char *short_options;
-    bool (*handle)(void *user, int opt, const char *arg);
-    void *user;
-    void (*usage)(FILE *f);
+    bool (*handle)(void *opts, int opt, const char *arg);
     int min_positional, max_positional;
-} cli_command;
+};
 
-/* Parses argv (argv[0] is the subcommand's name). Returns -1 when the command should go on, or the
- * exit code to return now: TLM_EXIT_OK after --help, TLM_EXIT_USAGE after a bad flag (the error
- * printed, naming the flag). */
-int cli_parse(const cli_command *c, int argc, char **argv, cli_args *a);
+/* A command's shared flags, a cli_use array: .uses and .num_uses of its cli_command. */
+#define CLI_USES(array) .uses = (array), .num_uses = (int)(sizeof(array) / sizeof((array)[0]))
+
+/* Parses argv (argv[0] is the subcommand's name): the shared flags into *a, the command's own options
+ * through c->handle into *opts. Returns -1 when the command should go on, or the exit code to return
+ * now: TLM_EXIT_OK after --help, TLM_EXIT_USAGE after a bad flag (the error printed, naming the flag). */
+int cli_parse(const cli_command *c, void *opts, int argc, char **argv, cli_args *a);
 void cli_args_free(cli_args *a);
 
 /* The help lines of the shared flags the command takes, with its defaults. */
@@ -176,6 +209,21 @@ bool cli_refuse_together(const char *cmd, const cli_args *a, cli_flag f1, bool g
 bool cli_model_config(const char *cmd, const cli_args *a, const char *name, tlm_config *cfg, char *display,
                       size_t display_n);
 
+/* A size of the model that a shape flag sets, side by side: the flag ("--d-model"), its value
+ * (CLI_NOT_GIVEN: not given), the size in a preset and in the model checked against (a file's, a
+ * checkpoint's). cli_sizes fills them in this order. */
+typedef struct {
+    const char *flag;
+    long given;
+    int preset, model;
+} cli_size;
+enum { CLI_SIZE_VOCAB, CLI_SIZE_D_MODEL, CLI_SIZE_D_FF, CLI_SIZE_NUM_LAYERS, CLI_SIZE_NUM_HEADS, CLI_NUM_SIZES };
+void cli_sizes(const cli_args *a, const tlm_config *preset, const tlm_config *model, cli_size out[CLI_NUM_SIZES]);
+
+/* The workload flags not given, their defaults (CLI_USES_WORKLOAD's help): context 128 on the CPU and
+ * 256 on a GPU, batch size 4, fp32, the train pass, and the warm-up and timed steps given here. */
+void cli_default_workload(cli_args *a, const tlm_backend *be, int warmup, int steps);
+
 /* The benchmark cases of the workload flags: every model x pass x batch size x warm-up x recompute x
  * precision x context (defaults filled by the caller; recompute defaults to none), each validated
  * (context within the model's RoPE table, flash attention runnable where asked for by name,
@@ -184,6 +232,9 @@ bool cli_model_config(const char *cmd, const cli_args *a, const char *name, tlm_
 bool cli_bench_cases(const char *cmd, const cli_args *a, tlm_backend *be, tlm_bench_case **cases, int *n);
 
 /* ---- the backend ------------------------------------------------------------------------------------ */
+
+/* calloc(n, size), or NULL after printing "tlm <cmd>: out of host memory". */
+void *cli_calloc(const char *cmd, size_t n, size_t size);
 
 /* Creates the backend of --device / --gpu / --threads (device NULL: cuda when a GPU is present, else
  * cpu). Prints the error and returns NULL on failure. */
@@ -200,6 +251,22 @@ int cli_join(const char *cmd, const cli_args *a, double default_timeout_s, tlm_d
 
 /* Opens the report of `tool` in --format to --out (stdout shows the table then). Prints the error. */
 tlm_report *cli_open_report(const char *cmd, const cli_args *a, const char *tool, int argc, char **argv);
+
+/* ---- subcommands -------------------------------------------------------------------------------------- */
+
+/* A subcommand: its name and its entry point (argv[0] is the name; returns the exit code). */
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} cli_subcommand;
+
+/* Runs the subcommand argv[1] names (one of subs[0..n)) on argv[1..] and returns its exit code. `prog`
+ * is what the messages call the command ("tlm", "tlm precision") and `noun` what a subcommand is
+ * ("command"). No argv[1]: usage to stderr, TLM_EXIT_USAGE; -h, --help or help: usage to stdout,
+ * TLM_EXIT_OK; a name not in subs: "<prog>: unknown <noun> 'x' (known: ...; see <prog> --help)",
+ * TLM_EXIT_USAGE. */
+int cli_run_subcommand(const char *prog, const char *noun, int argc, char **argv, const cli_subcommand *subs, int n,
+                       void (*usage)(FILE *f));
 
 int cmd_bench(int argc, char **argv);
 int cmd_step(int argc, char **argv);

@@ -313,36 +313,25 @@ static bool parse_shared(const cli_command *c, cli_flag f, const char *arg, cli_
     case CLI_CONTEXT_LENGTH: return cli_parse_int_list(cmd, flag, arg, 1, 1 << 24, a->contexts, max_n, &a->num_contexts);
     case CLI_WARMUP: return cli_parse_int_list(cmd, flag, arg, 0, 1 << 20, a->warmups, max_n, &a->num_warmups);
     case CLI_STEPS: return cli_parse_int(cmd, flag, arg, 1, 1 << 20, &v) && ((a->steps = (int)v), true);
-    case CLI_PASS: {
-        static const char *const names[3] = {"forward", "forward-backward", "train"};
+    case CLI_PASS:
+    case CLI_RECOMPUTE: {
+        static const char *const passes[3] = {"forward", "forward-backward", "train"},
+                                 *const recomputes[3] = {"none", "attention", "block"};
+        const bool pass = f == CLI_PASS;
         char **items;
-        if (!cli_split_list(cmd, flag, arg, max_n, &items, &n)) return false;
+        if (!cli_split_list(cmd, flag, arg, max_n < 3 ? max_n : 3, &items, &n)) return false;
         bool ok = true;
-        a->num_passes = 0;
-        for (int i = 0; ok && i < n; i++) {
-            int p;
-            ok = cli_parse_choice(cmd, flag, items[i], names, 3, &p);
-            a->passes[a->num_passes++] = (tlm_pass)p;
+        for (int i = 0, k; ok && i < n; i++) {
+            ok = cli_parse_choice(cmd, flag, items[i], pass ? passes : recomputes, 3, &k);
+            if (ok && pass) a->passes[i] = (tlm_pass)k;
+            if (ok && !pass) a->recomputes[i] = (tlm_recompute)k;
         }
+        *(pass ? &a->num_passes : &a->num_recomputes) = n;
         free(items);
         return ok;
     }
     case CLI_CUDA_GRAPH: return cli_parse_on_off(cmd, flag, arg, &a->cuda_graphs);
     case CLI_SEED: return cli_parse_int(cmd, flag, arg, 0, 0x7fffffffffffffffL, &v) && ((a->seed = (uint64_t)v), true);
-    case CLI_RECOMPUTE: {
-        static const char *const names[3] = {"none", "attention", "block"};
-        char **items;
-        if (!cli_split_list(cmd, flag, arg, max_n < 3 ? max_n : 3, &items, &n)) return false;
-        bool ok = true;
-        a->num_recomputes = 0;
-        for (int i = 0; ok && i < n; i++) {
-            int r;
-            ok = cli_parse_choice(cmd, flag, items[i], names, 3, &r);
-            a->recomputes[a->num_recomputes++] = (tlm_recompute)r;
-        }
-        free(items);
-        return ok;
-    }
     case CLI_OPTIMIZER_IN_BACKWARD: a->optimizer_in_backward = true; return true;
     case CLI_DDP:
     case CLI_GRAD_REDUCE_DTYPE: {
@@ -384,42 +373,48 @@ static bool parse_shared(const cli_command *c, cli_flag f, const char *arg, cli_
     return false;
 }
 
-int cli_parse(const cli_command *c, int argc, char **argv, cli_args *a) {
+int cli_parse(const cli_command *c, void *opts, int argc, char **argv, cli_args *a) {
     memset(a, 0, sizeof *a);
     a->shape = (cli_shape_flags){CLI_NOT_GIVEN, CLI_NOT_GIVEN, CLI_NOT_GIVEN, CLI_NOT_GIVEN,
                                  CLI_NOT_GIVEN, CLI_NOT_GIVEN, NAN};
     a->attention = TLM_ATTENTION_AUTO;
     a->cuda_graphs = true;
     /* the option table: shared flags, shape flags (with --model), the command's own, --help */
-    struct option opts[CLI_NUM_FLAGS + SHAPE_COUNT + 64];
+    struct option long_opts[CLI_NUM_FLAGS + SHAPE_COUNT + 64];
     char shorts[160] = ":h";
     int n = 0;
     for (int i = 0; i < c->num_uses; i++) {
         const flag_info *fi = &flags[c->uses[i].flag];
-        opts[n++] = (struct option){fi->name, fi->arg_one ? required_argument : no_argument, 0,
-                                    OPT_SHARED + (int)c->uses[i].flag};
+        long_opts[n++] = (struct option){fi->name, fi->arg_one ? required_argument : no_argument, 0,
+                                         OPT_SHARED + (int)c->uses[i].flag};
         if (fi->short_opt) {
             TLM_ASSERT(!c->short_options || !strchr(c->short_options, fi->short_opt)); /* one meaning per letter */
             snprintf(shorts + strlen(shorts), sizeof shorts - strlen(shorts), "%c:", fi->short_opt);
         }
         if (c->uses[i].flag == CLI_MODEL)
             for (int k = 0; k < SHAPE_COUNT; k++)
-                opts[n++] = (struct option){shape_names[k], required_argument, 0, OPT_SHAPE + k};
+                long_opts[n++] = (struct option){shape_names[k], required_argument, 0, OPT_SHAPE + k};
     }
     for (const struct option *o = c->options; o && o->name; o++) {
-        TLM_ASSERT(n < (int)(sizeof opts / sizeof opts[0]) - 2);
-        opts[n++] = *o;
+        TLM_ASSERT(n < (int)(sizeof long_opts / sizeof long_opts[0]) - 2);
+        long_opts[n++] = *o;
     }
-    opts[n++] = (struct option){"help", no_argument, 0, 'h'};
-    opts[n] = (struct option){0, 0, 0, 0};
+    long_opts[n++] = (struct option){"help", no_argument, 0, 'h'};
+    long_opts[n] = (struct option){0, 0, 0, 0};
     if (c->short_options) snprintf(shorts + strlen(shorts), sizeof shorts - strlen(shorts), "%s", c->short_options);
 
     optind = 1;
     opterr = 0;
-    for (int opt; (opt = getopt_long(argc, argv, shorts, opts, NULL)) != -1;) {
+    for (int opt; (opt = getopt_long(argc, argv, shorts, long_opts, NULL)) != -1;) {
         bool ok = true;
         if (opt == 'h') {
-            c->usage(stdout);
+            if (c->usage) {
+                c->usage(stdout, c);
+            } else {
+                fputs(c->help, stdout);
+                cli_print_shared_help(stdout, c);
+                if (c->help_after) fputs(c->help_after, stdout);
+            }
             return TLM_EXIT_OK;
         } else if (opt == '?' || opt == ':') {
             const char *word = argv[optind - 1];
@@ -439,7 +434,7 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_args *a) {
                 a->given[f] = true;
             } else {
                 TLM_ASSERT(c->handle);
-                ok = c->handle(c->user, opt, optarg);
+                ok = c->handle(opts, opt, optarg);
             }
         }
         if (!ok) {
@@ -536,6 +531,24 @@ bool cli_model_config(const char *cmd, const cli_args *a, const char *name, tlm_
     return true;
 }
 
+void cli_sizes(const cli_args *a, const tlm_config *preset, const tlm_config *model, cli_size out[CLI_NUM_SIZES]) {
+    const cli_shape_flags *s = &a->shape;
+    out[CLI_SIZE_VOCAB] = (cli_size){"--vocab-size", s->vocab_size, preset->vocab_size, model->vocab_size};
+    out[CLI_SIZE_D_MODEL] = (cli_size){"--d-model", s->d_model, preset->d_model, model->d_model};
+    out[CLI_SIZE_D_FF] = (cli_size){"--d-ff", s->d_ff, preset->d_ff, model->d_ff};
+    out[CLI_SIZE_NUM_LAYERS] = (cli_size){"--num-layers", s->num_layers, preset->num_layers, model->num_layers};
+    out[CLI_SIZE_NUM_HEADS] = (cli_size){"--num-heads", s->num_heads, preset->num_heads, model->num_heads};
+}
+
+void cli_default_workload(cli_args *a, const tlm_backend *be, int warmup, int steps) {
+    if (!a->num_contexts) a->contexts[a->num_contexts++] = be->kind == TLM_DEVICE_CPU ? 128 : 256;
+    if (!a->num_batch_sizes) a->batch_sizes[a->num_batch_sizes++] = 4;
+    if (!a->num_precisions) a->precisions[a->num_precisions++] = TLM_PRECISION_FP32;
+    if (!a->num_passes) a->passes[a->num_passes++] = TLM_PASS_TRAIN;
+    if (!a->num_warmups) a->warmups[a->num_warmups++] = warmup;
+    if (!a->steps) a->steps = steps;
+}
+
 bool cli_bench_cases(const char *cmd, const cli_args *a, tlm_backend *be, tlm_bench_case **cases, int *n) {
     TLM_ASSERT(a->num_models > 0 && a->num_contexts > 0 && a->num_precisions > 0 && a->num_batch_sizes > 0 &&
                a->num_passes > 0 && a->num_warmups > 0);
@@ -577,11 +590,8 @@ bool cli_bench_cases(const char *cmd, const cli_args *a, tlm_backend *be, tlm_be
         cli_error(cmd, "%ld configurations: more than 100000 (shorten a list)", total);
         return false;
     }
-    tlm_bench_case *v = calloc((size_t)total, sizeof *v);
-    if (!v) {
-        cli_error(cmd, "out of host memory");
-        return false;
-    }
+    tlm_bench_case *v = cli_calloc(cmd, (size_t)total, sizeof *v);
+    if (!v) return false;
     for (int mi = 0; mi < a->num_models; mi++) {
         tlm_bench_case base = {0};
         if (!cli_model_config(cmd, a, a->models[mi], &base.config, base.model_name, sizeof base.model_name)) {
@@ -623,6 +633,12 @@ bool cli_bench_cases(const char *cmd, const cli_args *a, tlm_backend *be, tlm_be
 }
 
 /* ---- the backend and the report ------------------------------------------------------------------------------ */
+
+void *cli_calloc(const char *cmd, size_t n, size_t size) {
+    void *p = calloc(n, size);
+    if (!p) cli_error(cmd, "out of host memory");
+    return p;
+}
 
 tlm_backend *cli_create_backend(const char *cmd, const cli_args *a) {
     if (a->given[CLI_GPU] && a->device && strcmp(a->device, "cpu") == 0) {
@@ -668,4 +684,26 @@ tlm_report *cli_open_report(const char *cmd, const cli_args *a, const char *tool
         return NULL;
     }
     return r;
+}
+
+/* ---- subcommands ------------------------------------------------------------------------------------------- */
+
+int cli_run_subcommand(const char *prog, const char *noun, int argc, char **argv, const cli_subcommand *subs, int n,
+                       void (*usage)(FILE *f)) {
+    if (argc < 2) {
+        usage(stderr);
+        return TLM_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "help") == 0) {
+        usage(stdout);
+        return TLM_EXIT_OK;
+    }
+    char known[256] = "";
+    for (int i = 0; i < n; i++) {
+        if (strcmp(name, subs[i].name) == 0) return subs[i].run(argc - 1, argv + 1);
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", subs[i].name);
+    }
+    fprintf(stderr, "%s: unknown %s '%s' (known: %s; see %s --help)\n", prog, noun, name, known, prog);
+    return TLM_EXIT_USAGE;
 }

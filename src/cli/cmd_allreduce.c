@@ -128,62 +128,54 @@ static bool handle(void *user, int opt, const char *arg) {
     }
 }
 
-static void allreduce_usage(FILE *f);
-static opts the_opts;
 static const cli_command allreduce_cmd = {
+    .help =
+        "Usage: mpirun -np N tlm allreduce [options]      (or srun, mpiexec; tlm allreduce --sweep starts mpirun)\n"
+        "All-reduce benchmark (SPEC.md §2.9) in nccl-tests' conventions: per size, out-of-place and in-place\n"
+        "time (us: the mean over the ranks of each rank's mean over --iters back-to-back all-reduces after\n"
+        "--warmup), algbw = bytes / time and busbw = algbw x 2(n-1)/n (GB/s = 10^9 bytes/s; nccl-tests'\n"
+        "doc/PERFORMANCE.md), #wrong (--check: every element of every rank against the expected sum), and\n"
+        "the spread of the ranks' times (min, max). One process per GPU with NCCL (the GPU = --gpu + the\n"
+        "local rank among CUDA_VISIBLE_DEVICES; a rank that sees one GPU uses it); host memory with MPI.\n"
+        "Only rank 0 writes the report.\n"
+        "\n"
+        "  -b, --minbytes SIZE   smallest size per rank (default: 32M with -e or -F); K, M, G = 2^10, 2^20,\n"
+        "                        2^30 bytes, KB, MB, GB = 10^3, 10^6, 10^9\n"
+        "  -e, --maxbytes SIZE   largest size (default: the larger of --minbytes and 32M)\n"
+        "  -F, --stepfactor N    multiply the size by N from min to max (default: 2; nccl-tests' -f, which\n"
+        "                        is tlm's --format)\n"
+        "      --sizes LIST      comma list of sizes instead (default, the seeds': 1MB,10MB,100MB,1GB)\n"
+        "                        sizes are rounded down to whole elements\n"
+        "      --backend B       nccl | mpi (default: nccl when built with NCCL and a GPU is present, else\n"
+        "                        mpi); with --sweep a comma list (default: nccl,mpi, or mpi without NCCL/GPU)\n"
+        "  -T, --dtype T         fp32 | bf16 (default: fp32; bf16 sums add in fp32 and round to nearest even)\n"
+        "      --op OP           sum | avg (default: sum)\n"
+        "  -n, --iters N         timed all-reduces per size and placement (default: 20)\n"
+        "  -w, --warmup N        untimed all-reduces first (default: 5)\n"
+        "  -c, --check on|off    check every element of every rank's result once per size (default: on)\n"
+        "      --mpi-algorithm A auto | mpi | shm: the MPI backend's all-reduce: MPI_Allreduce (mpi), or tlm's\n"
+        "                        schedule for ranks that share a host (shm: a shared-memory segment, each\n"
+        "                        rank sums its 1/n slice of every rank's copy; comm.h); auto: shm from\n"
+        "                        256K per rank when every rank is on one host, else mpi (default: auto)\n"
+        "      --shm-chunk SIZE  shm's chunk per rank, 4K..1M (default: 256K)\n"
+        "      --timeout S       the longest any rank waits in one collective before the run stops, naming\n"
+        "                        the ranks that did not arrive (default: 60)\n"
+        "      --sweep           run under mpirun for each --backend and --nproc and merge the results\n"
+        "                        (do not start it with mpirun; NCCL counts above the GPUs are skipped rows)\n"
+        "      --nproc LIST      process counts of the sweep (default: 2,4,6)\n",
+    .help_after =
+        "\n"
+        "Launch: mpirun -np 4 tlm allreduce --backend nccl         (one host, 4 GPUs; as root add\n"
+        "        --allow-run-as-root; for more processes than cores with mpi add --oversubscribe)\n"
+        "        srun -N 2 --ntasks-per-node=4 --gpus-per-task=1 --mpi=pmix tlm allreduce   (Slurm)\n"
+        "The sweep passes TLM_MPIRUN_FLAGS (e.g. \"--mca btl self,tcp\") to mpirun. Keep NCCL_NVLS_ENABLE=0\n"
+        "on machines whose NVLink multicast is off. Exit status 1 when an element is wrong or a rank fails.\n",
     .name = "allreduce",
-    .uses = allreduce_uses,
-    .num_uses = (int)(sizeof allreduce_uses / sizeof allreduce_uses[0]),
+    CLI_USES(allreduce_uses),
     .options = allreduce_options,
     .short_options = "b:e:F:T:n:w:c:",
     .handle = handle,
-    .user = &the_opts,
-    .usage = allreduce_usage,
 };
-
-static void allreduce_usage(FILE *f) {
-    fprintf(f,
-            "Usage: mpirun -np N tlm allreduce [options]      (or srun, mpiexec; tlm allreduce --sweep starts mpirun)\n"
-            "All-reduce benchmark (SPEC.md §2.9) in nccl-tests' conventions: per size, out-of-place and in-place\n"
-            "time (us: the mean over the ranks of each rank's mean over --iters back-to-back all-reduces after\n"
-            "--warmup), algbw = bytes / time and busbw = algbw x 2(n-1)/n (GB/s = 10^9 bytes/s; nccl-tests'\n"
-            "doc/PERFORMANCE.md), #wrong (--check: every element of every rank against the expected sum), and\n"
-            "the spread of the ranks' times (min, max). One process per GPU with NCCL (the GPU = --gpu + the\n"
-            "local rank among CUDA_VISIBLE_DEVICES; a rank that sees one GPU uses it); host memory with MPI.\n"
-            "Only rank 0 writes the report.\n"
-            "\n"
-            "  -b, --minbytes SIZE   smallest size per rank (default: 32M with -e or -F); K, M, G = 2^10, 2^20,\n"
-            "                        2^30 bytes, KB, MB, GB = 10^3, 10^6, 10^9\n"
-            "  -e, --maxbytes SIZE   largest size (default: the larger of --minbytes and 32M)\n"
-            "  -F, --stepfactor N    multiply the size by N from min to max (default: 2; nccl-tests' -f, which\n"
-            "                        is tlm's --format)\n"
-            "      --sizes LIST      comma list of sizes instead (default, the seeds': 1MB,10MB,100MB,1GB)\n"
-            "                        sizes are rounded down to whole elements\n"
-            "      --backend B       nccl | mpi (default: nccl when built with NCCL and a GPU is present, else\n"
-            "                        mpi); with --sweep a comma list (default: nccl,mpi, or mpi without NCCL/GPU)\n"
-            "  -T, --dtype T         fp32 | bf16 (default: fp32; bf16 sums add in fp32 and round to nearest even)\n"
-            "      --op OP           sum | avg (default: sum)\n"
-            "  -n, --iters N         timed all-reduces per size and placement (default: 20)\n"
-            "  -w, --warmup N        untimed all-reduces first (default: 5)\n"
-            "  -c, --check on|off    check every element of every rank's result once per size (default: on)\n"
-            "      --mpi-algorithm A auto | mpi | shm: the MPI backend's all-reduce: MPI_Allreduce (mpi), or tlm's\n"
-            "                        schedule for ranks that share a host (shm: a shared-memory segment, each\n"
-            "                        rank sums its 1/n slice of every rank's copy; comm.h); auto: shm from\n"
-            "                        256K per rank when every rank is on one host, else mpi (default: auto)\n"
-            "      --shm-chunk SIZE  shm's chunk per rank, 4K..1M (default: 256K)\n"
-            "      --timeout S       the longest any rank waits in one collective before the run stops, naming\n"
-            "                        the ranks that did not arrive (default: 60)\n"
-            "      --sweep           run under mpirun for each --backend and --nproc and merge the results\n"
-            "                        (do not start it with mpirun; NCCL counts above the GPUs are skipped rows)\n"
-            "      --nproc LIST      process counts of the sweep (default: 2,4,6)\n");
-    cli_print_shared_help(f, &allreduce_cmd);
-    fprintf(f, "\n"
-               "Launch: mpirun -np 4 tlm allreduce --backend nccl         (one host, 4 GPUs; as root add\n"
-               "        --allow-run-as-root; for more processes than cores with mpi add --oversubscribe)\n"
-               "        srun -N 2 --ntasks-per-node=4 --gpus-per-task=1 --mpi=pmix tlm allreduce   (Slurm)\n"
-               "The sweep passes TLM_MPIRUN_FLAGS (e.g. \"--mca btl self,tcp\") to mpirun. Keep NCCL_NVLS_ENABLE=0\n"
-               "on machines whose NVLink multicast is off. Exit status 1 when an element is wrong or a rank fails.\n");
-}
 
 /* The sizes of the flags, rounded down to whole elements of dt; prints the error. */
 static bool make_sizes(opts *o) {
@@ -247,9 +239,9 @@ static const tlm_column columns[] = {
     {"op", TLM_FIELD_STR, "redop", "", 5, 0, 0, 0},
     {"algorithm", TLM_FIELD_STR, "algo", "", 5, 0, 0, 0},
     {"in_place", TLM_FIELD_BOOL, "in-place", "", 8, 0, 0, TLM_COL_KEY},
-    {"time_us_mean", TLM_FIELD_NUM, "time", "us", 11, 1, 0, 0},
-    {"time_us_min", TLM_FIELD_NUM, "min", "us", 11, 1, 0, 0},
-    {"time_us_max", TLM_FIELD_NUM, "max", "us", 11, 1, 0, 0},
+    TLM_COL_US("time_us_mean", "time", 11, 1),
+    TLM_COL_US("time_us_min", "min", 11, 1),
+    TLM_COL_US("time_us_max", "max", 11, 1),
     {"algbw_gb_per_s", TLM_FIELD_NUM, "algbw", "GB/s", 8, 2, 0, 0},
     {"busbw_gb_per_s", TLM_FIELD_NUM, "busbw", "GB/s", 8, 2, 0, 0},
     {"wrong", TLM_FIELD_INT, "#wrong", "", 7, 0, 0, 0},
@@ -834,10 +826,10 @@ static int run_sweep(const cli_args *a, opts *o, int argc, char **argv) {
 /* ---- the command ---------------------------------------------------------------------------------------------- */
 
 int cmd_allreduce(int argc, char **argv) {
-    opts *o = &the_opts;
-    *o = (opts){.dtype = TLM_DTYPE_F32, .op = TLM_REDUCE_SUM, .iters = 20, .warmup = 5, .check = true, .timeout = 60};
+    opts given = {.dtype = TLM_DTYPE_F32, .op = TLM_REDUCE_SUM, .iters = 20, .warmup = 5, .check = true, .timeout = 60};
+    opts *o = &given;
     cli_args a;
-    int rc = cli_parse(&allreduce_cmd, argc, argv, &a);
+    int rc = cli_parse(&allreduce_cmd, o, argc, argv, &a);
     if (rc >= 0) return rc;
     rc = TLM_EXIT_USAGE;
     const bool on_cpu = a.device && strcmp(a.device, "cpu") == 0, on_cuda = a.device && strcmp(a.device, "cuda") == 0;

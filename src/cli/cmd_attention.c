@@ -10,7 +10,6 @@
 #include "tlm/bench.h"
 
 #define MAX_LIST 32
-#define MIB (1024.0 * 1024.0)
 
 static const char *flops_note = "FlashAttention's convention: forward 4*b*h*s^2*d (halved when causal), "
                                 "backward 2.5x forward, over the mean time of that pass";
@@ -19,8 +18,6 @@ static const char *mem_note = "tracked allocator bytes in use before the backwar
                               "MiB = 2^20 bytes; peak = the row's allocator peak (adds dq, dk, dv and the "
                               "backward's scratch: naive dP (b,h,s,s), flash its fp32 workspace (b,h,s,d+1))";
 static const char *ratio_note = "naive time / flash time for the same shape (forward+backward), on the flash row";
-
-static void attention_usage(FILE *f);
 
 static const tlm_column attention_columns[] = {
     {"impl", TLM_FIELD_STR, "impl", "", -5, 0, 0, TLM_COL_KEY},
@@ -33,13 +30,13 @@ static const tlm_column attention_columns[] = {
     TLM_COL_HIDDEN("warmup_steps", TLM_FIELD_INT),
     TLM_COL_HIDDEN("iters", TLM_FIELD_INT),
     TLM_COL_HIDDEN("seed", TLM_FIELD_INT),
-    {"fwd_ms_mean", TLM_FIELD_NUM, "fwd", "ms", 10, 3, 0, 0},
-    {"bwd_ms_mean", TLM_FIELD_NUM, "bwd", "ms", 10, 3, 0, 0},
-    {"fwdbwd_ms_mean", TLM_FIELD_NUM, "fwd+bwd", "ms", 10, 3, 0, 0},
+    TLM_COL_MS("fwd_ms_mean", "fwd", 10, 3),
+    TLM_COL_MS("bwd_ms_mean", "bwd", 10, 3),
+    TLM_COL_MS("fwdbwd_ms_mean", "fwd+bwd", 10, 3),
     {"fwd_tflop_per_s", TLM_FIELD_NUM, "TFLOP/s", "fwd", 8, 3, 0, 0},
     {"bwd_tflop_per_s", TLM_FIELD_NUM, "TFLOP/s", "bwd", 8, 3, 0, 0},
-    {"mem_before_bwd_bytes", TLM_FIELD_INT, "mem", "MiB", 10, 1, 1.0 / MIB, 0},
-    {"peak_bytes", TLM_FIELD_INT, "peak", "MiB", 10, 1, 1.0 / MIB, 0},
+    TLM_COL_MIB("mem_before_bwd_bytes", "mem", 10, 1),
+    TLM_COL_MIB("peak_bytes", "peak", 10, 1),
     {"speedup_vs_naive", TLM_FIELD_NUM, "vs naive", "x", 8, 2, 0, 0},
     TLM_COL_HIDDEN("oom_bytes", TLM_FIELD_INT),
 };
@@ -51,8 +48,6 @@ typedef struct {
     int causal, impl_mask; /* -1 / 0: not given; impl bit 0 naive, bit 1 flash */
     long iters, max_seq;
 } attention_opts;
-
-static attention_opts opts_storage;
 
 static bool attention_handle(void *user, int opt, const char *arg) {
     attention_opts *o = user;
@@ -107,47 +102,44 @@ static const struct option attention_options[] = {
     {"causal", required_argument, 0, 'C'}, {"impl", required_argument, 0, 'i'},
     {"iters", required_argument, 0, 'n'},  {"max-seq", required_argument, 0, 'M'},
     {0, 0, 0, 0}};
-static const cli_command attention_cmd = {
-    .name = "attention", .uses = attention_uses, .num_uses = (int)(sizeof attention_uses / sizeof attention_uses[0]),
-    .options = attention_options, .short_options = "S:H:D:T:C:i:n:M:", .handle = attention_handle,
-    .user = &opts_storage, .usage = attention_usage};
 
-static void attention_usage(FILE *f) {
-    fprintf(f,
-            "Usage: tlm attention [options]\n"
-            "Attention benchmark (SPEC.md §2.7-2.8): naive attention (softmax(QK^T/sqrt(d)) V, the probabilities\n"
-            "saved) against FlashAttention-2 (tiled, online softmax, only the logsumexp saved). Random normal q,\n"
-            "k, v, dout (seeded); warm-up passes, then --iters timed forward and --iters timed backward passes,\n"
-            "each synchronized (the backward reuses the last forward's saved outputs). Reports ms (forward,\n"
-            "backward, forward+backward), TFLOP/s (FlashAttention's convention: forward 4*b*h*s^2*d, halved when\n"
-            "causal; backward 2.5x forward), memory in use before the backward pass, and the speed-up of flash\n"
-            "over naive (naive time / flash time) for each shape.\n"
-            "\n"
-            "Suites (the flags below override a suite's values):\n"
-            "  pytorch-attention   CS336 pytorch_attention: batch 8, 1 head, d 16,32,64,128 x seq 256,1024,4096,\n"
-            "                      8192,16384, fp32, 100 forward + 100 backward after 10 warm-up; causal (the\n"
-            "                      seeds do not say whether their benchmark masked; tlm runs it causal, the LM's\n"
-            "                      attention and what naive supports)\n"
-            "  flash-benchmarking  CS336 flash_benchmarking: batch 1, 1 head, causal, seq 128..65536 (powers of\n"
-            "                      2), d 16,32,64,128, bf16 and fp32, 100 + 100 after 10 warm-up\n"
-            "  leaderboard         CS336 leaderboard: batch 1, 16 heads, seq 16384, d 64, bf16, causal, 100 + 100\n"
-            "                      after 10 warm-up\n"
-            "\n"
-            "  -S, --suite NAME            pytorch-attention | flash-benchmarking | leaderboard (default: none)\n"
-            "  -H, --heads LIST            heads (default: 1)\n"
-            "  -D, --d-head LIST           head sizes, even and >= 2 (default: 64; flash on CUDA: 16, 32, 64, 80, 128)\n"
-            "  -T, --dtype LIST            fp32, bf16, fp16 (default: fp32)\n"
-            "  -C, --causal on|off         causal mask (default: on; naive is causal only: off gives naive rows that\n"
-            "                              say so)\n"
-            "  -i, --impl I                naive | flash | both (default: both)\n"
-            "  -n, --iters N               timed forward passes, and as many timed backward passes (default: 10)\n"
-            "  -M, --max-seq N             skip rows with seq > N (default: 1024 on the CPU with a --suite, else none)\n");
-    cli_print_shared_help(f, &attention_cmd);
-    fprintf(f, "\n--context-length is the sequence length (Tq = Tk). Both implementations run through the backend's\n"
-               "ops. Flash on CUDA: tensor-core kernels in bf16/fp16, exact-fp32 kernels in fp32; on the CPU: the\n"
-               "FlashAttention-2 reference, any d_head. A (d_head, dtype) the backend has no kernel for is a row\n"
-               "saying \"unsupported\" and why; an out-of-memory case is a row saying OOM with the bytes asked for.\n");
-}
+static const cli_command attention_cmd = {
+    .help =
+        "Usage: tlm attention [options]\n"
+        "Attention benchmark (SPEC.md §2.7-2.8): naive attention (softmax(QK^T/sqrt(d)) V, the probabilities\n"
+        "saved) against FlashAttention-2 (tiled, online softmax, only the logsumexp saved). Random normal q,\n"
+        "k, v, dout (seeded); warm-up passes, then --iters timed forward and --iters timed backward passes,\n"
+        "each synchronized (the backward reuses the last forward's saved outputs). Reports ms (forward,\n"
+        "backward, forward+backward), TFLOP/s (FlashAttention's convention: forward 4*b*h*s^2*d, halved when\n"
+        "causal; backward 2.5x forward), memory in use before the backward pass, and the speed-up of flash\n"
+        "over naive (naive time / flash time) for each shape.\n"
+        "\n"
+        "Suites (the flags below override a suite's values):\n"
+        "  pytorch-attention   CS336 pytorch_attention: batch 8, 1 head, d 16,32,64,128 x seq 256,1024,4096,\n"
+        "                      8192,16384, fp32, 100 forward + 100 backward after 10 warm-up; causal (the\n"
+        "                      seeds do not say whether their benchmark masked; tlm runs it causal, the LM's\n"
+        "                      attention and what naive supports)\n"
+        "  flash-benchmarking  CS336 flash_benchmarking: batch 1, 1 head, causal, seq 128..65536 (powers of\n"
+        "                      2), d 16,32,64,128, bf16 and fp32, 100 + 100 after 10 warm-up\n"
+        "  leaderboard         CS336 leaderboard: batch 1, 16 heads, seq 16384, d 64, bf16, causal, 100 + 100\n"
+        "                      after 10 warm-up\n"
+        "\n"
+        "  -S, --suite NAME            pytorch-attention | flash-benchmarking | leaderboard (default: none)\n"
+        "  -H, --heads LIST            heads (default: 1)\n"
+        "  -D, --d-head LIST           head sizes, even and >= 2 (default: 64; flash on CUDA: 16, 32, 64, 80, 128)\n"
+        "  -T, --dtype LIST            fp32, bf16, fp16 (default: fp32)\n"
+        "  -C, --causal on|off         causal mask (default: on; naive is causal only: off gives naive rows that\n"
+        "                              say so)\n"
+        "  -i, --impl I                naive | flash | both (default: both)\n"
+        "  -n, --iters N               timed forward passes, and as many timed backward passes (default: 10)\n"
+        "  -M, --max-seq N             skip rows with seq > N (default: 1024 on the CPU with a --suite, else none)\n",
+    .help_after =
+        "\n--context-length is the sequence length (Tq = Tk). Both implementations run through the backend's\n"
+        "ops. Flash on CUDA: tensor-core kernels in bf16/fp16, exact-fp32 kernels in fp32; on the CPU: the\n"
+        "FlashAttention-2 reference, any d_head. A (d_head, dtype) the backend has no kernel for is a row\n"
+        "saying \"unsupported\" and why; an out-of-memory case is a row saying OOM with the bytes asked for.\n",
+    .name = "attention", CLI_USES(attention_uses), .options = attention_options, .short_options = "S:H:D:T:C:i:n:M:",
+    .handle = attention_handle};
 
 static void report_row(tlm_report *rep, const tlm_attn_case *c, const tlm_attn_result *r, double speedup) {
     tlm_report_row_begin(rep);
@@ -179,12 +171,9 @@ static void report_row(tlm_report *rep, const tlm_attn_case *c, const tlm_attn_r
 
 int cmd_attention(int argc, char **argv) {
     const char *cmd = "attention";
-    attention_opts *o = &opts_storage;
-    memset(o, 0, sizeof *o);
-    o->causal = -1;
-    o->iters = o->max_seq = -1;
+    attention_opts given = {.causal = -1, .iters = -1, .max_seq = -1}, *o = &given;
     cli_args a;
-    int rc = cli_parse(&attention_cmd, argc, argv, &a);
+    int rc = cli_parse(&attention_cmd, o, argc, argv, &a);
     if (rc >= 0) return rc;
 
     /* the suite's values, then the flags over them */

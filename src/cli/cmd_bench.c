@@ -7,46 +7,32 @@
 #include "tlm/bench.h"
 
 static const cli_use bench_uses[] = {
-    {CLI_MODEL, "small,medium,large,xl,2.7B on a GPU; small on the CPU", CLI_MAX_LIST},
-    {CLI_CONTEXT_LENGTH, "256 on a GPU, 128 on the CPU", CLI_MAX_LIST},
-    {CLI_BATCH_SIZE, "4", CLI_MAX_LIST},
-    {CLI_PRECISION, "fp32", TLM_PRECISION_COUNT},
-    {CLI_ATTENTION, "auto", 1},
-    {CLI_PASS, "train", 3},
-    {CLI_WARMUP, "5; CPU default run: 1", CLI_MAX_LIST},
-    {CLI_STEPS, "10; CPU default run: 3", 1},
-    {CLI_RECOMPUTE, "none", 3},
-    {CLI_OPTIMIZER_IN_BACKWARD, "off", 1},
-    {CLI_CUDA_GRAPH, "on", 1},
-    {CLI_SEED, "0", 1},
-    {CLI_DDP, "bucketed", 4},
-    {CLI_BUCKET_MB, "25", CLI_MAX_LIST},
-    {CLI_ZERO, "0", 2},
-    {CLI_GRAD_REDUCE_DTYPE, "fp32", 2},
+    CLI_USES_WORKLOAD(/* --model */ "small,medium,large,xl,2.7B on a GPU; small on the CPU",
+                      /* --context-length */ "256 on a GPU, 128 on the CPU",
+                      /* --attention */ "auto",
+                      /* --warmup */ "5; CPU default run: 1",
+                      /* --steps */ "10; CPU default run: 3"),
+    CLI_USES_DDP_SWEEP,
     {CLI_TIMEOUT, "600", 1},
     CLI_USES_DEVICE,
     CLI_USES_OUTPUT,
 };
 
-static void bench_usage(FILE *f);
-static const cli_command bench_cmd = {.name = "bench", .uses = bench_uses,
-                                      .num_uses = (int)(sizeof bench_uses / sizeof bench_uses[0]),
-                                      .usage = bench_usage};
-
-static void bench_usage(FILE *f) {
-    fprintf(f, "Usage: tlm bench [options]\n"
-               "End-to-end benchmark of the CS336 Transformer LM (SPEC.md §2.1): random weights and batch, warm-up\n"
-               "steps, then timed steps; forward, backward and the AdamW step each timed between device events.\n"
-               "Every combination of the list flags is one row.\n\n");
-    cli_print_shared_help(f, &bench_cmd);
-    fprintf(f, "\nWith no --model, --context-length, --warmup or --steps on a machine without a GPU, tlm bench runs\n"
-               "small at context 128 with 1 warm-up and 3 timed steps on the CPU (about 20 s on 2 cores).\n"
-               "\nData parallelism: started by a launcher, one process per GPU (NCCL), or per share of the CPU's cores\n"
-               "(MPI, --device cpu), every process with the same flags; --batch-size is then the global batch:\n"
-               "  mpirun -np 2 tlm bench -m xl -c 256 -b 8 --ddp naive,flat,overlap,bucketed --bucket-mb 1,10,100,1000\n"
-               "(as root add --allow-run-as-root; on the CPU: mpirun -np 2 tlm bench --device cpu ...). Only rank 0\n"
-               "prints and writes; the memory columns are the largest over the ranks.\n");
-}
+static const cli_command bench_cmd = {
+    .help =
+        "Usage: tlm bench [options]\n"
+        "End-to-end benchmark of the CS336 Transformer LM (SPEC.md §2.1): random weights and batch, warm-up\n"
+        "steps, then timed steps; forward, backward and the AdamW step each timed between device events.\n"
+        "Every combination of the list flags is one row.\n\n",
+    .help_after =
+        "\nWith no --model, --context-length, --warmup or --steps on a machine without a GPU, tlm bench runs\n"
+        "small at context 128 with 1 warm-up and 3 timed steps on the CPU (about 20 s on 2 cores).\n"
+        "\nData parallelism: started by a launcher, one process per GPU (NCCL), or per share of the CPU's cores\n"
+        "(MPI, --device cpu), every process with the same flags; --batch-size is then the global batch:\n"
+        "  mpirun -np 2 tlm bench -m xl -c 256 -b 8 --ddp naive,flat,overlap,bucketed --bucket-mb 1,10,100,1000\n"
+        "(as root add --allow-run-as-root; on the CPU: mpirun -np 2 tlm bench --device cpu ...). Only rank 0\n"
+        "prints and writes; the memory columns are the largest over the ranks.\n",
+    .name = "bench", CLI_USES(bench_uses)};
 
 /* several ranks: the same command line on each (checked), every --batch-size divided over them */
 static bool ddp_check_run(const cli_args *a, tlm_comm *c, int argc, char **argv) {
@@ -84,7 +70,7 @@ static const tlm_bench_result *fp32_twin(const tlm_bench_case *cases, const tlm_
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
     cli_args a;
-    int rc = cli_parse(&bench_cmd, argc, argv, &a);
+    int rc = cli_parse(&bench_cmd, NULL, argc, argv, &a);
     if (rc >= 0) return rc;
     tlm_ddp_process proc;
     rc = cli_join(cmd, &a, 600, &proc);
@@ -110,12 +96,7 @@ int cmd_bench(int argc, char **argv) {
         a.models = on_cpu ? cpu_models : gpu_models;
         a.num_models = on_cpu ? 1 : 5;
     }
-    if (!a.num_contexts) a.contexts[a.num_contexts++] = on_cpu ? 128 : 256;
-    if (!a.num_batch_sizes) a.batch_sizes[a.num_batch_sizes++] = 4;
-    if (!a.num_precisions) a.precisions[a.num_precisions++] = TLM_PRECISION_FP32;
-    if (!a.num_passes) a.passes[a.num_passes++] = TLM_PASS_TRAIN;
-    if (!a.num_warmups) a.warmups[a.num_warmups++] = cpu_default ? 1 : 5;
-    if (!a.steps) a.steps = cpu_default ? 3 : 10;
+    cli_default_workload(&a, be, cpu_default ? 1 : 5, cpu_default ? 3 : 10);
     if (cpu_default && rank == 0)
         fprintf(stderr, "tlm bench: no GPU found: running the CPU backend with a short default (small, context 128, "
                         "batch %d, 1 warm-up + 3 timed steps, pass %s); see tlm bench --help to choose\n",
@@ -132,10 +113,7 @@ int cmd_bench(int argc, char **argv) {
         cases[i].graphs &= !proc.comm; /* the data-parallel reducer runs the passes eagerly (ddp.h) */
     }
     rc = TLM_EXIT_FAILURE;
-    if (!(res = calloc((size_t)n, sizeof *res))) {
-        cli_error(cmd, "out of host memory");
-        goto done;
-    }
+    if (!(res = cli_calloc(cmd, (size_t)n, sizeof *res))) goto done;
     if (!(rep = cli_open_report(cmd, &a, "tlm bench", argc, argv))) goto done;
     cli_report_device(rep, be);
     tlm_bench_report_begin(rep, be, cases, n);

@@ -20,20 +20,17 @@ static bool compare_handle(void *user, int opt, const char *arg) {
 
 static const cli_use compare_uses[] = {CLI_USES_OUTPUT};
 static const struct option compare_options[] = {{"rtol", required_argument, 0, 'r'}, {0, 0, 0, 0}};
-static void compare_usage(FILE *f);
-static const cli_command compare_cmd = {.name = "compare", .uses = compare_uses, .num_uses = 2,
-                                        .options = compare_options, .short_options = "r:", .handle = compare_handle,
-                                        .usage = compare_usage, .min_positional = 2, .max_positional = 2};
 
-static void compare_usage(FILE *f) {
-    fprintf(f, "Usage: tlm compare [--rtol X] A B\n"
-               "Relative error ||A - B|| / ||B|| (B is the reference) per tensor of two .safetensors files, or\n"
-               "between two .npy arrays; float dtypes of any width, computed in float64. Non-finite elements\n"
-               "must be equal in both (the same infinity; NaN never is) and are left out of the norms.\n"
-               "Exit status: 0 all within rtol, 1 a tensor over rtol, missing, misshapen or mismatched.\n\n"
-               "  -r, --rtol X                largest relative error that passes (default: 1e-5)\n");
-    cli_print_shared_help(f, &compare_cmd);
-}
+static const cli_command compare_cmd = {
+    .help =
+        "Usage: tlm compare [--rtol X] A B\n"
+        "Relative error ||A - B|| / ||B|| (B is the reference) per tensor of two .safetensors files, or\n"
+        "between two .npy arrays; float dtypes of any width, computed in float64. Non-finite elements\n"
+        "must be equal in both (the same infinity; NaN never is) and are left out of the norms.\n"
+        "Exit status: 0 all within rtol, 1 a tensor over rtol, missing, misshapen or mismatched.\n\n"
+        "  -r, --rtol X                largest relative error that passes (default: 1e-5)\n",
+    .name = "compare", CLI_USES(compare_uses), .options = compare_options, .short_options = "r:",
+    .handle = compare_handle, .min_positional = 2, .max_positional = 2};
 
 static const tlm_column compare_columns[] = {
     {"tensor", TLM_FIELD_STR, "tensor", "", -48, 0, 0, TLM_COL_KEY},
@@ -139,7 +136,7 @@ static bool is_npy(const char *path) {
 int cmd_compare(int argc, char **argv) {
     const char *cmd = "compare";
     cli_args a;
-    int rc = cli_parse(&compare_cmd, argc, argv, &a);
+    int rc = cli_parse(&compare_cmd, NULL, argc, argv, &a);
     if (rc >= 0) return rc;
     const char *pa = a.positional[0], *pb = a.positional[1];
     if (is_npy(pa) != is_npy(pb)) {

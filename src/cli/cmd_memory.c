@@ -14,7 +14,6 @@
 #include "tlm/output.h"
 #include "tlm/rng.h"
 
-#define GIB (1.0 / (1024.0 * 1024.0 * 1024.0))
 #define MIB (1.0 / (1024.0 * 1024.0))
 #define MAX_TOP 100
 
@@ -35,43 +34,18 @@ static const cli_use memory_uses[] = {
     {CLI_ATTENTION, "auto", 1},
     {CLI_PASS, "train; --suite seeds: forward,train", 3},
     {CLI_WARMUP, "1", 1},
-    {CLI_RECOMPUTE, "none", 3},
-    {CLI_OPTIMIZER_IN_BACKWARD, "off", 1},
+    CLI_USES_RECOMPUTE,
     {CLI_SEED, "0", 1},
     CLI_USES_DEVICE,
     CLI_USES_OUTPUT,
 };
 
-static void memory_usage(FILE *f);
-static bool memory_option(void *user, int opt, const char *arg);
-
-static void memory_usage(FILE *f) {
-    fprintf(f,
-            "Usage: tlm memory [options]\n"
-            "Where every byte goes over a training step: the model, --warmup steps and one measured step, every\n"
-            "allocation and free recorded (tag, name, phase, layer, op). Per configuration: the peak, its phase and\n"
-            "what was live then by category (parameters, weight copy, gradients, optimizer state, activations,\n"
-            "workspace), the bytes after the forward, during the backward and around the optimizer step, the\n"
-            "device's own count beside tlm's, and the largest allocations with their lifetimes and why they exist.\n"
-            "Runs without CUDA graphs (ops and layers are seen as they are issued). Every combination of the list\n"
-            "flags is one configuration; one that does not fit gives an OOM row.\n\n");
-    const cli_command c = {.name = "memory", .uses = memory_uses,
-                           .num_uses = (int)(sizeof memory_uses / sizeof memory_uses[0])};
-    cli_print_shared_help(f, &c);
-    fprintf(f,
-            "      --suite seeds           the seeds' experiment (SPEC.md §2.6): 2.7B (or --model) at context 128,\n"
-            "                              256, 512, forward only and a full training step, fp32 and bf16, batch 4,\n"
-            "                              with the size of one residual-stream tensor from the shapes\n"
-            "      --top N                 the N largest allocations per configuration (default: 10; 0: none)\n"
-
-            "      --timeline FILE.json    the event stream, for `tlm plot memory-timeline FILE.json`\n"
-            "      --snapshot FILE.pickle  a snapshot as torch.cuda.memory._dump_snapshot writes it: drop it on\n"
-            "                              pytorch.org/memory_viz (ops, layers and phases as its stack frames)\n"
-            "                              With several configurations each file's name gets the configuration\n"
-            "                              before its extension (FILE-2.7B-ctx256-b4-fp32-train.json).\n"
-            "      --max-context BYTES     also the longest context (at each batch size) whose planned step fits\n"
-            "                              in BYTES (80G, 80GB; the backend's own workspaces not included)\n");
-}
+static const struct option memory_options[] = {{"suite", required_argument, 0, OPT_SUITE},
+                                               {"top", required_argument, 0, OPT_TOP},
+                                               {"snapshot", required_argument, 0, OPT_SNAPSHOT},
+                                               {"timeline", required_argument, 0, OPT_TIMELINE},
+                                               {"max-context", required_argument, 0, OPT_MAX_CONTEXT},
+                                               {0, 0, 0, 0}};
 
 static bool memory_option(void *user, int opt, const char *arg) {
     memory_opts *o = user;
@@ -92,6 +66,30 @@ static bool memory_option(void *user, int opt, const char *arg) {
     }
     return false;
 }
+
+static const cli_command memory_cmd = {
+    .help =
+        "Usage: tlm memory [options]\n"
+        "Where every byte goes over a training step: the model, --warmup steps and one measured step, every\n"
+        "allocation and free recorded (tag, name, phase, layer, op). Per configuration: the peak, its phase and\n"
+        "what was live then by category (parameters, weight copy, gradients, optimizer state, activations,\n"
+        "workspace), the bytes after the forward, during the backward and around the optimizer step, the\n"
+        "device's own count beside tlm's, and the largest allocations with their lifetimes and why they exist.\n"
+        "Runs without CUDA graphs (ops and layers are seen as they are issued). Every combination of the list\n"
+        "flags is one configuration; one that does not fit gives an OOM row.\n\n",
+    .help_after =
+        "      --suite seeds           the seeds' experiment (SPEC.md §2.6): 2.7B (or --model) at context 128,\n"
+        "                              256, 512, forward only and a full training step, fp32 and bf16, batch 4,\n"
+        "                              with the size of one residual-stream tensor from the shapes\n"
+        "      --top N                 the N largest allocations per configuration (default: 10; 0: none)\n"
+        "      --timeline FILE.json    the event stream, for `tlm plot memory-timeline FILE.json`\n"
+        "      --snapshot FILE.pickle  a snapshot as torch.cuda.memory._dump_snapshot writes it: drop it on\n"
+        "                              pytorch.org/memory_viz (ops, layers and phases as its stack frames)\n"
+        "                              With several configurations each file's name gets the configuration\n"
+        "                              before its extension (FILE-2.7B-ctx256-b4-fp32-train.json).\n"
+        "      --max-context BYTES     also the longest context (at each batch size) whose planned step fits\n"
+        "                              in BYTES (80G, 80GB; the backend's own workspaces not included)\n",
+    .name = "memory", CLI_USES(memory_uses), .options = memory_options, .handle = memory_option};
 
 /* ---- one configuration ----------------------------------------------------------------------------------- */
 
@@ -272,25 +270,25 @@ static tlm_status run_case(tlm_backend *be, const tlm_bench_case *c, const memor
 
 /*   key                            type            head        unit   width prec scale flags */
 static const tlm_column extra_columns[] = {
-    {"peak_bytes", TLM_FIELD_INT, "peak", "GiB", 7, 2, GIB, 0},
+    TLM_COL_GIB("peak_bytes", "peak", 7, 2),
     {"peak_phase", TLM_FIELD_STR, "at", "", -9, 0, 0, 0},
     {"peak_layer", TLM_FIELD_INT, "layer", "", 5, 0, 0, 0},
     TLM_COL_HIDDEN("peak_op", TLM_FIELD_STR),
-    {"parameters_bytes", TLM_FIELD_INT, "params", "GiB", 7, 2, GIB, 0},
-    {"weight_copy_bytes", TLM_FIELD_INT, "w.copy", "GiB", 7, 2, GIB, 0},
-    {"gradients_bytes", TLM_FIELD_INT, "grads", "GiB", 7, 2, GIB, 0},
-    {"optimizer_bytes", TLM_FIELD_INT, "adam", "GiB", 7, 2, GIB, 0},
-    {"activations_bytes", TLM_FIELD_INT, "acts", "GiB", 7, 2, GIB, 0},
-    {"workspace_bytes", TLM_FIELD_INT, "wksp", "GiB", 7, 2, GIB, 0},
-    {"after_forward_bytes", TLM_FIELD_INT, "after fwd", "GiB", 9, 2, GIB, 0},
-    {"backward_peak_bytes", TLM_FIELD_INT, "bwd peak", "GiB", 8, 2, GIB, 0},
+    TLM_COL_GIB("parameters_bytes", "params", 7, 2),
+    TLM_COL_GIB("weight_copy_bytes", "w.copy", 7, 2),
+    TLM_COL_GIB("gradients_bytes", "grads", 7, 2),
+    TLM_COL_GIB("optimizer_bytes", "adam", 7, 2),
+    TLM_COL_GIB("activations_bytes", "acts", 7, 2),
+    TLM_COL_GIB("workspace_bytes", "wksp", 7, 2),
+    TLM_COL_GIB("after_forward_bytes", "after fwd", 9, 2),
+    TLM_COL_GIB("backward_peak_bytes", "bwd peak", 8, 2),
     TLM_COL_HIDDEN("before_optimizer_bytes", TLM_FIELD_INT),
-    {"optimizer_peak_bytes", TLM_FIELD_INT, "opt peak", "GiB", 8, 2, GIB, 0},
+    TLM_COL_GIB("optimizer_peak_bytes", "opt peak", 8, 2),
     TLM_COL_HIDDEN("after_optimizer_bytes", TLM_FIELD_INT),
-    {"reserved_bytes", TLM_FIELD_INT, "reserved", "GiB", 8, 2, GIB, 0},
-    {"device_peak_bytes", TLM_FIELD_INT, "device", "GiB", 7, 2, GIB, 0},
+    TLM_COL_GIB("reserved_bytes", "reserved", 8, 2),
+    TLM_COL_GIB("device_peak_bytes", "device", 7, 2),
     TLM_COL_HIDDEN("planned_bytes", TLM_FIELD_INT),
-    {"residual_bytes", TLM_FIELD_INT, "resid", "MiB", 6, 0, MIB, 0},
+    TLM_COL_MIB("residual_bytes", "resid", 6, 0),
     {"max_context", TLM_FIELD_INT, "max ctx", "", 7, 0, 0, 0},
 };
 
@@ -302,7 +300,7 @@ static const tlm_column top_columns[] = {
     {"pass", TLM_FIELD_STR, "pass", "", -16, 0, 0, TLM_COL_KEY},
     {"rank", TLM_FIELD_INT, "#", "", 3, 0, 0, 0},
     {"name", TLM_FIELD_STR, "allocation", "", -28, 0, 0, 0},
-    {"bytes", TLM_FIELD_INT, "size", "MiB", 9, 1, MIB, 0},
+    TLM_COL_MIB("bytes", "size", 9, 1),
     {"category", TLM_FIELD_STR, "category", "", -15, 0, 0, 0},
     {"why", TLM_FIELD_STR, "why", "", -25, 0, 0, 0},
     {"from_op", TLM_FIELD_STR, "from", "", -36, 0, 0, 0},
@@ -389,17 +387,8 @@ static bool check_output(const char *cmd, const char *flag, const char *path, co
 int cmd_memory(int argc, char **argv) {
     const char *cmd = "memory";
     memory_opts o = {.top = 10};
-    static const struct option opts[] = {{"suite", required_argument, 0, OPT_SUITE},
-                                         {"top", required_argument, 0, OPT_TOP},
-                                         {"snapshot", required_argument, 0, OPT_SNAPSHOT},
-                                         {"timeline", required_argument, 0, OPT_TIMELINE},
-                                         {"max-context", required_argument, 0, OPT_MAX_CONTEXT},
-                                         {0, 0, 0, 0}};
-    const cli_command c = {.name = cmd, .uses = memory_uses,
-                           .num_uses = (int)(sizeof memory_uses / sizeof memory_uses[0]), .options = opts,
-                           .handle = memory_option, .user = &o, .usage = memory_usage};
     cli_args a;
-    int rc = cli_parse(&c, argc, argv, &a);
+    int rc = cli_parse(&memory_cmd, &o, argc, argv, &a);
     if (rc >= 0) return rc;
     rc = TLM_EXIT_USAGE;
     static char *seeds_model[] = {"2.7B"}, *gpu_model[] = {"2.7B"}, *cpu_model[] = {"small"};
@@ -436,12 +425,7 @@ int cmd_memory(int argc, char **argv) {
         a.models = on_cpu ? cpu_model : gpu_model;
         a.num_models = 1;
     }
-    if (!a.num_contexts) a.contexts[a.num_contexts++] = on_cpu ? 128 : 256;
-    if (!a.num_batch_sizes) a.batch_sizes[a.num_batch_sizes++] = 4;
-    if (!a.num_precisions) a.precisions[a.num_precisions++] = TLM_PRECISION_FP32;
-    if (!a.num_passes) a.passes[a.num_passes++] = TLM_PASS_TRAIN;
-    if (!a.num_warmups) a.warmups[a.num_warmups++] = 1;
-    a.steps = 1;
+    cli_default_workload(&a, be, 1, 1); /* 1 warm-up step, 1 measured */
     a.cuda_graphs = false;
     if (!cli_bench_cases(cmd, &a, be, &cases, &n)) goto done;
     /* every file's destination is checked before anything runs: a bad path costs no run */
@@ -453,10 +437,7 @@ int cmd_memory(int argc, char **argv) {
             goto done;
     }
     rc = TLM_EXIT_FAILURE;
-    if (!(res = calloc((size_t)n, sizeof *res))) {
-        cli_error(cmd, "out of host memory");
-        goto done;
-    }
+    if (!(res = cli_calloc(cmd, (size_t)n, sizeof *res))) goto done;
     tlm_output_batch_begin(); /* the report and every file are committed together */
     batch = true;
     if (!(rep = cli_open_report(cmd, &a, "tlm memory", argc, argv))) goto done;
@@ -495,19 +476,16 @@ int cmd_memory(int argc, char **argv) {
     build_columns();
     tlm_report_table(rep, "rows", peak_columns, num_peak_columns);
     tlm_report_table_title(rep, "Peaks of the measured step");
-    bool any_device = false, any_ctx = false, any_rc = false, any_oib = false;
+    bool any_device = false, any_ctx = false;
     for (int i = 0; i < n; i++) {
         any_device |= res[i].peaks.device_peak > 0;
         any_ctx |= res[i].max_context >= 0;
-        any_rc |= cases[i].recompute != TLM_RECOMPUTE_NONE;
-        any_oib |= cases[i].optimizer_in_backward;
     }
+    tlm_bench_report_show_case(rep, cases, n);
+    tlm_report_show(rep, "pass", true);
+    tlm_report_show(rep, "warmup_steps", false);
     tlm_report_show(rep, "device_peak_bytes", any_device);
     tlm_report_show(rep, "max_context", any_ctx);
-    tlm_report_show(rep, "recompute", any_rc);
-    tlm_report_show(rep, "optimizer_in_backward", any_oib);
-    tlm_report_show(rep, "warmup_steps", false);
-    tlm_report_show(rep, "pass", true);
     int failed = 0, hard = 0;
     for (int i = 0; i < n; i++) {
         peaks_row(rep, &cases[i], &o, &res[i]);

@@ -14,7 +14,7 @@ typedef struct {
     int width, height;
 } plot_opts;
 
-static void plot_usage(FILE *f) {
+static void plot_usage(FILE *f, const cli_command *c) {
     fprintf(f, "Usage: tlm plot KIND FILE.json... [--out OUT] [--only png|svg] [--size W,H]\n"
                "       tlm plot --list\n"
                "Draws tlm's JSON results with gnuplot (Debian package gnuplot-nox) as OUT.png and OUT.svg, written\n"
@@ -68,10 +68,10 @@ int cmd_plot(int argc, char **argv) {
                                          {"size", required_argument, 0, OPT_SIZE},
                                          {"list", no_argument, 0, OPT_LIST},
                                          {0, 0, 0, 0}};
-    const cli_command c = {.name = cmd, .options = opts, .short_options = "o:", .handle = plot_option, .user = &o,
+    const cli_command c = {.name = cmd, .options = opts, .short_options = "o:", .handle = plot_option,
                            .usage = plot_usage, .min_positional = 0, .max_positional = 17};
     cli_args a;
-    int rc = cli_parse(&c, argc, argv, &a);
+    int rc = cli_parse(&c, &o, argc, argv, &a);
     if (rc >= 0) return rc;
     rc = TLM_EXIT_USAGE;
     const tlm_plot_kind *k = NULL;

@@ -30,21 +30,17 @@ static void precision_usage(FILE *f) {
 /* ---- accumulate ------------------------------------------------------------------------------- */
 
 static const cli_use accumulate_uses[] = {{CLI_DEVICE, NULL, 1}, {CLI_GPU, "0", 1}, CLI_USES_OUTPUT};
-static void accumulate_usage(FILE *f);
-static const cli_command accumulate_cmd = {.name = "precision accumulate", .uses = accumulate_uses, .num_uses = 4,
-                                           .usage = accumulate_usage};
 
-static void accumulate_usage(FILE *f) {
-    fprintf(f,
-            "Usage: tlm precision accumulate [options]\n"
-            "s = 0, then s += 0.01 a thousand times, in six ways (SPEC.md §2.3): fp32 += fp32, fp16 += fp16,\n"
-            "fp32 += fp16 (type promotion), fp32 += fp32(fp16) (converted first), bf16 += bf16, fp32 += bf16.\n"
-            "On the CPU every fp16/bf16 add is computed in fp32 and rounded to nearest even, which gives the\n"
-            "correctly rounded 16-bit sum (src/precision/lowp.h); on the GPU one thread adds with __half and\n"
-            "__nv_bfloat16 arithmetic, and the sums are compared with the CPU's bit for bit (exit status\n"
-            "1 if any differs).\n\n");
-    cli_print_shared_help(f, &accumulate_cmd);
-}
+static const cli_command accumulate_cmd = {
+    .help =
+        "Usage: tlm precision accumulate [options]\n"
+        "s = 0, then s += 0.01 a thousand times, in six ways (SPEC.md §2.3): fp32 += fp32, fp16 += fp16,\n"
+        "fp32 += fp16 (type promotion), fp32 += fp32(fp16) (converted first), bf16 += bf16, fp32 += bf16.\n"
+        "On the CPU every fp16/bf16 add is computed in fp32 and rounded to nearest even, which gives the\n"
+        "correctly rounded 16-bit sum (src/precision/lowp.h); on the GPU one thread adds with __half and\n"
+        "__nv_bfloat16 arithmetic, and the sums are compared with the CPU's bit for bit (exit status\n"
+        "1 if any differs).\n\n",
+    .name = "precision accumulate", CLI_USES(accumulate_uses)};
 
 static const tlm_column accumulate_columns[] = {
     {"way", TLM_FIELD_STR, "way", "", -19, 0, 0, TLM_COL_KEY},
@@ -84,7 +80,7 @@ static tlm_status accumulate(tlm_backend *be, tlm_accumulation *acc, int *same) 
 static int run_accumulate(int argc, char **argv) {
     const char *cmd = "precision accumulate";
     cli_args a;
-    int rc = cli_parse(&accumulate_cmd, argc, argv, &a);
+    int rc = cli_parse(&accumulate_cmd, NULL, argc, argv, &a);
     if (rc >= 0) return rc;
     tlm_backend *be = cli_create_backend(cmd, &a);
     if (!be) return TLM_EXIT_FAILURE;
@@ -186,17 +182,12 @@ static bool autocast_handle(void *user, int opt, const char *arg) {
 
 static const cli_use autocast_uses[] = {{CLI_BATCH_SIZE, "8", 1}, {CLI_SEED, "0", 1}, {CLI_DEVICE, NULL, 1},
                                         {CLI_GPU, "0", 1}, CLI_USES_OUTPUT};
-static const struct option autocast_options[] = {{"dtype", required_argument, 0, 'D'},
-                                                 {"loss", required_argument, 0, 'l'},
-                                                 {"in-features", required_argument, 0, OPT_IN_FEATURES},
-                                                 {"out-features", required_argument, 0, OPT_OUT_FEATURES},
-                                                 {0, 0, 0, 0}};
-static void autocast_usage(FILE *f);
-static const cli_command autocast_cmd = {.name = "precision autocast", .uses = autocast_uses, .num_uses = 6,
-                                         .options = autocast_options, .short_options = "D:l:",
-                                         .handle = autocast_handle, .usage = autocast_usage};
+static const struct option autocast_options[] = {
+    {"dtype", required_argument, 0, 'D'},                   {"loss", required_argument, 0, 'l'},
+    {"in-features", required_argument, 0, OPT_IN_FEATURES}, {"out-features", required_argument, 0, OPT_OUT_FEATURES},
+    {0, 0, 0, 0}};
 
-static void autocast_usage(FILE *f) {
+static void autocast_usage(FILE *f, const cli_command *c) {
     const tlm_toymodel_config d = tlm_toymodel_defaults();
     fprintf(f,
             "Usage: tlm precision autocast [options]\n"
@@ -211,8 +202,12 @@ static void autocast_usage(FILE *f) {
             "      --in-features N         fc1's input features (default: %d)\n"
             "      --out-features N        fc2's output features (default: %d)\n",
             d.in_features, d.out_features);
-    cli_print_shared_help(f, &autocast_cmd);
+    cli_print_shared_help(f, c);
 }
+
+static const cli_command autocast_cmd = {.name = "precision autocast", CLI_USES(autocast_uses),
+                                         .options = autocast_options, .short_options = "D:l:",
+                                         .handle = autocast_handle, .usage = autocast_usage};
 
 static const tlm_column toy_tensor_columns[] = {
     {"stage", TLM_FIELD_STR, "stage", "", -10, 0, 0, TLM_COL_KEY},
@@ -308,7 +303,7 @@ static int run_autocast(int argc, char **argv) {
     toy_cfg = tlm_toymodel_defaults();
     toy_cfg.precision = TLM_PRECISION_FP16;
     cli_args a;
-    int rc = cli_parse(&autocast_cmd, argc, argv, &a);
+    int rc = cli_parse(&autocast_cmd, NULL, argc, argv, &a);
     if (rc >= 0) return rc;
     if (a.num_batch_sizes) toy_cfg.batch_size = a.batch_sizes[0];
     if (a.given[CLI_SEED]) toy_cfg.seed = a.seed;
@@ -357,16 +352,10 @@ static bool layernorm_handle(void *user, int opt, const char *arg) {
 }
 
 static const cli_use layernorm_uses[] = {{CLI_SEED, "0", 1}, CLI_USES_OUTPUT};
-static const struct option layernorm_options[] = {{"rows", required_argument, 0, 'r'},
-                                                  {"sum", required_argument, 0, 'S'},
-                                                  {0, 0, 0, 0}};
-static void layernorm_usage(FILE *f);
-static const cli_command layernorm_cmd = {.name = "precision layernorm", .uses = layernorm_uses, .num_uses = 3,
-                                          .options = layernorm_options, .short_options = "r:S:",
-                                          .handle = layernorm_handle, .usage = layernorm_usage};
+static const struct option layernorm_options[] = {
+    {"rows", required_argument, 0, 'r'}, {"sum", required_argument, 0, 'S'}, {0, 0, 0, 0}};
 
-static void layernorm_usage(FILE *f) {
-    const tlm_ln_lab_config d = tlm_ln_lab_defaults();
+static void layernorm_usage(FILE *f, const cli_command *c) {
     fprintf(f,
             "Usage: tlm precision layernorm [options]\n"
             "LayerNorm y = (x - mean) / sqrt(var + 1e-5) of rows x = M (1 + z), z ~ N(0, 1), computed entirely\n"
@@ -379,9 +368,13 @@ static void layernorm_usage(FILE *f) {
             "  -r, --rows N                rows per cell (default: %d)\n"
             "  -S, --sum S                 sequential (left to right) | pairwise (a balanced tree) (default:\n"
             "                              sequential)\n",
-            d.rows);
-    cli_print_shared_help(f, &layernorm_cmd);
+            tlm_ln_lab_defaults().rows);
+    cli_print_shared_help(f, c);
 }
+
+static const cli_command layernorm_cmd = {.name = "precision layernorm", CLI_USES(layernorm_uses),
+                                          .options = layernorm_options, .short_options = "r:S:",
+                                          .handle = layernorm_handle, .usage = layernorm_usage};
 
 /* the grids' columns: scheme, width, then one per magnitude M = 1e0 .. 1e4 */
 static const tlm_column ln_columns[2 + TLM_LN_LAB_MAGNITUDES] = {
@@ -416,7 +409,7 @@ static int run_layernorm(int argc, char **argv) {
     const char *cmd = "precision layernorm";
     ln_cfg = tlm_ln_lab_defaults();
     cli_args a;
-    int rc = cli_parse(&layernorm_cmd, argc, argv, &a);
+    int rc = cli_parse(&layernorm_cmd, NULL, argc, argv, &a);
     if (rc >= 0) return rc;
     if (a.given[CLI_SEED]) ln_cfg.seed = a.seed;
     tlm_ln_lab *lab = malloc(sizeof *lab);
@@ -464,19 +457,7 @@ static int run_layernorm(int argc, char **argv) {
 }
 
 int cmd_precision(int argc, char **argv) {
-    if (argc < 2) {
-        precision_usage(stderr);
-        return TLM_EXIT_USAGE;
-    }
-    const char *exp = argv[1];
-    if (strcmp(exp, "-h") == 0 || strcmp(exp, "--help") == 0 || strcmp(exp, "help") == 0) {
-        precision_usage(stdout);
-        return TLM_EXIT_OK;
-    }
-    if (strcmp(exp, "accumulate") == 0) return run_accumulate(argc - 1, argv + 1);
-    if (strcmp(exp, "autocast") == 0) return run_autocast(argc - 1, argv + 1);
-    if (strcmp(exp, "layernorm") == 0) return run_layernorm(argc - 1, argv + 1);
-    cli_error("precision", "unknown experiment '%s' (known: accumulate, autocast, layernorm; see tlm precision --help)",
-              exp);
-    return TLM_EXIT_USAGE;
+    static const cli_subcommand experiments[] = {
+        {"accumulate", run_accumulate}, {"autocast", run_autocast}, {"layernorm", run_layernorm}};
+    return cli_run_subcommand("tlm precision", "experiment", argc, argv, experiments, 3, precision_usage);
 }

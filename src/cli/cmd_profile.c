@@ -60,18 +60,11 @@ static bool profile_handle(void *user, int opt, const char *arg) {
 }
 
 static const cli_use profile_uses[] = {
-    {CLI_MODEL, "small (--suite seeds: the five sizes)", CLI_MAX_LIST},
-    {CLI_CONTEXT_LENGTH, "256 on a GPU, 128 on the CPU (--suite seeds: 128,256,512,1024)", CLI_MAX_LIST},
-    {CLI_BATCH_SIZE, "4", CLI_MAX_LIST},
-    {CLI_PRECISION, "fp32", TLM_PRECISION_COUNT},
-    {CLI_ATTENTION, "auto (--suite seeds: naive, the seeds' model)", 1},
-    {CLI_PASS, "train", 3},
-    {CLI_WARMUP, "3; CPU: 1", CLI_MAX_LIST},
-    {CLI_STEPS, "5; CPU: 2", 1},
-    {CLI_RECOMPUTE, "none", 3},
-    {CLI_OPTIMIZER_IN_BACKWARD, "off", 1},
-    {CLI_CUDA_GRAPH, "on", 1},
-    {CLI_SEED, "0", 1},
+    CLI_USES_WORKLOAD(/* --model */ "small (--suite seeds: the five sizes)",
+                      /* --context-length */ "256 on a GPU, 128 on the CPU (--suite seeds: 128,256,512,1024)",
+                      /* --attention */ "auto (--suite seeds: naive, the seeds' model)",
+                      /* --warmup */ "3; CPU: 1",
+                      /* --steps */ "5; CPU: 2"),
     CLI_USES_DEVICE,
     CLI_USES_OUTPUT,
 };
@@ -80,66 +73,69 @@ static const struct option profile_options[] = {
     {"exec", no_argument, 0, OPT_EXEC},          {"top", required_argument, 0, OPT_TOP},
     {"phase", required_argument, 0, OPT_PHASE}, {"layers", no_argument, 0, OPT_LAYERS},
     {"overhead", no_argument, 0, OPT_OVERHEAD}, {0, 0, 0, 0}};
-static void profile_usage(FILE *f);
-static const cli_command profile_cmd = {
-    .name = "profile", .uses = profile_uses, .num_uses = (int)(sizeof profile_uses / sizeof profile_uses[0]),
-    .options = profile_options, .short_options = "S:T:xk:y:LO", .handle = profile_handle, .user = &opts,
-    .usage = profile_usage, .min_positional = 0, .max_positional = 1 << 20};
 
-static void profile_usage(FILE *f) {
-    fprintf(f,
-            "Usage: tlm profile [options]                 profile tlm's training step (the tlm bench flags)\n"
-            "       tlm profile [options] --exec -- CMD ARGS...   profile another CUDA program\n"
-            "Where the time of a step goes (SPEC.md §2.2): every kernel (CUDA, through CUPTI) or op (CPU, host clock)\n"
-            "attributed to its phase (warm-up steps left out), layer and op, CUDA graphs on or off. Per configuration:\n"
-            "the kernel table per phase (calls per step, total/mean/min/max us, %% of the phase, class), the op table\n"
-            "with the roofline columns (ops.def's FLOPs and bytes, achieved TFLOP/s and GB/s, %% of the ceilings that\n"
-            "tlm measures on the same device: a GEMM per precision and a copy), the time per range, and the findings\n"
-            "that answer the seeds' questions from those numbers.\n\n");
-    cli_print_shared_help(f, &profile_cmd);
-    fprintf(f,
-            "  -S, --suite seeds           SPEC.md §2.2's sweep: small..2.7B at context 128,256,512,1024, naive\n"
-            "                              attention, out-of-memory cases as OOM rows\n"
-            "  -T, --trace FILE.json       also write a Chrome trace-event file (open it in ui.perfetto.dev or\n"
-            "                              chrome://tracing): ranges on the host track, kernels per stream,\n"
-            "                              memcpy/memset, the tracked bytes in use as a counter\n"
-            "  -y, --phase LIST            the phases the tables show: forward, backward, optimizer, setup, all\n"
-            "                              (default: forward,backward,optimizer)\n"
-            "  -k, --top N                 the N kernels with the most time per phase and run (default: 15; 0: all)\n"
-            "  -L, --layers                add the time per layer table\n"
-            "  -O, --overhead              also run each configuration unprofiled and report the profiler's cost\n"
-            "  -x, --exec -- CMD ARGS...   run CMD with tlm's profiler injected (CUDA_INJECTION64_PATH,\n"
-            "                              NVTX_INJECTION64_PATH: libtlm_inject.so beside tlm) and report its\n"
-            "                              kernels by NVTX range: ranges named forward, backward, optimizer are the\n"
-            "                              phases, \"warmup step N\" is left out (bench/peers/pytorch_lm.py --nvtx\n"
-            "                              writes them); --model names the model for the attention FLOP ratio\n");
-}
+static const cli_command profile_cmd = {
+    .help =
+        "Usage: tlm profile [options]                 profile tlm's training step (the tlm bench flags)\n"
+        "       tlm profile [options] --exec -- CMD ARGS...   profile another CUDA program\n"
+        "Where the time of a step goes (SPEC.md §2.2): every kernel (CUDA, through CUPTI) or op (CPU, host clock)\n"
+        "attributed to its phase (warm-up steps left out), layer and op, CUDA graphs on or off. Per configuration:\n"
+        "the kernel table per phase (calls per step, total/mean/min/max us, % of the phase, class), the op table\n"
+        "with the roofline columns (ops.def's FLOPs and bytes, achieved TFLOP/s and GB/s, % of the ceilings that\n"
+        "tlm measures on the same device: a GEMM per precision and a copy), the time per range, and the findings\n"
+        "that answer the seeds' questions from those numbers.\n\n",
+    .help_after =
+        "  -S, --suite seeds           SPEC.md §2.2's sweep: small..2.7B at context 128,256,512,1024, naive\n"
+        "                              attention, out-of-memory cases as OOM rows\n"
+        "  -T, --trace FILE.json       also write a Chrome trace-event file (open it in ui.perfetto.dev or\n"
+        "                              chrome://tracing): ranges on the host track, kernels per stream,\n"
+        "                              memcpy/memset, the tracked bytes in use as a counter\n"
+        "  -y, --phase LIST            the phases the tables show: forward, backward, optimizer, setup, all\n"
+        "                              (default: forward,backward,optimizer)\n"
+        "  -k, --top N                 the N kernels with the most time per phase and run (default: 15; 0: all)\n"
+        "  -L, --layers                add the time per layer table\n"
+        "  -O, --overhead              also run each configuration unprofiled and report the profiler's cost\n"
+        "  -x, --exec -- CMD ARGS...   run CMD with tlm's profiler injected (CUDA_INJECTION64_PATH,\n"
+        "                              NVTX_INJECTION64_PATH: libtlm_inject.so beside tlm) and report its\n"
+        "                              kernels by NVTX range: ranges named forward, backward, optimizer are the\n"
+        "                              phases, \"warmup step N\" is left out (bench/peers/pytorch_lm.py --nvtx\n"
+        "                              writes them); --model names the model for the attention FLOP ratio\n",
+    .name = "profile", CLI_USES(profile_uses), .options = profile_options, .short_options = "S:T:xk:y:LO",
+    .handle = profile_handle, .max_positional = 1 << 20};
 
 /* ---- the report's tables ------------------------------------------------------------------------------- */
 
+/* every table's key: the run (case_key's name), and in the per-phase tables the phase */
+#define RUN_KEY {"run", TLM_FIELD_STR, "run", "", -28, 0, 0, TLM_COL_KEY}
+#define PHASE_KEY {"phase", TLM_FIELD_STR, "phase", "", -9, 0, 0, TLM_COL_KEY}
+/* the share of its phase's time, in the per-phase tables */
+#define PCT_OF_PHASE {"pct_of_phase", TLM_FIELD_NUM, "phase", "%", 6, 1, 0, 0}
+/* the first KERNEL_OR_OP_NUM_KEYS columns of the kernel and op tables: the run, the phase, the kernel's or
+ * op's name (its column `width` wide), its class and its calls per step (kernel_or_op_row writes them) */
+enum { KERNEL_OR_OP_NUM_KEYS = 5 };
+#define KERNEL_OR_OP_KEYS(name, width)                                                                          \
+    RUN_KEY, PHASE_KEY, {name, TLM_FIELD_STR, name, "", width, 0, 0, TLM_COL_KEY},                              \
+        {"class", TLM_FIELD_STR, "class", "", -13, 0, 0, 0},                                                      \
+        {"calls_per_step", TLM_FIELD_NUM, "calls", "/step", 7, 1, 0, 0}
+/* a phase's time per step: the wall clock and the kernels' */
+#define PHASE_MS(wall_key, kernel_key, head)                                                                    \
+    {wall_key, TLM_FIELD_NUM, head, "ms wall", 9, 3, 0, 0}, {kernel_key, TLM_FIELD_NUM, head, "ms kern", 9, 3, 0, 0}
+
 /*   key                  type            head         unit      width prec scale flags */
 static const tlm_column kernel_cols[] = {
-    {"run", TLM_FIELD_STR, "run", "", -28, 0, 0, TLM_COL_KEY},
-    {"phase", TLM_FIELD_STR, "phase", "", -9, 0, 0, TLM_COL_KEY},
-    {"kernel", TLM_FIELD_STR, "kernel", "", -64, 0, 0, TLM_COL_KEY},
-    {"class", TLM_FIELD_STR, "class", "", -13, 0, 0, 0},
-    {"calls_per_step", TLM_FIELD_NUM, "calls", "/step", 7, 1, 0, 0},
-    {"total_us", TLM_FIELD_NUM, "total", "us", 12, 1, 0, 0},
-    {"per_step_us", TLM_FIELD_NUM, "per step", "us", 11, 1, 0, 0},
-    {"mean_us", TLM_FIELD_NUM, "mean", "us", 10, 2, 0, 0},
-    {"min_us", TLM_FIELD_NUM, "min", "us", 10, 2, 0, 0},
-    {"max_us", TLM_FIELD_NUM, "max", "us", 10, 2, 0, 0},
-    {"pct_of_phase", TLM_FIELD_NUM, "phase", "%", 6, 1, 0, 0},
+    KERNEL_OR_OP_KEYS("kernel", -64),
+    TLM_COL_US("total_us", "total", 12, 1),
+    TLM_COL_US("per_step_us", "per step", 11, 1),
+    TLM_COL_US("mean_us", "mean", 10, 2),
+    TLM_COL_US("min_us", "min", 10, 2),
+    TLM_COL_US("max_us", "max", 10, 2),
+    PCT_OF_PHASE,
 };
 static const tlm_column op_cols[] = {
-    {"run", TLM_FIELD_STR, "run", "", -28, 0, 0, TLM_COL_KEY},
-    {"phase", TLM_FIELD_STR, "phase", "", -9, 0, 0, TLM_COL_KEY},
-    {"op", TLM_FIELD_STR, "op", "", -24, 0, 0, TLM_COL_KEY},
-    {"class", TLM_FIELD_STR, "class", "", -13, 0, 0, 0},
-    {"calls_per_step", TLM_FIELD_NUM, "calls", "/step", 7, 1, 0, 0},
+    KERNEL_OR_OP_KEYS("op", -24),
     {"kernels_per_call", TLM_FIELD_NUM, "kern", "/call", 6, 2, 0, 0},
-    {"per_step_us", TLM_FIELD_NUM, "per step", "us", 10, 1, 0, 0},
-    {"pct_of_phase", TLM_FIELD_NUM, "phase", "%", 6, 1, 0, 0},
+    TLM_COL_US("per_step_us", "per step", 10, 1),
+    PCT_OF_PHASE,
     {"flops_per_step", TLM_FIELD_NUM, "FLOP", "G/step", 9, 2, 1e-9, 0},
     {"bytes_per_step", TLM_FIELD_NUM, "bytes", "MB/step", 9, 1, 1e-6, 0},
     {"tflop_per_s", TLM_FIELD_NUM, "TFLOP/s", "", 8, 3, 0, 0},
@@ -150,22 +146,22 @@ static const tlm_column op_cols[] = {
     {"bound", TLM_FIELD_STR, "bound", "", -7, 0, 0, 0},
 };
 static const tlm_column layer_cols[] = {
-    {"run", TLM_FIELD_STR, "run", "", -28, 0, 0, TLM_COL_KEY},
-    {"phase", TLM_FIELD_STR, "phase", "", -9, 0, 0, TLM_COL_KEY},
+    RUN_KEY,
+    PHASE_KEY,
     {"layer", TLM_FIELD_INT, "layer", "", 5, 0, 0, TLM_COL_KEY},
-    {"per_step_us", TLM_FIELD_NUM, "per step", "us", 10, 1, 0, 0},
-    {"pct_of_phase", TLM_FIELD_NUM, "phase", "%", 6, 1, 0, 0},
+    TLM_COL_US("per_step_us", "per step", 10, 1),
+    PCT_OF_PHASE,
 };
 static const tlm_column range_cols[] = {
-    {"run", TLM_FIELD_STR, "run", "", -28, 0, 0, TLM_COL_KEY},
+    RUN_KEY,
     {"range", TLM_FIELD_STR, "range", "", -28, 0, 0, TLM_COL_KEY},
     {"kind", TLM_FIELD_STR, "kind", "", -6, 0, 0, 0},
     {"count_per_step", TLM_FIELD_NUM, "count", "/step", 7, 1, 0, 0},
     {"kernel_us_per_step", TLM_FIELD_NUM, "kernels", "us/step", 11, 1, 0, 0},
-    {"kernel_us_total", TLM_FIELD_NUM, "total", "us", 12, 1, 0, 0},
+    TLM_COL_US("kernel_us_total", "total", 12, 1),
 };
 static const tlm_column run_cols[] = {
-    {"run", TLM_FIELD_STR, "run", "", -28, 0, 0, TLM_COL_KEY},
+    RUN_KEY,
     TLM_COL_HIDDEN("model", TLM_FIELD_STR),
     TLM_COL_HIDDEN("context_length", TLM_FIELD_INT),
     TLM_COL_HIDDEN("batch_size", TLM_FIELD_INT),
@@ -175,13 +171,10 @@ static const tlm_column run_cols[] = {
     TLM_COL_HIDDEN("cuda_graphs", TLM_FIELD_BOOL),
     TLM_COL_HIDDEN("command", TLM_FIELD_STR),
     {"steps", TLM_FIELD_INT, "steps", "", 5, 0, 0, 0},
-    {"fwd_ms_mean", TLM_FIELD_NUM, "forward", "ms wall", 9, 3, 0, 0},
-    {"fwd_kernel_ms", TLM_FIELD_NUM, "forward", "ms kern", 9, 3, 0, 0},
+    PHASE_MS("fwd_ms_mean", "fwd_kernel_ms", "forward"),
     {"fwd_span_ms", TLM_FIELD_NUM, "forward", "ms span", 9, 3, 0, 0},
-    {"bwd_ms_mean", TLM_FIELD_NUM, "backward", "ms wall", 9, 3, 0, 0},
-    {"bwd_kernel_ms", TLM_FIELD_NUM, "backward", "ms kern", 9, 3, 0, 0},
-    {"opt_ms_mean", TLM_FIELD_NUM, "optim.", "ms wall", 9, 3, 0, 0},
-    {"opt_kernel_ms", TLM_FIELD_NUM, "optim.", "ms kern", 9, 3, 0, 0},
+    PHASE_MS("bwd_ms_mean", "bwd_kernel_ms", "backward"),
+    PHASE_MS("opt_ms_mean", "opt_kernel_ms", "optim."),
     {"kernels_per_step", TLM_FIELD_NUM, "kernels", "/step", 8, 1, 0, 0},
     {"kernels_per_forward", TLM_FIELD_NUM, "kernels", "/fwd", 8, 1, 0, 0},
     {"gemm_pct_forward", TLM_FIELD_NUM, "GEMM", "% fwd", 6, 1, 0, 0},
@@ -232,6 +225,22 @@ static void num_if(tlm_report *rep, const char *key, double v, bool positive_onl
     if (isfinite(v) && (!positive_only || v > 0)) tlm_report_num(rep, key, v);
 }
 
+/* a row begun with its keys: the run, and the phase (NULL: a table without one) */
+static void row_begin(tlm_report *rep, const run *x, const char *phase) {
+    tlm_report_row_begin(rep);
+    tlm_report_str(rep, "run", x->key);
+    if (phase) tlm_report_str(rep, "phase", phase);
+}
+
+/* a kernel's or op's row begun with the columns of KERNEL_OR_OP_KEYS */
+static void kernel_or_op_row(tlm_report *rep, const run *x, tlm_phase phase, const char *name_key, const char *name,
+                             const char *cls, double calls_per_step) {
+    row_begin(rep, x, tlm_phase_name(phase));
+    tlm_report_str(rep, name_key, name);
+    tlm_report_str(rep, "class", cls);
+    tlm_report_num(rep, "calls_per_step", calls_per_step);
+}
+
 static void write_tables(tlm_report *rep, run *runs, int n, bool foreign) {
     tlm_report_table(rep, "kernels", kernel_cols, NCOLS(kernel_cols));
     for (int i = 0; i < n; i++) {
@@ -240,18 +249,12 @@ static void write_tables(tlm_report *rep, run *runs, int n, bool foreign) {
         for (size_t k = 0; k < runs[i].s.n_kernels; k++) {
             const tlm_prof_kernel_row *r = &runs[i].s.kernels[k];
             if (!shown(r->phase) || (opts.top > 0 && shown_in_phase[r->phase]++ >= opts.top)) continue;
-            tlm_report_row_begin(rep);
-            tlm_report_str(rep, "run", runs[i].key);
-            tlm_report_str(rep, "phase", tlm_phase_name(r->phase));
-            tlm_report_str(rep, "kernel", r->name);
-            tlm_report_str(rep, "class", tlm_kernel_class_name(r->cls));
-            tlm_report_num(rep, "calls_per_step", r->calls_per_step);
-            tlm_report_num(rep, "total_us", r->total_us);
-            tlm_report_num(rep, "per_step_us", r->per_step_us);
-            tlm_report_num(rep, "mean_us", r->mean_us);
-            tlm_report_num(rep, "min_us", r->min_us);
-            tlm_report_num(rep, "max_us", r->max_us);
-            tlm_report_num(rep, "pct_of_phase", r->pct_of_phase);
+            kernel_or_op_row(rep, &runs[i], r->phase, "kernel", r->name, tlm_kernel_class_name(r->cls),
+                             r->calls_per_step);
+            /* its times (us) and share of the phase, in kernel_cols's order */
+            const double v[] = {r->total_us, r->per_step_us, r->mean_us, r->min_us, r->max_us, r->pct_of_phase};
+            for (int c = 0; c < (int)(sizeof v / sizeof v[0]); c++)
+                tlm_report_num(rep, kernel_cols[KERNEL_OR_OP_NUM_KEYS + c].key, v[c]);
             tlm_report_row_end(rep);
         }
     }
@@ -261,12 +264,8 @@ static void write_tables(tlm_report *rep, run *runs, int n, bool foreign) {
             for (size_t k = 0; runs[i].p && k < runs[i].s.n_ops; k++) {
                 const tlm_prof_op_row *r = &runs[i].s.ops[k];
                 if (!shown(r->phase)) continue;
-                tlm_report_row_begin(rep);
-                tlm_report_str(rep, "run", runs[i].key);
-                tlm_report_str(rep, "phase", tlm_phase_name(r->phase));
-                tlm_report_str(rep, "op", tlm_op_name(r->op));
-                tlm_report_str(rep, "class", tlm_op_class_name(tlm_op_class_of(r->op)));
-                tlm_report_num(rep, "calls_per_step", r->calls_per_step);
+                kernel_or_op_row(rep, &runs[i], r->phase, "op", tlm_op_name(r->op),
+                                 tlm_op_class_name(tlm_op_class_of(r->op)), r->calls_per_step);
                 tlm_report_num(rep, "kernels_per_call", r->kernels_per_call);
                 tlm_report_num(rep, "per_step_us", r->per_step_us);
                 tlm_report_num(rep, "pct_of_phase", r->pct_of_phase);
@@ -287,9 +286,7 @@ static void write_tables(tlm_report *rep, run *runs, int n, bool foreign) {
             for (size_t k = 0; runs[i].p && k < runs[i].s.n_layers; k++) {
                 const tlm_prof_layer_row *r = &runs[i].s.layers[k];
                 if (!shown(r->phase)) continue;
-                tlm_report_row_begin(rep);
-                tlm_report_str(rep, "run", runs[i].key);
-                tlm_report_str(rep, "phase", tlm_phase_name(r->phase));
+                row_begin(rep, &runs[i], tlm_phase_name(r->phase));
                 tlm_report_int(rep, "layer", r->layer);
                 tlm_report_num(rep, "per_step_us", r->per_step_us);
                 tlm_report_num(rep, "pct_of_phase", r->pct_of_phase);
@@ -306,8 +303,7 @@ static void write_tables(tlm_report *rep, run *runs, int n, bool foreign) {
             for (int p = 0; r->kind == TLM_RANGE_PHASE && p < TLM_PHASE_COUNT; p++)
                 hidden |= !shown((tlm_phase)p) && strcmp(r->name, tlm_phase_name((tlm_phase)p)) == 0;
             if (hidden) continue;
-            tlm_report_row_begin(rep);
-            tlm_report_str(rep, "run", runs[i].key);
+            row_begin(rep, &runs[i], NULL);
             tlm_report_str(rep, "range", r->name);
             tlm_report_str(rep, "kind", r->kind >= 0 && r->kind <= TLM_PROF_RANGE_NVTX ? kinds[r->kind] : "?");
             tlm_report_num(rep, "count_per_step", r->count_per_step);
@@ -322,8 +318,7 @@ static void write_tables(tlm_report *rep, run *runs, int n, bool foreign) {
     tlm_report_show(rep, "opt_ms_mean", !foreign);
     for (int i = 0; i < n; i++) {
         const run *x = &runs[i];
-        tlm_report_row_begin(rep);
-        tlm_report_str(rep, "run", x->key);
+        row_begin(rep, x, NULL);
         if (x->c) {
             tlm_report_str(rep, "model", x->c->model_name);
             tlm_report_int(rep, "context_length", x->c->context_length);
@@ -487,11 +482,8 @@ static int profile_exec(const char *cmd, cli_args *a, int argc, char **argv) {
     }
     if (!trace_writable(cmd) || !writable(cmd, "--out", a->out)) return TLM_EXIT_FAILURE;
     /* argv for the program: the positional words, NULL-terminated */
-    char **child = calloc((size_t)a->num_positional + 1, sizeof *child);
-    if (!child) {
-        cli_error(cmd, "out of host memory");
-        return TLM_EXIT_FAILURE;
-    }
+    char **child = cli_calloc(cmd, (size_t)a->num_positional + 1, sizeof *child);
+    if (!child) return TLM_EXIT_FAILURE;
     memcpy(child, a->positional, (size_t)a->num_positional * sizeof *child);
     tlm_profile **profiles = NULL;
     int n = 0, status = -1;
@@ -540,7 +532,7 @@ int cmd_profile(int argc, char **argv) {
     opts.top = 15;
     for (int p = TLM_PHASE_FORWARD; p < TLM_PHASE_COUNT; p++) opts.phase[p] = true;
     cli_args a;
-    int rc = cli_parse(&profile_cmd, argc, argv, &a);
+    int rc = cli_parse(&profile_cmd, &opts, argc, argv, &a);
     if (rc >= 0) return rc;
     if (opts.exec) {
         rc = profile_exec(cmd, &a, argc, argv);
@@ -582,29 +574,19 @@ int cmd_profile(int argc, char **argv) {
         a.models = opts.suite ? suite_models : default_models;
         a.num_models = opts.suite ? 5 : 1;
     }
-    if (!a.num_contexts) {
-        if (opts.suite)
-            for (int c = 128; c <= 1024; c *= 2) a.contexts[a.num_contexts++] = c;
-        else a.contexts[a.num_contexts++] = on_cpu ? 128 : 256;
-    }
+    if (opts.suite && !a.num_contexts)
+        for (int c = 128; c <= 1024; c *= 2) a.contexts[a.num_contexts++] = c;
     if (opts.suite && !a.given[CLI_ATTENTION]) a.attention = TLM_ATTENTION_NAIVE;
-    if (!a.num_batch_sizes) a.batch_sizes[a.num_batch_sizes++] = 4;
-    if (!a.num_precisions) a.precisions[a.num_precisions++] = TLM_PRECISION_FP32;
-    if (!a.num_passes) a.passes[a.num_passes++] = TLM_PASS_TRAIN;
-    if (!a.num_warmups) a.warmups[a.num_warmups++] = on_cpu ? 1 : 3;
-    if (!a.steps) a.steps = on_cpu ? 2 : 5;
+    cli_default_workload(&a, be, on_cpu ? 1 : 3, on_cpu ? 2 : 5);
 
+    rc = TLM_EXIT_USAGE; /* a case the flags cannot make */
     tlm_bench_case *cases = NULL;
     run *runs = NULL;
     tlm_report *rep = NULL;
     int n = 0;
-    rc = TLM_EXIT_USAGE;
     if (!cli_bench_cases(cmd, &a, be, &cases, &n)) goto done;
     rc = TLM_EXIT_FAILURE;
-    if (!(runs = calloc((size_t)n, sizeof *runs))) {
-        cli_error(cmd, "out of host memory");
-        goto done;
-    }
+    if (!(runs = cli_calloc(cmd, (size_t)n, sizeof *runs))) goto done;
     if (!(rep = cli_open_report(cmd, &a, "tlm profile", argc, argv))) goto done;
     cli_report_device(rep, be);
     /* the ceilings of the precisions in the sweep, measured before anything is profiled */

@@ -24,11 +24,9 @@ typedef struct {
 } step_opts;
 
 static const cli_use step_uses[] = {
-    {CLI_MODEL, "small; with --weights, the model the file holds", 1},
-    {CLI_BATCH_SIZE, "4; with --data only", 1},
-    {CLI_CONTEXT_LENGTH, "128; with --data only", 1},
-    {CLI_PRECISION, "fp32", 1},
-    {CLI_ATTENTION, "auto", 1},
+    CLI_USES_RUN(/* --model */ "small; with --weights, the model the file holds",
+                 /* --batch-size */ "4; with --data only",
+                 /* --context-length */ "128; with --data only"),
     {CLI_SEED, "0", 1},
     CLI_USES_DEVICE,
 };
@@ -69,40 +67,32 @@ static bool step_handle(void *user, int opt, const char *arg) {
     return ok;
 }
 
-static void step_usage(FILE *f);
-static step_opts opts_storage;
-static const cli_command step_cmd = {.name = "step", .uses = step_uses,
-                                     .num_uses = (int)(sizeof step_uses / sizeof step_uses[0]),
-                                     .options = step_options, .handle = step_handle, .user = &opts_storage,
-                                     .usage = step_usage};
-
-static void step_usage(FILE *f) {
-    fprintf(f,
-            "Usage: tlm step [--weights W.safetensors] (--inputs X.npy --targets Y.npy | --data TOKENS) [outputs]\n"
-            "One forward and backward pass of the CS336 model on one batch, for comparing with another framework\n"
-            "(tensors use the CS336 state-dict names). Prints the mean cross-entropy loss.\n"
-            "\n"
-            "      --weights FILE        safetensors with the CS336 state-dict names (default: seeded init). The\n"
-            "                            model is the one the file holds: its metadata (every file tlm writes) or,\n"
-            "                            for a PyTorch state dict, its tensor shapes and --num-heads (or a --model\n"
-            "                            whose shapes match); a flag that contradicts the file is refused\n"
-            "      --strip-prefix P      remove P from the start of the file's tensor names (torch.compile's\n"
-            "                            state dicts: --strip-prefix _orig_mod.)\n"
-            "      --inputs FILE         .npy of token ids, shape [batch, context_length] (integer dtype)\n"
-            "      --targets FILE        .npy of target ids, same shape\n"
-            "      --data FILE           instead: a token file (.npy, or raw uint16 .bin) from which a random batch\n"
-            "                            of -b x -c is drawn (targets = inputs shifted by one)\n"
-            "      --out-logits FILE     write the logits of the first forward as float32 .npy [B, T, V]\n"
-            "      --out-grads FILE      write the gradients of the first backward (safetensors)\n"
-            "      --optimizer-steps N   then take N AdamW steps on the same batch (default: 0); step i uses the\n"
-            "                            gradient of forward/backward i\n"
-            "      --out-weights FILE    write the weights after the optimizer steps (safetensors)\n"
-            "      --lr X --beta1 X --beta2 X --eps X --weight-decay X\n"
-            "                            AdamW (CS336 defaults: 1e-3, 0.9, 0.999, 1e-8, 0.01; domains: lr in\n"
-            "                            (0, 10], betas in [0, 1), eps in (0, 1), weight decay in [0, 1])\n"
-            "All outputs of one run are written together or not at all; an output may not be one of the inputs.\n\n");
-    cli_print_shared_help(f, &step_cmd);
-}
+static const cli_command step_cmd = {
+    .help =
+        "Usage: tlm step [--weights W.safetensors] (--inputs X.npy --targets Y.npy | --data TOKENS) [outputs]\n"
+        "One forward and backward pass of the CS336 model on one batch, for comparing with another framework\n"
+        "(tensors use the CS336 state-dict names). Prints the mean cross-entropy loss.\n"
+        "\n"
+        "      --weights FILE        safetensors with the CS336 state-dict names (default: seeded init). The\n"
+        "                            model is the one the file holds: its metadata (every file tlm writes) or,\n"
+        "                            for a PyTorch state dict, its tensor shapes and --num-heads (or a --model\n"
+        "                            whose shapes match); a flag that contradicts the file is refused\n"
+        "      --strip-prefix P      remove P from the start of the file's tensor names (torch.compile's\n"
+        "                            state dicts: --strip-prefix _orig_mod.)\n"
+        "      --inputs FILE         .npy of token ids, shape [batch, context_length] (integer dtype)\n"
+        "      --targets FILE        .npy of target ids, same shape\n"
+        "      --data FILE           instead: a token file (.npy, or raw uint16 .bin) from which a random batch\n"
+        "                            of -b x -c is drawn (targets = inputs shifted by one)\n"
+        "      --out-logits FILE     write the logits of the first forward as float32 .npy [B, T, V]\n"
+        "      --out-grads FILE      write the gradients of the first backward (safetensors)\n"
+        "      --optimizer-steps N   then take N AdamW steps on the same batch (default: 0); step i uses the\n"
+        "                            gradient of forward/backward i\n"
+        "      --out-weights FILE    write the weights after the optimizer steps (safetensors)\n"
+        "      --lr X --beta1 X --beta2 X --eps X --weight-decay X\n"
+        "                            AdamW (CS336 defaults: 1e-3, 0.9, 0.999, 1e-8, 0.01; domains: lr in\n"
+        "                            (0, 10], betas in [0, 1), eps in (0, 1), weight decay in [0, 1])\n"
+        "All outputs of one run are written together or not at all; an output may not be one of the inputs.\n\n",
+    .name = "step", CLI_USES(step_uses), .options = step_options, .handle = step_handle};
 
 /* Reads a [B, T] integer .npy into int32 ids (checked against vocab). */
 static bool read_batch_file(const char *path, const char *what, int vocab, int32_t **ids, int *B, int *T) {
@@ -146,26 +136,21 @@ static bool step_config(const cli_args *a, const step_opts *o, const tlm_safeten
     if (!have_preset) preset = *cfg;
     /* every size given, by a flag or by --model, must be the file's (num_heads: only where the file
      * records it) */
-    const struct {
-        const char *name;
-        long flag;
-        int preset, file;
-    } sizes[] = {{"vocab-size", a->shape.vocab_size, preset.vocab_size, cfg->vocab_size},
-                 {"d-model", a->shape.d_model, preset.d_model, cfg->d_model},
-                 {"d-ff", a->shape.d_ff, preset.d_ff, cfg->d_ff},
-                 {"num-layers", a->shape.num_layers, preset.num_layers, cfg->num_layers},
-                 {"num-heads", a->shape.num_heads, preset.num_heads, from_meta ? cfg->num_heads : 0}};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        if (!sizes[i].file) continue;
-        if (sizes[i].flag != CLI_NOT_GIVEN && sizes[i].flag != sizes[i].file) {
-            cli_error(cmd, "--%s %ld contradicts %s, whose model has %s %d", sizes[i].name, sizes[i].flag, o->weights,
-                      sizes[i].name, sizes[i].file);
+    cli_size sizes[CLI_NUM_SIZES];
+    cli_sizes(a, &preset, cfg, sizes);
+    if (!from_meta) sizes[CLI_SIZE_NUM_HEADS].model = 0;
+    for (int i = 0; i < CLI_NUM_SIZES; i++) {
+        const cli_size *s = &sizes[i];
+        const char *name = s->flag + 2; /* "d-model" */
+        if (!s->model) continue;
+        if (s->given != CLI_NOT_GIVEN && s->given != s->model) {
+            cli_error(cmd, "%s %ld contradicts %s, whose model has %s %d", s->flag, s->given, o->weights, name,
+                      s->model);
             return false;
         }
-        if (have_preset && sizes[i].preset != sizes[i].file) {
+        if (have_preset && s->preset != s->model) {
             cli_error(cmd, "--model %s (%s %d) contradicts %s, whose model has %s %d: leave --model out to run the "
-                           "file's model", model, sizes[i].name, sizes[i].preset, o->weights, sizes[i].name,
-                      sizes[i].file);
+                           "file's model", model, name, s->preset, o->weights, name, s->model);
             return false;
         }
     }
@@ -199,11 +184,9 @@ static bool step_config(const cli_args *a, const step_opts *o, const tlm_safeten
 
 int cmd_step(int argc, char **argv) {
     const char *cmd = "step";
-    step_opts *o = &opts_storage;
-    memset(o, 0, sizeof *o);
-    o->adamw = tlm_adamw_defaults();
+    step_opts given = {.adamw = tlm_adamw_defaults()}, *o = &given;
     cli_args a;
-    int rc = cli_parse(&step_cmd, argc, argv, &a);
+    int rc = cli_parse(&step_cmd, o, argc, argv, &a);
     if (rc >= 0) return rc;
     rc = TLM_EXIT_USAGE;
     if (o->data && (o->inputs || o->targets)) {

@@ -30,21 +30,14 @@ typedef struct {
 #define GIVEN(o, id) ((o)->given[(id) - OPT_TRAIN_DATA])
 
 static const cli_use train_uses[] = {
-    {CLI_MODEL, "small (a resumed run: the checkpoint's)", 1},
-    {CLI_BATCH_SIZE, "4; under a launcher the global batch, 4 a rank", 1},
-    {CLI_CONTEXT_LENGTH, "256, or the model's context_length when shorter", 1},
-    {CLI_PRECISION, "fp32", 1},
-    {CLI_ATTENTION, "auto", 1},
+    CLI_USES_RUN(/* --model */ "small (a resumed run: the checkpoint's)",
+                 /* --batch-size */ "4; under a launcher the global batch, 4 a rank",
+                 /* --context-length */ "256, or the model's context_length when shorter"),
     {CLI_CUDA_GRAPH, "on", 1},
     {CLI_SEED, "0", 1},
-    {CLI_DEVICE, NULL, 1},
-    {CLI_GPU, "0", 1},
-    {CLI_THREADS, NULL, 1},
+    CLI_USES_DEVICE,
     {CLI_FORMAT, "json with --log FILE (csv for FILE.csv); table on stdout", 1},
-    {CLI_DDP, "bucketed", 1},
-    {CLI_BUCKET_MB, "25", 1},
-    {CLI_ZERO, "0", 1},
-    {CLI_GRAD_REDUCE_DTYPE, "fp32", 1},
+    CLI_USES_DDP,
     {CLI_TIMEOUT, "1800 (longer than rank 0's slowest checkpoint save)", 1},
 };
 
@@ -113,15 +106,8 @@ static bool train_handle(void *user, int opt, const char *arg) {
     return false;
 }
 
-static void train_usage(FILE *f);
-static train_opts opts_storage;
-static const cli_command train_cmd = {.name = "train", .uses = train_uses,
-                                      .num_uses = (int)(sizeof train_uses / sizeof train_uses[0]),
-                                      .options = train_options, .handle = train_handle, .user = &opts_storage,
-                                      .usage = train_usage};
-
-static void train_usage(FILE *f) {
-    fprintf(f,
+static const cli_command train_cmd = {
+    .help =
         "Usage: tlm train --train-data FILE (--steps N | --tokens N) [options]\n"
         "       tlm train --resume DIR [options]\n"
         "Trains the CS336 model with the CS336 recipe: each step a batch of rows at random offsets of the token\n"
@@ -137,7 +123,7 @@ static void train_usage(FILE *f) {
         "Recipe (CS336 get_lr_cosine_schedule, gradient_clipping, AdamW):\n"
         "      --lr-max X            peak learning rate (default 1e-3)\n"
         "      --lr-min X            final learning rate (default 1e-4)\n"
-        "      --warmup-iters N      linear warm-up from 0 (default 5%% of the steps)\n"
+        "      --warmup-iters N      linear warm-up from 0 (default 5% of the steps)\n"
         "      --cosine-cycle-iters N  the step where the cosine reaches lr-min (default: the steps)\n"
         "      --beta1 X --beta2 X --eps X --weight-decay X   AdamW (defaults 0.9, 0.999, 1e-8, 0.01)\n"
         "      --max-grad-norm X     clip the global gradient norm to X (default 1.0; 0: no clipping, and the norm\n"
@@ -162,9 +148,8 @@ static void train_usage(FILE *f) {
         "Data parallelism: started by a launcher (mpirun -np 2 tlm train ...; srun), one process per GPU (NCCL) or\n"
         "per share of the CPU's cores (MPI, --device cpu), every process with the same flags: --batch-size is the\n"
         "global batch, each rank draws its rows; the gradients are averaged as --ddp says; rank 0 alone prints, logs\n"
-        "and saves checkpoints, which resume with as many ranks. A rank that dies or hangs ends the run, named.\n\n");
-    cli_print_shared_help(f, &train_cmd);
-}
+        "and saves checkpoints, which resume with as many ranks. A rank that dies or hangs ends the run, named.\n\n",
+    .name = "train", CLI_USES(train_uses), .options = train_options, .handle = train_handle};
 
 /* ---- the device's peak, for MFU ----------------------------------------------------------------------- */
 
@@ -217,7 +202,7 @@ static bool plan_resume(const cli_args *a, const train_opts *o, const tlm_checkp
     const tlm_config *m = &ck->model;
     p->model = *m;
     snprintf(p->model_name, sizeof p->model_name, "checkpoint");
-    tlm_config preset;
+    tlm_config preset = *m; /* --model's when given */
     if (a->num_models) {
         if (tlm_config_preset(a->models[0], &preset) != TLM_OK) {
             cli_error("train", "--model: %s", tlm_last_error());
@@ -225,22 +210,16 @@ static bool plan_resume(const cli_args *a, const train_opts *o, const tlm_checkp
         }
         snprintf(p->model_name, sizeof p->model_name, "%s", a->models[0]);
     }
-    const struct {
-        const char *flag;
-        long given;
-        int preset, ckpt;
-    } sizes[] = {{"--vocab-size", a->shape.vocab_size, preset.vocab_size, m->vocab_size},
-                 {"--d-model", a->shape.d_model, preset.d_model, m->d_model},
-                 {"--d-ff", a->shape.d_ff, preset.d_ff, m->d_ff},
-                 {"--num-layers", a->shape.num_layers, preset.num_layers, m->num_layers},
-                 {"--num-heads", a->shape.num_heads, preset.num_heads, m->num_heads},
-                 {"--max-context-length", a->shape.max_context, m->context_length, m->context_length}};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        if (!same_or_refuse(sizes[i].flag, sizes[i].given != CLI_NOT_GIVEN, (double)sizes[i].given, sizes[i].ckpt, d))
-            return false;
-        if (a->num_models && sizes[i].given == CLI_NOT_GIVEN && sizes[i].preset != sizes[i].ckpt) {
+    cli_size sizes[CLI_NUM_SIZES + 1];
+    cli_sizes(a, &preset, m, sizes);
+    const int ctx = m->context_length; /* not a size --model fixes: only the flag is checked */
+    sizes[CLI_NUM_SIZES] = (cli_size){"--max-context-length", a->shape.max_context, ctx, ctx};
+    for (int i = 0; i < CLI_NUM_SIZES + 1; i++) {
+        const cli_size *s = &sizes[i];
+        if (!same_or_refuse(s->flag, s->given != CLI_NOT_GIVEN, (double)s->given, s->model, d)) return false;
+        if (a->num_models && s->given == CLI_NOT_GIVEN && s->preset != s->model) {
             cli_error("train", "--model %s (%s %d) contradicts the checkpoint %s, whose model has %d", a->models[0],
-                      sizes[i].flag + 2, sizes[i].preset, d, sizes[i].ckpt);
+                      s->flag + 2, s->preset, d, s->model);
             return false;
         }
     }
@@ -361,8 +340,8 @@ static const tlm_column log_columns[] = {
     {"clipped", TLM_FIELD_BOOL, "clip", "", 4, 0, 0, 0},
     {"loss_scale", TLM_FIELD_NUM, "scale", "", 8, 0, 0, 0},
     {"skipped", TLM_FIELD_BOOL, "skip", "", 4, 0, 0, 0},
-    {"step_ms", TLM_FIELD_NUM, "step", "ms", 9, 2, 0, 0},
-    {"comm_ms", TLM_FIELD_NUM, "comm", "ms", 8, 2, 0, 0},
+    TLM_COL_MS("step_ms", "step", 9, 2),
+    TLM_COL_MS("comm_ms", "comm", 8, 2),
     {"comm_share", TLM_FIELD_NUM, "comm", "%", 5, 1, 100, 0},
     {"tokens_per_s", TLM_FIELD_NUM, "tokens/s", "", 10, 0, 0, 0},
     {"mfu", TLM_FIELD_NUM, "MFU", "%", 6, 1, 100, 0},
@@ -491,10 +470,9 @@ static bool load_tokens(const char *path, const char *what, int vocab, int64_t e
 
 int cmd_train(int argc, char **argv) {
     const char *cmd = "train";
-    train_opts *o = &opts_storage;
-    memset(o, 0, sizeof *o);
+    train_opts given = {0}, *o = &given;
     cli_args a;
-    int rc = cli_parse(&train_cmd, argc, argv, &a);
+    int rc = cli_parse(&train_cmd, o, argc, argv, &a);
     if (rc >= 0) return rc;
     rc = TLM_EXIT_USAGE;
     run_plan plan = {0};

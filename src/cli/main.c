@@ -39,16 +39,13 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        usage(stderr);
-        return TLM_EXIT_USAGE;
-    }
-    const char *cmd = argv[1];
-    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
-        usage(stdout);
-        return TLM_EXIT_OK;
-    }
-    if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
+    static const cli_subcommand commands[] = {
+        {"bench", cmd_bench},         {"train", cmd_train},         {"step", cmd_step},
+        {"compare", cmd_compare},     {"precision", cmd_precision}, {"attention", cmd_attention},
+        {"allreduce", cmd_allreduce}, {"profile", cmd_profile},     {"memory", cmd_memory},
+        {"plot", cmd_plot},
+    };
+    if (argc >= 2 && (strcmp(argv[1], "-V") == 0 || strcmp(argv[1], "--version") == 0)) {
 #ifdef TLM_HAVE_CUDA
         const char *cuda = "CUDA backend built";
 #else
@@ -57,16 +54,6 @@ int main(int argc, char **argv) {
         printf("tlm %s (%s; GPU %s)\n", TLM_VERSION, cuda, tlm_cuda_available() ? "present" : "not found");
         return TLM_EXIT_OK;
     }
-    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
-    if (strcmp(cmd, "step") == 0) return cmd_step(argc - 1, argv + 1);
-    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
-    if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 1, argv + 1);
-    if (strcmp(cmd, "precision") == 0) return cmd_precision(argc - 1, argv + 1);
-    if (strcmp(cmd, "attention") == 0) return cmd_attention(argc - 1, argv + 1);
-    if (strcmp(cmd, "allreduce") == 0) return cmd_allreduce(argc - 1, argv + 1);
-    if (strcmp(cmd, "profile") == 0) return cmd_profile(argc - 1, argv + 1);
-    if (strcmp(cmd, "memory") == 0) return cmd_memory(argc - 1, argv + 1);
-    if (strcmp(cmd, "plot") == 0) return cmd_plot(argc - 1, argv + 1);
-    fprintf(stderr, "tlm: unknown command '%s' (known: bench, train, step, compare, precision, attention, allreduce, profile, memory, plot; see tlm --help)\n", cmd);
-    return TLM_EXIT_USAGE;
+    return cli_run_subcommand("tlm", "command", argc, argv, commands, (int)(sizeof commands / sizeof commands[0]),
+                              usage);
 }
