@@ -5,8 +5,8 @@
 # Usage (on the GPU machine, from the repository root; the device tool sets OUT):
 #   OUT=/some/dir [STAGES=...] bench/run-profile-device.sh 2>&1 | tee $OUT/log.txt
 # Stages and what they write under $OUT (at most 8 files per call, names [A-Za-z0-9._-]):
-#   build     cmake + build into build-gpu (as bench/run-device.sh; the carried .devdeps when the
-#             plain configure fails: cJSON, OpenBLAS)                       -> build.log
+#   build     cmake + build into build-gpu (bench/run-device.sh's build stage; the carried .devdeps
+#             when the plain configure fails: cJSON, OpenBLAS)              -> build.log
 #   smoke     CUPTI works at all: activity buffers, one kernel record attributed to its op (first,
 #             so that a CUPTI failure shows at once)                       -> (log)
 #   test      the GPU tests: test_gpu_profile (phase times within 3% of CUDA events, graphs on and off;
@@ -46,19 +46,8 @@ note() { summary+=("$(printf '%-10s %s' "$1" "$2")"); }
 if stage build || [ ! -x "$TLM" ]; then
   echo "== build"
   t0=$SECONDS
-  if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTLM_CUDA=ON > "$OUT/build.log" 2>&1; then
-    [ -f .devdeps/deps.tar.xz ] || { tail -20 "$OUT/build.log"; echo "no .devdeps/deps.tar.xz carried"; exit 1; }
-    echo "plain configure failed: using the carried .devdeps"
-    rm -rf build-gpu /tmp/tlm-deps && mkdir -p /tmp/tlm-deps && tar xJf .devdeps/deps.tar.xz -C /tmp/tlm-deps
-    export LD_LIBRARY_PATH=/tmp/tlm-deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTLM_CUDA=ON -DCBLAS_INCLUDE_DIR=/tmp/tlm-deps/include \
-      -DOPENBLAS_LIBRARY=/tmp/tlm-deps/lib/libopenblas.so -DCJSON_INCLUDE_DIR=/tmp/tlm-deps/include \
-      -DCJSON_LIBRARY=/tmp/tlm-deps/lib/libcjson.so \
-      "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,/tmp/tlm-deps/lib -Wl,-rpath,/tmp/tlm-deps/lib" >> "$OUT/build.log" 2>&1 \
-      || { tail -30 "$OUT/build.log"; exit 1; }
-  fi
+  STAGES=build OUT="$OUT" bash bench/run-device.sh > /dev/null || { tail -30 "$OUT/build.log"; exit 1; }
   grep -E 'tlm: (profiler|CUPTI)' "$OUT/build.log"
-  cmake --build build-gpu -j "$(nproc)" >> "$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
   [ -f build-gpu/libtlm_inject.so ] || echo "WARNING: no build-gpu/libtlm_inject.so: CUPTI was not found (see build.log)"
   note build "$((SECONDS - t0)) s"
 fi

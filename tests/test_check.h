@@ -2,9 +2,10 @@
  * ("ok" or "FAIL" and what was checked) and counts it, check_limit() the same for a measured value
  * against its bound; die_on() ends the test on a setup failure; test_backend() gives the test's
  * backend (the CPU, or CUDA for a test built with TLM_TEST_DEVICE="cuda": without a GPU it exits
- * 77, which ctest counts as skipped); test_fixtures() the PyTorch fixtures' folder;
- * test_bytes_held() what a test left allocated; test_finish() prints the closing "N passed,
- * N failed" line and gives the exit status. */
+ * 77, which ctest counts as skipped); test_random_ids() draws token ids; test_fixtures() the
+ * PyTorch fixtures' folder; test_bytes_held() what a test left allocated; test_finish() prints the
+ * closing "N passed, N failed" line and gives the exit status, test_finish_backend() the same
+ * after checking that the backend holds no buffer and destroying it. */
 #ifndef TLM_TESTS_TEST_CHECK_H
 #define TLM_TESTS_TEST_CHECK_H
 
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "tlm/backend.h"
+#include "tlm/rng.h"
 #include "tlm/status.h"
 
 static int passed, failed;
@@ -89,6 +91,11 @@ static inline tlm_backend *test_backend(void) {
     return be;
 }
 
+/* n token ids drawn uniformly from [0, bound) by tlm_rng_below, from the generator state `seed` */
+static inline void test_random_ids(int32_t *ids, size_t n, uint64_t bound, uint64_t seed) {
+    for (size_t i = 0; i < n; i++) ids[i] = (int32_t)tlm_rng_below(&seed, bound);
+}
+
 /* the tiny model's PyTorch fixtures: $TLM_FIXTURES/tiny (ctest sets it), else tests/fixtures/tiny */
 static inline const char *test_fixtures(void) {
     static char dir[512];
@@ -100,6 +107,14 @@ static inline const char *test_fixtures(void) {
 static inline int test_finish(void) {
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
+}
+
+/* the end of a test with a backend: checks that every buffer was freed, destroys the backend and
+ * gives test_finish()'s exit status */
+static inline int test_finish_backend(tlm_backend *be) {
+    check(test_bytes_held(be) == 0, "every buffer freed (%zu bytes held)", test_bytes_held(be));
+    tlm_backend_destroy(be);
+    return test_finish();
 }
 
 #endif

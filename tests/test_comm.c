@@ -25,6 +25,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,19 @@ static void get(float *v, const void *src, size_t count, tlm_dtype dt) {
     free(h);
 }
 
+/* backend buffers of count elements: holding v, or zeros */
+static void *dev_values(const float *v, size_t count, tlm_dtype dt) {
+    void *p = dev_alloc(count, dt);
+    put(p, v, count, dt);
+    return p;
+}
+
+static void *dev_zeros(size_t count, tlm_dtype dt) {
+    void *p = dev_alloc(count, dt);
+    tlm_memset_zero(be, p, count * tlm_dtype_size(dt));
+    return p;
+}
+
 /* the elements of got (count) that differ from want by more than tol; first mismatch in *at */
 static size_t mismatches(const float *got, const float *want, size_t count, double tol, size_t *at) {
     size_t bad = 0;
@@ -105,96 +119,89 @@ static double avg_tolerance(tlm_dtype dt) { return dt == TLM_DTYPE_BF16 ? nranks
 
 static const char *dt_name(tlm_dtype dt) { return dt == TLM_DTYPE_BF16 ? "bf16" : "fp32"; }
 
-#define REPORT(what, bad, at, got, want, count, dt)                                                             \
-    RCHECK(bad == 0, "%-44s %s count %6zu: %zu wrong%s", what, dt_name(dt), count, bad, bad ? " (first:" : ""); \
-    if (bad) printf("       element %zu is %g, expected %g\n", at, got[at], want[at])
+/* one check's host values, one allocation (free(h.v)): v (nv), what this rank sends, its pattern
+ * (tlm_allreduce_pattern); want and got (n each) */
+typedef struct {
+    float *v, *want, *got;
+} host_values;
+
+static host_values host_values_new(size_t nv, size_t n, tlm_dtype dt) {
+    float *p = malloc((nv + 2 * n) * sizeof(float));
+    if (!p) die_on(TLM_ERR_OUT_OF_MEMORY, "allocating the host values");
+    for (size_t i = 0; i < nv; i++) p[i] = tlm_allreduce_pattern(rank, i, dt, nranks);
+    return (host_values){p, p + nv, p + nv + n};
+}
+
+/* fetches count elements of recv into h.got and reports them against h.want (within tol), the check
+ * named by the printf-style fmt */
+static void compare(host_values h, const void *recv, size_t count, tlm_dtype dt, double tol, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static void compare(host_values h, const void *recv, size_t count, tlm_dtype dt, double tol, const char *fmt, ...) {
+    char what[80];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    get(h.got, recv, count, dt);
+    size_t at, bad = mismatches(h.got, h.want, count, tol, &at);
+    RCHECK(bad == 0, "%-44s %s count %6zu: %zu wrong%s", what, dt_name(dt), count, bad, bad ? " (first:" : "");
+    if (bad) printf("       element %zu is %g, expected %g\n", at, h.got[at], h.want[at]);
+}
+
+/* frees a check's buffers: `inner` unless in place (then it is owner or lies inside it), owner, the host values */
+static void free_buffers(host_values h, void *owner, void *inner, bool in_place) {
+    if (!in_place) tlm_free(be, inner);
+    tlm_free(be, owner);
+    free(h.v);
+}
+
+static const char *placement(bool in_place) { return in_place ? "in place" : "out-of-place"; }
 
 /* ---- the collectives, element by element ------------------------------------------------------------------- */
 
 static void check_all_reduce(size_t count, tlm_dtype dt, tlm_reduce_op op, bool in_place) {
-    float *v = malloc(count * sizeof(float)), *want = malloc(count * sizeof(float)), *got = malloc(count * sizeof(float));
-    for (size_t i = 0; i < count; i++) {
-        v[i] = tlm_allreduce_pattern(rank, i, dt, nranks);
-        want[i] = tlm_allreduce_expected(i, dt, op, nranks);
-    }
-    void *send = dev_alloc(count, dt), *recv = in_place ? send : dev_alloc(count, dt);
-    put(send, v, count, dt);
-    if (!in_place) tlm_memset_zero(be, recv, count * tlm_dtype_size(dt));
+    const host_values h = host_values_new(count, count, dt);
+    for (size_t i = 0; i < count; i++) h.want[i] = tlm_allreduce_expected(i, dt, op, nranks);
+    void *send = dev_values(h.v, count, dt), *recv = in_place ? send : dev_zeros(count, dt);
     die_on(tlm_comm_all_reduce(comm, send, recv, count, dt, op, NULL), "all_reduce");
-    get(got, recv, count, dt);
-    size_t at, bad = mismatches(got, want, count, op == TLM_REDUCE_AVG ? avg_tolerance(dt) : 0.0, &at);
-    char what[64];
-    snprintf(what, sizeof what, "all_reduce %s %s", tlm_reduce_op_name(op), in_place ? "in place" : "out-of-place");
-    REPORT(what, bad, at, got, want, count, dt);
-    if (!in_place) tlm_free(be, recv);
-    tlm_free(be, send);
-    free(v);
-    free(want);
-    free(got);
+    compare(h, recv, count, dt, op == TLM_REDUCE_AVG ? avg_tolerance(dt) : 0.0, "all_reduce %s %s",
+            tlm_reduce_op_name(op), placement(in_place));
+    free_buffers(h, send, recv, in_place);
 }
 
 static void check_reduce_scatter(size_t count, tlm_dtype dt, tlm_reduce_op op, bool in_place) {
     const size_t total = count * (size_t)nranks;
-    float *v = malloc(total * sizeof(float)), *want = malloc(count * sizeof(float)), *got = malloc(count * sizeof(float));
-    for (size_t j = 0; j < total; j++) v[j] = tlm_allreduce_pattern(rank, j, dt, nranks);
-    for (size_t i = 0; i < count; i++) want[i] = tlm_allreduce_expected((size_t)rank * count + i, dt, op, nranks);
-    void *send = dev_alloc(total, dt);
+    const host_values h = host_values_new(total, count, dt);
+    for (size_t i = 0; i < count; i++) h.want[i] = tlm_allreduce_expected((size_t)rank * count + i, dt, op, nranks);
+    void *send = dev_values(h.v, total, dt);
     void *recv = in_place ? (char *)send + (size_t)rank * count * tlm_dtype_size(dt) : dev_alloc(count, dt);
-    put(send, v, total, dt);
     die_on(tlm_comm_reduce_scatter(comm, send, recv, count, dt, op, NULL), "reduce_scatter");
-    get(got, recv, count, dt);
-    size_t at, bad = mismatches(got, want, count, op == TLM_REDUCE_AVG ? avg_tolerance(dt) : 0.0, &at);
-    char what[64];
-    snprintf(what, sizeof what, "reduce_scatter %s %s", tlm_reduce_op_name(op), in_place ? "in place" : "out-of-place");
-    REPORT(what, bad, at, got, want, count, dt);
-    if (!in_place) tlm_free(be, recv);
-    tlm_free(be, send);
-    free(v);
-    free(want);
-    free(got);
+    compare(h, recv, count, dt, op == TLM_REDUCE_AVG ? avg_tolerance(dt) : 0.0, "reduce_scatter %s %s",
+            tlm_reduce_op_name(op), placement(in_place));
+    free_buffers(h, send, recv, in_place);
 }
 
 static void check_all_gather(size_t count, tlm_dtype dt, bool in_place) {
     const size_t total = count * (size_t)nranks;
-    float *v = malloc(count * sizeof(float)), *want = malloc(total * sizeof(float)), *got = malloc(total * sizeof(float));
-    for (size_t i = 0; i < count; i++) v[i] = tlm_allreduce_pattern(rank, i, dt, nranks);
+    const host_values h = host_values_new(count, total, dt);
     for (int r = 0; r < nranks; r++)
-        for (size_t i = 0; i < count; i++) want[(size_t)r * count + i] = tlm_allreduce_pattern(r, i, dt, nranks);
-    void *recv = dev_alloc(total, dt);
+        for (size_t i = 0; i < count; i++) h.want[(size_t)r * count + i] = tlm_allreduce_pattern(r, i, dt, nranks);
+    void *recv = dev_zeros(total, dt);
     void *send = in_place ? (char *)recv + (size_t)rank * count * tlm_dtype_size(dt) : dev_alloc(count, dt);
-    tlm_memset_zero(be, recv, total * tlm_dtype_size(dt));
-    put(send, v, count, dt);
+    put(send, h.v, count, dt);
     die_on(tlm_comm_all_gather(comm, send, recv, count, dt, NULL), "all_gather");
-    get(got, recv, total, dt);
-    size_t at, bad = mismatches(got, want, total, 0.0, &at);
-    REPORT(in_place ? "all_gather in place" : "all_gather out-of-place", bad, at, got, want, total, dt);
-    if (!in_place) tlm_free(be, send);
-    tlm_free(be, recv);
-    free(v);
-    free(want);
-    free(got);
+    compare(h, recv, total, dt, 0.0, "all_gather %s", placement(in_place));
+    free_buffers(h, recv, send, in_place);
 }
 
 static void check_broadcast(size_t count, tlm_dtype dt, bool in_place) {
     const int root = nranks - 1;
-    float *v = malloc(count * sizeof(float)), *want = malloc(count * sizeof(float)), *got = malloc(count * sizeof(float));
-    for (size_t i = 0; i < count; i++) {
-        v[i] = tlm_allreduce_pattern(rank, i, dt, nranks);
-        want[i] = tlm_allreduce_pattern(root, i, dt, nranks);
-    }
-    void *send = dev_alloc(count, dt), *recv = in_place ? send : dev_alloc(count, dt);
-    put(send, v, count, dt);
-    if (!in_place) tlm_memset_zero(be, recv, count * tlm_dtype_size(dt));
+    const host_values h = host_values_new(count, count, dt);
+    for (size_t i = 0; i < count; i++) h.want[i] = tlm_allreduce_pattern(root, i, dt, nranks);
+    void *send = dev_values(h.v, count, dt), *recv = in_place ? send : dev_zeros(count, dt);
     die_on(tlm_comm_broadcast(comm, send, recv, count, dt, root, NULL), "broadcast");
-    get(got, recv, count, dt);
-    size_t at, bad = mismatches(got, want, count, 0.0, &at);
-    REPORT(in_place ? "broadcast from the last rank, in place" : "broadcast from the last rank, out-of-place", bad, at,
-           got, want, count, dt);
-    if (!in_place) tlm_free(be, recv);
-    tlm_free(be, send);
-    free(v);
-    free(want);
-    free(got);
+    compare(h, recv, count, dt, 0.0, "broadcast from the last rank, %s", placement(in_place));
+    free_buffers(h, send, recv, in_place);
 }
 
 static void check_collectives(void) {

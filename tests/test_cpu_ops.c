@@ -50,6 +50,13 @@ static int32_t *alloc_ints(size_t n) {
     return p;
 }
 
+/* n ids drawn uniformly from [0, bound) */
+static int32_t *random_ids(size_t n, uint64_t bound) {
+    int32_t *p = alloc_ints(n);
+    for (size_t i = 0; i < n; i++) p[i] = (int32_t)tlm_rng_below(&rng, bound);
+    return p;
+}
+
 /* normal(0, scale) values; never exactly zero in practice */
 static float *randn(size_t n, float scale) {
     float *p = alloc_floats(n);
@@ -238,8 +245,7 @@ static void test_embedding(int N, int V, int C) {
     char name[64];
     snprintf(name, sizeof name, "embedding N=%d V=%d C=%d", N, V, C);
     embedding_ctx c = {.N = N, .C = C};
-    c.tokens = alloc_ints(N);
-    for (int n = 0; n < N; n++) c.tokens[n] = (int32_t)tlm_rng_below(&rng, V / 2 + 1); /* repeats */
+    c.tokens = random_ids(N, V / 2 + 1); /* repeats */
     c.tokens[N - 1] = V - 1;
     c.wte = randn((size_t)V * C, 1.0f);
     c.R = randn((size_t)N * C, 1.0f);
@@ -732,8 +738,7 @@ static void test_cross_entropy(int N, int V) {
     size_t NV = (size_t)N * V;
     cross_entropy_ctx c = {.N = N, .V = V};
     c.logits = randn(NV, 3.0f);
-    c.targets = alloc_ints(N);
-    for (int n = 0; n < N; n++) c.targets[n] = (int32_t)tlm_rng_below(&rng, V);
+    c.targets = random_ids(N, V);
     c.targets[0] = V - 1;
     c.losses = alloc_floats(N);
     c.lse = alloc_floats(N);
@@ -1287,8 +1292,7 @@ static void test_cross_entropy_lowp(int N, int V, tlm_dtype dt) {
     float *l0 = randn(NV, 3.0f);
     void *logits = to_dt(l0, NV, dt);
     float *logits32 = rounded(l0, NV, dt);
-    int32_t *targets = alloc_ints(N);
-    for (int n = 0; n < N; n++) targets[n] = (int32_t)tlm_rng_below(&rng, V);
+    int32_t *targets = random_ids(N, V);
     float *losses = alloc_floats(N), *lse = alloc_floats(N), *losses32 = alloc_floats(N),
           *lse32 = alloc_floats(N);
     poison(losses, N);
@@ -1439,8 +1443,7 @@ static int run_parallel_ops(op_output *o, tlm_dtype dt) {
     uint64_t saved = rng;
     rng = 0xB16; /* the same inputs on every call */
     int k = 0;
-    int32_t *tokens = alloc_ints(N);
-    for (int n = 0; n < N; n++) tokens[n] = (int32_t)tlm_rng_below(&rng, 50); /* repeats */
+    int32_t *tokens = random_ids(N, 50); /* repeats */
     float *wte = randn((size_t)V * C, 1.0f), *dout = randn((size_t)N * C, 1.0f);
 
     if (dt == F32) {
@@ -1500,8 +1503,7 @@ static int run_parallel_ops(op_output *o, tlm_dtype dt) {
 
     void *logits = randn_dt((size_t)64 * VCE, 3.0f, dt);
     float *losses = alloc_floats(64);
-    int32_t *targets = alloc_ints(64);
-    for (int n = 0; n < 64; n++) targets[n] = (int32_t)tlm_rng_below(&rng, VCE);
+    int32_t *targets = random_ids(64, VCE);
     o[k] = (op_output){"cross_entropy forward", alloc_dt(64, F32), 64, F32};
     tlm_cross_entropy_forward(be, losses, o[k++].out, logits, targets, 64, VCE, dt);
     o[k] = (op_output){"cross_entropy backward", alloc_dt((size_t)64 * VCE, dt),

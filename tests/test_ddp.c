@@ -468,8 +468,7 @@ int main(void) {
     if (rank == 0) printf("# %s; %d rank%s\n", be->description, nranks, nranks == 1 ? "" : "s");
     test_plans();
     data = (tlm_tokens){malloc(4096 * sizeof(int32_t)), 4096};
-    uint64_t s = 17;
-    for (int i = 0; i < 4096; i++) data.ids[i] = (int32_t)tlm_rng_below(&s, 512);
+    test_random_ids(data.ids, 4096, 512, 17);
     if (nranks > 1) {
         die_on(tlm_comm_create(&comm, on_cpu ? TLM_COMM_MPI : TLM_COMM_NCCL, be, 60), "communicator");
         test_training();

@@ -347,25 +347,28 @@ int main(void) {
                                  tile ? 64 : 32, nth++ % 2 ? 5 : 0};
                     run_case(&c);
                 }
-    /* T = 1000 (one d_head), both tile shapes */
-    for (int causal = 0; causal < 2; causal++) {
-        run_case(&(fa_case){1, 1000, 1000, 2, 64, causal, 16, 32, 3});
-        run_case(&(fa_case){1, 1000, 1000, 2, 64, causal, 64, 64, 0});
-    }
-    /* Tq != Tk, not causal */
-    run_case(&(fa_case){2, 17, 100, 2, 64, false, 16, 32, 1});
-    run_case(&(fa_case){2, 100, 17, 2, 80, false, 16, 32, 0});
-    run_case(&(fa_case){3, 1, 100, 2, 32, false, 64, 64, 0});
-    /* causal, Tk < Tq: the first Tq - Tk rows see no key */
-    run_case(&(fa_case){2, 100, 37, 2, 64, true, 16, 32, 2});
-    run_case(&(fa_case){2, 17, 5, 3, 16, true, 4, 3, 0});
-    run_case(&(fa_case){1, 64, 1, 1, 128, true, 64, 64, 0});
-    /* causal, Tk > Tq (bottom-right: query 0 sees keys 0..Tk-Tq) */
-    run_case(&(fa_case){2, 17, 100, 2, 64, true, 16, 32, 0});
-    /* other d_head (the CPU takes any), degenerate tiles */
-    run_case(&(fa_case){2, 33, 33, 2, 96, true, 8, 8, 0});
-    run_case(&(fa_case){2, 33, 33, 2, 2, true, 5, 7, 1});
-    run_case(&(fa_case){1, 23, 23, 2, 7, true, 1, 1, 0});
+    static const fa_case more[] = {
+        /* T = 1000 (one d_head), both tile shapes, full and causal */
+        {1, 1000, 1000, 2, 64, false, 16, 32, 3},
+        {1, 1000, 1000, 2, 64, false, 64, 64, 0},
+        {1, 1000, 1000, 2, 64, true, 16, 32, 3},
+        {1, 1000, 1000, 2, 64, true, 64, 64, 0},
+        /* Tq != Tk, not causal */
+        {2, 17, 100, 2, 64, false, 16, 32, 1},
+        {2, 100, 17, 2, 80, false, 16, 32, 0},
+        {3, 1, 100, 2, 32, false, 64, 64, 0},
+        /* causal, Tk < Tq: the first Tq - Tk rows see no key */
+        {2, 100, 37, 2, 64, true, 16, 32, 2},
+        {2, 17, 5, 3, 16, true, 4, 3, 0},
+        {1, 64, 1, 1, 128, true, 64, 64, 0},
+        /* causal, Tk > Tq (bottom-right: query 0 sees keys 0..Tk-Tq) */
+        {2, 17, 100, 2, 64, true, 16, 32, 0},
+        /* other d_head (the CPU takes any), degenerate tiles */
+        {2, 33, 33, 2, 96, true, 8, 8, 0},
+        {2, 33, 33, 2, 2, true, 5, 7, 1},
+        {1, 23, 23, 2, 7, true, 1, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) run_case(&more[i]);
 
     /* 3. causal T = 256, Br = Bc = 64: 10 of 16 tiles; not causal: 16 */
     int64_t causal_tiles = run_case(&(fa_case){1, 256, 256, 1, 16, true, 64, 64, 0});

@@ -201,6 +201,12 @@ static void tb_free(tbuf *b) {
     memset(b, 0, sizeof *b);
 }
 
+/* tb_free of each buffer given: TB_FREE(&a, &b, ...) */
+#define TB_FREE(...) tb_free_each((tbuf *[]){__VA_ARGS__}, sizeof((tbuf *[]){__VA_ARGS__}) / sizeof(tbuf *))
+static void tb_free_each(tbuf *const *b, size_t n) {
+    for (size_t i = 0; i < n; i++) tb_free(b[i]);
+}
+
 /* the CUDA side into raw, widened into host */
 static void tb_fetch(tbuf *b) {
     tlm_copy_to_host(gpu, b->raw, b->g, b->n * b->es);
@@ -329,8 +335,7 @@ static void case_embedding(const tcase *t) {
     tbuf wte = tb_rand((size_t)V * C, 1.0, 0.0, F32), out = tb_poison((size_t)N * C, F32);
     ON_BOTH("embedding_forward", t->tag, tlm_embedding_forward(be_, FP(out), P(tok), FP(wte), N, C));
     compare("embedding_forward", t->tag, &out, t->tol);
-    tb_free(&wte);
-    tb_free(&out);
+    TB_FREE(&wte, &out);
     ib_free(&tok);
 
     /* few distinct tokens, so rows repeat and the scatter-add really accumulates */
@@ -338,8 +343,7 @@ static void case_embedding(const tcase *t) {
     tbuf dout = tb_rand((size_t)N * C, 1.0, 0.0, F32), dwte = tb_poison((size_t)V * C, F32);
     ON_BOTH("embedding_backward", t->tag, tlm_embedding_backward(be_, FP(dwte), FP(dout), P(tok), N, V, C));
     compare("embedding_backward (dwte)", t->tag, &dwte, t->tol);
-    tb_free(&dout);
-    tb_free(&dwte);
+    TB_FREE(&dout, &dwte);
     ib_free(&tok);
 }
 
@@ -353,10 +357,7 @@ static void case_rmsnorm(const tcase *t) {
     ON_BOTH("rmsnorm_forward", t->tag, tlm_rmsnorm_forward(be_, P(out), FP(rstd), FP(x), FP(w), N, C, eps, dt));
     compare("rmsnorm_forward (out)", t->tag, &out, t->tol);
     compare("rmsnorm_forward (rstd)", t->tag, &rstd, t->tol);
-    tb_free(&x);
-    tb_free(&w);
-    tb_free(&out);
-    tb_free(&rstd);
+    TB_FREE(&x, &w, &out, &rstd);
 
     /* backward: fresh x, w; rstd from the CPU forward on both; dx accumulates onto random values */
     x = tb_rand((size_t)N * C, 1.0, -0.1, F32);
@@ -371,14 +372,7 @@ static void case_rmsnorm(const tcase *t) {
             tlm_rmsnorm_backward(be_, FP(dx), FP(dw), P(dout), FP(x), FP(w), FP(rstd), N, C, dt));
     compare("rmsnorm_backward (dx +=)", t->tag, &dx, t->tol);
     compare("rmsnorm_backward (dw)", t->tag, &dw, t->tol);
-    tb_free(&x);
-    tb_free(&w);
-    tb_free(&out);
-    tb_free(&r0);
-    tb_free(&rstd);
-    tb_free(&dout);
-    tb_free(&dx);
-    tb_free(&dw);
+    TB_FREE(&x, &w, &out, &r0, &rstd, &dout, &dx, &dw);
 }
 
 static void case_matmul(const tcase *t) {
@@ -406,8 +400,7 @@ static void case_matmul(const tcase *t) {
             snprintf(what, sizeof what, "matmul_forward %dx%d +res in place", in, out);
             ON_BOTH(what, t->tag, tlm_matmul_forward(be_, P(res), FP(res), P(x), P(w), N, in, out, pm)); /* y == residual */
             compare(what, t->tag, &res, t->tol);
-            tb_free(&res);
-            tb_free(&yr);
+            TB_FREE(&res, &yr);
         }
 
         tbuf dy = tb_rand((size_t)N * out, 1.0, 0.0, dt), dx = tb_poison((size_t)N * in, dt);
@@ -425,12 +418,7 @@ static void case_matmul(const tcase *t) {
             compare(what, t->tag, &dw2, t->tol);
             tb_free(&dw2);
         }
-        tb_free(&x);
-        tb_free(&w);
-        tb_free(&y);
-        tb_free(&dy);
-        tb_free(&dx);
-        tb_free(&dw);
+        TB_FREE(&x, &w, &y, &dy, &dx, &dw);
     }
 }
 
@@ -481,8 +469,7 @@ static void case_cast(const tcase *t) {
         else
             check(true, "%-36s %-33s all %zu equal to cpu and to RNE", what, t->tag, n - off);
     }
-    tb_free(&src);
-    tb_free(&dst);
+    TB_FREE(&src, &dst);
 }
 
 static void case_rope(const tcase *t) {
@@ -507,9 +494,7 @@ static void case_rope(const tcase *t) {
     tbuf dqkv = tb_rand((size_t)N * 3 * C, 1.0, 0.0, dt);
     ON_BOTH("rope_backward", t->tag, tlm_rope_backward(be_, P(dqkv), FP(cs), FP(sn), B, T, 2 * H, D, 3 * C, dt));
     compare("rope_backward (in place, ld 3C)", t->tag, &dqkv, t->tol);
-    tb_free(&dqkv);
-    tb_free(&cs);
-    tb_free(&sn);
+    TB_FREE(&dqkv, &cs, &sn);
 }
 
 static void case_attention(const tcase *t) {
@@ -538,12 +523,7 @@ static void case_attention(const tcase *t) {
             tlm_attention_backward(be_, P(dqkv), AT(dqkv, C), AT(dqkv, 2 * C), P(dprobs), P(dout), P(qkv), AT(qkv, C),
                                    AT(qkv, 2 * C), P(p), ld, B, T, H, D, pm));
     compare("attention_backward (dq|dk|dv)", t->tag, &dqkv, t->tol);
-    tb_free(&qkv);
-    tb_free(&probs);
-    tb_free(&p);
-    tb_free(&dout);
-    tb_free(&dqkv);
-    tb_free(&dprobs);
+    TB_FREE(&qkv, &probs, &p, &dout, &dqkv, &dprobs);
 }
 
 static void case_swiglu(const tcase *t) {
@@ -552,15 +532,12 @@ static void case_swiglu(const tcase *t) {
     tbuf ab = tb_rand((size_t)N * 2 * F, 2.0, 0.0, dt), out = tb_poison((size_t)N * F, dt);
     ON_BOTH("swiglu_forward", t->tag, tlm_swiglu_forward(be_, P(out), P(ab), N, F, dt));
     compare("swiglu_forward", t->tag, &out, t->tol);
-    tb_free(&ab);
-    tb_free(&out);
+    TB_FREE(&ab, &out);
     ab = tb_rand((size_t)N * 2 * F, 2.0, 0.0, dt);
     tbuf dout = tb_rand((size_t)N * F, 1.0, 0.0, dt), dab = tb_poison((size_t)N * 2 * F, dt);
     ON_BOTH("swiglu_backward", t->tag, tlm_swiglu_backward(be_, P(dab), P(dout), P(ab), N, F, dt));
     compare("swiglu_backward", t->tag, &dab, t->tol);
-    tb_free(&ab);
-    tb_free(&dout);
-    tb_free(&dab);
+    TB_FREE(&ab, &dout, &dab);
 }
 
 static void case_cross_entropy(const tcase *t) {
@@ -573,9 +550,7 @@ static void case_cross_entropy(const tcase *t) {
             tlm_cross_entropy_forward(be_, FP(losses), FP(lse), P(logits), P(tgt), N, V, dt));
     compare("cross_entropy_forward (losses)", t->tag, &losses, t->tol);
     compare("cross_entropy_forward (lse)", t->tag, &lse, t->tol);
-    tb_free(&logits);
-    tb_free(&losses);
-    tb_free(&lse);
+    TB_FREE(&logits, &losses, &lse);
 
     /* backward from the CPU's logsumexp on both sides; out of place, then in place */
     logits = tb_rand((size_t)N * V, 2.0, -0.5, dt);
@@ -591,11 +566,7 @@ static void case_cross_entropy(const tcase *t) {
     ON_BOTH("cross_entropy_backward (in place)", t->tag,
             tlm_cross_entropy_backward(be_, P(logits), P(logits), FP(lse), P(tgt), N, V, dloss, dt));
     compare("cross_entropy_backward (in place)", t->tag, &logits, t->tol);
-    tb_free(&logits);
-    tb_free(&losses);
-    tb_free(&l0);
-    tb_free(&lse);
-    tb_free(&dlogits);
+    TB_FREE(&logits, &losses, &l0, &lse, &dlogits);
     ib_free(&tgt);
 }
 
@@ -617,8 +588,7 @@ static void case_reduce_mean(const tcase *t) {
             snprintf(what, sizeof what, "reduce_mean n=%zu vs float64", n);
             check(fabs(got - want) <= 1e-6 * fabs(want), "%-36s %-33s %.9g, float64 %.9g", what, t->tag, got, want);
         }
-        tb_free(&x);
-        tb_free(&out);
+        TB_FREE(&x, &out);
     }
 }
 
@@ -639,11 +609,7 @@ static void case_relu(const tcase *t) {
     compare("relu_forward (unaligned)", t->tag, &out1, 0.0);
     ON_BOTH("relu_forward (in place)", t->tag, tlm_relu_forward(be_, P(x), P(x), n, dt));
     compare("relu_forward (in place)", t->tag, &x, 0.0);
-    tb_free(&x);
-    tb_free(&out);
-    tb_free(&dout);
-    tb_free(&dx);
-    tb_free(&out1);
+    TB_FREE(&x, &out, &dout, &dx, &out1);
 }
 
 /* LayerNorm (the ToyModel's): x, dout, dx of dtype dt; out, mean, rstd, w, b, dw, db float32 */
@@ -771,8 +737,7 @@ static void unscale_one(const char *tag, size_t n, size_t offset, float inv_scal
         check(mismatch == 0 && err <= TOL, "%-36s %-33s rel err %.3e (limit %.0e), %zu inf/NaN misplaced", what, tag,
               err, TOL, mismatch);
     }
-    tb_free(&found);
-    tb_free(&g);
+    TB_FREE(&found, &g);
 }
 
 static void case_grad_unscale(const tcase *t) {

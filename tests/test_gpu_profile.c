@@ -72,8 +72,7 @@ static void run(const tlm_config *cfg, tlm_attention att, bool graphs, profiled 
     die_on(tlm_model_create(&m, cfg, &rc, be), "model");
     die_on(tlm_model_init_random(m, 1), "init");
     int32_t *tokens = malloc((B * T + 1) * sizeof *tokens);
-    uint64_t rng = tlm_rng_stream(3, 1);
-    for (int i = 0; i <= B * T; i++) tokens[i] = (int32_t)tlm_rng_below(&rng, (uint64_t)cfg->vocab_size);
+    test_random_ids(tokens, B * T + 1, (uint64_t)cfg->vocab_size, tlm_rng_stream(3, 1));
     tlm_event *ev[4];
     for (int e = 0; e < 4; e++) die_on(tlm_event_create(be, &ev[e]), "event");
     const tlm_adamw_config opt = tlm_adamw_defaults();

@@ -21,30 +21,18 @@
 #include "tlm/safetensors.h"
 #include "tlm/status.h"
 #include "test_check.h"
+#include "test_files.h"
 
 static char tmpdir[64];
 
-static const char *tpath(const char *name) {
-    static char buf[8][256];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 256, "%s/%s", tmpdir, name);
-    return p;
-}
+static const char *tpath(const char *name) { return test_path_in(tmpdir, name); }
 
 static int file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
 }
 
-/* the writer's temporary files (".<name>.XXXXXX", output.h) left in the test directory */
-static int temporaries_left(void) {
-    int n = 0;
-    DIR *d = opendir(tmpdir);
-    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] == '.' && strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    if (d) closedir(d);
-    return n;
-}
+static int temporaries_left(void) { return test_temporaries_in(tmpdir); }
 
 static void write_bytes(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -457,6 +445,19 @@ static void expect_st_format(const char *path, const char *needle, const char *w
     if (s == TLM_OK) tlm_safetensors_free(&st);
 }
 
+/* safetensors files the reader refuses as FORMAT with a message naming `needle`: each a header
+ * (its own length in the length field) and data_len zero bytes */
+typedef struct {
+    const char *name, *hdr;
+    size_t data_len;
+    const char *needle, *what;
+} st_bad_file;
+
+static void expect_st_bad_files(const st_bad_file *f, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        expect_st_format(st_file(f[i].name, f[i].hdr, UINT64_MAX, f[i].data_len), f[i].needle, f[i].what);
+}
+
 static void test_safetensors_malformed(void) {
     const char *p = tpath("empty.safetensors");
     write_bytes(p, "", 0);
@@ -467,49 +468,46 @@ static void test_safetensors_malformed(void) {
     expect_st_format(st_file("hl_big.safetensors", "{}", 100, 0), "exceeds", "header length > file size");
     expect_st_format(st_file("hl_2p63.safetensors", "{}", 1ull << 63, 0), "9223372036854775808", "header length 2^63");
     expect_st_format(st_file("hl_zero.safetensors", "{}", 0, 0), "JSON", "header length 0");
-    expect_st_format(st_file("badjson.safetensors", "{\"a\": {\"dtype\": ", UINT64_MAX, 0), "JSON", "invalid JSON");
-    expect_st_format(st_file("array.safetensors", "[1, 2, 3]", UINT64_MAX, 0), "not an object", "JSON array, not an object");
-    expect_st_format(st_file("trailing.safetensors", "{} x", UINT64_MAX, 0), "after", "bytes after the JSON");
-    expect_st_format(st_file("noofs.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1]}}", UINT64_MAX, 4),
-                     "data_offsets", "missing data_offsets");
-    expect_st_format(st_file("nodtype.safetensors", "{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", UINT64_MAX, 4),
-                     "dtype", "missing dtype");
-    expect_st_format(st_file("noshape.safetensors", "{\"w\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", UINT64_MAX, 4),
-                     "shape", "missing shape");
-    expect_st_format(st_file("f99.safetensors", "{\"w\":{\"dtype\":\"F99\",\"shape\":[1],\"data_offsets\":[0,4]}}",
-                             UINT64_MAX, 4), "F99", "unknown dtype F99");
-    expect_st_format(st_file("dtnum.safetensors", "{\"w\":{\"dtype\":5,\"shape\":[1],\"data_offsets\":[0,4]}}",
-                             UINT64_MAX, 4), "'w'", "dtype of the wrong JSON type");
-    expect_st_format(st_file("shstr.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":\"1\",\"data_offsets\":[0,4]}}",
-                             UINT64_MAX, 4), "shape", "shape a string");
-    expect_st_format(st_file("shfrac.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}",
-                             UINT64_MAX, 4), "shape", "fractional dim");
-    expect_st_format(st_file("entnum.safetensors", "{\"w\":3}", UINT64_MAX, 0), "'w'", "entry not an object");
-    expect_st_format(st_file("oor.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-                             UINT64_MAX, 4), "'w'", "data_offsets past the end of the data");
-    expect_st_format(st_file("mism.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}",
-                             UINT64_MAX, 8), "needs 12", "data_offsets length != numel * 4");
-    expect_st_format(st_file("rev.safetensors", "{\"w\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,0]}}",
-                             UINT64_MAX, 8), "'w'", "data_offsets begin > end");
-    expect_st_format(st_file("ofs1.safetensors", "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0]}}",
-                             UINT64_MAX, 8), "data_offsets", "data_offsets of length 1");
-    expect_st_format(st_file("ofsneg.safetensors", "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[-1,0]}}",
-                             UINT64_MAX, 8), "data_offsets", "negative data_offsets");
-    expect_st_format(st_file("neg.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}",
-                             UINT64_MAX, 4), "negative", "negative dim");
-    expect_st_format(st_file("ovf.safetensors",
-                             "{\"w\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296,16],\"data_offsets\":[0,0]}}",
-                             UINT64_MAX, 0), "overflow", "numel * size overflows 64 bits");
-    expect_st_format(st_file("ovf2.safetensors",
-                             "{\"w\":{\"dtype\":\"F64\",\"shape\":[2305843009213693952],\"data_offsets\":[0,0]}}",
-                             UINT64_MAX, 0), "overflow", "numel * 8 overflows 64 bits (numel 2^61)");
-    expect_st_format(st_file("dims9.safetensors",
-                             "{\"w\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}",
-                             UINT64_MAX, 1), "dimensions", "9 dimensions");
-    expect_st_format(st_file("dup.safetensors",
-                             "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
-                             "\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
-                             UINT64_MAX, 1), "twice", "a name twice");
+    static const st_bad_file bad[] = {
+        {"badjson.safetensors", "{\"a\": {\"dtype\": ", 0, "JSON", "invalid JSON"},
+        {"array.safetensors", "[1, 2, 3]", 0, "not an object", "JSON array, not an object"},
+        {"trailing.safetensors", "{} x", 0, "after", "bytes after the JSON"},
+        {"noofs.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "data_offsets", "missing data_offsets"},
+        {"nodtype.safetensors", "{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "dtype", "missing dtype"},
+        {"noshape.safetensors", "{\"w\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, "shape", "missing shape"},
+        {"f99.safetensors", "{\"w\":{\"dtype\":\"F99\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+         4, "F99", "unknown dtype F99"},
+        {"dtnum.safetensors", "{\"w\":{\"dtype\":5,\"shape\":[1],\"data_offsets\":[0,4]}}",
+         4, "'w'", "dtype of the wrong JSON type"},
+        {"shstr.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":\"1\",\"data_offsets\":[0,4]}}",
+         4, "shape", "shape a string"},
+        {"shfrac.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}",
+         4, "shape", "fractional dim"},
+        {"entnum.safetensors", "{\"w\":3}", 0, "'w'", "entry not an object"},
+        {"oor.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+         4, "'w'", "data_offsets past the end of the data"},
+        {"mism.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}",
+         8, "needs 12", "data_offsets length != numel * 4"},
+        {"rev.safetensors", "{\"w\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,0]}}",
+         8, "'w'", "data_offsets begin > end"},
+        {"ofs1.safetensors", "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0]}}",
+         8, "data_offsets", "data_offsets of length 1"},
+        {"ofsneg.safetensors", "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[-1,0]}}",
+         8, "data_offsets", "negative data_offsets"},
+        {"neg.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}",
+         4, "negative", "negative dim"},
+        {"ovf.safetensors", "{\"w\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296,16],\"data_offsets\":[0,0]}}",
+         0, "overflow", "numel * size overflows 64 bits"},
+        {"ovf2.safetensors", "{\"w\":{\"dtype\":\"F64\",\"shape\":[2305843009213693952],\"data_offsets\":[0,0]}}",
+         0, "overflow", "numel * 8 overflows 64 bits (numel 2^61)"},
+        {"dims9.safetensors", "{\"w\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}",
+         1, "dimensions", "9 dimensions"},
+        {"dup.safetensors",
+         "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+         "\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+         1, "twice", "a name twice"},
+    };
+    expect_st_bad_files(bad, sizeof bad / sizeof bad[0]);
 
     /* a valid hand-made file with odd key order reads (rules of the reference: test_safetensors_reference) */
     tlm_safetensors st;
@@ -690,45 +688,45 @@ static void expect_npy(const char *path, tlm_status want, const char *needle, co
 static void test_npy_malformed(void) {
     float d[6] = {0};
     const char *good = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
-    const char *p = tpath("magic.npy");
-    write_bytes(p, "\x93NUMPZ\x01\x00\x76\x00{}", 12);
-    expect_npy(p, TLM_ERR_FORMAT, "magic", "bad magic");
-    p = tpath("short.npy");
-    write_bytes(p, "\x93NU", 3);
-    expect_npy(p, TLM_ERR_FORMAT, "short.npy", "3-byte file");
-    p = tpath("ver.npy");
-    write_bytes(p, "\x93NUMPY\x04\x00\x10\x00{}", 12);
-    expect_npy(p, TLM_ERR_FORMAT, "4.0", "version 4.0");
-    p = tpath("trunchdr.npy");
-    write_bytes(p, "\x93NUMPY\x01\x00\x76\x00{'descr': '<f4', 'fortran_", 34);
-    expect_npy(p, TLM_ERR_FORMAT, "header", "truncated header");
-    expect_npy(npy_file("fortran.npy", 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", d, 24),
-               TLM_ERR_FORMAT, "fortran_order", "fortran_order True");
-    expect_npy(npy_file("be.npy", 1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", d, 24),
-               TLM_ERR_FORMAT, ">f4", "big-endian '>f4'");
-    expect_npy(npy_file("c8.npy", 1, "{'descr': '<c8', 'fortran_order': False, 'shape': (3,), }", d, 24),
-               TLM_ERR_FORMAT, "'<c8'", "unsupported '<c8'");
-    expect_npy(npy_file("struct.npy", 1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }", d, 12),
-               TLM_ERR_FORMAT, "descr", "structured dtype");
-    expect_npy(npy_file("truncdata.npy", 1, good, d, 23), TLM_ERR_FORMAT, "truncated", "truncated data (23 of 24 bytes)");
-    expect_npy(npy_file("noshape.npy", 1, "{'descr': '<f4', 'fortran_order': False, }", d, 24), TLM_ERR_FORMAT,
-               "'shape'", "header without 'shape'");
-    expect_npy(npy_file("nodescr.npy", 1, "{'fortran_order': False, 'shape': (2, 3), }", d, 24), TLM_ERR_FORMAT,
-               "'descr'", "header without 'descr'");
-    expect_npy(npy_file("notuple.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (6), }", d, 24),
-               TLM_ERR_FORMAT, "shape", "shape (6) is not a tuple");
-    expect_npy(npy_file("negdim.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", d, 24),
-               TLM_ERR_FORMAT, "shape", "negative dim");
-    expect_npy(npy_file("extrakey.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (6,), 'x': 1}", d, 24),
-               TLM_ERR_FORMAT, "'x'", "unexpected key");
-    expect_npy(npy_file("dupkey.npy", 1, "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (6,)}", d, 24),
-               TLM_ERR_FORMAT, "twice", "key twice");
-    expect_npy(npy_file("garbage.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (6,)} x", d, 24),
-               TLM_ERR_FORMAT, "after", "bytes after the dict");
-    expect_npy(npy_file("ovf.npy", 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", d, 24),
-               TLM_ERR_FORMAT, "overflow", "shape whose size overflows");
-    expect_npy(npy_file("bigdim.npy", 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999999,), }", d, 24),
-               TLM_ERR_FORMAT, "overflow", "dimension beyond 64 bits");
+    /* broken before the header dict: each file given byte by byte */
+    static const struct { const char *name, *bytes; size_t len; const char *needle, *what; } raw_bad[] = {
+        {"magic.npy", "\x93NUMPZ\x01\x00\x76\x00{}", 12, "magic", "bad magic"},
+        {"short.npy", "\x93NU", 3, "short.npy", "3-byte file"},
+        {"ver.npy", "\x93NUMPY\x04\x00\x10\x00{}", 12, "4.0", "version 4.0"},
+        {"trunchdr.npy", "\x93NUMPY\x01\x00\x76\x00{'descr': '<f4', 'fortran_", 34, "header", "truncated header"},
+    };
+    for (size_t i = 0; i < sizeof raw_bad / sizeof raw_bad[0]; i++) {
+        const char *p = tpath(raw_bad[i].name);
+        write_bytes(p, raw_bad[i].bytes, raw_bad[i].len);
+        expect_npy(p, TLM_ERR_FORMAT, raw_bad[i].needle, raw_bad[i].what);
+    }
+    /* version 1.0 files with a bad header dict, or too few data bytes: FORMAT, naming `needle` */
+    const struct { const char *name, *dict; size_t nbytes; const char *needle, *what; } bad[] = {
+        {"fortran.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24, "fortran_order",
+         "fortran_order True"},
+        {"be.npy", "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", 24, ">f4", "big-endian '>f4'"},
+        {"c8.npy", "{'descr': '<c8', 'fortran_order': False, 'shape': (3,), }", 24, "'<c8'", "unsupported '<c8'"},
+        {"struct.npy", "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }", 12, "descr",
+         "structured dtype"},
+        {"truncdata.npy", good, 23, "truncated", "truncated data (23 of 24 bytes)"},
+        {"noshape.npy", "{'descr': '<f4', 'fortran_order': False, }", 24, "'shape'", "header without 'shape'"},
+        {"nodescr.npy", "{'fortran_order': False, 'shape': (2, 3), }", 24, "'descr'", "header without 'descr'"},
+        {"notuple.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (6), }", 24, "shape",
+         "shape (6) is not a tuple"},
+        {"negdim.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", 24, "shape", "negative dim"},
+        {"extrakey.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (6,), 'x': 1}", 24, "'x'",
+         "unexpected key"},
+        {"dupkey.npy", "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (6,)}", 24, "twice",
+         "key twice"},
+        {"garbage.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (6,)} x", 24, "after",
+         "bytes after the dict"},
+        {"ovf.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", 24, "overflow",
+         "shape whose size overflows"},
+        {"bigdim.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999999,), }", 24, "overflow",
+         "dimension beyond 64 bits"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_npy(npy_file(bad[i].name, 1, bad[i].dict, d, bad[i].nbytes), TLM_ERR_FORMAT, bad[i].needle, bad[i].what);
     expect_npy(tpath("nofile.npy"), TLM_ERR_IO, "No such file", "nonexistent .npy");
 
     /* every strict prefix of a valid file is FORMAT */
@@ -766,41 +764,39 @@ static void test_npy_malformed(void) {
 /* the reference's rules (huggingface/safetensors read_metadata, Metadata::validate) */
 static void test_safetensors_reference(void) {
 #define W4(name, b, e) "\"" name "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" #b "," #e "]}"
-    expect_st_format(st_file("overlap.safetensors", "{" W4("a", 0, 4) "," W4("b", 2, 6) "}", UINT64_MAX, 6),
-                     "overlap tensor 'a'", "data_offsets overlapping the tensor before");
-    expect_st_format(st_file("alias.safetensors",
-                             "{" W4("a", 0, 4) "," W4("b", 0, 4) "," W4("c", 0, 4) "," W4("d", 0, 4) ","
-                             W4("e", 0, 4) "," W4("f", 0, 4) "," W4("g", 0, 4) "}", UINT64_MAX, 4),
-                     "overlap", "seven tensors aliasing one buffer");
-    expect_st_format(st_file("gap.safetensors", "{" W4("a", 0, 4) "," W4("b", 8, 12) "}", UINT64_MAX, 12),
-                     "bytes [4, 8)", "a gap between two tensors");
-    expect_st_format(st_file("gap0.safetensors", "{" W4("a", 4, 8) "}", UINT64_MAX, 8), "bytes [0, 4)",
-                     "the first tensor not at offset 0");
-    expect_st_format(st_file("trail.safetensors", "{" W4("a", 0, 4) "}", UINT64_MAX, 9), "5 trailing bytes",
-                     "trailing bytes after the last tensor");
-    expect_st_format(st_file("trail0.safetensors", "{}", UINT64_MAX, 3), "3 trailing bytes",
-                     "data bytes with no tensor at all");
-    expect_st_format(st_file("dim2p63.safetensors",
-                             "{\"w\":{\"dtype\":\"U8\",\"shape\":[9223372036854775808,0],\"data_offsets\":[0,0]}}",
-                             UINT64_MAX, 0), "2^63", "a dimension of 2^63 (would read as negative)");
-    expect_st_format(st_file("metanum.safetensors", "{\"__metadata__\":{\"format\":\"pt\",\"n\":1}," W4("a", 0, 4) "}",
-                             UINT64_MAX, 4), "__metadata__ entry 'n'", "a non-string __metadata__ value");
-    expect_st_format(st_file("metaarr.safetensors", "{\"__metadata__\":[\"pt\"]," W4("a", 0, 4) "}", UINT64_MAX, 4),
-                     "__metadata__", "__metadata__ an array, not an object");
-    expect_st_format(st_file("metastr.safetensors", "{\"__metadata__\":\"pt\"}", UINT64_MAX, 0), "__metadata__",
-                     "__metadata__ a string");
-    expect_st_format(st_file("meta2.safetensors", "{\"__metadata__\":{},\"__metadata__\":{}}", UINT64_MAX, 0),
-                     "twice", "__metadata__ twice");
-    expect_st_format(st_file("metadup.safetensors", "{\"__metadata__\":{\"k\":\"a\",\"k\":\"b\"}}", UINT64_MAX, 0),
-                     "'k' twice", "a __metadata__ key twice");
-    expect_st_format(st_file("noname.safetensors", "{" W4("", 0, 4) "}", UINT64_MAX, 4), "empty name",
-                     "an empty tensor name");
-    expect_st_format(st_file("utf8.safetensors", "{" W4("\xff", 0, 4) "}", UINT64_MAX, 4), "UTF-8",
-                     "a name that is not UTF-8");
-    expect_st_format(st_file("overlong.safetensors", "{" W4("\xc0\xaf", 0, 4) "}", UINT64_MAX, 4), "UTF-8",
-                     "an overlong UTF-8 form");
-    expect_st_format(st_file("ctl.safetensors", "{" W4("a\x01", 0, 4) "}", UINT64_MAX, 4), "control byte",
-                     "a control byte in a name");
+    static const st_bad_file bad[] = {
+        {"overlap.safetensors", "{" W4("a", 0, 4) "," W4("b", 2, 6) "}",
+         6, "overlap tensor 'a'", "data_offsets overlapping the tensor before"},
+        {"alias.safetensors",
+         "{" W4("a", 0, 4) "," W4("b", 0, 4) "," W4("c", 0, 4) "," W4("d", 0, 4) ","
+         W4("e", 0, 4) "," W4("f", 0, 4) "," W4("g", 0, 4) "}",
+         4, "overlap", "seven tensors aliasing one buffer"},
+        {"gap.safetensors", "{" W4("a", 0, 4) "," W4("b", 8, 12) "}", 12, "bytes [4, 8)", "a gap between two tensors"},
+        {"gap0.safetensors", "{" W4("a", 4, 8) "}", 8, "bytes [0, 4)", "the first tensor not at offset 0"},
+        {"trail.safetensors", "{" W4("a", 0, 4) "}", 9, "5 trailing bytes", "trailing bytes after the last tensor"},
+        {"trail0.safetensors", "{}", 3, "3 trailing bytes", "data bytes with no tensor at all"},
+        {"dim2p63.safetensors", "{\"w\":{\"dtype\":\"U8\",\"shape\":[9223372036854775808,0],\"data_offsets\":[0,0]}}",
+         0, "2^63", "a dimension of 2^63 (would read as negative)"},
+        {"metanum.safetensors", "{\"__metadata__\":{\"format\":\"pt\",\"n\":1}," W4("a", 0, 4) "}",
+         4, "__metadata__ entry 'n'", "a non-string __metadata__ value"},
+        {"metaarr.safetensors", "{\"__metadata__\":[\"pt\"]," W4("a", 0, 4) "}",
+         4, "__metadata__", "__metadata__ an array, not an object"},
+        {"metastr.safetensors", "{\"__metadata__\":\"pt\"}", 0, "__metadata__", "__metadata__ a string"},
+        {"meta2.safetensors", "{\"__metadata__\":{},\"__metadata__\":{}}", 0, "twice", "__metadata__ twice"},
+        {"metadup.safetensors", "{\"__metadata__\":{\"k\":\"a\",\"k\":\"b\"}}",
+         0, "'k' twice", "a __metadata__ key twice"},
+        {"noname.safetensors", "{" W4("", 0, 4) "}", 4, "empty name", "an empty tensor name"},
+        {"utf8.safetensors", "{" W4("\xff", 0, 4) "}", 4, "UTF-8", "a name that is not UTF-8"},
+        {"overlong.safetensors", "{" W4("\xc0\xaf", 0, 4) "}", 4, "UTF-8", "an overlong UTF-8 form"},
+        {"ctl.safetensors", "{" W4("a\x01", 0, 4) "}", 4, "control byte", "a control byte in a name"},
+        {"escnul.safetensors", "{" W4("a\\u0000b", 0, 4) "}",
+         4, "escaped NUL", "an escaped NUL in a name (\"a\\u0000b\" would read as \"a\")"},
+        {"escnulmeta.safetensors", "{\"__metadata__\":{\"d_model\":\"64\\u0000 junk\"}}",
+         0, "escaped NUL", "an escaped NUL in a __metadata__ value"},
+        /* the header ends the file with a dangling comma: older cJSON read one byte past it (ASan) */
+        {"comma.safetensors", "{\"a\":1,", 0, "JSON", "a header ending the file in a comma"},
+    };
+    expect_st_bad_files(bad, sizeof bad / sizeof bad[0]);
     /* NUL inside a name: "a\0b" would be read as "a" */
     const char *p = st_file("nul.safetensors", "{\"a_b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}",
                             UINT64_MAX, 0);
@@ -810,13 +806,6 @@ static void test_safetensors_reference(void) {
     write_bytes(p, raw, size);
     free(raw);
     expect_st_format(p, "control byte (0x00) at byte 3", "a NUL byte inside a tensor name");
-    expect_st_format(st_file("escnul.safetensors", "{" W4("a\\u0000b", 0, 4) "}", UINT64_MAX, 4), "escaped NUL",
-                     "an escaped NUL in a name (\"a\\u0000b\" would read as \"a\")");
-    expect_st_format(st_file("escnulmeta.safetensors", "{\"__metadata__\":{\"d_model\":\"64\\u0000 junk\"}}", UINT64_MAX, 0),
-                     "escaped NUL", "an escaped NUL in a __metadata__ value");
-    /* the header ends the file with a dangling comma: older cJSON read one byte past it (ASan) */
-    expect_st_format(st_file("comma.safetensors", "{\"a\":1,", UINT64_MAX, 0), "JSON",
-                     "a header ending the file in a comma");
 
     /* 20000 empty tensors, then one name again: found (the names are sorted, not compared pairwise) */
     enum { MANY = 20000 };

@@ -275,11 +275,8 @@ static void test_peaks_and_largest(void) {
 int main(void) {
     be = test_backend();
     die_on(tlm_config_preset("tiny", &cfg), "tiny");
-    uint64_t rng = 9;
-    for (int i = 0; i <= B * T; i++) tokens[i] = (int32_t)tlm_rng_below(&rng, (uint64_t)cfg.vocab_size);
+    test_random_ids(tokens, B * T + 1, (uint64_t)cfg.vocab_size, 9);
     test_balance();
     test_peaks_and_largest();
-    check(test_bytes_held(be) == 0, "every buffer freed (%zu bytes held)", test_bytes_held(be));
-    tlm_backend_destroy(be);
-    return test_finish();
+    return test_finish_backend(be);
 }

@@ -42,7 +42,5 @@ int main(void) {
     fx_run_attention(be, fixtures, "", 1e-5, TLM_ATTENTION_FLASH);
     fx_run_attention(be, fixtures, "f64", 1e-5, TLM_ATTENTION_FLASH);
     roundtrip(be);
-    check(test_bytes_held(be) == 0, "every buffer freed (%zu bytes held)", test_bytes_held(be));
-    tlm_backend_destroy(be);
-    return test_finish();
+    return test_finish_backend(be);
 }

@@ -4,7 +4,6 @@
  * path too long for a temporary beside it is refused; a batch commits all its outputs or none; a
  * write that fails (a file-size limit standing in for a full disk) reports the file and leaves the
  * old one; SIGTERM while a file is open removes the temporary. */
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,17 +14,12 @@
 #include <unistd.h>
 
 #include "test_check.h"
+#include "test_files.h"
 #include "tlm/output.h"
 
 static char dir[64];
 
-static const char *at(const char *name) {
-    static char buf[4][400];
-    static int k;
-    char *p = buf[k++ % 4];
-    snprintf(p, 400, "%s/%s", dir, name);
-    return p;
-}
+static const char *at(const char *name) { return test_path_in(dir, name); }
 
 static void put(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
@@ -45,13 +39,7 @@ static const char *content(const char *path) {
     return buf;
 }
 
-static int temporaries(void) {
-    int n = 0;
-    DIR *d = opendir(dir);
-    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] == '.' && strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return n;
-}
+static int temporaries(void) { return test_temporaries_in(dir); }
 
 static tlm_status write_text(const char *path, const char *text) {
     tlm_output *o;

@@ -510,8 +510,5 @@ int main(void) {
     test_toymodel_lowp_gradients(TLM_PRECISION_BF16);
     test_ln_lab(false);
     test_ln_lab(true);
-    check(test_bytes_held(be) == 0, "every ToyModel buffer freed (%zu bytes left)", test_bytes_held(be));
-    tlm_backend_destroy(be);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return test_finish_backend(be);
 }

@@ -42,15 +42,9 @@ static tlm_scope scope(tlm_phase ph, int layer, int step, bool warmup) {
 /* an activity already attributed (as the CPU recorder makes them) */
 static void add_act(tlm_profile *p, const char *name, tlm_prof_kind kind, int64_t b, int64_t us, int32_t op,
                     int32_t range, tlm_phase ph, int layer, int step, bool warmup, uint32_t corr, uint64_t node) {
-    tlm_prof_activity a = tlm_prof_activity_blank(kind, tlm_profile_intern(p, name), b, b + us * 1000);
-    a.op = op;
-    a.range = range;
-    a.phase = ph;
-    a.layer = layer;
-    a.step = step;
-    a.warmup = warmup;
-    a.correlation = corr;
-    a.graph_node = node;
+    const tlm_prof_activity a = {.kind = kind, .name = tlm_profile_intern(p, name), .start_ns = b,
+                                 .end_ns = b + us * 1000, .correlation = corr, .graph_node = node, .op = op,
+                                 .range = range, .phase = ph, .layer = layer, .step = step, .warmup = warmup};
     tlm_profile_add_activity(p, &a);
 }
 

@@ -398,7 +398,5 @@ int main(void) {
     sh("rm -rf %s", dir);
     free(train.ids);
     free(val.ids);
-    check(test_bytes_held(be) == 0, "every backend buffer freed (%zu bytes held)", test_bytes_held(be));
-    tlm_backend_destroy(be);
-    return test_finish();
+    return test_finish_backend(be);
 }

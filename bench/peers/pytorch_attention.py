@@ -24,7 +24,6 @@ only; null on the CPU). An out-of-memory is a row with status "OOM" and PyTorch'
 
 import argparse
 import datetime
-import json
 import math
 import platform
 import sys
@@ -32,6 +31,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+from common import int_list, write_results
 
 try:
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -158,16 +159,6 @@ def run_case(dev, impl, b, h, s, d, dtype_name, causal, iters, warmup, seed):
     return row
 
 
-def int_list(text):
-    try:
-        vals = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a comma list of integers")
-    if any(x < 1 for x in vals):
-        raise argparse.ArgumentTypeError(f"'{text}': sizes must be >= 1")
-    return vals
-
-
 def d_list(text):
     vals = int_list(text)
     bad = [x for x in vals if x < 2 or x % 2]
@@ -258,15 +249,7 @@ def main(argv=None):
                     rows.append(r)
                     if a.format == "table" or a.out:
                         print(fmt_row(r), flush=True)
-    text = (json.dumps(dict(header, rows=rows), indent=1) + "\n") if a.format == "json" else \
-        "".join(f"# {k}: {v}\n" for k, v in header.items()) + "\n".join(fmt_row(r) for r in rows) + "\n"
-    if a.out:
-        with open(a.out + ".tmp", "w") as f:
-            f.write(text)
-        import os
-        os.replace(a.out + ".tmp", a.out)
-    elif a.format == "json":
-        sys.stdout.write(text)
+    write_results(header, rows, fmt_row, a.format, a.out)
     return 0
 
 

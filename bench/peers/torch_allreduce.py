@@ -23,7 +23,6 @@ is not used). One JSON (--format json --out FILE) holds every row.
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import re
@@ -34,6 +33,8 @@ import time
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from common import int_list, write_results
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 SEEDS_SIZES = "1MB,10MB,100MB,1GB"
@@ -58,16 +59,6 @@ def parse_bytes(text):
 
 def size_list(text):
     return [parse_bytes(t) for t in text.split(",")]
-
-
-def int_list(text):
-    try:
-        v = [int(t) for t in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a comma list of integers")
-    if any(x < 1 for x in v):
-        raise argparse.ArgumentTypeError(f"'{text}': counts must be >= 1")
-    return v
 
 
 def pattern_modulus(dtype, n):
@@ -294,14 +285,7 @@ def main(argv=None):
     header["summary"] = dict(busbw_gb_per_s_avg=(sum(r["busbw_gb_per_s"] for r in ok_rows) / len(ok_rows)
                                                  if ok_rows else 0.0),
                              wrong=wrong, result="FAILED (wrong results)" if wrong else "OK")
-    text = (json.dumps(dict(header, rows=rows), indent=1) + "\n") if a.format == "json" else \
-        "".join(f"# {k}: {v}\n" for k, v in header.items()) + "\n".join(fmt_row(r) for r in rows) + "\n"
-    if a.out:
-        with open(a.out + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(a.out + ".tmp", a.out)
-    elif a.format == "json":
-        sys.stdout.write(text)
+    write_results(header, rows, fmt_row, a.format, a.out)
     return 1 if wrong else 0
 
 

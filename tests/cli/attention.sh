@@ -3,9 +3,7 @@
 # CSV and JSON), the pytorch-attention suite cut by --max-seq, and bad input.
 source "$(dirname "$0")/lib.bash"
 A=("$TLM" attention --device cpu --impl both --context-length 64,100 --d-head 16,64 --iters 2 --warmup 1)
-out=$("${A[@]}" 2>&1)
-check "sweep exits 0" test $? -eq 0
-echo "$out"
+run_ok "sweep exits 0" "${A[@]}"
 check "a naive and a flash row per shape (8)" test "$(grep -cE '^(naive|flash) +1 +1 +(64|100) +(16|64) +fp32 +yes +[0-9]' <<<"$out")" -eq 8
 check "every flash row has the speed-up over naive" test "$(grep -cE '^flash .* [0-9.]+$' <<<"$out")" -eq 4
 check "header names the device" grep -q '^# device: cpu' <<<"$out"
@@ -34,8 +32,7 @@ else
     test "$(grep -cE '^flash +1 +1 +32 +16 +(bf16|fp16) +yes +[0-9]' <<<"$out")" -eq 2
 fi
 
-out=$("$TLM" attention --suite pytorch-attention --device cpu --max-seq 256 --iters 1 --warmup 0 2>&1)
-check "suite exits 0" test $? -eq 0
+run_ok "suite exits 0" "$TLM" attention --suite pytorch-attention --device cpu --max-seq 256 --iters 1 --warmup 0
 check "suite: naive+flash at seq 256 for d 16,32,64,128" test "$(grep -cE '^(naive|flash) +8 +1 +256 +(16|32|64|128) +fp32 +yes +[0-9]' <<<"$out")" -eq 8
 check "suite: the 32 larger rows skipped" test "$(grep -c 'skipped: seq > --max-seq (256) on cpu' <<<"$out")" -eq 32
 check "suite named in the header" grep -q '^# suite: pytorch-attention' <<<"$out"

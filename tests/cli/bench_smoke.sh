@@ -3,14 +3,11 @@
 # naive attention (auto on the CPU) and with --attention flash.
 source "$(dirname "$0")/lib.bash"
 B=("$TLM" bench --device cpu --model tiny --context-length 8,16 --batch-size 2 --warmup 1 --steps 2)
-out=$("${B[@]}" 2>&1)
-check "table run exits 0" test $? -eq 0
-echo "$out"
+run_ok "table run exits 0" "${B[@]}"
 check "table has a row per context length" test "$(grep -cE '^tiny +(8|16) +2 +fp32 ' <<<"$out")" -eq 2
 check "table header names the device" grep -q '^# device: cpu' <<<"$out"
 check "auto attention is naive on the CPU" test "$(grep -cE '^tiny +(8|16) +2 +fp32 +naive ' <<<"$out")" -eq 2
-out=$("${B[@]}" --attention flash 2>&1)
-check "--attention flash runs (exit 0)" test $? -eq 0
+run_ok "--attention flash runs (exit 0)" "${B[@]}" --attention flash
 check "flash rows say flash" test "$(grep -cE '^tiny +(8|16) +2 +fp32 +flash ' <<<"$out")" -eq 2
 check "the units row" grep -qE '^ +M +ms +ms +ms +ms +ms +ms' <<<"$out"
 check "the header gives the command" grep -q '^# command: tlm bench --device cpu --model tiny' <<<"$out"

@@ -35,6 +35,14 @@ check() {
   else fail=$((fail + 1)); echo "FAIL   $what"; fi
 }
 
+# run_ok "description" cmd... : must exit 0; its output (stdout and stderr) is left in $out, and printed
+run_ok() {
+  local what=$1 rc; shift
+  out=$("$@" 2>&1); rc=$?
+  check "$what" test $rc -eq 0
+  echo "$out"
+}
+
 # write_npy_i64 FILE ROWS COLS v1 v2 ... : a little-endian int64 .npy of shape (ROWS, COLS)
 write_npy_i64() {
   local file=$1 rows=$2 cols=$3; shift 3

@@ -18,9 +18,7 @@ expect_usage() {
 }
 
 # accumulate: SPEC.md §2.3's four sums (to 4 decimals, from the %.6f column), bf16, the why lines
-out=$("${P[@]}" accumulate --device cpu 2>&1)
-check "accumulate exits 0" test $? -eq 0
-echo "$out"
+run_ok "accumulate exits 0" "${P[@]}" accumulate --device cpu
 sum_of() { awk -v w="$1" 'index($0, w) == 1 { n = split(substr($0, length(w) + 1), f, " "); printf "%.4f", f[2] }' <<<"$out"; }
 check "fp32 += fp32 = 10.0001" test "$(sum_of 'fp32 += fp32 ')" = 10.0001
 check "fp16 += fp16 = 9.9531" test "$(sum_of 'fp16 += fp16 ')" = 9.9531
@@ -29,27 +27,21 @@ check "fp32 += fp32(fp16) = 10.0021" test "$(sum_of 'fp32 += fp32(fp16) ')" = 10
 check "the addend fp16(0.01) printed exactly" grep -q '0\.01000213623046875' <<<"$out"
 check "why: fp16's spacing near 10" grep -q 'fp16 spacing is 2^-7 = 0.0078125' <<<"$out"
 check "why: where bf16 += bf16 stops" grep -q 's stops at 4 after add' <<<"$out"
-out=$("${P[@]}" accumulate --device cpu --format json 2>&1)
-check "accumulate --format json exits 0" test $? -eq 0
+run_ok "accumulate --format json exits 0" "${P[@]}" accumulate --device cpu --format json
 if command -v python3 >/dev/null; then
   check "accumulate json parses, 6 ways" python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert len(d['ways'])==6 and len(d['why'])==6" "$out"
 fi
 
 # autocast: the dtypes of SPEC.md §2.4, fp16 and bf16
-out=$("${P[@]}" autocast --dtype fp16 --device cpu 2>&1)
-check "autocast --dtype fp16 exits 0" test $? -eq 0
-echo "$out"
+run_ok "autocast --dtype fp16 exits 0" "${P[@]}" autocast --dtype fp16 --device cpu
 check "fp16 summary: parameters fp32, fc1 output fp16, LayerNorm output fp32, logits fp16, loss fp32, gradients fp32" \
   grep -q 'parameters fp32, fc1 output fp16, ReLU output fp16, LayerNorm output fp32, logits fp16, loss fp32, gradients fp32' <<<"$out"
 check "fp16: a loss and four gradient norms" test "$(grep -cE '^(loss|fc1\.weight\.grad|ln\.weight\.grad|ln\.bias\.grad|fc2\.weight\.grad) +[0-9]' <<<"$out")" -eq 5
-out=$("${P[@]}" autocast --dtype bf16 --loss sum --device cpu 2>&1)
-check "autocast --dtype bf16 --loss sum exits 0" test $? -eq 0
+run_ok "autocast --dtype bf16 --loss sum exits 0" "${P[@]}" autocast --dtype bf16 --loss sum --device cpu
 check "bf16 summary" grep -q 'fc1 output bf16, ReLU output bf16, LayerNorm output fp32, logits bf16, loss fp32, gradients fp32' <<<"$out"
 
 # layernorm: four grids and three findings
-out=$("${P[@]}" layernorm 2>&1)
-check "layernorm exits 0" test $? -eq 0
-echo "$out"
+run_ok "layernorm exits 0" "${P[@]}" layernorm
 check "layernorm prints 4 grids" test "$(grep -c '^## ' <<<"$out")" -eq 4
 check "layernorm grid rows: 5 schemes x 4 widths, 4 times" test "$(grep -cE '^(fp32|fp16|bf16)[a-z0-9 +]* +(10|100|1000|10240) ' <<<"$out")" -eq 80
 check "layernorm findings name fp16's largest value" grep -q "fp16's largest value 65504" <<<"$out"
