@@ -26,7 +26,7 @@ static const cli_command bench_cmd = {
         "Every combination of the list flags is one row.\n\n",
     .help_after =
         "\nWith no --model, --context-length, --warmup or --steps on a machine without a GPU, tlm bench runs\n"
-        "small at context 128 with 1 warm-up and 3 timed steps on the CPU (about 20 s on 2 cores).\n"
+        "small at context 128 with 1 warm-up and 3 timed steps on the CPU (about 30 s on 2 cores).\n"
         "\nData parallelism: started by a launcher, one process per GPU (NCCL), or per share of the CPU's cores\n"
         "(MPI, --device cpu), every process with the same flags; --batch-size is then the global batch:\n"
         "  mpirun -np 2 tlm bench -m xl -c 256 -b 8 --ddp naive,flat,overlap,bucketed --bucket-mb 1,10,100,1000\n"
@@ -152,7 +152,7 @@ int cmd_bench(int argc, char **argv) {
         if (r->status != TLM_OK && r->status != TLM_ERR_OUT_OF_MEMORY) hard_failures++;
     }
     char line[96];
-    snprintf(line, sizeof line, "%d configurations, %d ran, %d out of memory or failed", n, n - failed, failed);
+    snprintf(line, sizeof line, "%d configuration%s, %d ran, %d out of memory or failed", n, n == 1 ? "" : "s", n - failed, failed);
     tlm_report_summary_str(rep, "result", line);
     tlm_status s = tlm_report_close(rep, true);
     rep = NULL;

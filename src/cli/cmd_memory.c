@@ -510,7 +510,7 @@ int cmd_memory(int argc, char **argv) {
         for (int i = 0; i < n; i++) top_rows(rep, &cases[i], &res[i]);
     }
     char line[96];
-    snprintf(line, sizeof line, "%d configurations, %d ran, %d out of memory or failed", n, n - failed, failed);
+    snprintf(line, sizeof line, "%d configuration%s, %d ran, %d out of memory or failed", n, n == 1 ? "" : "s", n - failed, failed);
     tlm_report_summary_str(rep, "result", line);
     tlm_status s = tlm_report_close(rep, true);
     rep = NULL;

@@ -417,7 +417,8 @@ static int finish(const char *cmd, tlm_report *rep, run *runs, int n, bool forei
     }
     char line[128];
     if (foreign) snprintf(line, sizeof line, "%d CUDA process%s profiled", n, n == 1 ? "" : "es");
-    else snprintf(line, sizeof line, "%d configurations, %d profiled, %d out of memory, %d failed", n, ran, oom,
+    else snprintf(line, sizeof line, "%d configuration%s, %d profiled, %d out of memory, %d failed", n,
+                       n == 1 ? "" : "s", ran, oom,
                   n - ran - oom);
     tlm_report_summary_str(rep, "result", line);
     tlm_status s = tlm_report_close(rep, true);
