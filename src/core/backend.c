@@ -100,7 +100,12 @@ static tlm_status token(void **out, size_t bytes, const char *what) {
 }
 
 tlm_status tlm_stream_create(tlm_backend *be, tlm_stream **out) {
-    if (be->iface->stream_create) return be->iface->stream_create(be, out);
+    if (be->iface->stream_create) return be->iface->stream_create(be, false, out);
+    return token((void **)out, sizeof **out, "a stream");
+}
+
+tlm_status tlm_stream_create_background(tlm_backend *be, tlm_stream **out) {
+    if (be->iface->stream_create) return be->iface->stream_create(be, true, out);
     return token((void **)out, sizeof **out, "a stream");
 }
 
