@@ -18,6 +18,9 @@
  * multiples of 4 (the kernels' scalar paths, 8-byte-aligned fp32 GEMM operands, 4-byte-aligned
  * 16-bit ones), and one of the small model's (B 2, T 256, C 768, H 12, F 3072, V 10000).
  * (The whole model against the PyTorch fixtures on CUDA: test_gpu_model_fixture.)
+ * The GEMMs run with TLM_GEMM_TUNE=1 unless the environment sets it (matmul.cu: each new plan's
+ * candidates timed on the call's operands): the results are checked as any other, a second call of
+ * a plan must give the same bits, and an in-place residual GEMM makes a plan of its own.
  *
  * Usage: test_gpu_ops [test|perf] [-o OP] [-s SHAPE]
  *   test (default)  every check; prints one line per check and "N passed, M failed"; exit 1 on any
@@ -398,12 +401,26 @@ static void case_matmul(const tcase *t) {
             snprintf(what, sizeof what, "matmul_forward %dx%d +res", in, out);
             ON_BOTH(what, t->tag, tlm_matmul_forward(be_, P(yr), FP(res), P(x), P(w), N, in, out, pm));
             compare(what, t->tag, &yr, t->tol);
+            if (!perf_mode) { /* the plan keeps one algorithm (TLM_GEMM_TUNE times them only once) */
+                tbuf yr2 = tb_poison((size_t)N * out, F32);
+                tlm_matmul_forward(gpu, yr2.g, res.g, x.g, w.g, N, in, out, pm);
+                tb_fetch(&yr2);
+                check(memcmp(yr.host, yr2.host, yr.n * sizeof(float)) == 0, "%-36s %-33s a second cuda call the same bits",
+                      "matmul_forward +res again", t->tag);
+                tb_free(&yr2);
+            }
             snprintf(what, sizeof what, "matmul_forward %dx%d res kept", in, out);
             compare(what, t->tag, &res, 0.0); /* the input unchanged: equal to the CPU's, exactly */
             snprintf(what, sizeof what, "matmul_forward %dx%d +res in place", in, out);
             ON_BOTH(what, t->tag, tlm_matmul_forward(be_, P(res), FP(res), P(x), P(w), N, in, out, pm)); /* y == residual */
             compare(what, t->tag, &res, t->tol);
-            TB_FREE(&res, &yr);
+            /* a plan made by an in-place call (N - 1 rows: another shape): TLM_GEMM_TUNE times its
+             * candidates into a scratch D, not into the residual that they read */
+            tbuf r1 = tb_rand((size_t)(N - 1) * out, 1.0, 0.0, F32);
+            snprintf(what, sizeof what, "matmul_forward %dx%d +res in place new", in, out);
+            ON_BOTH(what, t->tag, tlm_matmul_forward(be_, P(r1), FP(r1), P(x), P(w), N - 1, in, out, pm));
+            compare(what, t->tag, &r1, t->tol);
+            TB_FREE(&r1, &res, &yr);
         }
 
         tbuf dy = tb_rand((size_t)N * out, 1.0, 0.0, dt), dx = tb_poison((size_t)N * in, dt);
@@ -865,6 +882,7 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
     const char *only_op = NULL, *only_shape = NULL;
+    setenv("TLM_GEMM_TUNE", "1", 0); /* the GEMMs' algorithm timing (matmul.cu) checked too, unless set */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "perf") == 0) perf_mode = true;
         else if (strcmp(argv[i], "test") == 0) perf_mode = false;

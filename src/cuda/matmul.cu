@@ -13,14 +13,49 @@
  * n = M, and each operand's own transpose flag.
  *
  * Each distinct GEMM (shape, strides, types, compute type, beta, pointer alignment) gets a cached plan: its
- * matmul descriptor, three layouts and the algorithm cuBLASLt's heuristic picked, so repeated
- * calls skip descriptor creation and the heuristic query. */
+ * matmul descriptor, three layouts and its algorithm, so repeated calls skip descriptor creation,
+ * the heuristic query and the timing below. The plan's algorithm never changes after its creation.
+ *
+ * Algorithm selection (TLM_GEMM_TUNE, read once per backend, when its first GEMM runs):
+ *   0    (default) cuBLASLt's heuristic's first pick (cublasLtMatmulAlgoGetHeuristic's result 0).
+ *   1    when a plan is created, the heuristic's first GEMM_TUNE_CANDIDATES (8) results
+ *        are timed once on the device and the plan keeps the fastest; the heuristic's pick stays
+ *        unless another is more than 1% faster (GEMM_TUNE_MARGIN).
+ *        What is timed: each candidate runs once untimed (one that cuBLASLt refuses to launch,
+ *        NOT_SUPPORTED or INVALID_VALUE: workspace, alignment, is dropped); then, behind a
+ *        one-thread kernel that holds the stream (1 ms + 8 us per launch) while the host queues the
+ *        rest, so that the launches run back to back without the host's launch overhead, 5 to 50
+ *        launches of each (about 200 us of work: tune_reps) between two CUDA events on the compute
+ *        stream; the mean time decides. One host synchronization per new plan.
+ *        On what: the call's real A and B (real data, not zeros), alpha and beta as the call's.
+ *        Memory: the candidates write the call's real D, which the real call right after
+ *        overwrites (with beta != 0 they read the real C, which is not D, so C stays intact): no
+ *        memory is added. Only an in-place call with beta != 0 (C == D: the residual added in
+ *        place) writes a scratch D of the output's size, tlm_alloc'd (TLM_MEM_WORKSPACE,
+ *        "matmul.tune_d") and freed at once, so it counts in the reported peaks if it lands on one
+ *        (the model's GEMMs are never in place; the op tests' are); if it cannot be allocated, that
+ *        plan keeps the heuristic's pick. Loading the candidates' kernels takes a little device
+ *        memory outside tlm's allocator (in device_peak_bytes, not in peak_bytes).
+ *        When: never during CUDA graph capture (cudaStreamIsCapturing on the compute stream): a
+ *        plan created while capturing keeps the heuristic's pick for good. tlm_graph_run runs each
+ *        pass eagerly once before capturing it, so every plan of a captured pass is timed first.
+ *        The timing adds a few ms per new plan to the first (warm-up) step.
+ *   2    as 1, and each timed plan is printed to stderr (shape, the heuristic's ms, the kept one's).
+ * The choice may differ between processes (timing noise), never between calls of one plan. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
+#include "tlm/memory.h"
 
 #define MATMUL_CACHE_SIZE 128
+#define GEMM_TUNE_DEFAULT 0         /* TLM_GEMM_TUNE unset or empty: off until the cause of one training
+                                       * run's divergence is known (bench/results/h100-2026-11-24-gemm-tune) */
+#define GEMM_TUNE_CANDIDATES 8      /* heuristic results timed per plan */
+#define GEMM_TUNE_WORK_US 200.0     /* timed launches per candidate: about this much work, 5 to 50 launches */
+#define GEMM_TUNE_HOLD_US 1000      /* the stream is held 1 ms + 8 us per timed launch while they are queued */
+#define GEMM_TUNE_MARGIN 0.99f      /* another candidate replaces the heuristic's pick below 0.99x its time */
 
 typedef struct {
     int32_t trans_a, trans_b;   /* column-major operation flags */
@@ -45,7 +80,16 @@ struct tlm_cuda_matmul_cache {
     plan plans[MATMUL_CACHE_SIZE];
     int last;       /* index of the last plan used: repeated calls hit it first */
     int next_evict; /* round robin once the table is full */
+    int tune;       /* TLM_GEMM_TUNE: 0 heuristic, 1 timed, 2 timed and printed */
 };
+
+/* One call's operands in cuBLAS's column-major order (a = the caller's B, b = the caller's A):
+ * what a new plan's candidates are timed on. */
+typedef struct {
+    const void *a, *b, *c;
+    void *d;
+    float alpha, beta;
+} gemm_call;
 
 static void plan_release(plan *p) {
     if (!p->used) return;
@@ -84,7 +128,112 @@ static cublasLtMatrixLayout_t make_layout(const char *op, cudaDataType_t type, i
     return l;
 }
 
-static void plan_create(tlm_cuda *cu, const char *op, plan *p, const plan_key *k) {
+/* Holds the stream for `ns` nanoseconds (one thread, %globaltimer) so that the launches queued
+ * behind it run back to back: their timing then excludes the host's launch overhead. */
+__global__ void gemm_tune_hold_kernel(uint64_t ns) {
+    uint64_t t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
+/* TLM_GEMM_TUNE as the header says: 0, 1 or 2; unset or empty: GEMM_TUNE_DEFAULT */
+static int gemm_tune_mode(void) {
+    const char *s = getenv("TLM_GEMM_TUNE");
+    if (!s || !*s) return GEMM_TUNE_DEFAULT;
+    if (strcmp(s, "0") == 0 || strcmp(s, "1") == 0 || strcmp(s, "2") == 0) return s[0] - '0';
+    fprintf(stderr, "tlm: TLM_GEMM_TUNE=%s is not 0, 1 or 2: using %d\n", s, GEMM_TUNE_DEFAULT);
+    return GEMM_TUNE_DEFAULT;
+}
+
+/* timed launches per candidate: GEMM_TUNE_WORK_US of work at a nominal H100 rate (bf16/fp16 400
+ * TFLOP/s, TF32 200, strict fp32 50), so that a small GEMM's time is well above the events'
+ * resolution (about 0.5 us), within 5 to 50 */
+static int tune_reps(const plan_key *k) {
+    const double flop = 2.0 * k->m * k->n * k->k * k->batch;
+    const double flop_per_us = k->ab_type != CUDA_R_32F                    ? 4e8
+                               : k->compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? 2e8
+                                                                            : 5e7;
+    const double reps = GEMM_TUNE_WORK_US / (flop / flop_per_us + 1e-3);
+    return reps < 5 ? 5 : reps > 50 ? 50 : (int)reps;
+}
+
+/* bytes from D's first element to past its last: (batch-1) strides + (n-1) columns of ldc + m */
+static size_t output_bytes(const plan_key *k) {
+    const size_t e = k->cd_type == CUDA_R_32F ? 4 : 2;
+    const int64_t last = (int64_t)(k->batch - 1) * k->stride_c + (int64_t)(k->n - 1) * k->ldc + k->m;
+    return (size_t)last * e;
+}
+
+/* Times the n candidates of plan p on the call's operands as the header says, and returns the index
+ * of the one the plan keeps (0, the heuristic's pick, unless another is faster by the margin, or
+ * when none of them ran). */
+static int plan_tune(tlm_backend *be, const char *op, const plan *p, const cublasLtMatmulHeuristicResult_t *cand,
+                     int n, const gemm_call *g, int verbose) {
+    tlm_cuda *cu = tlm_cuda_of(be);
+    const plan_key *k = &p->key;
+    void *d = g->d, *scratch = NULL;
+    if (g->beta != 0.0f && g->c == g->d) { /* in place: the candidates must not add C twice */
+        scratch = tlm_alloc(be, output_bytes(k), TLM_MEM_WORKSPACE, "matmul.tune_d");
+        if (!scratch) return 0; /* out of memory: the heuristic's pick */
+        d = scratch;
+    }
+    const void *c = g->beta != 0.0f ? g->c : d;
+    bool ran[GEMM_TUNE_CANDIDATES];
+    int n_ran = 0;
+    for (int i = 0; i < n; i++) { /* the untimed launch; cuBLASLt refuses some (workspace, alignment) */
+        const cublasStatus_t st = cublasLtMatmul(cu->lt, p->desc, &g->alpha, g->a, p->a, g->b, p->b, &g->beta, c, p->c,
+                                                 d, p->c, &cand[i].algo, cu->workspace, cu->workspace_bytes, cu->stream);
+        ran[i] = st == CUBLAS_STATUS_SUCCESS;
+        if (!ran[i] && st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)
+            TLM_CUBLAS_CHECK_OP(op, st);
+        n_ran += ran[i];
+    }
+    int best = 0;
+    float ms[GEMM_TUNE_CANDIDATES] = {0};
+    if (n_ran > 1) {
+        cudaEvent_t ev[2 * GEMM_TUNE_CANDIDATES];
+        for (int i = 0; i < 2 * n; i++) TLM_CUDA_CHECK_OP(op, cudaEventCreate(&ev[i]));
+        const int reps = tune_reps(k);
+        gemm_tune_hold_kernel<<<1, 1, 0, cu->stream>>>((uint64_t)(GEMM_TUNE_HOLD_US + 8 * n_ran * reps) * 1000);
+        TLM_CUDA_CHECK_OP(op, cudaGetLastError());
+        for (int i = 0; i < n; i++) {
+            if (!ran[i]) continue;
+            TLM_CUDA_CHECK_OP(op, cudaEventRecord(ev[2 * i], cu->stream));
+            for (int r = 0; r < reps; r++)
+                TLM_CUBLAS_CHECK_OP(op, cublasLtMatmul(cu->lt, p->desc, &g->alpha, g->a, p->a, g->b, p->b, &g->beta, c,
+                                                       p->c, d, p->c, &cand[i].algo, cu->workspace,
+                                                       cu->workspace_bytes, cu->stream));
+            TLM_CUDA_CHECK_OP(op, cudaEventRecord(ev[2 * i + 1], cu->stream));
+        }
+        TLM_CUDA_CHECK_OP(op, cudaStreamSynchronize(cu->stream));
+        int fastest = -1;
+        for (int i = 0; i < n; i++) {
+            if (!ran[i]) continue;
+            TLM_CUDA_CHECK_OP(op, cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+            ms[i] /= reps;
+            if (fastest < 0 || ms[i] < ms[fastest]) fastest = i;
+        }
+        for (int i = 0; i < 2 * n; i++) TLM_CUDA_CHECK_OP(op, cudaEventDestroy(ev[i]));
+        best = !ran[0] || ms[fastest] < GEMM_TUNE_MARGIN * ms[0] ? fastest : 0;
+    } else {
+        for (int i = 0; i < n; i++)
+            if (ran[i]) best = i;
+    }
+    if (scratch) tlm_free(be, scratch); /* stream-ordered: after the launches above */
+    if (verbose && n_ran > 1)
+        fprintf(stderr,
+                "tlm: gemm tune: %s m=%d n=%d k=%d batch=%d trans %d%d types %d %d compute %d beta %s: %d of %d "
+                "candidates ran; heuristic's pick %.4f ms, kept #%d %.4f ms (%.3fx)\n",
+                op, k->m, k->n, k->k, k->batch, k->trans_a, k->trans_b, k->ab_type, k->cd_type, k->compute,
+                k->has_beta ? "!= 0" : "0", n_ran, n, (double)ms[0], best, (double)ms[best],
+                ms[0] > 0 && ms[best] > 0 ? (double)(ms[best] / ms[0]) : 1.0);
+    return best;
+}
+
+static void plan_create(tlm_backend *be, const char *op, plan *p, const plan_key *k, const gemm_call *g) {
+    tlm_cuda *cu = tlm_cuda_of(be);
     p->key = *k;
     const cublasOperation_t ta = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t tb = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -111,9 +260,14 @@ static void plan_create(tlm_cuda *cu, const char *op, plan *p, const plan_key *k
     for (int i = 0; i < 4; i++)
         TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align_val[i],
                                                                      sizeof align_val[i]));
-    cublasLtMatmulHeuristicResult_t result;
+    /* timing needs a mode that asks for it, and no graph capture on the stream */
+    const int tune = cu->matmul_cache->tune;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (tune) TLM_CUDA_CHECK_OP(op, cudaStreamIsCapturing(cu->stream, &capture));
+    const int wanted = tune && capture == cudaStreamCaptureStatusNone ? GEMM_TUNE_CANDIDATES : 1;
+    cublasLtMatmulHeuristicResult_t result[GEMM_TUNE_CANDIDATES];
     int returned = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cu->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result,
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cu->lt, p->desc, p->a, p->b, p->c, p->c, pref, wanted, result,
                                                        &returned);
     if ((st != CUBLAS_STATUS_SUCCESS || returned == 0) && k->compute == CUBLAS_COMPUTE_32F_FAST_TF32) {
         /* no TF32 kernel for this shape or alignment: strict fp32 is a valid TF32 result */
@@ -122,7 +276,8 @@ static void plan_create(tlm_cuda *cu, const char *op, plan *p, const plan_key *k
         TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
         TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
         returned = 0;
-        st = cublasLtMatmulAlgoGetHeuristic(cu->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &returned);
+        st = cublasLtMatmulAlgoGetHeuristic(cu->lt, p->desc, p->a, p->b, p->c, p->c, pref, wanted, result,
+                                            &returned);
     }
     TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulPreferenceDestroy(pref));
     p->fallback = st != CUBLAS_STATUS_SUCCESS || returned == 0;
@@ -140,14 +295,21 @@ static void plan_create(tlm_cuda *cu, const char *op, plan *p, const plan_key *k
         p->used = true;
         return;
     }
-    p->algo = result.algo;
+    int n = 0; /* the results cuBLASLt says it can run, in the heuristic's order */
+    for (int i = 0; i < returned; i++)
+        if (result[i].state == CUBLAS_STATUS_SUCCESS) result[n++] = result[i];
+    if (n == 0) n = 1; /* none says so: the first, as before; a refusal at the call falls back */
     p->used = true;
+    const int pick = n > 1 ? plan_tune(be, op, p, result, n, g, tune == 2) : 0;
+    p->algo = result[pick].algo;
 }
 
-static plan *plan_get(tlm_cuda *cu, const char *op, const plan_key *k) {
+static plan *plan_get(tlm_backend *be, const char *op, const plan_key *k, const gemm_call *g) {
+    tlm_cuda *cu = tlm_cuda_of(be);
     if (!cu->matmul_cache) {
         cu->matmul_cache = (struct tlm_cuda_matmul_cache *)calloc(1, sizeof *cu->matmul_cache);
         if (!cu->matmul_cache) tlm_fatal("%s: out of host memory for the GEMM plan cache", op);
+        cu->matmul_cache->tune = gemm_tune_mode();
     }
     struct tlm_cuda_matmul_cache *mc = cu->matmul_cache;
     if (mc->plans[mc->last].used && memcmp(&mc->plans[mc->last].key, k, sizeof *k) == 0) return &mc->plans[mc->last];
@@ -166,7 +328,7 @@ static plan *plan_get(tlm_cuda *cu, const char *op, const plan_key *k) {
         mc->next_evict = (mc->next_evict + 1) % MATMUL_CACHE_SIZE;
         plan_release(&mc->plans[slot]);
     }
-    plan_create(cu, op, &mc->plans[slot], k);
+    plan_create(be, op, &mc->plans[slot], k, g);
     mc->last = slot;
     return &mc->plans[slot];
 }
@@ -272,7 +434,8 @@ void tlm_cuda_gemm(tlm_backend *be, const char *op, bool trans_a, bool trans_b, 
     k.align_b = alignment(A, lda, stride_a, batch, eab);
     k.align_c = alignment(C, ldc, stride_c, batch, ecd);
     k.align_d = alignment(D, ldc, stride_c, batch, ecd);
-    plan *p = (plan *)plan_get(cu, op, &k);
+    const gemm_call g = {B, A, C, D, alpha, beta};
+    plan *p = plan_get(be, op, &k, &g);
     if (!p->fallback) {
         const cublasStatus_t st = cublasLtMatmul(cu->lt, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, D, p->c,
                                                  &p->algo, cu->workspace, cu->workspace_bytes, cu->stream);
