@@ -55,6 +55,7 @@ typedef struct tlm_backend_iface {
     /* device: TLM_SUPPORT_NONE with the message set, or how well; d_head 0 where not relevant */
     tlm_support (*supports)(tlm_backend *be, tlm_op_id op, tlm_dtype dt, int d_head);
     size_t (*device_memory_used)(tlm_backend *be); /* the device's own count; NULL: none */
+    size_t (*device_memory_total)(tlm_backend *be); /* the device's size in bytes; NULL: none */
     void (*release_cached)(tlm_backend *be);       /* freed memory a pool keeps, back to the device */
 
     void *(*raw_alloc)(tlm_backend *be, size_t bytes); /* NULL when out of memory */
@@ -126,6 +127,10 @@ tlm_support tlm_backend_supports(tlm_backend *be, tlm_op_id op, tlm_dtype dt, in
 /* Bytes of device memory in use as the device reports it (CUDA: total - free from cudaMemGetInfo,
  * every process and the context included); 0 where the backend has no such count (CPU). */
 size_t tlm_device_memory_used(tlm_backend *be);
+
+/* Bytes of device memory the device has (CUDA: cudaMemGetInfo's total); 0 where the backend has no
+ * such size (CPU: host memory is not the backend's to size). */
+size_t tlm_device_memory_total(tlm_backend *be);
 
 /* Waits for the compute stream, then gives device memory that freed allocations left cached in the
  * backend's pool back to the device (torch.cuda.empty_cache's counterpart), so that

@@ -44,6 +44,8 @@ typedef struct {
     tlm_comm *comm;        /* not owned: data parallelism over its ranks (ddp.h); NULL: one process */
     tlm_ddp_config ddp;    /* with comm: how the gradients are averaged; batch_size is then the global
                               batch, batch_size / world_size rows a rank (it must divide) */
+    size_t max_context_bytes; /* > 0: also find the longest context that fits in these bytes
+                                 (tlm_bench_max_context; result max_context); 0: not asked */
 } tlm_bench_case;
 
 typedef struct {
@@ -78,6 +80,7 @@ typedef struct {
     int world_size;         /* ranks (1 alone) */
     size_t peak_bytes_min;  /* with several ranks peak_bytes (and reserved, per tag) is the largest over
                                the ranks, this the smallest */
+    int max_context;        /* c->max_context_bytes > 0: tlm_bench_max_context's answer; else -1 */
     size_t mem_after_init_bytes, mem_before_opt_bytes, mem_after_opt_bytes; /* tracked bytes in use after
                                the model and reducer were set up, right before and after the last timed
                                optimizer step (the ZeRO memory table; largest over the ranks) */
@@ -93,6 +96,14 @@ typedef struct {
  * function returns BACKEND when a host exchange failed: the run cannot go on). A rank that fails alone
  * inside a step leaves the others in a collective: the watchdog ends the run (comm.h, "Faults"). */
 tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_result *r);
+
+/* The longest context_length (tokens) at c's batch, model, precision, attention, pass, recompute and
+ * optimizer-in-backward whose planned step fits in limit_bytes: the model's memory plan
+ * (tlm_model_memory_estimate: parameters, gradients, optimizer state, the weight copy, activations
+ * and workspaces, the bytes tlm's allocator would hold at the step's peak; the backend's own
+ * libraries and context not included), searched by bisection up to 2^20 tokens; with several ranks
+ * (c->comm) a rank's rows. 0 when not even one token fits. Runs nothing on the device. */
+int tlm_bench_max_context(tlm_backend *be, const tlm_bench_case *c, size_t limit_bytes);
 
 /* ---- the report (src/bench/bench_report.c) ------------------------------------------------------------
  * The columns of a benchmark row in the one report schema (report.h): the case (model, context_length,

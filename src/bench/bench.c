@@ -60,8 +60,33 @@ static tlm_status gather_memory(tlm_comm *c, tlm_bench_result *r) {
     return s;
 }
 
+/* the run configuration of a case: a forward-only case keeps no gradient and no activation for a
+ * backward (model.h) */
+static tlm_run_config run_of(const tlm_bench_case *c) {
+    return (tlm_run_config){.precision = c->precision, .attention = c->attention, .cuda_graphs = c->graphs,
+                            .forward_only = c->pass == TLM_PASS_FORWARD, .recompute = c->recompute,
+                            .optimizer_in_backward = c->optimizer_in_backward};
+}
+
+int tlm_bench_max_context(tlm_backend *be, const tlm_bench_case *c, size_t limit_bytes) {
+    tlm_config cfg = c->config;
+    const tlm_run_config run = run_of(c);
+    const int ranks = c->comm ? c->comm->world_size : 1;
+    const int rows = c->batch_size / ranks > 0 ? c->batch_size / ranks : 1;
+    int lo = 0, hi = 1 << 20;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        cfg.context_length = mid;
+        tlm_memory_estimate e;
+        if (tlm_model_memory_estimate(be, &cfg, &run, rows, mid, &e) == TLM_OK && e.total <= limit_bytes) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_result *r) {
     memset(r, 0, sizeof *r);
+    r->max_context = c->max_context_bytes ? tlm_bench_max_context(be, c, c->max_context_bytes) : -1;
     r->params = tlm_config_num_params(&c->config);
     if (c->steps < 1 || c->warmup < 0 || c->batch_size < 1 || c->context_length < 1) {
         fail_case(r, tlm_fail(TLM_ERR_INVALID_ARGUMENT, "steps, batch size and context length must be >= 1"));
@@ -79,10 +104,7 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     const int B = c->batch_size / r->world_size, T = c->context_length; /* this rank's rows */
     const size_t N = (size_t)B * T;
 
-    /* a forward-only case keeps no gradient and no activation for a backward (model.h) */
-    const tlm_run_config run = {.precision = c->precision, .attention = c->attention, .cuda_graphs = c->graphs,
-                                .forward_only = c->pass == TLM_PASS_FORWARD, .recompute = c->recompute,
-                                .optimizer_in_backward = c->optimizer_in_backward};
+    const tlm_run_config run = run_of(c);
     r->attention = tlm_attention_resolve(be, &cfg, c->precision, c->attention);
     tlm_backend_release_cached(be); /* what earlier cases freed is not held by this one */
     tlm_mem_reset_peak(be);

@@ -42,6 +42,7 @@ const tlm_column tlm_bench_columns[] = {
     TLM_COL_GIB("peak_bytes", "peak", 7, 3),
     TLM_COL_GIB("reserved_peak_bytes", "reserved", 8, 3),
     TLM_COL_GIB("device_peak_bytes", "device", 7, 3),
+    {"max_context", TLM_FIELD_INT, "max ctx", "", 7, 0, 0, 0},
     TLM_COL_HIDDEN("peak_bytes_min", TLM_FIELD_INT),
     TLM_COL_GIB("mem_after_init_bytes", "init", 7, 3),
     TLM_COL_GIB("mem_before_opt_bytes", "pre-opt", 7, 3),
@@ -81,6 +82,7 @@ void tlm_bench_report_show_case(tlm_report *rep, const tlm_bench_case *cases, in
 void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_bench_case *cases, int n) {
     bool fp16 = false, several_passes = false, fp32_and_other = false, fp32 = false, other = false, ddp = false,
          bucketed = false, train = false;
+    size_t max_context_bytes = 0;
     for (int i = 0; i < n; i++) {
         fp16 |= cases[i].precision == TLM_PRECISION_FP16;
         fp32 |= cases[i].precision == TLM_PRECISION_FP32;
@@ -89,6 +91,7 @@ void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_be
         ddp |= cases[i].comm != NULL;
         bucketed |= cases[i].comm && cases[i].ddp.mode == TLM_DDP_BUCKETED;
         train |= cases[i].pass == TLM_PASS_TRAIN;
+        if (cases[i].max_context_bytes) max_context_bytes = cases[i].max_context_bytes;
     }
     fp32_and_other = fp32 && other;
     tlm_report_meta_str(rep, "timing", "ms = mean and population std over the timed steps of each phase, timed "
@@ -109,6 +112,12 @@ void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_be
                                                 "model, context, batch and pass");
     tlm_report_meta_str(rep, "attention", "auto resolves per row: flash on CUDA where it has kernels for the "
                                           "d_head and dtype, else naive; naive on the CPU");
+    if (max_context_bytes) {
+        tlm_report_meta_str(rep, "max_context", "the longest context_length at the row's batch whose planned step "
+                            "fits in max_context_memory_bytes: the model's memory plan (the bytes tlm's allocator "
+                            "would hold at the step's peak; the CUDA context and libraries not included), not run");
+        tlm_report_meta_int(rep, "max_context_memory_bytes", (int64_t)max_context_bytes);
+    }
     if (ddp) {
         tlm_report_meta_str(rep, "ddp", "data parallelism (ddp.h): batch_size is the global batch, divided over the "
                             "ranks; tokens_per_s counts every rank's; comm_ms: the communication each step waited "
@@ -130,6 +139,7 @@ void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_be
     tlm_report_show(rep, "loss_scale", fp16);
     tlm_report_show(rep, "skipped_steps", fp16);
     tlm_report_show(rep, "device_peak_bytes", tlm_device_memory_used((tlm_backend *)be) > 0);
+    tlm_report_show(rep, "max_context", max_context_bytes > 0);
     if (n > 0) {
         const bool bwd = cases[0].pass >= TLM_PASS_FORWARD_BACKWARD && !several_passes;
         tlm_report_show(rep, "bwd_ms_mean", bwd || several_passes);
@@ -186,6 +196,7 @@ void tlm_bench_report_row(tlm_report *rep, const tlm_bench_case *c, const tlm_be
     tlm_report_int(rep, "peak_bytes", (int64_t)r->peak_bytes);
     tlm_report_int(rep, "reserved_peak_bytes", (int64_t)r->reserved_peak_bytes);
     if (r->device_peak_bytes) tlm_report_int(rep, "device_peak_bytes", (int64_t)r->device_peak_bytes);
+    if (r->max_context >= 0) tlm_report_int(rep, "max_context", r->max_context);
     for (int t = 0; t < TLM_MEM_NUM_TAGS; t++) tlm_report_int(rep, peak_by_tag[t], (int64_t)r->peak_bytes_by_tag[t]);
     if (c->comm) {
         tlm_report_int(rep, "ranks", r->world_size);

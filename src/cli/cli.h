@@ -76,6 +76,7 @@ typedef enum {
     CLI_ZERO,           /*     --zero LIST (0, 1) */
     CLI_GRAD_REDUCE_DTYPE, /*  --grad-reduce-dtype LIST (fp32, bf16) */
     CLI_TIMEOUT,        /*     --timeout S (the communication layer's watchdog, comm.h) */
+    CLI_MAX_CONTEXT,    /*     --max-context BYTES|device (the longest context that fits: bench.h) */
     CLI_NUM_FLAGS
 } cli_flag;
 
@@ -158,6 +159,8 @@ typedef struct {
     tlm_dtype grad_reduce_dtypes[2];
     int num_grad_reduce_dtypes;
     double timeout;                     /* seconds; 0: not given */
+    uint64_t max_context_bytes;         /* --max-context BYTES; 0: not given, or "device" */
+    bool max_context_device;            /* --max-context device: the device's size (cli_max_context_bytes) */
     int num_positional; /* arguments after the options (compare's files) */
     char **positional;
     char *models_buf_;  /* owned storage */
@@ -248,6 +251,10 @@ void cli_report_device(tlm_report *r, const tlm_backend *be);
  * nothing on stdout; a world of one: the data-parallel flags (--ddp, --bucket-mb, --zero,
  * --grad-reduce-dtype) are refused. Prints the error; returns the exit code, or -1 to go on. */
 int cli_join(const char *cmd, const cli_args *a, double default_timeout_s, tlm_ddp_process *p);
+
+/* --max-context as bytes for `be`: the bytes given, or with "device" the device's size (an error on a
+ * backend without one, the CPU); 0 when not given. Prints the error; returns false on one. */
+bool cli_max_context_bytes(const char *cmd, const cli_args *a, tlm_backend *be, size_t *out);
 
 /* Opens the report of `tool` in --format to --out (stdout shows the table then). Prints the error. */
 tlm_report *cli_open_report(const char *cmd, const cli_args *a, const char *tool, int argc, char **argv);

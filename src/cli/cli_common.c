@@ -216,6 +216,10 @@ static const flag_info flags[CLI_NUM_FLAGS] = {
                                "compression hook)"},
     [CLI_TIMEOUT] = {"timeout", 0, "S", "S", "under a launcher: the longest any rank waits in one collective before "
                                              "the run stops, naming the ranks that did not arrive"},
+    [CLI_MAX_CONTEXT] = {"max-context", 0, "M", "M",
+                         "also the longest context (at each batch size) whose planned step fits in M bytes (80G, "
+                         "80GB) or in the GPU's memory (device); the model's memory plan, not run; the CUDA context "
+                         "and libraries not included"},
 };
 
 const char *cli_flag_name(cli_flag f) {
@@ -368,6 +372,9 @@ static bool parse_shared(const cli_command *c, cli_flag f, const char *arg, cli_
         return ok;
     }
     case CLI_TIMEOUT: return cli_parse_double(cmd, flag, arg, 0.5, 86400, &a->timeout);
+    case CLI_MAX_CONTEXT:
+        if (strcmp(arg, "device") == 0) return (a->max_context_device = true);
+        return cli_parse_bytes(cmd, flag, arg, 1, (uint64_t)1 << 50, &a->max_context_bytes);
     case CLI_NUM_FLAGS: break;
     }
     return false;
@@ -638,6 +645,17 @@ void *cli_calloc(const char *cmd, size_t n, size_t size) {
     void *p = calloc(n, size);
     if (!p) cli_error(cmd, "out of host memory");
     return p;
+}
+
+bool cli_max_context_bytes(const char *cmd, const cli_args *a, tlm_backend *be, size_t *out) {
+    *out = (size_t)a->max_context_bytes;
+    if (!a->max_context_device) return true;
+    if (!(*out = tlm_device_memory_total(be))) {
+        cli_error(cmd, "--max-context device: the %s backend has no device memory to size; give the bytes (e.g. "
+                       "--max-context 16G)", be->name);
+        return false;
+    }
+    return true;
 }
 
 tlm_backend *cli_create_backend(const char *cmd, const cli_args *a) {

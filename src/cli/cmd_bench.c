@@ -14,6 +14,7 @@ static const cli_use bench_uses[] = {
                       /* --steps */ "10; CPU default run: 3"),
     CLI_USES_DDP_SWEEP,
     {CLI_TIMEOUT, "600", 1},
+    {CLI_MAX_CONTEXT, NULL, 1},
     CLI_USES_DEVICE,
     CLI_USES_OUTPUT,
 };
@@ -107,8 +108,11 @@ int cmd_bench(int argc, char **argv) {
     tlm_report *rep = NULL;
     int n = 0;
     rc = TLM_EXIT_USAGE;
-    if (!cli_bench_cases(cmd, &a, be, &cases, &n)) goto done;
+    size_t max_context_bytes = 0;
+    if (!cli_bench_cases(cmd, &a, be, &cases, &n) || !cli_max_context_bytes(cmd, &a, be, &max_context_bytes))
+        goto done;
     for (int i = 0; i < n; i++) {
+        cases[i].max_context_bytes = max_context_bytes;
         cases[i].comm = proc.comm;
         cases[i].graphs &= !proc.comm; /* the data-parallel reducer runs the passes eagerly (ddp.h) */
     }

@@ -17,13 +17,13 @@
 #define MIB (1.0 / (1024.0 * 1024.0))
 #define MAX_TOP 100
 
-enum { OPT_SUITE = 3100, OPT_TOP, OPT_SNAPSHOT, OPT_TIMELINE, OPT_MAX_CONTEXT };
+enum { OPT_SUITE = 3100, OPT_TOP, OPT_SNAPSHOT, OPT_TIMELINE };
 
 typedef struct {
     bool seeds;
     int top;
     const char *snapshot, *timeline;
-    uint64_t memory_limit; /* --max-context: bytes; 0: not asked */
+    size_t memory_limit; /* --max-context: bytes (cli_max_context_bytes); 0: not asked */
 } memory_opts;
 
 static const cli_use memory_uses[] = {
@@ -36,6 +36,7 @@ static const cli_use memory_uses[] = {
     {CLI_WARMUP, "1", 1},
     CLI_USES_RECOMPUTE,
     {CLI_SEED, "0", 1},
+    {CLI_MAX_CONTEXT, NULL, 1},
     CLI_USES_DEVICE,
     CLI_USES_OUTPUT,
 };
@@ -44,7 +45,6 @@ static const struct option memory_options[] = {{"suite", required_argument, 0, O
                                                {"top", required_argument, 0, OPT_TOP},
                                                {"snapshot", required_argument, 0, OPT_SNAPSHOT},
                                                {"timeline", required_argument, 0, OPT_TIMELINE},
-                                               {"max-context", required_argument, 0, OPT_MAX_CONTEXT},
                                                {0, 0, 0, 0}};
 
 static bool memory_option(void *user, int opt, const char *arg) {
@@ -61,8 +61,6 @@ static bool memory_option(void *user, int opt, const char *arg) {
     case OPT_TOP: return cli_parse_int("memory", "--top", arg, 0, MAX_TOP, &v) && ((o->top = (int)v), true);
     case OPT_SNAPSHOT: o->snapshot = arg; return true;
     case OPT_TIMELINE: o->timeline = arg; return true;
-    case OPT_MAX_CONTEXT:
-        return cli_parse_bytes("memory", "--max-context", arg, 1, (uint64_t)1 << 50, &o->memory_limit);
     }
     return false;
 }
@@ -86,9 +84,7 @@ static const cli_command memory_cmd = {
         "      --snapshot FILE.pickle  a snapshot as torch.cuda.memory._dump_snapshot writes it: drop it on\n"
         "                              pytorch.org/memory_viz (ops, layers and phases as its stack frames)\n"
         "                              With several configurations each file's name gets the configuration\n"
-        "                              before its extension (FILE-2.7B-ctx256-b4-fp32-train.json).\n"
-        "      --max-context BYTES     also the longest context (at each batch size) whose planned step fits\n"
-        "                              in BYTES (80G, 80GB; the backend's own workspaces not included)\n",
+        "                              before its extension (FILE-2.7B-ctx256-b4-fp32-train.json).\n",
     .name = "memory", CLI_USES(memory_uses), .options = memory_options, .handle = memory_option};
 
 /* ---- one configuration ----------------------------------------------------------------------------------- */
@@ -141,23 +137,6 @@ static tlm_run_config run_of(const tlm_bench_case *c, const memory_opts *o) {
     r.recompute = c->recompute;
     r.optimizer_in_backward = c->optimizer_in_backward;
     return r;
-}
-
-/* the longest context at this batch whose planned step fits in `limit` bytes (0 when none) */
-static int max_context(tlm_backend *be, const tlm_bench_case *c, const memory_opts *o) {
-    tlm_config cfg = c->config;
-    const tlm_run_config r = run_of(c, o);
-    int lo = 0, hi = 1 << 20;
-    while (lo < hi) {
-        const int mid = lo + (hi - lo + 1) / 2;
-        cfg.context_length = mid;
-        tlm_memory_estimate e;
-        const bool fits = tlm_model_memory_estimate(be, &cfg, &r, c->batch_size, mid, &e) == TLM_OK &&
-                          e.total <= o->memory_limit;
-        if (fits) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
 }
 
 static tlm_status one_step(tlm_model *m, const tlm_bench_case *c, const int32_t *tokens, int index, bool warmup) {
@@ -215,7 +194,7 @@ static tlm_status run_case(tlm_backend *be, const tlm_bench_case *c, const memor
     if (cfg.context_length < c->context_length) cfg.context_length = c->context_length;
     const tlm_run_config run = run_of(c, o);
     r->attention = tlm_attention_resolve(be, &cfg, c->precision, c->attention);
-    if (o->memory_limit) r->max_context = max_context(be, c, o);
+    if (o->memory_limit) r->max_context = tlm_bench_max_context(be, c, o->memory_limit);
     tlm_status s = tlm_model_memory_estimate(be, &cfg, &run, c->batch_size, c->context_length, &r->plan);
     if (s != TLM_OK) {
         fail(r, s);
@@ -427,7 +406,7 @@ int cmd_memory(int argc, char **argv) {
     }
     cli_default_workload(&a, be, 1, 1); /* 1 warm-up step, 1 measured */
     a.cuda_graphs = false;
-    if (!cli_bench_cases(cmd, &a, be, &cases, &n)) goto done;
+    if (!cli_bench_cases(cmd, &a, be, &cases, &n) || !cli_max_context_bytes(cmd, &a, be, &o.memory_limit)) goto done;
     /* every file's destination is checked before anything runs: a bad path costs no run */
     for (int i = 0; i < n; i++) {
         char label[160];

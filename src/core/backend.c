@@ -67,6 +67,10 @@ size_t tlm_device_memory_used(tlm_backend *be) {
     return be->iface->device_memory_used ? be->iface->device_memory_used(be) : 0;
 }
 
+size_t tlm_device_memory_total(tlm_backend *be) {
+    return be->iface->device_memory_total ? be->iface->device_memory_total(be) : 0;
+}
+
 void tlm_backend_release_cached(tlm_backend *be) {
     if (be->iface->release_cached) be->iface->release_cached(be);
 }

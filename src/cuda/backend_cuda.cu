@@ -38,6 +38,13 @@ static size_t cuda_device_memory_used(tlm_backend *be) {
     return total_bytes - free_bytes;
 }
 
+/* the device's memory: cudaMemGetInfo's total */
+static size_t cuda_device_memory_total(tlm_backend *be) {
+    size_t free_bytes = 0, total_bytes = 0;
+    TLM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return total_bytes;
+}
+
 /* the default memory pool (cudaMallocAsync's) keeps freed memory until a synchronization releases it:
  * wait, then trim it to nothing */
 static void cuda_release_cached(tlm_backend *be) {
@@ -187,6 +194,7 @@ static void cuda_destroy(tlm_backend *be) {
 static const tlm_backend_iface cuda_iface = {
     cuda_supports,
     cuda_device_memory_used,
+    cuda_device_memory_total,
     cuda_release_cached,
     cuda_raw_alloc,
     cuda_raw_free,

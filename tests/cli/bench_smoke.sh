@@ -27,4 +27,16 @@ fi
 expect_ok "help lists every flag" "$TLM" bench --help
 check "help names the defaults" grep -q 'default: 5' <<<"$("$TLM" bench --help)"
 check "help describes --attention" grep -q -- '--attention A' <<<"$("$TLM" bench --help)"
+# --max-context: the longest context whose planned step fits in the bytes given (the plan, not run):
+# the same answer as tlm memory's; "device" needs a device with a size
+expect_ok "--max-context 256M" "${B[@]}" --max-context 256M -f json -o "$TMP/mc.json"
+expect_ok "tlm memory --max-context 256M" "$TLM" memory --device cpu --model tiny --context-length 8 --batch-size 2 \
+  --max-context 256M -f json -o "$TMP/mc-memory.json"
+check "bench's max_context: one answer for both rows (same batch), > 16, tlm memory's" python3 -c "
+import json
+rows = json.load(open('$TMP/mc.json'))['rows']; mem = json.load(open('$TMP/mc-memory.json'))['rows']
+assert len({r['max_context'] for r in rows}) == 1 and rows[0]['max_context'] > 16, rows
+assert rows[0]['max_context'] == mem[0]['max_context'], (rows[0]['max_context'], mem[0]['max_context'])"
+expect_fail "--max-context device: the cpu backend has no device memory to size" "${B[@]}" --max-context device
+expect_fail "--max-context: " "${B[@]}" --max-context 0
 finish
