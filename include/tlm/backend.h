@@ -65,7 +65,7 @@ typedef struct tlm_backend_iface {
     void (*memset_zero)(tlm_backend *be, void *dst, size_t bytes);
 
     void (*stream_synchronize)(tlm_backend *be, tlm_stream *s);
-    tlm_status (*stream_create)(tlm_backend *be, bool background, tlm_stream **out);
+    tlm_status (*stream_create)(tlm_backend *be, tlm_stream **out);
     void (*stream_destroy)(tlm_backend *be, tlm_stream *s);
     tlm_status (*event_create)(tlm_backend *be, tlm_event **out);
     void (*event_destroy)(tlm_backend *be, tlm_event *e);
@@ -154,12 +154,6 @@ static inline void tlm_synchronize(tlm_backend *be) { tlm_stream_synchronize(be,
 /* Another stream (a communication stream beside the compute stream); work on it runs
  * concurrently with the compute stream, ordered against it only by events. */
 tlm_status tlm_stream_create(tlm_backend *be, tlm_stream **out);
-/* The same, for work that must not delay the compute stream's (the gradient norm beside the backward
- * pass, train.h): where the backend schedules by priority (CUDA: stream priorities; the compute
- * stream and tlm_stream_create's streams have the device's greatest, this one its least, and a CUDA
- * graph keeps each captured kernel's), the GPU starts its blocks only where the pending blocks of the
- * other streams leave room. Elsewhere (the CPU: one synchronous queue) a plain stream. */
-tlm_status tlm_stream_create_background(tlm_backend *be, tlm_stream **out);
 void tlm_stream_destroy(tlm_backend *be, tlm_stream *s);
 
 tlm_status tlm_event_create(tlm_backend *be, tlm_event **out);

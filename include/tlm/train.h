@@ -49,9 +49,7 @@ double tlm_lr_cosine_schedule(int64_t it, double lr_max, double lr_min, int64_t 
  * adamw_step's grad_scale: the same bits as a multiply beforehand); gradients carrying a loss scale
  * (fp16, m->grads_scale != 1) are measured unscaled (the sum divided by the scale squared) and the
  * clip divides m->grads_scale by coef, so the unscale before the update applies it. The norm is of
- * the gradients as the update will see them. Cost: one read of the gradients (the norm), after the
- * backward pass, that the step waits for; tlm_train_step, alone, does that read during the backward
- * pass instead (tlm_grad_norm_overlap, below).
+ * the gradients as the update will see them. Cost: one read of the gradients (the norm).
  * scratch: TLM_CLIP_SCRATCH_BYTES of backend memory (tlm_alloc). Waits for the norm (a host copy).
  * Errors: INVALID_ARGUMENT when m holds no gradients (no backward since the last forward, or
  * optimizer-in-backward, which never has them all at once). A non-finite gradient gives a non-finite
@@ -64,36 +62,6 @@ tlm_status tlm_clip_grad_norm(tlm_model *m, double max_norm, void *scratch, doub
 void tlm_clip_to_norm(tlm_model *m, double max_norm, double norm, bool *clipped);
 /* The name of the first tensor (layout order) whose gradient holds a NaN or inf, or NULL. */
 const char *tlm_grad_nonfinite_tensor(tlm_model *m, void *scratch);
-
-/* The same norm, measured beside the backward pass (where tlm_train_step measures it without a
- * data-parallel reducer): the read of every gradient that tlm_grad_norm adds after the pass (10.9 GB
- * for 2.7B, about 3.5 ms of a 78 ms step on an H100) overlaps the pass's GEMMs instead. Registered as
- * the model's grads-ready callback (model.h): as the backward completes each group of gradients
- * (layout.h), the compute stream records an event, a background stream (backend.h,
- * tlm_stream_create_background: its blocks yield to the compute stream's) waits for it and writes the
- * group's sum of squares (float64) into the group's slot of a small device buffer: on CUDA in blocks
- * of one 32 KiB chunk each, short enough to fill the SMs that the compute stream's kernels leave idle
- * (src/cuda/sum_squares.h); on the CPU (one synchronous queue) the sum_squares op, in the callback. At
- * the last group the compute stream waits for the background stream, so the pass ends joined. With
- * CUDA graphs the fork and the join are captured with the backward pass and replayed with it
- * (creating the object forgets a backward graph captured before). After the pass, one host copy of
- * the slots; the norm is sqrt of their sum in group order (fixed: the same bits every run; the
- * additions are ordered otherwise than tlm_grad_norm's, so the two may differ in the last bits),
- * divided by the scale the gradients carry, as tlm_grad_norm's is (fp16). The model has one
- * grads-ready slot: a data-parallel reducer holds it (ddp.h; its norm is of the averaged gradients,
- * tlm_ddp_grad_norm), and so does this object. */
-typedef struct tlm_grad_norm_overlap tlm_grad_norm_overlap;
-/* Registers the callback on m. Errors: INVALID_ARGUMENT (m's grads-ready callback is taken),
- * UNSUPPORTED (optimizer-in-backward), OUT_OF_MEMORY, BACKEND (the stream or events). */
-tlm_status tlm_grad_norm_overlap_create(tlm_grad_norm_overlap **out, tlm_model *m);
-/* Unregisters the callback (if still o's) and forgets m's captured backward graph; NULL: no-op. */
-void tlm_grad_norm_overlap_free(tlm_grad_norm_overlap *o);
-/* Whether the callback is still the model's: then every backward pass since the creation measured. */
-bool tlm_grad_norm_overlap_active(const tlm_grad_norm_overlap *o);
-/* The norm of the gradients the last backward pass left (as tlm_grad_norm: unscaled in fp16, the
- * clip asked for since included); waits for the pass (the host copy). Errors: INVALID_ARGUMENT when m
- * holds no gradients or the callback is no longer o's. */
-tlm_status tlm_grad_norm_overlapped(tlm_grad_norm_overlap *o, double *norm);
 
 /* ---- the recipe ----------------------------------------------------------------------------------- */
 
@@ -151,9 +119,6 @@ typedef struct tlm_train {
     int32_t *eval_inputs, *eval_targets; /* (eval_batches * B*T) host: this rank's rows of the fixed
                                             validation batches; NULL without validation */
     void *scratch;                  /* (TLM_CLIP_SCRATCH_BYTES) backend memory for the norm */
-    tlm_grad_norm_overlap *norm_overlap; /* the norm beside the backward pass (above): created by the first
-                                            step that clips without t->ddp while the model's grads-ready
-                                            slot is free; NULL otherwise (the norm after the pass) */
     tlm_train_record *log;          /* (log_len) every step's record, from step 1 (a resumed run
                                        carries the checkpoint's) */
     int64_t log_len, log_cap;
@@ -172,8 +137,7 @@ void tlm_train_free(tlm_train *t);
 
 /* One step, step s = t->step + 1: lr = the schedule at it = s - 1; this rank's rows of batch
  * (seed, it) drawn from the training data; forward (mean loss), backward (with t->ddp: the gradients
- * averaged over the ranks, tlm_ddp_sync_grads), the global norm (alone: measured during the backward
- * pass, t->norm_overlap; with t->ddp: of the averaged gradients, after it) and clipping, the AdamW update with
+ * averaged over the ranks, tlm_ddp_sync_grads), the global norm and clipping, the AdamW update with
  * lr (with t->ddp: tlm_ddp_adamw_step); t->step, t->tokens advance and the record is appended to the
  * log and copied to *rec (may be NULL). Errors: the model's (OUT_OF_MEMORY, ...); INVALID_ARGUMENT
  * for a non-finite loss or gradient in fp32, tf32 or bf16 (the message names the step and the first

@@ -104,11 +104,7 @@ static tlm_status token(void **out, size_t bytes, const char *what) {
 }
 
 tlm_status tlm_stream_create(tlm_backend *be, tlm_stream **out) {
-    return be->iface->stream_create ? be->iface->stream_create(be, false, out) : token((void **)out, sizeof **out, "a stream");
-}
-
-tlm_status tlm_stream_create_background(tlm_backend *be, tlm_stream **out) {
-    return be->iface->stream_create ? be->iface->stream_create(be, true, out) : token((void **)out, sizeof **out, "a stream");
+    return be->iface->stream_create ? be->iface->stream_create(be, out) : token((void **)out, sizeof **out, "a stream");
 }
 
 void tlm_stream_destroy(tlm_backend *be, tlm_stream *s) {

@@ -1,10 +1,9 @@
 /* backend_cuda.cu — the CUDA backend: the device (which ops, dtypes and d_heads it has kernels
  * for), stream-ordered device memory (cudaMallocAsync / cudaFreeAsync on the compute stream: a free
- * never synchronizes), the compute stream every op and copy runs on (at the device's greatest stream
- * priority), more streams (background ones at its least) and CUDA events for timing and ordering,
- * CUDA graph capture (each kernel keeping its stream's priority), a cuBLASLt handle with a 32 MiB
- * workspace, and the table of ops (kernels in src/cuda/<op>.cu, GEMMs through cuBLASLt in
- * matmul.cu). NVTX ranges come from the hook in nvtx.cu, installed here. */
+ * never synchronizes), the compute stream every op and copy runs on, more streams and CUDA events
+ * for timing and ordering, CUDA graph capture, a cuBLASLt handle with a 32 MiB workspace, and the
+ * table of ops (kernels in src/cuda/<op>.cu, GEMMs through cuBLASLt in matmul.cu). NVTX ranges come
+ * from the hook in nvtx.cu, installed here. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,13 +109,9 @@ static tlm_status create_handle(Obj **out, const char *what, Create &&create) {
     return TLM_OK;
 }
 
-/* at the compute stream's priority (the device's greatest), or the least for background work: the GPU
- * schedules the blocks of a higher-priority stream's pending kernels first */
-static tlm_status cuda_stream_create(tlm_backend *be, bool background, tlm_stream **out) {
-    const tlm_cuda *cu = tlm_cuda_of(be);
-    const int priority = background ? cu->priority_background : cu->priority;
-    return create_handle(out, background ? "a background CUDA stream" : "a CUDA stream", [priority](void **h) {
-        return cudaStreamCreateWithPriority(reinterpret_cast<cudaStream_t *>(h), cudaStreamNonBlocking, priority);
+static tlm_status cuda_stream_create(tlm_backend *be, tlm_stream **out) {
+    return create_handle(out, "a CUDA stream", [](void **h) {
+        return cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t *>(h), cudaStreamNonBlocking);
     });
 }
 
@@ -160,9 +155,7 @@ static void *cuda_graph_end(tlm_backend *be) {
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
     cudaError_t e = cudaStreamEndCapture(tlm_cuda_stream(be), &graph);
-    /* each kernel at the priority of the stream it was captured on (a background stream's work joined
-     * to the capture stays background), not all at the launch stream's */
-    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
     if (graph) cudaGraphDestroy(graph);
     if (e != cudaSuccess) {
         cudaGetLastError(); /* clear it: the ops run uncaptured instead */
@@ -272,8 +265,7 @@ extern "C" tlm_status tlm_backend_cuda_create(tlm_backend **out, int gpu) {
                      cu->device_name);
         goto fail;
     }
-    CREATE_TRY(cudaDeviceGetStreamPriorityRange(&cu->priority_background, &cu->priority));
-    CREATE_TRY(cudaStreamCreateWithPriority(&cu->stream, cudaStreamNonBlocking, cu->priority));
+    CREATE_TRY(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking));
     bs = cublasLtCreate(&cu->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         cu->lt = NULL;

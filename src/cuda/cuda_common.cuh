@@ -60,8 +60,6 @@ typedef struct tlm_cuda {
     int num_sms;
     char device_name[192];           /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" */
     cudaStream_t stream;             /* every op and copy runs on it, in order */
-    int priority, priority_background; /* the device's greatest stream priority (the compute stream's and
-                                          tlm_stream_create's) and its least (tlm_stream_create_background) */
     cublasLtHandle_t lt;
     void *workspace;                 /* (TLM_CUDA_WORKSPACE_BYTES) cuBLASLt's; tlm_alloc'd */
     size_t workspace_bytes;

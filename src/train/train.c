@@ -1,9 +1,6 @@
 /* train.c — the training loop's state and its step (train.h): the batch of the step, forward,
  * backward, the global norm and clipping, the AdamW update at the schedule's learning rate, the loss
- * log; and validation on the fixed held-out batches. Alone, the norm is measured during the backward
- * pass (clip.c, tlm_grad_norm_overlap: each group's sum of squares on a background stream as the group
- * completes), so the step does not wait for a read of every gradient after it; with a data-parallel
- * reducer it is the norm of the averaged gradients, after their reduction (tlm_ddp_grad_norm). */
+ * log; and validation on the fixed held-out batches. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +62,6 @@ tlm_status tlm_train_init(tlm_train *t, tlm_model *m, const tlm_train_config *c,
 }
 
 void tlm_train_free(tlm_train *t) {
-    tlm_grad_norm_overlap_free(t->norm_overlap);
     if (t->scratch) tlm_free(t->model ? t->model->backend : NULL, t->scratch);
     free(t->inputs);
     free(t->targets);
@@ -87,18 +83,6 @@ static tlm_status log_append(tlm_train *t, const tlm_train_record *r) {
     return TLM_OK;
 }
 
-/* *beside: the norm of this step is measured during its backward pass (t->norm_overlap), set up by the
- * first step that needs it: alone (no reducer: with one, the norm is of the averaged gradients), with
- * clipping, and the model's grads-ready slot free (or already ours) */
-static tlm_status norm_beside_backward(tlm_train *t, bool *beside) {
-    *beside = false;
-    if (t->ddp || !(t->config.max_grad_norm > 0)) return TLM_OK;
-    if (!t->norm_overlap && !t->model->grads_ready)
-        TLM_TRY(tlm_grad_norm_overlap_create(&t->norm_overlap, t->model));
-    *beside = tlm_grad_norm_overlap_active(t->norm_overlap);
-    return TLM_OK;
-}
-
 tlm_status tlm_train_step(tlm_train *t, tlm_train_record *rec) {
     tlm_model *m = t->model;
     const tlm_train_config *c = &t->config;
@@ -107,8 +91,6 @@ tlm_status tlm_train_step(tlm_train *t, tlm_train_record *rec) {
     r.lr = tlm_lr_cosine_schedule(it, c->lr_max, c->lr_min, c->warmup_iters, c->cosine_cycle_iters);
     const tlm_batch_draw draw = {c->seed, it, t->rank, t->world_size};
     TLM_TRY(tlm_tokens_get_batch(t->train_data, c->batch_size, c->context_length, draw, t->inputs, t->targets));
-    bool beside = false;
-    TLM_TRY(norm_beside_backward(t, &beside)); /* before the backward it measures in */
     tlm_backend *be = m->backend;
     tlm_step_begin(be, (int)it, false);
     tlm_status s = tlm_model_forward(m, t->inputs, t->targets, c->batch_size, c->context_length, &r.loss);
@@ -116,9 +98,7 @@ tlm_status tlm_train_step(tlm_train *t, tlm_train_record *rec) {
     if (s == TLM_OK && t->ddp) s = tlm_ddp_sync_grads(t->ddp); /* the ranks' average from here on */
     r.grad_norm = NAN; /* not measured without clipping: a pass over the gradients saved */
     if (s == TLM_OK && c->max_grad_norm > 0) {
-        s = t->ddp    ? tlm_ddp_grad_norm(t->ddp, t->scratch, &r.grad_norm)
-            : beside ? tlm_grad_norm_overlapped(t->norm_overlap, &r.grad_norm) /* summed during the backward */
-                     : tlm_grad_norm(m, t->scratch, &r.grad_norm);
+        s = t->ddp ? tlm_ddp_grad_norm(t->ddp, t->scratch, &r.grad_norm) : tlm_grad_norm(m, t->scratch, &r.grad_norm);
         if (s == TLM_OK) tlm_clip_to_norm(m, c->max_grad_norm, r.grad_norm, &r.clipped);
     }
     const bool fp16 = m->run.precision == TLM_PRECISION_FP16;
