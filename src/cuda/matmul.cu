@@ -40,7 +40,11 @@
  *        plan created while capturing keeps the heuristic's pick for good. tlm_graph_run runs each
  *        pass eagerly once before capturing it, so every plan of a captured pass is timed first.
  *        The timing adds a few ms per new plan to the first (warm-up) step.
- *   2    as 1, and each timed plan is printed to stderr (shape, the heuristic's ms, the kept one's).
+ *        With a bf16/fp16 output, 1 and 2 ask cuBLASLt only for algorithms that add split-K partial
+ *        sums in fp32 (reduction schemes NONE and COMPUTE_TYPE, not INPLACE or OUTPUT_TYPE, which add
+ *        them in the 16-bit output type), so the heuristic's first pick may differ from 0's.
+ *   2    as 1, and each timed plan is printed to stderr (shape, the heuristic's ms, the kept one's, their
+ *        split-K counts and reduction schemes).
  * The choice may differ between processes (timing noise), never between calls of one plan. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,13 +226,23 @@ static int plan_tune(tlm_backend *be, const char *op, const plan *p, const cubla
             if (ran[i]) best = i;
     }
     if (scratch) tlm_free(be, scratch); /* stream-ordered: after the launches above */
-    if (verbose && n_ran > 1)
+    if (verbose && n_ran > 1) {
+        int32_t splitk[2] = {0, 0};
+        uint32_t scheme[2] = {0, 0}; /* cublasLtReductionScheme_t of the pick and the kept one */
+        for (int j = 0; j < 2; j++) {
+            const cublasLtMatmulAlgo_t *a = &cand[j ? best : 0].algo;
+            cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk[j], sizeof splitk[j], NULL);
+            cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme[j], sizeof scheme[j],
+                                                 NULL);
+        }
         fprintf(stderr,
                 "tlm: gemm tune: %s m=%d n=%d k=%d batch=%d trans %d%d types %d %d compute %d beta %s: %d of %d "
-                "candidates ran; heuristic's pick %.4f ms, kept #%d %.4f ms (%.3fx)\n",
+                "candidates ran; heuristic's pick %.4f ms (split-k %d, reduction %u), kept #%d %.4f ms (%.3fx; "
+                "split-k %d, reduction %u)\n",
                 op, k->m, k->n, k->k, k->batch, k->trans_a, k->trans_b, k->ab_type, k->cd_type, k->compute,
-                k->has_beta ? "!= 0" : "0", n_ran, n, (double)ms[0], best, (double)ms[best],
-                ms[0] > 0 && ms[best] > 0 ? (double)(ms[best] / ms[0]) : 1.0);
+                k->has_beta ? "!= 0" : "0", n_ran, n, (double)ms[0], splitk[0], scheme[0], best, (double)ms[best],
+                ms[0] > 0 && ms[best] > 0 ? (double)(ms[best] / ms[0]) : 1.0, splitk[1], scheme[1]);
+    }
     return best;
 }
 
@@ -265,6 +279,13 @@ static void plan_create(tlm_backend *be, const char *op, plan *p, const plan_key
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (tune) TLM_CUDA_CHECK_OP(op, cudaStreamIsCapturing(cu->stream, &capture));
     const int wanted = tune && capture == cudaStreamCaptureStatusNone ? GEMM_TUNE_CANDIDATES : 1;
+    if (tune && (k->cd_type == CUDA_R_16BF || k->cd_type == CUDA_R_16F)) {
+        /* the candidates keep fp32 accumulation to the end: no split-K whose partial sums are added in
+         * the 16-bit output (reduction schemes INPLACE and OUTPUT_TYPE) */
+        const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                                     &schemes, sizeof schemes));
+    }
     cublasLtMatmulHeuristicResult_t result[GEMM_TUNE_CANDIDATES];
     int returned = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cu->lt, p->desc, p->a, p->b, p->c, p->c, pref, wanted, result,
