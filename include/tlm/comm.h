@@ -172,13 +172,19 @@ tlm_status tlm_comm_synchronize(tlm_comm *c, tlm_stream *s);
 typedef enum { TLM_MPI_ALGO_AUTO = 0, TLM_MPI_ALGO_MPI = 1, TLM_MPI_ALGO_SHM = 2 } tlm_mpi_algo;
 
 #define TLM_COMM_SHM_MIN_BYTES ((size_t)256 << 10)  /* auto: shm from this size per rank (measured: see below) */
-#define TLM_COMM_SHM_CHUNK_BYTES ((size_t)256 << 10) /* the default chunk per rank; at most 1 MiB */
+#define TLM_COMM_SHM_CHUNK_BYTES ((size_t)256 << 10) /* the default chunk per rank below LARGE_BYTES */
+#define TLM_COMM_SHM_LARGE_BYTES ((size_t)512 << 20)  /* from this size per rank the default chunk is 1 MiB */
+#define TLM_COMM_SHM_LARGE_CHUNK_BYTES ((size_t)1 << 20)
+/* (the chunks measured on the H100 machine's 16 cores, 2 and 4 ranks, in place: 1 MiB chunks 18% and
+ * 18% faster than 256 KiB at 1 GB a rank, 256 KiB ones 22% and 10% faster than 1 MiB at 100 MB:
+ * bench/results/h100-2026-11-24-allreduce-shm/shm-chunks.txt) */
 
 const char *tlm_mpi_algo_name(tlm_mpi_algo a); /* "auto", "mpi", "shm" */
 bool tlm_mpi_algo_parse(const char *name, tlm_mpi_algo *out);
 
 /* Chooses the MPI communicator's all-reduce (default: auto) and shm's chunk per rank in bytes (0:
- * TLM_COMM_SHM_CHUNK_BYTES; more than 1 MiB is 1 MiB). Collective: every rank calls it with the same
+ * by size, TLM_COMM_SHM_CHUNK_BYTES or from TLM_COMM_SHM_LARGE_BYTES a rank TLM_COMM_SHM_LARGE_CHUNK_BYTES;
+ * more than 1 MiB is 1 MiB). Collective: every rank calls it with the same
  * values (checked: INVALID_ARGUMENT on every rank otherwise). Errors: INVALID_ARGUMENT (not an MPI
  * communicator, an unknown algorithm, ranks that disagree), UNSUPPORTED (shm asked for where there
  * is no segment: ranks on several hosts, one rank, or /dev/shm refused; the message says which). */

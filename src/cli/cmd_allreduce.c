@@ -157,7 +157,7 @@ static const cli_command allreduce_cmd = {
         "                        schedule for ranks that share a host (shm: a shared-memory segment, each\n"
         "                        rank sums its 1/n slice of every rank's copy; comm.h); auto: shm from\n"
         "                        256K per rank when every rank is on one host, else mpi (default: auto)\n"
-        "      --shm-chunk SIZE  shm's chunk per rank, 4K..1M (default: 256K)\n"
+        "      --shm-chunk SIZE  shm's chunk per rank, 4K..1M (default: 256K; 1M from 512M a rank)\n"
         "      --timeout S       the longest any rank waits in one collective before the run stops, naming\n"
         "                        the ranks that did not arrive (default: 60)\n"
         "      --sweep           run under mpirun for each --backend and --nproc and merge the results\n"
@@ -272,6 +272,8 @@ static void put_config_meta(tlm_report *rep, const opts *o) {
     tlm_report_meta_num(rep, "timeout_s", o->timeout);
     tlm_report_meta_str(rep, "mpi_algorithm", tlm_mpi_algo_name(o->mpi_algo));
     tlm_report_meta_int(rep, "shm_chunk_bytes", (int64_t)(o->shm_chunk ? o->shm_chunk : TLM_COMM_SHM_CHUNK_BYTES));
+    if (!o->shm_chunk) /* the default by size (comm.h) */
+        tlm_report_meta_str(rep, "shm_chunk_large", "1048576 bytes from 536870912 bytes a rank");
     tlm_report_meta_str(rep, "algorithm", algo_note);
     static const char *const nccl_env[] = {"NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_ALGO",
                                            "NCCL_PROTO"};

@@ -372,12 +372,13 @@ tlm_status tlm_shm_all_reduce(tlm_shm *s, const void *send, void *recv, size_t c
                               size_t chunk_bytes) {
     if (count == 0) return TLM_OK;
     const size_t es = tlm_dtype_size(dt);
-    if (chunk_bytes == 0) chunk_bytes = TLM_COMM_SHM_CHUNK_BYTES;
+    if (chunk_bytes == 0) /* by size (comm.h) */
+        chunk_bytes = count * es >= TLM_COMM_SHM_LARGE_BYTES ? TLM_COMM_SHM_LARGE_CHUNK_BYTES : TLM_COMM_SHM_CHUNK_BYTES;
     if (chunk_bytes > TLM_SHM_SLOT_BYTES) chunk_bytes = TLM_SHM_SLOT_BYTES;
     chunk_bytes = chunk_bytes / 64 * 64;
     if (chunk_bytes < 64 * (size_t)s->size) chunk_bytes = 64 * (size_t)s->size;
     const job b = {.send = send, .recv = recv, .count = count, .chunk = chunk_bytes / es, .es = es, .dt = dt, .op = op,
-                   .stream = count * es > s->llc_bytes && !getenv("NOSTREAM")};
+                   .stream = count * es > s->llc_bytes};
     const size_t chunks = (count + b.chunk - 1) / b.chunk;
     const uint64_t g0 = s->seq;
     s->seq += chunks;

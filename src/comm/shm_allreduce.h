@@ -47,8 +47,9 @@ typedef struct tlm_shm tlm_shm;
 tlm_status tlm_shm_create(tlm_shm **out, MPI_Comm comm, char *why, size_t n);
 
 /* recv[i] = op over the ranks of send[i], i < count elements of dt (F32 or BF16); send == recv
- * in place, else disjoint (checked by comm.c). chunk_bytes: the chunk per rank (0: the default,
- * TLM_SHM_CHUNK_DEFAULT; at most TLM_SHM_SLOT_BYTES; rounded down to whole 64-byte lines).
+ * in place, else disjoint (checked by comm.c). chunk_bytes: the chunk per rank (0: the default by
+ * size, comm.h's TLM_COMM_SHM_CHUNK_BYTES or TLM_COMM_SHM_LARGE_CHUNK_BYTES; at most
+ * TLM_SHM_SLOT_BYTES; rounded down to whole 64-byte lines).
  * Collective: every rank calls it with the same count, dt, op and chunk_bytes. Errors: BACKEND (a
  * peer did not progress within the timeout: named). */
 tlm_status tlm_shm_all_reduce(tlm_shm *s, const void *send, void *recv, size_t count, tlm_dtype dt,
