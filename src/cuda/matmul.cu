@@ -54,8 +54,9 @@
 #include "tlm/memory.h"
 
 #define MATMUL_CACHE_SIZE 128
-#define GEMM_TUNE_DEFAULT 0         /* TLM_GEMM_TUNE unset or empty: off until the cause of one training
-                                       * run's divergence is known (bench/results/h100-2026-11-24-gemm-tune) */
+#define GEMM_TUNE_DEFAULT 0         /* TLM_GEMM_TUNE unset or empty: off, as cudnn.benchmark: timed choices
+                                       * may differ between processes, and so may the last bits of a run
+                                       * (bench/results/h100-2026-11-24-gemm-tune) */
 #define GEMM_TUNE_CANDIDATES 8      /* heuristic results timed per plan */
 #define GEMM_TUNE_WORK_US 200.0     /* timed launches per candidate: about this much work, 5 to 50 launches */
 #define GEMM_TUNE_HOLD_US 1000      /* the stream is held 1 ms + 8 us per timed launch while they are queued */
