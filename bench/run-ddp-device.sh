@@ -14,6 +14,8 @@
 #   scale   bucketed 25 MiB at 1, 2 and 4 GPUs (the 1-GPU row is `one`'s);
 #   torch   the PyTorch DDP peer (bench/peers/pytorch_ddp.py) in the same run: 1, 2 (and 4) processes, bucket
 #           sizes, bf16_compress_hook, ZeroRedundancyOptimizer;
+#   cpu     on the host's CPU cores instead (MPI): tlm bench bucketed and flat against PyTorch DDP over gloo,
+#           small, context 128, global batch 8, at 1, 2 and 4 processes (tlm-cpu-N.json, torch-cpu-N.json);
 #   table   ddp-side-by-side.md: the mode x bucket table against the 1-GPU step (the issue's targets:
 #           bucketed <= 1.10x on 2 GPUs, <= 1.15x on 4; ZeRO-1 <= 1.10x bucketed, its optimizer state 1/N),
 #           PyTorch beside, the ZeRO memory table, the scaling table.
@@ -107,6 +109,23 @@ if stage torch; then
     --grad-reduce-dtype fp32,bf16 --zero 0,1 --warmup "$WARMUP" --steps "$STEPS" --out "$OUT/torch-ddp.json"
 fi
 
+if stage cpu; then
+  # data parallelism on the host's cores (MPI; what CI tests), beside PyTorch DDP over gloo: the same global
+  # batch (CPU_BATCH) at 1, 2 and 4 processes, the cores divided among them; fp32, bucketed 25 MiB
+  CPU_MODEL=${CPU_MODEL:-small} CPU_CTX=${CPU_CTX:-128} CPU_BATCH=${CPU_BATCH:-8}
+  # OpenBLAS 0.3.21 does not know this machine's CPU model and falls back to generic kernels (4x slower)
+  [ -n "${OPENBLAS_CORETYPE:-}" ] || export OPENBLAS_CORETYPE=$(grep -q avx512f /proc/cpuinfo && echo SkylakeX || echo Haswell)
+  cpu_common=(--device cpu --model "$CPU_MODEL" --context-length "$CPU_CTX" --warmup 1 --steps 3 --pass train)
+  for n in 1 2 4; do
+    echo "== CPU, $n process(es): tlm bench (MPI), then PyTorch DDP (gloo); global batch $CPU_BATCH"
+    if [ "$n" = 1 ]; then "$TLM" bench "${cpu_common[@]}" -b "$CPU_BATCH" -f json -o "$OUT/tlm-cpu-1.json" | grep -v '^#'
+    else mpi "$n" "$TLM" bench "${cpu_common[@]}" -b "$CPU_BATCH" --ddp bucketed,flat -f json -o "$OUT/tlm-cpu-$n.json" \
+      | grep -v '^#'; fi
+    python3 bench/peers/pytorch_ddp.py --device cpu --model "$CPU_MODEL" --context-length "$CPU_CTX" \
+      --batch-size-per-rank $((CPU_BATCH / n)) --precision fp32 --nproc "$n" --bucket-mb 25 --warmup 1 --steps 3 \
+      --out "$OUT/torch-cpu-$n.json" 2>&1 | grep -vE '^#|^$' | tail -2
+  done
+fi
 if stage table; then
   echo "== side by side"
   python3 - "$OUT" <<'EOF'

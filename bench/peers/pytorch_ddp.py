@@ -86,6 +86,8 @@ def worker(rank, cfg, port, result_path):
             extra = dict(device_id=torch.device("cuda", rank)) if cuda else {}
             dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                     world_size=n, **extra)
+        if not cuda:  # the host's cores divided among the processes, as tlm's ranks divide them
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))
         set_precision(cfg["precision"], dev)
         torch.manual_seed(cfg["seed"])
         T, B = cfg["context_length"], cfg["batch_per_rank"]
