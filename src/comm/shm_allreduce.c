@@ -72,14 +72,9 @@ tlm_status tlm_shm_create(tlm_shm **out, MPI_Comm comm, char *why, size_t n) {
     s->headers_bytes = ((size_t)size * HEADER_BYTES + 4095) / 4096 * 4096;
     s->map_bytes = s->headers_bytes + (size_t)size * 2 * TLM_SHM_SLOT_BYTES;
     s->llc_bytes = last_level_cache();
-    /* the host's cores shared among the ranks, and no more than this rank may run on (mpirun binds 2
-     * ranks to a core each by default) */
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t mask;
-    const long allowed = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : cores;
-    const long share = cores > size ? cores / size : 1;
     const char *forced = getenv("TLM_SHM_THREADS"); /* tests: the threaded path on a machine of few cores */
-    s->threads = forced && atoi(forced) > 0 ? atoi(forced) : (int)(share < allowed ? share : allowed);
+    s->threads = forced && atoi(forced) > 0 ? atoi(forced) : cores > size ? (int)(cores / size) : 1;
     if (s->threads > TLM_SHM_MAX_THREADS) s->threads = TLM_SHM_MAX_THREADS;
 
     /* rank 0 makes the segment and reserves its space (a full /dev/shm fails here, not with SIGBUS

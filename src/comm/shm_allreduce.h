@@ -24,8 +24,7 @@
  * each byte through send and receive fragments and a temporary buffer besides.
  *
  * Threads: a rank's copies and sums of a chunk (from 64 KiB a call) are split over its threads (the
- * host's cores / ranks, no more than the cores the rank may run on (its affinity: mpirun binds
- * ranks to cores unless told --bind-to none), at most TLM_SHM_MAX_THREADS) in whole 64-byte lines; each element is still
+ * host's cores / ranks, at most TLM_SHM_MAX_THREADS) in whole 64-byte lines; each element is still
  * summed by one thread in rank order, so the bits do not depend on the thread count.
  *
  * Waits: a rank spins on a peer's counter (pause, then sched_yield: oversubscribed ranks still
