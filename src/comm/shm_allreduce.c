@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <omp.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -40,7 +39,6 @@ struct tlm_shm {
     size_t map_bytes, headers_bytes;
     uint64_t seq;                 /* chunks done so far on this communicator: the same on every rank */
     size_t llc_bytes;             /* the last-level cache: larger buffers are written past it */
-    int threads;                  /* threads that move one rank's bytes: the host's cores / ranks */
 };
 
 static _Atomic uint64_t *counter(const tlm_shm *s, int q, int stage) {
@@ -72,10 +70,6 @@ tlm_status tlm_shm_create(tlm_shm **out, MPI_Comm comm, char *why, size_t n) {
     s->headers_bytes = ((size_t)size * HEADER_BYTES + 4095) / 4096 * 4096;
     s->map_bytes = s->headers_bytes + (size_t)size * 2 * TLM_SHM_SLOT_BYTES;
     s->llc_bytes = last_level_cache();
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *forced = getenv("TLM_SHM_THREADS"); /* tests: the threaded path on a machine of few cores */
-    s->threads = forced && atoi(forced) > 0 ? atoi(forced) : cores > size ? (int)(cores / size) : 1;
-    if (s->threads > TLM_SHM_MAX_THREADS) s->threads = TLM_SHM_MAX_THREADS;
 
     /* rank 0 makes the segment and reserves its space (a full /dev/shm fails here, not with SIGBUS
      * later); then each rank maps it, and all learn whether every rank could */
@@ -307,62 +301,6 @@ static void reduce_slice(const void *const *terms, int n, size_t len, tlm_dtype 
     reduce_scalar(terms, n, done, len, dt, avg, shared);
 }
 
-/* ---- the rank's threads ----------------------------------------------------------------------------------------
- * A rank's copies and sums of one chunk are split over its threads in pieces of whole 64-byte lines (one core
- * does not reach the memory bandwidth a rank's share of the host's can); each element is still summed by one
- * thread in rank order, so the bits do not depend on the thread count. Below PAR_MIN_BYTES per call one thread. */
-#define PAR_MIN_BYTES ((size_t)64 << 10)
-
-/* piece t of n of [0, len) elements of es bytes, in whole lines */
-static void piece(size_t len, size_t es, int t, int n, size_t *lo, size_t *hi) {
-    const size_t line = ALIGN_ELEMS_BYTES / es;
-    size_t per = (len + (size_t)n - 1) / (size_t)n;
-    per = (per + line - 1) / line * line;
-    *lo = (size_t)t * per < len ? (size_t)t * per : len;
-    *hi = (size_t)(t + 1) * per < len ? (size_t)(t + 1) * per : len;
-}
-
-static int threads_for(const tlm_shm *s, size_t bytes) {
-    return bytes >= PAR_MIN_BYTES && s->threads > 1 ? s->threads : 1;
-}
-
-static void par_memcpy(const tlm_shm *s, char *dst, const char *src, size_t bytes) {
-    const int n = threads_for(s, bytes);
-#pragma omp parallel for num_threads(n) schedule(static) if (n > 1)
-    for (int t = 0; t < n; t++) {
-        size_t lo, hi;
-        piece(bytes, 1, t, n, &lo, &hi);
-        memcpy(dst + lo, src + lo, hi - lo);
-    }
-}
-
-static void par_copy_out(const tlm_shm *s, char *dst, const char *src, size_t bytes, bool stream) {
-    const int n = threads_for(s, bytes);
-#pragma omp parallel for num_threads(n) schedule(static) if (n > 1)
-    for (int t = 0; t < n; t++) {
-        size_t lo, hi;
-        piece(bytes, 1, t, n, &lo, &hi);
-        copy_out(dst + lo, src + lo, hi - lo, stream);
-        if (stream && n > 1) stream_fence(); /* each thread orders its own non-temporal stores */
-    }
-}
-
-/* reduce_slice over [0, len) of the terms, split over the threads */
-static void par_reduce(const tlm_shm *s, const void *const *terms, size_t len, tlm_dtype dt, tlm_reduce_op op,
-                       void *shared) {
-    const size_t es = tlm_dtype_size(dt);
-    const int n = threads_for(s, len * es * (size_t)s->size);
-#pragma omp parallel for num_threads(n) schedule(static) if (n > 1)
-    for (int t = 0; t < n; t++) {
-        size_t lo, hi;
-        piece(len, es, t, n, &lo, &hi);
-        if (hi == lo) continue;
-        const void *mine[64];
-        for (int q = 0; q < s->size; q++) mine[q] = (const char *)terms[q] + lo * es;
-        reduce_slice(mine, s->size, hi - lo, dt, op, (char *)shared + lo * es);
-    }
-}
-
 /* ---- the schedule ---------------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -395,8 +333,8 @@ static tlm_status copy_in(tlm_shm *s, const job *b, size_t j, uint64_t g) {
     size_t lo, hi;
     slice_of(s, b, len, s->rank, &lo, &hi);
     char *mine = slot(s, s->rank, g);
-    par_memcpy(s, mine, b->send + base, lo * b->es);
-    par_memcpy(s, mine + hi * b->es, b->send + base + hi * b->es, (len - hi) * b->es);
+    memcpy(mine, b->send + base, lo * b->es);
+    memcpy(mine + hi * b->es, b->send + base + hi * b->es, (len - hi) * b->es);
     publish(s, STAGE_IN, g + 1);
     return TLM_OK;
 }
@@ -411,8 +349,7 @@ static tlm_status reduce(tlm_shm *s, const job *b, size_t j, uint64_t g) {
     if (!t) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     for (int q = 0; q < s->size; q++)
         t[q] = q == s->rank ? b->send + base + lo * b->es : slot(s, q, g) + lo * b->es;
-    if (s->size <= 64) par_reduce(s, t, hi - lo, b->dt, b->op, slot(s, s->rank, g) + lo * b->es);
-    else reduce_slice(t, s->size, hi - lo, b->dt, b->op, slot(s, s->rank, g) + lo * b->es);
+    reduce_slice(t, s->size, hi - lo, b->dt, b->op, slot(s, s->rank, g) + lo * b->es);
     if (t != terms) free(t);
     publish(s, STAGE_RED, g + 1);
     return TLM_OK;
@@ -425,7 +362,7 @@ static tlm_status gather(tlm_shm *s, const job *b, size_t j, uint64_t g) {
         const int q = (s->rank + k) % s->size; /* its own first; the ranks start on different slots */
         size_t lo, hi;
         slice_of(s, b, len, q, &lo, &hi);
-        par_copy_out(s, b->recv + base + lo * b->es, slot(s, q, g) + lo * b->es, (hi - lo) * b->es, b->stream);
+        copy_out(b->recv + base + lo * b->es, slot(s, q, g) + lo * b->es, (hi - lo) * b->es, b->stream);
     }
     publish(s, STAGE_OUT, g + 1);
     return TLM_OK;

@@ -23,10 +23,6 @@
  * terms, the others' results). Open MPI's MPI_Allreduce over its shared-memory transport moves
  * each byte through send and receive fragments and a temporary buffer besides.
  *
- * Threads: a rank's copies and sums of a chunk (from 64 KiB a call) are split over its threads (the
- * host's cores / ranks, at most TLM_SHM_MAX_THREADS) in whole 64-byte lines; each element is still
- * summed by one thread in rank order, so the bits do not depend on the thread count.
- *
  * Waits: a rank spins on a peer's counter (pause, then sched_yield: oversubscribed ranks still
  * progress) and, past the run's timeout plus 5 s, gives up with TLM_ERR_BACKEND naming the rank
  * and the stage; the communication watchdog (watchdog.c) normally ends the job first, naming the
@@ -40,8 +36,6 @@
 #include "tlm/comm.h"
 
 #define TLM_SHM_SLOT_BYTES ((size_t)1 << 20) /* per rank and slot; the largest chunk */
-#define TLM_SHM_MAX_THREADS 8 /* threads a rank moves its bytes with: the host's cores / ranks, at most this;
-                                 the environment's TLM_SHM_THREADS sets it (tests of the threaded path) */
 
 typedef struct tlm_shm tlm_shm;
 
