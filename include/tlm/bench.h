@@ -97,6 +97,11 @@ typedef struct {
  * inside a step leaves the others in a collective: the watchdog ends the run (comm.h, "Faults"). */
 tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_result *r);
 
+/* The model's run configuration of case c: its precision, attention, CUDA graphs, recompute and
+ * optimizer-in-backward, and forward_only for the forward pass (no gradient, no activation kept for a
+ * backward: model.h). */
+tlm_run_config tlm_bench_run_config(const tlm_bench_case *c);
+
 /* The longest context_length (tokens) at c's batch, model, precision, attention, pass, recompute and
  * optimizer-in-backward whose planned step fits in limit_bytes: the model's memory plan
  * (tlm_model_memory_estimate: parameters, gradients, optimizer state, the weight copy, activations

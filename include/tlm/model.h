@@ -103,7 +103,7 @@ typedef struct {
                                  tlm_model_adamw_step then only sets the hyperparameters for the next
                                  step. The same bits as a plain step (AdamW is elementwise). Excluded:
                                  anything that needs every gradient before the first update: global
-                                 gradient-norm clipping (tlm has none) and fp16's overflow check
+                                 gradient-norm clipping (tlm train's --max-grad-norm) and fp16's overflow check
                                  (loss_scaler.h: a step is skipped when any gradient is inf/NaN), so
                                  fp16 is refused (UNSUPPORTED; use bf16). The backward then runs
                                  eagerly, without CUDA graphs (each step's updates take the step

@@ -60,9 +60,7 @@ static tlm_status gather_memory(tlm_comm *c, tlm_bench_result *r) {
     return s;
 }
 
-/* the run configuration of a case: a forward-only case keeps no gradient and no activation for a
- * backward (model.h) */
-static tlm_run_config run_of(const tlm_bench_case *c) {
+tlm_run_config tlm_bench_run_config(const tlm_bench_case *c) {
     return (tlm_run_config){.precision = c->precision, .attention = c->attention, .cuda_graphs = c->graphs,
                             .forward_only = c->pass == TLM_PASS_FORWARD, .recompute = c->recompute,
                             .optimizer_in_backward = c->optimizer_in_backward};
@@ -70,7 +68,7 @@ static tlm_run_config run_of(const tlm_bench_case *c) {
 
 int tlm_bench_max_context(tlm_backend *be, const tlm_bench_case *c, size_t limit_bytes) {
     tlm_config cfg = c->config;
-    const tlm_run_config run = run_of(c);
+    const tlm_run_config run = tlm_bench_run_config(c);
     const int ranks = c->comm ? c->comm->world_size : 1;
     const int rows = c->batch_size / ranks > 0 ? c->batch_size / ranks : 1;
     int lo = 0, hi = 1 << 20;
@@ -104,7 +102,7 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     const int B = c->batch_size / r->world_size, T = c->context_length; /* this rank's rows */
     const size_t N = (size_t)B * T;
 
-    const tlm_run_config run = run_of(c);
+    const tlm_run_config run = tlm_bench_run_config(c);
     r->attention = tlm_attention_resolve(be, &cfg, c->precision, c->attention);
     tlm_backend_release_cached(be); /* what earlier cases freed is not held by this one */
     tlm_mem_reset_peak(be);

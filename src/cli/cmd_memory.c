@@ -128,16 +128,6 @@ static void file_for(const char *path, const char *label, char *buf, size_t n) {
     snprintf(buf, n, "%.*s-%s%s", (int)(dot - path), path, label, dot);
 }
 
-static tlm_run_config run_of(const tlm_bench_case *c, const memory_opts *o) {
-    tlm_run_config r = tlm_run_defaults();
-    r.precision = c->precision;
-    r.attention = c->attention;
-    r.cuda_graphs = false; /* the hooks see every op only when the passes are issued eagerly */
-    r.forward_only = c->pass == TLM_PASS_FORWARD;
-    r.recompute = c->recompute;
-    r.optimizer_in_backward = c->optimizer_in_backward;
-    return r;
-}
 
 static tlm_status one_step(tlm_model *m, const tlm_bench_case *c, const int32_t *tokens, int index, bool warmup) {
     const tlm_adamw_config opt = tlm_adamw_defaults();
@@ -192,7 +182,8 @@ static tlm_status run_case(tlm_backend *be, const tlm_bench_case *c, const memor
     r->max_context = -1;
     tlm_config cfg = c->config;
     if (cfg.context_length < c->context_length) cfg.context_length = c->context_length;
-    const tlm_run_config run = run_of(c, o);
+    tlm_run_config run = tlm_bench_run_config(c);
+    run.cuda_graphs = false; /* the hooks see every op only when the passes are issued eagerly */
     r->attention = tlm_attention_resolve(be, &cfg, c->precision, c->attention);
     if (o->memory_limit) r->max_context = tlm_bench_max_context(be, c, o->memory_limit);
     tlm_status s = tlm_model_memory_estimate(be, &cfg, &run, c->batch_size, c->context_length, &r->plan);
