@@ -1,0 +1,658 @@
+/* flash_attention_sm90.cu — FlashAttention on Hopper's warpgroup tensor cores (wgmma, sm_90a),
+ * bf16 and fp16: the forward for d_head 64 and 128, which flash_attention.cu's forward op runs on
+ * a compute-capability 9.x device (tlm_cuda_flash_forward_sm90), and an opt-in backward for
+ * d_head 64 (tlm_cuda_flash_backward_sm90, below the forward); the mma.sync kernels of
+ * flash_attention.cu stay for the other d_head, the backward, and other GPUs.
+ * Semantics, layout and masking are those of tlm/flash_attention.h (the CPU reference):
+ * out (B,Tq,H*D) and the fp32 logsumexp lse (B,H,Tq); causal masking bottom-right aligned;
+ * fully masked rows give 0 and -inf.
+ *
+ * Algorithm: FlashAttention-2's forward (Dao 2023, Algorithm 1) with the tile products on wgmma
+ * as FlashAttention-3 does them (Shah et al. 2024, "FlashAttention-3: Fast and Accurate
+ * Attention with Asynchrony and Low-precision", §3): one block per (128-query tile, head,
+ * batch), two warpgroups of 64 query rows each. Per key/value tile of BC = 128 rows:
+ *   S = Q K^T        wgmma m64n128k16, A = Q and B = K both from shared memory (K-major);
+ *   online softmax   in registers, in the log2 domain, as flash_attention.cu;
+ *   O += P V         wgmma m64nDk16, A = P from registers (the accumulator fragment of S is,
+ *                    rounded to bf16/fp16, the register A-fragment), B = V from shared memory
+ *                    read N-major (the transposed-B mode of 16-bit wgmma: no transpose pass).
+ * Shared memory holds every tile in the 128-byte-swizzled layout wgmma reads: a tile of R rows
+ * by D columns is D/64 column blocks of R x 64 elements (128-byte rows), and the 16-byte piece c
+ * of row r sits at piece (c ^ (r % 8)) of that row (bank-conflict free for the tensor cores and
+ * for the 16-byte cp.async writes). Key/value tiles are double-buffered: the next tile's cp.async
+ * overlaps this tile's products. The blocks of a causal launch run heaviest first.
+ *
+ * Descriptors (PTX ISA, "Matrix Descriptor Format" of wgmma): start address >> 4 (bits 0-13),
+ * leading byte offset >> 4 (16-29), stride byte offset >> 4 (32-45), swizzle mode (62-63; 1 =
+ * 128 bytes). K-major operand: stride = 1024 bytes between groups of 8 rows, the leading offset
+ * unused; a k16 step moves the start by 32 bytes inside the 128-byte row, a 64-column block
+ * moves it by R x 128 bytes. N-major B (V): leading offset = the distance between 64-column
+ * blocks (BC x 128 bytes), stride = 1024 bytes between groups of 8 key rows; a k16 step moves the
+ * start by 16 rows (2048 bytes). Every tile starts 1024-byte aligned (the swizzle repeats every
+ * 1024 bytes of address).
+ *
+ * Environment: TLM_FLASH_SM90=0 sends every pass to the mma.sync kernels (side-by-side timing and
+ * testing); TLM_FLASH_SM90_BWD=1 turns the Hopper backward on (slower than mma.sync today). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_common.cuh"
+
+#define FA90_LOG2E 1.4426950408889634f
+#define FA90_LN2 0.6931471805599453f
+#define FA90_BR 128  /* query rows a block: two warpgroups of 64 */
+#define FA90_BC 128  /* key rows a tile */
+#define FA90_THREADS 256
+
+/* ---- wgmma, descriptors, copies ----------------------------------------------------------------- */
+
+/* the 32 fp32 accumulator registers of an m64n64 product, as asm operands %0..%31 */
+#define FA90_ACC32                                                                                                \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                      \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define FA90_ACC32_OPERANDS                                                                                       \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),   \
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),    \
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),   \
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+/* the 64 of an m64n128 product, %0..%63 */
+#define FA90_ACC64                                                                                                \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                      \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                            \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                             \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define FA90_ACC64_OPERANDS                                                                                       \
+    FA90_ACC32_OPERANDS, "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),            \
+        "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]),   \
+        "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),   \
+        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),   \
+        "+f"(d[62]), "+f"(d[63])
+
+/* d (64 x N fp32) = (scale_d ? d : 0) + A B; A (64 x 16) and B (N x 16 stored, K-major) in shared
+ * memory. ACC/OPS: the accumulator operands; IA, IB, IP: the operand numbers after them. */
+#define FA90_WGMMA_SS(N, TY, ACC, OPS, IA, IB, IP, TRANS)                                                        \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IP ", 0;\n"                                                \
+                 "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." TY "." TY " {" ACC "}, %" IA ", %" IB          \
+                 ", p, 1, 1, " TRANS ";\n}\n"                                                                     \
+                 : OPS                                                                                           \
+                 : "l"(da), "l"(db), "r"(scale_d))
+/* d (64 x N fp32) += A B; A (64 x 16) in registers a[0..3] (each warp's 16 rows in the m16n8k16
+ * A-fragment layout), B (16 x N) N-major in shared memory (imm-trans-b = 1) */
+#define FA90_WGMMA_RS(N, TY, ACC, OPS, IA, IB, IC, ID, IDESC, IP)                                                 \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IP ", 0;\n"                                                \
+                 "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." TY "." TY " {" ACC "}, {%" IA ", %" IB ", %" IC \
+                 ", %" ID "}, %" IDESC ", p, 1, 1, 1;\n}\n"                                                      \
+                 : OPS                                                                                           \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+
+/* TRANS: "0, 0" both K-major (S = Q K^T); "1, 1" A M-major and B N-major (dQ = dS K from dS^T) */
+template <typename E, int N, bool TRANS = false>
+__device__ __forceinline__ void fa90_wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
+    constexpr bool bf = std::is_same<E, __nv_bfloat16>::value;
+    if constexpr (N == 64 && !TRANS) {
+        if constexpr (bf) FA90_WGMMA_SS("64", "bf16", FA90_ACC32, FA90_ACC32_OPERANDS, "32", "33", "34", "0, 0");
+        else FA90_WGMMA_SS("64", "f16", FA90_ACC32, FA90_ACC32_OPERANDS, "32", "33", "34", "0, 0");
+    } else if constexpr (N == 64) {
+        if constexpr (bf) FA90_WGMMA_SS("64", "bf16", FA90_ACC32, FA90_ACC32_OPERANDS, "32", "33", "34", "1, 1");
+        else FA90_WGMMA_SS("64", "f16", FA90_ACC32, FA90_ACC32_OPERANDS, "32", "33", "34", "1, 1");
+    } else {
+        static_assert(N == 128 && !TRANS, "m64n64, or m64n128 K-major");
+        if constexpr (bf) FA90_WGMMA_SS("128", "bf16", FA90_ACC64, FA90_ACC64_OPERANDS, "64", "65", "66", "0, 0");
+        else FA90_WGMMA_SS("128", "f16", FA90_ACC64, FA90_ACC64_OPERANDS, "64", "65", "66", "0, 0");
+    }
+}
+
+template <typename E, int N>
+__device__ __forceinline__ void fa90_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db) {
+    constexpr bool bf = std::is_same<E, __nv_bfloat16>::value;
+    if constexpr (N == 64) {
+        if constexpr (bf) FA90_WGMMA_RS("64", "bf16", FA90_ACC32, FA90_ACC32_OPERANDS, "32", "33", "34", "35", "36", "37");
+        else FA90_WGMMA_RS("64", "f16", FA90_ACC32, FA90_ACC32_OPERANDS, "32", "33", "34", "35", "36", "37");
+    } else {
+        static_assert(N == 128, "m64n64 or m64n128");
+        if constexpr (bf) FA90_WGMMA_RS("128", "bf16", FA90_ACC64, FA90_ACC64_OPERANDS, "64", "65", "66", "67", "68", "69");
+        else FA90_WGMMA_RS("128", "f16", FA90_ACC64, FA90_ACC64_OPERANDS, "64", "65", "66", "67", "68", "69");
+    }
+}
+
+__device__ __forceinline__ void fa90_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void fa90_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void fa90_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* ties an accumulator array to this point of the program: the compiler may not move its reads
+ * or writes across (the asynchronous wgmma writes them behind the compiler's back) */
+template <int N> __device__ __forceinline__ void fa90_pin(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* descriptor of a 128-byte-swizzled shared-memory operand at shared address addr */
+__device__ __forceinline__ uint64_t fa90_desc(uint32_t addr, uint32_t leading_bytes, uint32_t stride_bytes) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(leading_bytes >> 4) << 16) |
+           ((uint64_t)(stride_bytes >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void fa90_cp16(uint32_t dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void fa90_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void fa90_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+/* cp.async wrote through the generic proxy; wgmma reads through the async proxy */
+__device__ __forceinline__ void fa90_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+/* rows [row0, row0 + ROWS) of a (rows, D) slice with row stride ld (elements) into the swizzled
+ * tile at shared address s (see the header); rows >= nrows are zero-filled */
+template <int ROWS, int D, typename E>
+__device__ __forceinline__ void fa90_load_tile(uint32_t s, const E *g, int64_t ld, int row0, int nrows, int tid) {
+    constexpr int PIECES = D / 8; /* 16-byte pieces a row */
+    static_assert(ROWS * PIECES % FA90_THREADS == 0, "whole rounds of pieces");
+#pragma unroll
+    for (int i = 0; i < ROWS * PIECES / FA90_THREADS; i++) {
+        const int c = tid + i * FA90_THREADS, r = c / PIECES, p = c % PIECES;
+        const bool valid = row0 + r < nrows;
+        const uint32_t dst = s + (uint32_t)((p >> 3) * ROWS * 128 + r * 128 + (((p & 7) ^ (r & 7)) << 4));
+        fa90_cp16(dst, g + (int64_t)(valid ? row0 + r : 0) * ld + p * 8, valid);
+    }
+}
+
+template <typename E> __device__ __forceinline__ uint32_t fa90_pack(float lo, float hi) {
+    if constexpr (std::is_same<E, __nv_bfloat16>::value) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    } else {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+}
+
+/* ---- the kernel ------------------------------------------------------------------------------- */
+
+/* 2^x on the special-function unit (subnormal results flush to 0) */
+__device__ __forceinline__ float fa90_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* S = Q K^T for one warpgroup (issued, committed, not waited): sQw its 64 rows of the Q tile, sKb
+ * the key tile; Q and K tiles are D/64 column blocks of 128-byte rows (BR and BC rows) */
+template <typename E, int D>
+__device__ __forceinline__ void fa90_issue_qk(float (&s)[FA90_BC / 2], uint32_t sQw, uint32_t sKb) {
+    fa90_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint32_t step = (kk & 3) * 32; /* the k16 step inside a 64-column block */
+        const uint64_t da = fa90_desc(sQw + (kk >> 2) * FA90_BR * 128 + step, 16, 1024);
+        const uint64_t db = fa90_desc(sKb + (kk >> 2) * FA90_BC * 128 + step, 16, 1024);
+        fa90_wgmma_ss<E, FA90_BC>(s, da, db, kk > 0 ? 1 : 0);
+    }
+    fa90_commit();
+}
+
+/* O += P V for one warpgroup (issued, committed, not waited): p the A-fragments of P's k16 steps */
+template <typename E, int D>
+__device__ __forceinline__ void fa90_issue_pv(float (&o)[D / 2], const uint32_t (&p)[FA90_BC / 16][4], uint32_t sVb) {
+    fa90_fence();
+#pragma unroll
+    for (int kk = 0; kk < FA90_BC / 16; kk++)
+        fa90_wgmma_rs<E, D>(o, p[kk], fa90_desc(sVb + kk * 16 * 128, FA90_BC * 128, 1024));
+    fa90_commit();
+}
+
+/* Masks key tile j0 (keys >= Tk; causal: key > row + offset) when it reaches the sequence end or
+ * the diagonal of this warp's rows (first row w0), then the online-softmax step of rows g
+ * (h2 = 0) and g + 8 (h2 = 1) in the log2 domain: m, l updated, alpha[h2] = the factor the
+ * output so far must be scaled by, P rounded to E into p (the C-fragments of 8-column blocks
+ * 2kk, 2kk + 1 are the A-fragment of k-step kk). */
+template <typename E>
+__device__ __forceinline__ void fa90_softmax(float (&s)[FA90_BC / 2], uint32_t (&p)[FA90_BC / 16][4], float (&m)[2],
+                                             float (&l)[2], float (&alpha)[2], int j0, int w0, int g, int t4,
+                                             int Tk, int offset, int causal, float scale_log2) {
+    constexpr int NS = FA90_BC / 8;
+    if (j0 + FA90_BC > Tk || (causal && j0 + FA90_BC - 1 > w0 + offset)) {
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = w0 + g + (e >> 1) * 8, col = j0 + n * 8 + 2 * t4 + (e & 1);
+                if (col >= Tk || (causal && col > row + offset)) s[4 * n + e] = -INFINITY;
+            }
+    }
+#pragma unroll
+    for (int h2 = 0; h2 < 2; h2++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < NS; n++) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h2], s[4 * n + 2 * h2 + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[h2], mx * scale_log2);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new; /* a row with no key yet: no NaN */
+        alpha[h2] = fa90_exp2(m[h2] - m_use);
+        m[h2] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int e = 2 * h2; e < 2 * h2 + 2; e++) {
+                const float pe = fa90_exp2(fmaf(s[4 * n + e], scale_log2, -m_use));
+                s[4 * n + e] = pe;
+                sum += pe;
+            }
+        l[h2] = l[h2] * alpha[h2] + sum;
+    }
+#pragma unroll
+    for (int kk = 0; kk < FA90_BC / 16; kk++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) p[kk][r] = fa90_pack<E>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+}
+
+template <int D> __device__ __forceinline__ void fa90_rescale(float (&o)[D / 2], const float (&alpha)[2]) {
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+        o[4 * n + 0] *= alpha[0];
+        o[4 * n + 1] *= alpha[0];
+        o[4 * n + 2] *= alpha[1];
+        o[4 * n + 3] *= alpha[1];
+    }
+}
+
+template <int R, int C> __device__ __forceinline__ void fa90_pin_regs(uint32_t (&p)[R][C]) {
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int j = 0; j < C; j++) asm volatile("" : "+r"(p[i][j])::"memory");
+}
+
+__device__ __forceinline__ void fa90_pin_vals(float (&a)[2], float (&b)[2]) {
+    asm volatile("" : "+f"(a[0]), "+f"(a[1]), "+f"(b[0]), "+f"(b[1])::"memory");
+}
+
+/* Register fragments of a warpgroup's 64 x N accumulator (PTX ISA, wgmma .m64nNk16 D layout):
+ * thread t (warp w = t / 32 of the warpgroup, g = lane / 4, t4 = lane % 4) holds for each 8-column
+ * block n: d[4n + 0, 1] = row 16w + g, columns 8n + 2 t4 + {0, 1}; d[4n + 2, 3] = row 16w + g + 8.
+ *
+ * The key loop overlaps each warpgroup's softmax with its own tensor-core work (FlashAttention-3's
+ * intra-warpgroup pipelining, §3.2): at tile t it issues S_t = Q K_t and O += P_{t-1} V_{t-1}
+ * together, waits for S_t only, computes P_t while the PV product runs, then waits for it and
+ * rescales O. Shared memory: K_t and V_{t-1} in use at tile t; K_{t+1} and V_t are loaded into the
+ * other halves of the two double buffers meanwhile (cp.async, one group per tile). */
+template <typename E, int D>
+__global__ void __launch_bounds__(FA90_THREADS, 1)
+    flash_fwd_sm90_kernel(E *__restrict__ out, float *__restrict__ lse, const E *__restrict__ q,
+                          const E *__restrict__ k, const E *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk,
+                          int H, float scale_log2, int causal) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BR = FA90_BR, BC = FA90_BC;
+    constexpr uint32_t Q_BYTES = BR * D * 2, KV_BYTES = BC * D * 2;
+    extern __shared__ unsigned char fa90_smem_raw[];
+    /* 1024-byte aligned base (the launch asks for 1 KiB more than the tiles need) */
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(fa90_smem_raw);
+    const uint32_t sQ = (raw + 1023) & ~1023u;
+    const uint32_t sK = sQ + Q_BYTES;      /* [2] tiles */
+    const uint32_t sV = sK + 2 * KV_BYTES; /* [2] tiles */
+
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int m_block = causal ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int i0 = m_block * BR, offset = Tk - Tq;
+    const int w0 = i0 + wg * 64 + warp * 16; /* the warp's first row */
+    const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
+    const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
+    const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
+    const int n_end = causal ? min(Tk, i0 + BR + offset) : Tk;
+    const int n_tiles = n_end > 0 ? (n_end + BC - 1) / BC : 0;
+    const uint32_t sQw = sQ + wg * 64 * 128; /* this warpgroup's 64 rows of Q */
+
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+    float s[BC / 2];
+    uint32_t p[BC / 16][4], p_next[BC / 16][4];
+
+    /* group 0: Q, K_0; group 1: V_0, K_1 */
+    fa90_load_tile<BR, D>(sQ, qb, ld_qkv, i0, Tq, tid);
+    if (n_tiles > 0) fa90_load_tile<BC, D>(sK, kb, ld_qkv, 0, Tk, tid);
+    fa90_cp_commit();
+    if (n_tiles > 0) fa90_load_tile<BC, D>(sV, vb, ld_qkv, 0, Tk, tid);
+    if (n_tiles > 1) fa90_load_tile<BC, D>(sK + KV_BYTES, kb, ld_qkv, BC, Tk, tid);
+    fa90_cp_commit();
+
+    if (n_tiles > 0) {
+        fa90_cp_wait<1>();
+        fa90_proxy_fence();
+        __syncthreads();
+        fa90_issue_qk<E, D>(s, sQw, sK);
+        fa90_wait<0>();
+        fa90_pin<BC / 2>(s);
+        fa90_softmax<E>(s, p, m, l, alpha, 0, w0, g, t4, Tk, offset, causal, scale_log2);
+    }
+    for (int t = 1; t < n_tiles; t++) {
+        fa90_cp_wait<0>(); /* K_t and V_{t-1} are in; K_{t-1} and V_{t-2} are free (read before the last barrier) */
+        fa90_proxy_fence();
+        __syncthreads();
+        fa90_load_tile<BC, D>(sV + (t & 1) * KV_BYTES, vb, ld_qkv, t * BC, Tk, tid);
+        if (t + 1 < n_tiles) fa90_load_tile<BC, D>(sK + ((t + 1) & 1) * KV_BYTES, kb, ld_qkv, (t + 1) * BC, Tk, tid);
+        fa90_cp_commit();
+        fa90_issue_qk<E, D>(s, sQw, sK + (t & 1) * KV_BYTES);
+        fa90_issue_pv<E, D>(o, p, sV + ((t - 1) & 1) * KV_BYTES);
+        fa90_wait<1>(); /* S_t */
+        fa90_pin<BC / 2>(s);
+        fa90_softmax<E>(s, p_next, m, l, alpha, t * BC, w0, g, t4, Tk, offset, causal, scale_log2);
+        /* computed here, while the PV product runs: without the pin the compiler would sink the
+         * softmax below the wait (nothing else ties it to this side) */
+        fa90_pin_regs(p_next);
+        fa90_pin_vals(alpha, l);
+        fa90_wait<0>(); /* O += P_{t-1} V_{t-1} */
+        fa90_pin<D / 2>(o);
+        fa90_pin_regs(p); /* p was read by the tensor cores until here */
+        fa90_rescale<D>(o, alpha);
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; kk++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) p[kk][r] = p_next[kk][r];
+    }
+    fa90_cp_wait<0>();
+    if (n_tiles > 0) {
+        fa90_proxy_fence();
+        __syncthreads();
+        fa90_issue_pv<E, D>(o, p, sV + ((n_tiles - 1) & 1) * KV_BYTES);
+        fa90_wait<0>();
+        fa90_pin<D / 2>(o);
+    }
+
+#pragma unroll
+    for (int h2 = 0; h2 < 2; h2++) {
+        float sum = l[h2];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int row = w0 + g + 8 * h2;
+        if (row >= Tq) continue;
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* a fully masked row: out = 0 */
+        E *orow = out + ((int64_t)b * Tq + row) * ld_out + h * D + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *reinterpret_cast<uint32_t *>(orow + n * 8) = fa90_pack<E>(o[4 * n + 2 * h2] * inv, o[4 * n + 2 * h2 + 1] * inv);
+        if (t4 == 0) lse[((int64_t)b * H + h) * Tq + row] = sum > 0.0f ? (m[h2] + log2f(sum)) * FA90_LN2 : -INFINITY;
+    }
+#else
+    __trap(); /* built without sm_90a: the launcher never gets here (tlm_cuda_flash_forward_sm90) */
+#endif
+}
+
+/* ---- backward ------------------------------------------------------------------------------ */
+
+/* The backward on wgmma (FlashAttention-2's Algorithm 2 organized as FlashAttention-3's §3 backward:
+ * one block per 128-key tile, K and V resident in shared memory, dK and dV in registers, query
+ * tiles streamed through a double buffer), d_head 64. Two warpgroups, each owning 64 of the keys;
+ * per query tile of 64 rows, warpgroup w computes with its keys K_w, V_w:
+ *   S^T = K_w Q^T, dP^T = V_w dO^T          SS wgmma m64n64 (both operands K-major)
+ *   P^T = exp2(S^T scale log2 e - L log2 e)  (0 where masked), dS^T = P^T (dP^T - delta)
+ *   dV += P^T dO, dK += dS^T Q               RS wgmma m64n64: P^T, dS^T rounded to E in registers,
+ *                                            dO and Q read N-major (transposed B)
+ *   dQ_i += scale dS K_w                     dS^T stored to shared memory by the warpgroup, read
+ *                                            back M-major (transposed A): SS m64n64 over its 64 keys
+ * and adds its dQ partial to the fp32 accumulator in the workspace with float4 atomics (the two
+ * warpgroups' partials each: no block-wide barrier between the dS^T stores and their reads). The
+ * delta pre-pass and the dQ rounding post-pass are flash_attention.cu's. */
+template <typename E, int D>
+__global__ void __launch_bounds__(FA90_THREADS, 1)
+    flash_bwd_sm90_kernel(float *__restrict__ dq_acc, E *__restrict__ dk, E *__restrict__ dv,
+                          const E *__restrict__ dout, const E *__restrict__ q, const E *__restrict__ k,
+                          const E *__restrict__ v, const float *__restrict__ lse, const float *__restrict__ delta,
+                          int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale, float scale_log2, int causal) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(D == 64, "d_head 64");
+    constexpr int BC = 128, BR = 64;
+    constexpr uint32_t KV_BYTES = BC * D * 2, QT_BYTES = BR * D * 2;
+    extern __shared__ unsigned char fa90_smem_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(fa90_smem_raw);
+    const uint32_t sK = (raw + 1023) & ~1023u;
+    const uint32_t sV = sK + KV_BYTES;
+    const uint32_t sQ = sV + KV_BYTES;       /* [2] query tiles */
+    const uint32_t sdO = sQ + 2 * QT_BYTES;  /* [2] */
+    const uint32_t sdS = sdO + 2 * QT_BYTES; /* dS^T: BC keys x BR queries, swizzled like a tile */
+
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int j0 = blockIdx.x * BC, offset = Tk - Tq;
+    const int kwarp = j0 + wg * 64 + warp * 16; /* the warp's first key */
+    const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
+    const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
+    const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
+    const E *dob = dout + (int64_t)b * Tq * ld_out + h * D;
+    const float *lse_b = lse + ((int64_t)b * H + h) * Tq;
+    const float *delta_b = delta + ((int64_t)b * H + h) * Tq;
+    float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D;
+    const int m_begin = causal ? max(0, j0 - offset) / BR : 0; /* query tiles that see any key here */
+    const int m_end = (Tq + BR - 1) / BR;
+    const uint32_t sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128, sdSw = sdS + wg * 64 * 128;
+
+    fa90_load_tile<BC, D>(sK, kb, ld_qkv, j0, Tk, tid);
+    fa90_load_tile<BC, D>(sV, vb, ld_qkv, j0, Tk, tid);
+    if (m_begin < m_end) {
+        fa90_load_tile<BR, D>(sQ, qb, ld_qkv, m_begin * BR, Tq, tid);
+        fa90_load_tile<BR, D>(sdO, dob, ld_out, m_begin * BR, Tq, tid);
+    }
+    fa90_cp_commit();
+
+    float dk_acc[D / 2], dv_acc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) dk_acc[i] = dv_acc[i] = 0.0f;
+
+    for (int mb = m_begin; mb < m_end; mb++) {
+        const int it = mb - m_begin, buf = it & 1, i0 = mb * BR;
+        if (mb + 1 < m_end) {
+            fa90_load_tile<BR, D>(sQ + (buf ^ 1) * QT_BYTES, qb, ld_qkv, i0 + BR, Tq, tid);
+            fa90_load_tile<BR, D>(sdO + (buf ^ 1) * QT_BYTES, dob, ld_out, i0 + BR, Tq, tid);
+            fa90_cp_commit();
+            fa90_cp_wait<1>();
+        } else {
+            fa90_cp_wait<0>();
+        }
+        fa90_proxy_fence();
+        __syncthreads();
+        const uint32_t sQb = sQ + buf * QT_BYTES, sdOb = sdO + buf * QT_BYTES;
+
+        float st[BR / 2], dpt[BR / 2];
+        fa90_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            fa90_wgmma_ss<E, BR>(st, fa90_desc(sKw + kk * 32, 16, 1024), fa90_desc(sQb + kk * 32, 16, 1024), kk > 0);
+            fa90_wgmma_ss<E, BR>(dpt, fa90_desc(sVw + kk * 32, 16, 1024), fa90_desc(sdOb + kk * 32, 16, 1024), kk > 0);
+        }
+        fa90_commit();
+        /* L (log2 domain) and delta of the query columns this thread holds: 8n + 2 t4 + e */
+        float lc[BR / 8][2], dc[BR / 8][2];
+#pragma unroll
+        for (int n = 0; n < BR / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int col = i0 + n * 8 + 2 * t4 + e;
+                lc[n][e] = col < Tq ? lse_b[col] * FA90_LOG2E : 0.0f;
+                dc[n][e] = col < Tq ? delta_b[col] : 0.0f;
+            }
+        fa90_wait<0>();
+        fa90_pin<BR / 2>(st);
+        fa90_pin<BR / 2>(dpt);
+
+        const bool need_mask = i0 + BR > Tq || kwarp + 16 > Tk || (causal && kwarp + 15 > i0 + offset);
+#pragma unroll
+        for (int n = 0; n < BR / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = kwarp + g + (e >> 1) * 8, qi = i0 + n * 8 + 2 * t4 + (e & 1);
+                const bool ok = !need_mask || (qi < Tq && key < Tk && (!causal || key <= qi + offset));
+                const float p = ok ? fa90_exp2(fmaf(st[4 * n + e], scale_log2, -lc[n][e & 1])) : 0.0f;
+                st[4 * n + e] = p;
+                dpt[4 * n + e] = p * (dpt[4 * n + e] - dc[n][e & 1]);
+            }
+        uint32_t pa[BR / 16][4], dsa[BR / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BR / 16; kk++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                pa[kk][r] = fa90_pack<E>(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+                dsa[kk][r] = fa90_pack<E>(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+            }
+        /* dV += P^T dO, dK += dS^T Q */
+        fa90_pin<D / 2>(dv_acc);
+        fa90_pin<D / 2>(dk_acc);
+        fa90_fence();
+#pragma unroll
+        for (int kk = 0; kk < BR / 16; kk++) {
+            fa90_wgmma_rs<E, D>(dv_acc, pa[kk], fa90_desc(sdOb + kk * 16 * 128, BR * 128, 1024));
+            fa90_wgmma_rs<E, D>(dk_acc, dsa[kk], fa90_desc(sQb + kk * 16 * 128, BR * 128, 1024));
+        }
+        fa90_commit();
+        /* dS^T to shared memory (the warpgroup's 64 key rows, 128-byte swizzled): register kk, r holds
+         * row 16 warp + g + 8 (r & 1), queries 16 kk + 8 (r >> 1) + 2 t4 + {0, 1} */
+#pragma unroll
+        for (int kk = 0; kk < BR / 16; kk++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int row = warp * 16 + g + 8 * (r & 1), piece = 2 * kk + (r >> 1);
+                const uint32_t addr = sdSw + row * 128 + ((piece ^ (row & 7)) << 4) + 4 * t4;
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[kk][r]) : "memory");
+            }
+        fa90_proxy_fence();
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); /* the warpgroup's dS^T is complete */
+        /* dQ_i partial (BR queries x D) = dS (M-major from dS^T) K_w (N-major) over the 64 keys */
+        float dqp[D / 2];
+        fa90_fence();
+#pragma unroll
+        for (int kk = 0; kk < 64 / 16; kk++)
+            fa90_wgmma_ss<E, D, true>(dqp, fa90_desc(sdSw + kk * 16 * 128, 64 * 128, 1024),
+                                      fa90_desc(sKw + kk * 16 * 128, BC * 128, 1024), kk > 0);
+        fa90_commit();
+        fa90_wait<0>();
+        fa90_pin<D / 2>(dqp);
+        fa90_pin<D / 2>(dv_acc);
+        fa90_pin<D / 2>(dk_acc);
+        fa90_pin_regs(pa);
+        fa90_pin_regs(dsa);
+        /* float4 atomics: lane pairs (t4, t4 ^ 1) swap halves so the even lane holds 4 columns of row
+         * 16 warp + g, the odd lane 4 columns of row 16 warp + g + 8 */
+        const bool even = (t4 & 1) == 0;
+        const int row = i0 + warp * 16 + g + (even ? 0 : 8);
+        float *dst = dqa + (int64_t)row * D + 2 * (t4 & ~1);
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            const float send0 = even ? dqp[4 * n + 2] : dqp[4 * n], send1 = even ? dqp[4 * n + 3] : dqp[4 * n + 1];
+            const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+            const float4 val = even ? make_float4(dqp[4 * n], dqp[4 * n + 1], got0, got1)
+                                    : make_float4(got0, got1, dqp[4 * n + 2], dqp[4 * n + 3]);
+            if (row < Tq)
+                atomicAdd(reinterpret_cast<float4 *>(dst + n * 8),
+                          make_float4(val.x * scale, val.y * scale, val.z * scale, val.w * scale));
+        }
+        __syncthreads(); /* this query buffer is free for the tile after next; dS^T rows are rewritten only
+                            after the owning warpgroup's next wait */
+    }
+    if (m_begin >= m_end) fa90_cp_wait<0>();
+
+#pragma unroll
+    for (int h2 = 0; h2 < 2; h2++) {
+        const int key = kwarp + g + 8 * h2;
+        if (key >= Tk) continue;
+        const int64_t off = ((int64_t)b * Tk + key) * ld_qkv + h * D + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            *reinterpret_cast<uint32_t *>(dk + off + n * 8) =
+                fa90_pack<E>(dk_acc[4 * n + 2 * h2] * scale, dk_acc[4 * n + 2 * h2 + 1] * scale);
+            *reinterpret_cast<uint32_t *>(dv + off + n * 8) = fa90_pack<E>(dv_acc[4 * n + 2 * h2], dv_acc[4 * n + 2 * h2 + 1]);
+        }
+    }
+#else
+    __trap();
+#endif
+}
+
+/* ---- launcher --------------------------------------------------------------------------------- */
+
+/* compute capability major of the current device, cached per device */
+static int fa90_cc_major(void) {
+    static int major[64];
+    int dev = 0;
+    TLM_CUDA_CHECK_OP("flash_attention_forward", cudaGetDevice(&dev));
+    if (dev < 0 || dev >= 64) return 0;
+    if (!major[dev])
+        TLM_CUDA_CHECK_OP("flash_attention_forward",
+                          cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev));
+    return major[dev];
+}
+
+bool tlm_cuda_flash_forward_sm90_applies(int D, tlm_dtype dt) {
+    if (D != 64 && D != 128) return false;
+    if (dt != TLM_DTYPE_BF16 && dt != TLM_DTYPE_F16) return false;
+    const char *env = getenv("TLM_FLASH_SM90");
+    if (env && strcmp(env, "0") == 0) return false;
+    return fa90_cc_major() == 9;
+}
+
+template <typename E, int D>
+static void fa90_launch(cudaStream_t st, void *out, float *lse, const void *q, const void *k, const void *v,
+                        int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, bool causal) {
+    constexpr auto kernel = flash_fwd_sm90_kernel<E, D>;
+    const size_t smem = (size_t)(FA90_BR + 4 * FA90_BC) * D * sizeof(E) + 1024; /* Q, 2 x (K, V), alignment */
+    static bool raised = false; /* one per kernel */
+    if (!raised) {
+        TLM_CUDA_CHECK_OP("flash_attention_forward",
+                          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        raised = true;
+    }
+    const dim3 grid((unsigned)((Tq + FA90_BR - 1) / FA90_BR), (unsigned)H, (unsigned)B);
+    kernel<<<grid, FA90_THREADS, smem, st>>>((E *)out, lse, (const E *)q, (const E *)k, (const E *)v, ld_qkv, ld_out,
+                                             Tq, Tk, H, FA90_LOG2E / sqrtf((float)D), causal ? 1 : 0);
+    TLM_CUDA_CHECK_OP("flash_attention_forward", cudaGetLastError());
+}
+
+bool tlm_cuda_flash_forward_sm90(cudaStream_t st, tlm_dtype dt, void *out, float *lse, const void *q, const void *k,
+                                 const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
+                                 bool causal) {
+    if (!tlm_cuda_flash_forward_sm90_applies(D, dt)) return false;
+    if (dt == TLM_DTYPE_BF16) {
+        if (D == 64) fa90_launch<__nv_bfloat16, 64>(st, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
+        else fa90_launch<__nv_bfloat16, 128>(st, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
+    } else {
+        if (D == 64) fa90_launch<__half, 64>(st, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
+        else fa90_launch<__half, 128>(st, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
+    }
+    return true;
+}
+
+bool tlm_cuda_flash_backward_sm90(cudaStream_t st, tlm_dtype dt, float *dq_acc, void *dk, void *dv,
+                                  const void *dout, const void *q, const void *k, const void *v, const float *lse,
+                                  const float *delta, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
+                                  bool causal) {
+    if (D != 64 || !tlm_cuda_flash_forward_sm90_applies(D, dt)) return false;
+    /* opt-in: on the H100 (2026-11-24, leaderboard shape) it takes 6.71 ms against the mma.sync
+     * backward's 5.87: every step of a query tile waits for the one before (no overlap yet) and
+     * each warpgroup adds its own dQ partial (twice the atomics) */
+    const char *env = getenv("TLM_FLASH_SM90_BWD");
+    if (!env || strcmp(env, "1") != 0) return false;
+    const float scale = 1.0f / sqrtf((float)D), scale_log2 = FA90_LOG2E * scale;
+    auto launch = [&](auto kernel, auto *e) {
+        using E = std::remove_pointer_t<decltype(e)>;
+        const size_t smem = (size_t)(2 * 128 + 4 * 64 + 128) * 64 * sizeof(E) + 1024; /* K, V, 2 x (Q, dO), dS^T */
+        static bool raised[2];
+        bool &done = raised[std::is_same<E, __half>::value];
+        if (!done) {
+            TLM_CUDA_CHECK_OP("flash_attention_backward",
+                              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            done = true;
+        }
+        const dim3 grid((unsigned)((Tk + 127) / 128), (unsigned)H, (unsigned)B);
+        kernel<<<grid, FA90_THREADS, smem, st>>>(dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q,
+                                                 (const E *)k, (const E *)v, lse, delta, ld_qkv, ld_out, Tq, Tk, H,
+                                                 scale, scale_log2, causal ? 1 : 0);
+        TLM_CUDA_CHECK_OP("flash_attention_backward", cudaGetLastError());
+    };
+    if (dt == TLM_DTYPE_BF16) launch(flash_bwd_sm90_kernel<__nv_bfloat16, 64>, (__nv_bfloat16 *)nullptr);
+    else launch(flash_bwd_sm90_kernel<__half, 64>, (__half *)nullptr);
+    return true;
+}
