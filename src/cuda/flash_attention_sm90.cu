@@ -144,15 +144,41 @@ template <int N> __device__ __forceinline__ void fa90_cp_wait() {
 /* cp.async wrote through the generic proxy; wgmma reads through the async proxy */
 __device__ __forceinline__ void fa90_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+/* mbarriers (PTX ISA "mbarrier"): the producer/consumer rings of the warp-specialized kernels */
+__device__ __forceinline__ void fa90_mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void fa90_mbar_arrive(uint32_t bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+/* arrives on bar when this thread's cp.async copies so far have landed (counted in the init) */
+__device__ __forceinline__ void fa90_mbar_cp_arrive(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+/* waits until the phase of bar with this parity has completed */
+__device__ __forceinline__ void fa90_mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile("{\n.reg .pred done;\nwait_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra wait_%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+template <int N> __device__ __forceinline__ void fa90_setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void fa90_setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 /* rows [row0, row0 + ROWS) of a (rows, D) slice with row stride ld (elements) into the swizzled
  * tile at shared address s (see the header); rows >= nrows are zero-filled */
-template <int ROWS, int D, typename E>
+template <int ROWS, int D, int NT = FA90_THREADS, typename E>
 __device__ __forceinline__ void fa90_load_tile(uint32_t s, const E *g, int64_t ld, int row0, int nrows, int tid) {
-    constexpr int PIECES = D / 8; /* 16-byte pieces a row */
-    static_assert(ROWS * PIECES % FA90_THREADS == 0, "whole rounds of pieces");
-#pragma unroll
-    for (int i = 0; i < ROWS * PIECES / FA90_THREADS; i++) {
-        const int c = tid + i * FA90_THREADS, r = c / PIECES, p = c % PIECES;
+    constexpr int PIECES = D / 8; /* 16-byte pieces a row; NT threads copy them, tid < NT */
+    static_assert(ROWS * PIECES % NT == 0, "whole rounds of pieces");
+#pragma unroll 8
+    for (int i = 0; i < ROWS * PIECES / NT; i++) {
+        const int c = tid + i * NT, r = c / PIECES, p = c % PIECES;
         const bool valid = row0 + r < nrows;
         const uint32_t dst = s + (uint32_t)((p >> 3) * ROWS * 128 + r * 128 + (((p & 7) ^ (r & 7)) << 4));
         fa90_cp16(dst, g + (int64_t)(valid ? row0 + r : 0) * ld + p * 8, valid);
@@ -275,37 +301,80 @@ __device__ __forceinline__ void fa90_pin_vals(float (&a)[2], float (&b)[2]) {
  * thread t (warp w = t / 32 of the warpgroup, g = lane / 4, t4 = lane % 4) holds for each 8-column
  * block n: d[4n + 0, 1] = row 16w + g, columns 8n + 2 t4 + {0, 1}; d[4n + 2, 3] = row 16w + g + 8.
  *
- * The key loop overlaps each warpgroup's softmax with its own tensor-core work (FlashAttention-3's
- * intra-warpgroup pipelining, §3.2): at tile t it issues S_t = Q K_t and O += P_{t-1} V_{t-1}
- * together, waits for S_t only, computes P_t while the PV product runs, then waits for it and
- * rescales O. Shared memory: K_t and V_{t-1} in use at tile t; K_{t+1} and V_t are loaded into the
- * other halves of the two double buffers meanwhile (cp.async, one group per tile). */
+ * Warp specialization (FlashAttention-3 §3.1): warpgroup 0 is the producer (its first warp copies
+ * Q and the key and value tiles into shared memory with cp.async; its registers given to the
+ * others by setmaxnreg), warpgroups 1 and 2 the consumers (64 query rows each). Keys and values
+ * go through rings of FA90_STAGES tiles each, with a "full" mbarrier per slot (the producer's
+ * copies landed) and an "empty" one (both consumers are done with it): no block-wide barrier, so
+ * the consumers drift apart and one's softmax runs beside the other's products.
+ * Each consumer overlaps its softmax with its own tensor-core work (§3.2): at tile t it issues
+ * S_t = Q K_t and O += P_{t-1} V_{t-1} together, waits for S_t only (and frees K_t's slot),
+ * computes P_t while the PV product runs, then waits for it (freeing V_{t-1}'s slot) and rescales O. */
+#define FA90_STAGES 2
+#define FA90_FWD_THREADS 384
 template <typename E, int D>
-__global__ void __launch_bounds__(FA90_THREADS, 1)
+__global__ void __launch_bounds__(FA90_FWD_THREADS, 1)
     flash_fwd_sm90_kernel(E *__restrict__ out, float *__restrict__ lse, const E *__restrict__ q,
                           const E *__restrict__ k, const E *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk,
                           int H, float scale_log2, int causal) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BR = FA90_BR, BC = FA90_BC;
+    constexpr int BR = FA90_BR, BC = FA90_BC, NS = FA90_STAGES;
     constexpr uint32_t Q_BYTES = BR * D * 2, KV_BYTES = BC * D * 2;
     extern __shared__ unsigned char fa90_smem_raw[];
-    /* 1024-byte aligned base (the launch asks for 1 KiB more than the tiles need) */
+    /* 1024-byte aligned tiles (the launch asks for 1 KiB more), then the mbarriers */
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(fa90_smem_raw);
     const uint32_t sQ = (raw + 1023) & ~1023u;
-    const uint32_t sK = sQ + Q_BYTES;      /* [2] tiles */
-    const uint32_t sV = sK + 2 * KV_BYTES; /* [2] tiles */
+    const uint32_t sK = sQ + Q_BYTES;       /* [NS] tiles */
+    const uint32_t sV = sK + NS * KV_BYTES; /* [NS] tiles */
+    const uint32_t bars = sV + NS * KV_BYTES;
+    const uint32_t q_full = bars, k_full = bars + 8, k_empty = k_full + 8 * NS, v_full = k_empty + 8 * NS,
+                   v_empty = v_full + 8 * NS; /* 8 bytes each */
 
-    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int tid = threadIdx.x, wg = tid >> 7;
     const int m_block = causal ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x;
     const int h = blockIdx.y, b = blockIdx.z;
     const int i0 = m_block * BR, offset = Tk - Tq;
-    const int w0 = i0 + wg * 64 + warp * 16; /* the warp's first row */
-    const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
-    const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
-    const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
     const int n_end = causal ? min(Tk, i0 + BR + offset) : Tk;
     const int n_tiles = n_end > 0 ? (n_end + BC - 1) / BC : 0;
-    const uint32_t sQw = sQ + wg * 64 * 128; /* this warpgroup's 64 rows of Q */
+
+    if (tid == 0) {
+        fa90_mbar_init(q_full, 32);
+        for (int st = 0; st < NS; st++) {
+            fa90_mbar_init(k_full + 8 * st, 32);
+            fa90_mbar_init(v_full + 8 * st, 32);
+            fa90_mbar_init(k_empty + 8 * st, 256); /* the consumer threads */
+            fa90_mbar_init(v_empty + 8 * st, 256);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* ---- producer ---- */
+        fa90_setmaxnreg_dec<24>();
+        if (tid >= 32) return;
+        const int lane = tid;
+        const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
+        const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
+        const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
+        fa90_load_tile<BR, D, 32>(sQ, qb, ld_qkv, i0, Tq, lane);
+        fa90_mbar_cp_arrive(q_full);
+        for (int t = 0; t < n_tiles; t++) {
+            const int st = t % NS;
+            const uint32_t par = ((t / NS) & 1) ^ 1; /* the release of the tile NS before */
+            if (t >= NS) fa90_mbar_wait(k_empty + 8 * st, par);
+            fa90_load_tile<BC, D, 32>(sK + st * KV_BYTES, kb, ld_qkv, t * BC, Tk, lane);
+            fa90_mbar_cp_arrive(k_full + 8 * st);
+            if (t >= NS) fa90_mbar_wait(v_empty + 8 * st, par);
+            fa90_load_tile<BC, D, 32>(sV + st * KV_BYTES, vb, ld_qkv, t * BC, Tk, lane);
+            fa90_mbar_cp_arrive(v_full + 8 * st);
+        }
+        return;
+    }
+    /* ---- consumers ---- */
+    fa90_setmaxnreg_inc<240>();
+    const int cw = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int w0 = i0 + cw * 64 + warp * 16; /* the warp's first row */
+    const uint32_t sQw = sQ + cw * 64 * 128; /* this warpgroup's 64 rows of Q */
 
     float o[D / 2];
 #pragma unroll
@@ -314,53 +383,50 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     float s[BC / 2];
     uint32_t p[BC / 16][4], p_next[BC / 16][4];
 
-    /* group 0: Q, K_0; group 1: V_0, K_1 */
-    fa90_load_tile<BR, D>(sQ, qb, ld_qkv, i0, Tq, tid);
-    if (n_tiles > 0) fa90_load_tile<BC, D>(sK, kb, ld_qkv, 0, Tk, tid);
-    fa90_cp_commit();
-    if (n_tiles > 0) fa90_load_tile<BC, D>(sV, vb, ld_qkv, 0, Tk, tid);
-    if (n_tiles > 1) fa90_load_tile<BC, D>(sK + KV_BYTES, kb, ld_qkv, BC, Tk, tid);
-    fa90_cp_commit();
-
     if (n_tiles > 0) {
-        fa90_cp_wait<1>();
+        fa90_mbar_wait(q_full, 0);
+        fa90_mbar_wait(k_full, 0);
         fa90_proxy_fence();
-        __syncthreads();
         fa90_issue_qk<E, D>(s, sQw, sK);
         fa90_wait<0>();
         fa90_pin<BC / 2>(s);
+        fa90_mbar_arrive(k_empty);
         fa90_softmax<E>(s, p, m, l, alpha, 0, w0, g, t4, Tk, offset, causal, scale_log2);
+        fa90_pin_regs(p);
     }
     for (int t = 1; t < n_tiles; t++) {
-        fa90_cp_wait<0>(); /* K_t and V_{t-1} are in; K_{t-1} and V_{t-2} are free (read before the last barrier) */
+        const int st = t % NS, sp = (t - 1) % NS;
+        fa90_mbar_wait(k_full + 8 * st, (t / NS) & 1);
+        fa90_mbar_wait(v_full + 8 * sp, ((t - 1) / NS) & 1);
         fa90_proxy_fence();
-        __syncthreads();
-        fa90_load_tile<BC, D>(sV + (t & 1) * KV_BYTES, vb, ld_qkv, t * BC, Tk, tid);
-        if (t + 1 < n_tiles) fa90_load_tile<BC, D>(sK + ((t + 1) & 1) * KV_BYTES, kb, ld_qkv, (t + 1) * BC, Tk, tid);
-        fa90_cp_commit();
-        fa90_issue_qk<E, D>(s, sQw, sK + (t & 1) * KV_BYTES);
-        fa90_issue_pv<E, D>(o, p, sV + ((t - 1) & 1) * KV_BYTES);
+        fa90_issue_qk<E, D>(s, sQw, sK + st * KV_BYTES);
+        fa90_issue_pv<E, D>(o, p, sV + sp * KV_BYTES);
         fa90_wait<1>(); /* S_t */
         fa90_pin<BC / 2>(s);
+        fa90_mbar_arrive(k_empty + 8 * st);
         fa90_softmax<E>(s, p_next, m, l, alpha, t * BC, w0, g, t4, Tk, offset, causal, scale_log2);
-        /* computed here, while the PV product runs: without the pin the compiler would sink the
+        /* computed here, while the PV product runs: without the pins the compiler would sink the
          * softmax below the wait (nothing else ties it to this side) */
         fa90_pin_regs(p_next);
         fa90_pin_vals(alpha, l);
         fa90_wait<0>(); /* O += P_{t-1} V_{t-1} */
         fa90_pin<D / 2>(o);
         fa90_pin_regs(p); /* p was read by the tensor cores until here */
+        fa90_mbar_arrive(v_empty + 8 * sp);
         fa90_rescale<D>(o, alpha);
 #pragma unroll
         for (int kk = 0; kk < BC / 16; kk++)
 #pragma unroll
             for (int r = 0; r < 4; r++) p[kk][r] = p_next[kk][r];
+        /* the next products' inputs defined here, before their wgmma.fence (else ptxas serializes) */
+        fa90_pin<D / 2>(o);
+        fa90_pin_regs(p);
     }
-    fa90_cp_wait<0>();
     if (n_tiles > 0) {
+        const int sp = (n_tiles - 1) % NS;
+        fa90_mbar_wait(v_full + 8 * sp, ((n_tiles - 1) / NS) & 1);
         fa90_proxy_fence();
-        __syncthreads();
-        fa90_issue_pv<E, D>(o, p, sV + ((n_tiles - 1) & 1) * KV_BYTES);
+        fa90_issue_pv<E, D>(o, p, sV + sp * KV_BYTES);
         fa90_wait<0>();
         fa90_pin<D / 2>(o);
     }
@@ -598,7 +664,8 @@ template <typename E, int D>
 static void fa90_launch(cudaStream_t st, void *out, float *lse, const void *q, const void *k, const void *v,
                         int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, bool causal) {
     constexpr auto kernel = flash_fwd_sm90_kernel<E, D>;
-    const size_t smem = (size_t)(FA90_BR + 4 * FA90_BC) * D * sizeof(E) + 1024; /* Q, 2 x (K, V), alignment */
+    /* Q, the key and value rings, alignment, the mbarriers */
+    const size_t smem = (size_t)(FA90_BR + 2 * FA90_STAGES * FA90_BC) * D * sizeof(E) + 1024 + 8 * (1 + 4 * FA90_STAGES);
     static bool raised = false; /* one per kernel */
     if (!raised) {
         TLM_CUDA_CHECK_OP("flash_attention_forward",
@@ -606,7 +673,7 @@ static void fa90_launch(cudaStream_t st, void *out, float *lse, const void *q, c
         raised = true;
     }
     const dim3 grid((unsigned)((Tq + FA90_BR - 1) / FA90_BR), (unsigned)H, (unsigned)B);
-    kernel<<<grid, FA90_THREADS, smem, st>>>((E *)out, lse, (const E *)q, (const E *)k, (const E *)v, ld_qkv, ld_out,
+    kernel<<<grid, FA90_FWD_THREADS, smem, st>>>((E *)out, lse, (const E *)q, (const E *)k, (const E *)v, ld_qkv, ld_out,
                                              Tq, Tk, H, FA90_LOG2E / sqrtf((float)D), causal ? 1 : 0);
     TLM_CUDA_CHECK_OP("flash_attention_forward", cudaGetLastError());
 }
