@@ -176,7 +176,7 @@ template <int ROWS, int D, int NT = FA90_THREADS, typename E>
 __device__ __forceinline__ void fa90_load_tile(uint32_t s, const E *g, int64_t ld, int row0, int nrows, int tid) {
     constexpr int PIECES = D / 8; /* 16-byte pieces a row; NT threads copy them, tid < NT */
     static_assert(ROWS * PIECES % NT == 0, "whole rounds of pieces");
-#pragma unroll 8
+#pragma unroll 4
     for (int i = 0; i < ROWS * PIECES / NT; i++) {
         const int c = tid + i * NT, r = c / PIECES, p = c % PIECES;
         const bool valid = row0 + r < nrows;
@@ -301,9 +301,9 @@ __device__ __forceinline__ void fa90_pin_vals(float (&a)[2], float (&b)[2]) {
  * thread t (warp w = t / 32 of the warpgroup, g = lane / 4, t4 = lane % 4) holds for each 8-column
  * block n: d[4n + 0, 1] = row 16w + g, columns 8n + 2 t4 + {0, 1}; d[4n + 2, 3] = row 16w + g + 8.
  *
- * Warp specialization (FlashAttention-3 §3.1): warpgroup 0 is the producer (its first warp copies
- * Q and the key and value tiles into shared memory with cp.async; its registers given to the
- * others by setmaxnreg), warpgroups 1 and 2 the consumers (64 query rows each). Keys and values
+ * Warp specialization (FlashAttention-3 §3.1): warpgroup 0 is the producer (it copies Q and the
+ * key and value tiles into shared memory with cp.async; most of its registers go to the others by
+ * setmaxnreg), warpgroups 1 and 2 the consumers (64 query rows each). Keys and values
  * go through rings of FA90_STAGES tiles each, with a "full" mbarrier per slot (the producer's
  * copies landed) and an "empty" one (both consumers are done with it): no block-wide barrier, so
  * the consumers drift apart and one's softmax runs beside the other's products.
@@ -338,10 +338,10 @@ __global__ void __launch_bounds__(FA90_FWD_THREADS, 1)
     const int n_tiles = n_end > 0 ? (n_end + BC - 1) / BC : 0;
 
     if (tid == 0) {
-        fa90_mbar_init(q_full, 32);
+        fa90_mbar_init(q_full, 128); /* the producer's threads */
         for (int st = 0; st < NS; st++) {
-            fa90_mbar_init(k_full + 8 * st, 32);
-            fa90_mbar_init(v_full + 8 * st, 32);
+            fa90_mbar_init(k_full + 8 * st, 128);
+            fa90_mbar_init(v_full + 8 * st, 128);
             fa90_mbar_init(k_empty + 8 * st, 256); /* the consumer threads */
             fa90_mbar_init(v_empty + 8 * st, 256);
         }
@@ -350,28 +350,26 @@ __global__ void __launch_bounds__(FA90_FWD_THREADS, 1)
     __syncthreads();
 
     if (wg == 0) { /* ---- producer ---- */
-        fa90_setmaxnreg_dec<24>();
-        if (tid >= 32) return;
-        const int lane = tid;
+        fa90_setmaxnreg_dec<40>();
         const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
         const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
         const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
-        fa90_load_tile<BR, D, 32>(sQ, qb, ld_qkv, i0, Tq, lane);
+        fa90_load_tile<BR, D, 128>(sQ, qb, ld_qkv, i0, Tq, tid);
         fa90_mbar_cp_arrive(q_full);
         for (int t = 0; t < n_tiles; t++) {
             const int st = t % NS;
             const uint32_t par = ((t / NS) & 1) ^ 1; /* the release of the tile NS before */
             if (t >= NS) fa90_mbar_wait(k_empty + 8 * st, par);
-            fa90_load_tile<BC, D, 32>(sK + st * KV_BYTES, kb, ld_qkv, t * BC, Tk, lane);
+            fa90_load_tile<BC, D, 128>(sK + st * KV_BYTES, kb, ld_qkv, t * BC, Tk, tid);
             fa90_mbar_cp_arrive(k_full + 8 * st);
             if (t >= NS) fa90_mbar_wait(v_empty + 8 * st, par);
-            fa90_load_tile<BC, D, 32>(sV + st * KV_BYTES, vb, ld_qkv, t * BC, Tk, lane);
+            fa90_load_tile<BC, D, 128>(sV + st * KV_BYTES, vb, ld_qkv, t * BC, Tk, tid);
             fa90_mbar_cp_arrive(v_full + 8 * st);
         }
         return;
     }
     /* ---- consumers ---- */
-    fa90_setmaxnreg_inc<240>();
+    fa90_setmaxnreg_inc<232>();
     const int cw = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int w0 = i0 + cw * 64 + warp * 16; /* the warp's first row */
     const uint32_t sQw = sQ + cw * 64 * 128; /* this warpgroup's 64 rows of Q */
