@@ -463,64 +463,80 @@ __global__ void __launch_bounds__(FA90_FWD_THREADS, 1)
  * and adds its dQ partial to the fp32 accumulator in the workspace with float4 atomics (the two
  * warpgroups' partials each: no block-wide barrier between the dS^T stores and their reads). The
  * delta pre-pass and the dQ rounding post-pass are flash_attention.cu's. */
+#define FA90_BWD_STAGES 3
 template <typename E, int D>
-__global__ void __launch_bounds__(FA90_THREADS, 1)
+__global__ void __launch_bounds__(FA90_FWD_THREADS, 1)
     flash_bwd_sm90_kernel(float *__restrict__ dq_acc, E *__restrict__ dk, E *__restrict__ dv,
                           const E *__restrict__ dout, const E *__restrict__ q, const E *__restrict__ k,
                           const E *__restrict__ v, const float *__restrict__ lse, const float *__restrict__ delta,
                           int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale, float scale_log2, int causal) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(D == 64, "d_head 64");
-    constexpr int BC = 128, BR = 64;
+    constexpr int BC = 128, BR = 64, NS = FA90_BWD_STAGES;
     constexpr uint32_t KV_BYTES = BC * D * 2, QT_BYTES = BR * D * 2;
     extern __shared__ unsigned char fa90_smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(fa90_smem_raw);
     const uint32_t sK = (raw + 1023) & ~1023u;
     const uint32_t sV = sK + KV_BYTES;
-    const uint32_t sQ = sV + KV_BYTES;       /* [2] query tiles */
-    const uint32_t sdO = sQ + 2 * QT_BYTES;  /* [2] */
-    const uint32_t sdS = sdO + 2 * QT_BYTES; /* dS^T: BC keys x BR queries, swizzled like a tile */
+    const uint32_t sQ = sV + KV_BYTES;        /* [NS] query tiles */
+    const uint32_t sdO = sQ + NS * QT_BYTES;  /* [NS] */
+    const uint32_t sdS = sdO + NS * QT_BYTES; /* dS^T: BC keys x BR queries, swizzled like a tile */
+    const uint32_t bars = sdS + BC * BR * 2;
+    const uint32_t kv_full = bars, q_full = bars + 8, q_empty = q_full + 8 * NS; /* 8 bytes each */
 
-    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int tid = threadIdx.x, wgp = tid >> 7;
     const int h = blockIdx.y, b = blockIdx.z;
     const int j0 = blockIdx.x * BC, offset = Tk - Tq;
+    const int m_begin = causal ? max(0, j0 - offset) / BR : 0; /* query tiles that see any key here */
+    const int m_end = (Tq + BR - 1) / BR;
+
+    if (tid == 0) {
+        fa90_mbar_init(kv_full, 128); /* the producer's threads */
+        for (int st = 0; st < NS; st++) {
+            fa90_mbar_init(q_full + 8 * st, 128);
+            fa90_mbar_init(q_empty + 8 * st, 256); /* the consumer threads */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wgp == 0) { /* ---- producer: K, V once, then the query tiles (Q, dO) through the ring ---- */
+        fa90_setmaxnreg_dec<56>();
+        const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
+        const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
+        const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
+        const E *dob = dout + (int64_t)b * Tq * ld_out + h * D;
+        fa90_load_tile<BC, D, 128>(sK, kb, ld_qkv, j0, Tk, tid);
+        fa90_load_tile<BC, D, 128>(sV, vb, ld_qkv, j0, Tk, tid);
+        fa90_mbar_cp_arrive(kv_full);
+        for (int mb = m_begin; mb < m_end; mb++) {
+            const int it = mb - m_begin, st = it % NS;
+            if (it >= NS) fa90_mbar_wait(q_empty + 8 * st, ((it / NS) & 1) ^ 1);
+            fa90_load_tile<BR, D, 128>(sQ + st * QT_BYTES, qb, ld_qkv, mb * BR, Tq, tid);
+            fa90_load_tile<BR, D, 128>(sdO + st * QT_BYTES, dob, ld_out, mb * BR, Tq, tid);
+            fa90_mbar_cp_arrive(q_full + 8 * st);
+        }
+        return;
+    }
+    /* ---- consumers: warpgroup wg owns keys j0 + 64 wg .. ---- */
+    fa90_setmaxnreg_inc<224>();
+    const int wg = wgp - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int kwarp = j0 + wg * 64 + warp * 16; /* the warp's first key */
-    const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
-    const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
-    const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
-    const E *dob = dout + (int64_t)b * Tq * ld_out + h * D;
     const float *lse_b = lse + ((int64_t)b * H + h) * Tq;
     const float *delta_b = delta + ((int64_t)b * H + h) * Tq;
     float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D;
-    const int m_begin = causal ? max(0, j0 - offset) / BR : 0; /* query tiles that see any key here */
-    const int m_end = (Tq + BR - 1) / BR;
     const uint32_t sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128, sdSw = sdS + wg * 64 * 128;
-
-    fa90_load_tile<BC, D>(sK, kb, ld_qkv, j0, Tk, tid);
-    fa90_load_tile<BC, D>(sV, vb, ld_qkv, j0, Tk, tid);
-    if (m_begin < m_end) {
-        fa90_load_tile<BR, D>(sQ, qb, ld_qkv, m_begin * BR, Tq, tid);
-        fa90_load_tile<BR, D>(sdO, dob, ld_out, m_begin * BR, Tq, tid);
-    }
-    fa90_cp_commit();
 
     float dk_acc[D / 2], dv_acc[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dk_acc[i] = dv_acc[i] = 0.0f;
+    if (m_begin < m_end) fa90_mbar_wait(kv_full, 0);
 
     for (int mb = m_begin; mb < m_end; mb++) {
-        const int it = mb - m_begin, buf = it & 1, i0 = mb * BR;
-        if (mb + 1 < m_end) {
-            fa90_load_tile<BR, D>(sQ + (buf ^ 1) * QT_BYTES, qb, ld_qkv, i0 + BR, Tq, tid);
-            fa90_load_tile<BR, D>(sdO + (buf ^ 1) * QT_BYTES, dob, ld_out, i0 + BR, Tq, tid);
-            fa90_cp_commit();
-            fa90_cp_wait<1>();
-        } else {
-            fa90_cp_wait<0>();
-        }
+        const int it = mb - m_begin, slot = it % NS, i0 = mb * BR;
+        fa90_mbar_wait(q_full + 8 * slot, (it / NS) & 1);
         fa90_proxy_fence();
-        __syncthreads();
-        const uint32_t sQb = sQ + buf * QT_BYTES, sdOb = sdO + buf * QT_BYTES;
+        const uint32_t sQb = sQ + slot * QT_BYTES, sdOb = sdO + slot * QT_BYTES;
 
         float st[BR / 2], dpt[BR / 2];
         fa90_fence();
@@ -584,7 +600,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
                 asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[kk][r]) : "memory");
             }
         fa90_proxy_fence();
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); /* the warpgroup's dS^T is complete */
+        if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory"); /* the warpgroup's dS^T is complete */
+        else asm volatile("bar.sync 2, 128;\n" ::: "memory");
         /* dQ_i partial (BR queries x D) = dS (M-major from dS^T) K_w (N-major) over the 64 keys */
         float dqp[D / 2];
         fa90_fence();
@@ -599,6 +616,7 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         fa90_pin<D / 2>(dk_acc);
         fa90_pin_regs(pa);
         fa90_pin_regs(dsa);
+        fa90_mbar_arrive(q_empty + 8 * slot); /* done with this query tile's Q and dO */
         /* float4 atomics: lane pairs (t4, t4 ^ 1) swap halves so the even lane holds 4 columns of row
          * 16 warp + g, the odd lane 4 columns of row 16 warp + g + 8 */
         const bool even = (t4 & 1) == 0;
@@ -614,10 +632,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
                 atomicAdd(reinterpret_cast<float4 *>(dst + n * 8),
                           make_float4(val.x * scale, val.y * scale, val.z * scale, val.w * scale));
         }
-        __syncthreads(); /* this query buffer is free for the tile after next; dS^T rows are rewritten only
-                            after the owning warpgroup's next wait */
+        /* dS^T rows are rewritten only after this warpgroup's next wait */
     }
-    if (m_begin >= m_end) fa90_cp_wait<0>();
 
 #pragma unroll
     for (int h2 = 0; h2 < 2; h2++) {
@@ -703,7 +719,9 @@ bool tlm_cuda_flash_backward_sm90(cudaStream_t st, tlm_dtype dt, float *dq_acc, 
     const float scale = 1.0f / sqrtf((float)D), scale_log2 = FA90_LOG2E * scale;
     auto launch = [&](auto kernel, auto *e) {
         using E = std::remove_pointer_t<decltype(e)>;
-        const size_t smem = (size_t)(2 * 128 + 4 * 64 + 128) * 64 * sizeof(E) + 1024; /* K, V, 2 x (Q, dO), dS^T */
+        /* K, V, the (Q, dO) ring, dS^T, alignment, the mbarriers */
+        const size_t smem = (size_t)(2 * 128 + 2 * FA90_BWD_STAGES * 64 + 128) * 64 * sizeof(E) + 1024 +
+                            8 * (1 + 2 * FA90_BWD_STAGES);
         static bool raised[2];
         bool &done = raised[std::is_same<E, __half>::value];
         if (!done) {
@@ -712,7 +730,7 @@ bool tlm_cuda_flash_backward_sm90(cudaStream_t st, tlm_dtype dt, float *dq_acc, 
             done = true;
         }
         const dim3 grid((unsigned)((Tk + 127) / 128), (unsigned)H, (unsigned)B);
-        kernel<<<grid, FA90_THREADS, smem, st>>>(dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q,
+        kernel<<<grid, FA90_FWD_THREADS, smem, st>>>(dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q,
                                                  (const E *)k, (const E *)v, lse, delta, ld_qkv, ld_out, Tq, Tk, H,
                                                  scale, scale_log2, causal ? 1 : 0);
         TLM_CUDA_CHECK_OP("flash_attention_backward", cudaGetLastError());
