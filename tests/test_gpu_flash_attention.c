@@ -37,6 +37,13 @@
  * 4. A large case exercising many tiles: B = 1, H = 16, T = 4096, D = 64, bf16, causal, fused
  *    ld = 3*C, against the CUDA naive attention op on the same inputs (normalized error of out,
  *    dq, dk, dv), and a sample of rows (out, lse, dq) against float64.
+ * 4b. Split-KV (flash_attention.cu: a grid of too few (batch x heads x tiles) blocks for the GPU
+ *    splits each query tile's key range in the forward, merged by a log-sum-exp combine, and each
+ *    key tile's query range in the backward, dK and dV added in fp32): batch 1, 1 head, bf16 (one
+ *    case fp16), seq 1999..4096, every d_head, causal and not, Tq != Tk both ways (Tk < Tq causal:
+ *    whole query tiles fully masked, so whole splits see no key), against float64 as in 3; then
+ *    that the backend holds its split buffer ("cuda.flash_split"): the split path ran (unless
+ *    TLM_FLASH_SPLIT=0, which turns it off: then that it does not).
  * 5. Last, fp32 rows that are not 16-byte aligned (ld_qkv = 3*H*D + 1 or H*D + 1, ld_out =
  *    H*D + 3): backend.h allows any ld >= H*D, and the fp32 kernels fall back to 4-byte copies
  *    (a misaligned-address error would be fatal and end the test, after everything else has been
@@ -593,6 +600,35 @@ static void test_large(void) {
     db_free(&nout), db_free(&ngrad);
 }
 
+/* ---- 4b. shapes that take the split-KV path --------------------------------------------------------- */
+
+static void add_split_held_(void *user, const void *ptr, size_t bytes, tlm_mem_tag tag, const char *name) {
+    if (strcmp(name, "cuda.flash_split") == 0) *(size_t *)user += bytes;
+}
+
+static void test_split(void) {
+    const double t0 = now_s();
+    const tlm_dtype bf = TLM_DTYPE_BF16;
+    /* B, Tq, Tk, H, D, causal, dt, fused, pad_qkv, pad_out, cs336; the float64 reference (one thread
+     * for one head) takes about 5 s for these */
+    run_case(&(fa_case){1, 2048, 2048, 1, 32, true, bf, true, 0, 0, false}, &rng);
+    run_case(&(fa_case){1, 4096, 4096, 1, 32, true, bf, false, 8, 0, false}, &rng);
+    run_case(&(fa_case){1, 1999, 1999, 1, 32, false, bf, false, 8, 8, false}, &rng);
+    run_case(&(fa_case){1, 512, 2048, 1, 128, false, bf, true, 8, 0, false}, &rng);
+    run_case(&(fa_case){1, 2048, 1999, 1, 64, true, bf, true, 0, 8, false}, &rng);   /* 49 rows see no key */
+    run_case(&(fa_case){1, 3001, 1200, 1, 128, true, bf, false, 0, 0, false}, &rng); /* 1801 rows: 14 tiles */
+    run_case(&(fa_case){1, 1999, 4096, 1, 16, true, bf, true, 8, 8, false}, &rng);   /* Tk > Tq */
+    run_case(&(fa_case){1, 1500, 1500, 1, 80, true, bf, false, 8, 0, false}, &rng);
+    run_case(&(fa_case){1, 1536, 1536, 1, 64, true, TLM_DTYPE_F16, true, 0, 0, false}, &rng);
+    size_t held = 0;
+    tlm_mem_for_each(gpu, add_split_held_, &held);
+    const char *env = getenv("TLM_FLASH_SPLIT");
+    const bool off = env && strcmp(env, "0") == 0;
+    check(off ? held == 0 : held > 0, "split-KV %s: the backend's split buffer holds %zu bytes (TLM_FLASH_SPLIT=%s)",
+          off ? "off" : "taken", held, env ? env : "unset");
+    printf("# split-KV cases: %.1f s\n", now_s() - t0);
+}
+
 int main(void) {
     if (!tlm_cuda_available() || tlm_backend_cuda_create(&gpu, 0) != TLM_OK) {
         printf("no GPU: skipped (%s)\n", tlm_cuda_available() ? tlm_last_error() : "no CUDA device");
@@ -663,6 +699,8 @@ int main(void) {
     const double t_large = now_s();
     if (!only) test_large();
     printf("# large case: %.1f s\n", now_s() - t_large);
+    /* 4b */
+    if (!only) test_split();
 
     printf("worst normalized errors against float64 (tolerances fp32 %.0e, bf16 %.0e, fp16 %.0e; L fp32 %.0e, "
            "bf16/fp16 %.0e):\n", F32_TOL, BF16_TOL, F16_TOL, F32_LSE_TOL, LOWP_LSE_TOL);

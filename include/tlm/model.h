@@ -186,7 +186,7 @@ float *tlm_model_group_grads(const tlm_model *m, int i);
 
 /* What a step of `cfg` needs at batch B x context T under `run` (attention AUTO resolved for `be`),
  * computed from the memory plan without allocating anything (bytes). The backend's own workspaces
- * (cuBLASLt's, the CPU ops' scratch) are not included. */
+ * (cuBLASLt's, the CUDA FlashAttention split-KV buffer, the CPU ops' scratch) are not included. */
 typedef struct {
     size_t parameters;        /* float32 master weights */
     size_t weight_copy;       /* the bf16/fp16 GEMM copy of the weights; 0 in fp32/tf32 */

@@ -69,6 +69,10 @@ typedef struct tlm_cuda {
     unsigned *sync;                  /* (TLM_CUDA_SYNC_BYTES / 4) after the partial sums, zeroed at
                                         creation and 0 again at the end of every kernel that counts
                                         in it: the arrival counts of one-pass reductions (rmsnorm.cu) */
+    float *flash_split;              /* (flash_split_floats) FlashAttention's split-KV partials, made by
+                                        the first launch that splits (tlm_cuda_flash_split_buffer) */
+    size_t flash_split_floats;
+    bool flash_split_failed;         /* it could not be allocated: the kernels run unsplit */
     struct tlm_cuda_matmul_cache *matmul_cache;
 } tlm_cuda;
 
@@ -183,6 +187,28 @@ bool tlm_cuda_flash_backward_sm90(cudaStream_t st, tlm_dtype dt, float *dq_acc, 
                                   const void *dout, const void *q, const void *k, const void *v, const float *lse,
                                   const float *delta, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                   bool causal);
+/* Split-KV (flash_attention.cu; FlashAttention-2's and Flash-Decoding's split of the key range,
+ * Dao et al. 2023), for grids of too few (batch x heads x query tiles) blocks to fill the GPU.
+ * tlm_cuda_flash_split_buffer: the backend's split workspace, TLM_FLASH_SPLIT_FLOATS_PER_SM floats
+ * per SM (16.6 MiB on a 132-SM H100: the forward's partials of 2 x SMs tiles of 128 rows at
+ * d_head 128, or the backward's dK, dV accumulators of B*H*Tk = SMs x 128 keys at d_head 128),
+ * allocated by the first launch that splits, outside graph capture (tracked: TLM_MEM_WORKSPACE,
+ * "cuda.flash_split"; freed with the backend), never regrown (a captured graph keeps its
+ * address); NULL when TLM_FLASH_SPLIT=0, while capturing before it exists, or when it could not be
+ * allocated: the caller then runs unsplit. *floats: its size. Its users run in stream order on
+ * the compute stream, one op at a time.
+ * tlm_cuda_flash_split_combine: merges S partial results into out (B,Tq,H*D) dt (row stride
+ * ld_out) and lse (B,H,Tq) float32, with the unsplit kernel's semantics; part holds, for
+ * P = B*H*Tq rows (r = (b*H + h)*Tq + i):
+ *   o_part   float32 [S][P][D] at part: split s's output normalized by its own softmax sum;
+ *   lse_part float32 [S][P] at part + S*P*D: split s's natural-log logsumexp of its (scaled)
+ *            scores, -inf when split s saw no key of row r (its o_part row is then never read).
+ * lse = log sum_s exp(lse_s), out = sum_s exp(lse_s - lse) o_s; a row with every lse_s = -inf
+ * gets out 0, lse -inf. Any forward kernel that writes this layout may use it. */
+#define TLM_FLASH_SPLIT_FLOATS_PER_SM ((size_t)2 * 128 * 129)
+float *tlm_cuda_flash_split_buffer(tlm_backend *be, size_t *floats);
+void tlm_cuda_flash_split_combine(tlm_backend *be, void *out, float *lse, const float *part, int S, int B, int Tq,
+                                  int H, int D, int ld_out, tlm_dtype dt);
 /* ---- launch helpers ---------------------------------------------------------------------------- */
 
 static inline bool tlm_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }

@@ -36,11 +36,32 @@
  * the accumulator into its third of the gradient buffer.
  * Tile shapes were chosen by timing on an H100 (bench/results/h100-2026-11-21-flash/README.md).
  *
+ * Split-KV (FlashAttention-2's and Flash-Decoding's split of the key range; Dao, Haziza, Massa,
+ * Sizov 2023, "Flash-Decoding for long-context inference"), for grids of too few blocks to fill
+ * the GPU (batch 1, 1 head, seq 4096: 32 forward blocks, 32 backward blocks on 132 SMs, each
+ * pass as long as its longest block). fa_split_chunk picks, from (B, H, Tq, Tk, the SM count and
+ * the kernel's resident blocks per SM), the most blocks that still fit one wave, each piece at
+ * least 256 keys (queries) long. Forward: each query tile's key range [0, n_end) is cut into
+ * pieces of split_keys (a multiple of BC), one block each (blockIdx.x = split * q_tiles + tile),
+ * writing its O normalized by its own sum, and its lse, as fp32 partials; then
+ * flash_split_combine_kernel merges them: lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse)
+ * O_s (a piece that saw no key of a row has lse_s = -inf and is skipped; a row no piece saw gets
+ * out 0, lse -inf, as unsplit). Backward: each key tile's query range is cut likewise; every
+ * piece adds its dK, dV to fp32 accumulators with float4 atomics (as dQ already is: the buffer is
+ * one (B,H,Tk,D) pair whatever the split count, and dK, dV then vary in their last bits from run
+ * to run, as dQ does), rounded to E with dQ at the end. The partials and accumulators live in the
+ * backend's split buffer (tlm_cuda_flash_split_buffer, cuda_common.cuh), not in the op's
+ * workspace, so tlm_flash_workspace_floats is unchanged. TLM_FLASH_SPLIT=0 turns splitting off.
+ * The split kernels are the same bodies, instantiated with SPLIT = true (registers below).
+ *
  * Supported: D in {16, 32, 64, 80, 128}; any Tq, Tk >= 1; causal (bottom-right) or not. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 #include <type_traits>
 
 #include "cuda/cuda_common.cuh"
+#include "tlm/memory.h"
 
 #define FA_PAD 8 /* elements of padding per shared-memory row */
 
@@ -154,34 +175,64 @@ __device__ __forceinline__ void fa_load_tile(E *s, const E *g, int64_t ld, int r
 
 /* ---- forward --------------------------------------------------------------------------------- */
 
-template <typename E, int D, int BC, int WARPS, int R>
-__global__ void __launch_bounds__(WARPS * 32)
+/* One block per (query tile, split, head, batch): blockIdx.x = split * q_tiles + tile (causal:
+ * tiles heaviest first), blockIdx.y = head, blockIdx.z = batch. The block's keys are
+ * [kv_begin, kv_end): all it needs, [0, n_end), unsplit; split (SPLIT and split_keys > 0), the
+ * piece [split * split_keys, +split_keys) of it (split_keys a multiple of BC: the pieces are whole
+ * tiles, masked per tile as unsplit). Output: unsplit, out (E) and lse, the op's; split, fp32
+ * partials into part, the layout of tlm_cuda_flash_split_combine (cuda_common.cuh) with
+ * S = gridDim.x / q_tiles: the piece's O normalized by its own sum, and its lse (-inf for a row
+ * that saw no key of it; a block whose piece is empty writes only that). SPLIT = false compiles
+ * the split away (split_keys_arg and part_arg unread). */
+/* Launch bounds: the split instantiation asks for 1 block per SM (ptxas then may use up to 255
+ * registers: without it, it held d_head 32 at 168 and spilled); the unsplit ones keep ptxas's own
+ * choice (0), except d_head 80, held to 4 blocks per SM: 128 registers, as before splitting
+ * existed (left alone, ptxas now takes 135, 3 blocks). */
+template <typename E, int D, int BC, int WARPS, int R, bool SPLIT>
+__global__ void __launch_bounds__(WARPS * 32, SPLIT ? 1 : (D == 80 ? 4 : 0))
     flash_fwd_kernel(E *__restrict__ out, float *__restrict__ lse, const E *__restrict__ q, const E *__restrict__ k,
                      const E *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale_log2,
-                     int causal) {
+                     int causal, int split_keys_arg, float *__restrict__ part_arg) {
     /* each warp owns R groups of 16 query rows: rows warp*16*R + 16*r .. ; every K/V fragment loaded
      * from shared memory feeds R products */
     constexpr int BR = 16 * R * WARPS, LDS = D + FA_PAD, NT = WARPS * 32;
+    /* SPLIT, a template argument: the unsplit instantiation compiles the split away and keeps the
+     * registers it had before splitting existed */
+    const int split_keys = SPLIT ? split_keys_arg : 0;
+    float *const part = SPLIT ? part_arg : nullptr;
     extern __shared__ __align__(16) unsigned char fa_smem_raw[];
     E *sQ = reinterpret_cast<E *>(fa_smem_raw);
     E *sK = sQ + BR * LDS; /* [2][BC][LDS] */
     E *sV = sK + 2 * BC * LDS;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    const int m_block = causal ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x;
+    const int q_tiles = SPLIT ? (Tq + BR - 1) / BR : (int)gridDim.x, split = SPLIT ? (int)blockIdx.x / q_tiles : 0;
+    const int x = SPLIT ? (int)blockIdx.x % q_tiles : (int)blockIdx.x;
+    const int m_block = causal ? q_tiles - 1 - x : x;
     const int h = blockIdx.y, b = blockIdx.z;
     const int i0 = m_block * BR, offset = Tk - Tq, w0 = i0 + warp * 16 * R; /* the warp's first row */
     const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
+    /* keys this tile needs: j < n_end (causal: the last row i0 + BR - 1 sees j <= i0 + BR - 1 + offset);
+     * this block's share of them: [kv_begin, kv_end) */
+    const int n_end = causal ? min(Tk, i0 + BR + offset) : Tk;
+    const int kv_begin = split_keys > 0 ? split * split_keys : 0;
+    const int kv_end = split_keys > 0 ? min(n_end, kv_begin + split_keys) : n_end;
+    const int n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + BC - 1) / BC : 0;
     const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
     const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
-    /* keys this tile needs: j < n_end (causal: the last row i0 + BR - 1 sees j <= i0 + BR - 1 + offset) */
-    const int n_end = causal ? min(Tk, i0 + BR + offset) : Tk;
-    const int n_tiles = n_end > 0 ? (n_end + BC - 1) / BC : 0;
+    /* partials: row (split*B*H + b*H + h)*Tq + i of o_part [S][B*H*Tq][D], and of lse_part after it
+     * (computed where used: nothing of it lives through the loop) */
+    auto part_row = [&](int i) { return ((int64_t)((int)blockIdx.x / q_tiles) * gridDim.z * H + b * H + h) * Tq + i; };
+    auto lse_part = [&]() { return part + (int64_t)(gridDim.x / q_tiles) * gridDim.z * H * Tq * D; };
+    if (part && n_tiles == 0) { /* an empty piece: no key for any row */
+        for (int r = tid; r < BR && i0 + r < Tq; r += NT) lse_part()[part_row(i0 + r)] = -INFINITY;
+        return;
+    }
 
     fa_load_tile<BR, D, NT>(sQ, qb, ld_qkv, i0, Tq, tid);
     if (n_tiles > 0) {
-        fa_load_tile<BC, D, NT>(sK, kb, ld_qkv, 0, Tk, tid);
-        fa_load_tile<BC, D, NT>(sV, vb, ld_qkv, 0, Tk, tid);
+        fa_load_tile<BC, D, NT>(sK, kb, ld_qkv, kv_begin, Tk, tid);
+        fa_load_tile<BC, D, NT>(sV, vb, ld_qkv, kv_begin, Tk, tid);
     }
     fa_commit();
 
@@ -198,8 +249,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     for (int t = 0; t < n_tiles; t++) {
         const int buf = t & 1;
         if (t + 1 < n_tiles) { /* prefetch the next key/value tile into the other buffer */
-            fa_load_tile<BC, D, NT>(sK + (buf ^ 1) * BC * LDS, kb, ld_qkv, (t + 1) * BC, Tk, tid);
-            fa_load_tile<BC, D, NT>(sV + (buf ^ 1) * BC * LDS, vb, ld_qkv, (t + 1) * BC, Tk, tid);
+            fa_load_tile<BC, D, NT>(sK + (buf ^ 1) * BC * LDS, kb, ld_qkv, kv_begin + (t + 1) * BC, Tk, tid);
+            fa_load_tile<BC, D, NT>(sV + (buf ^ 1) * BC * LDS, vb, ld_qkv, kv_begin + (t + 1) * BC, Tk, tid);
             fa_commit();
             fa_wait<1>();
         } else {
@@ -233,7 +284,7 @@ __global__ void __launch_bounds__(WARPS * 32)
                 }
             }
         }
-        const int j0 = t * BC;
+        const int j0 = kv_begin + t * BC;
         if (j0 + BC > Tk || (causal && j0 + BC - 1 > w0 + offset)) { /* a tile on the diagonal or the end */
 #pragma unroll
             for (int r = 0; r < R; r++)
@@ -301,14 +352,63 @@ __global__ void __launch_bounds__(WARPS * 32)
             const int row = w0 + 16 * r + g + 8 * h2;
             if (row >= Tq) continue;
             const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* a fully masked row: out = 0 */
+            auto L = [&]() { return sum > 0.0f ? (m[r][h2] + log2f(sum)) * FA_LN2 : -INFINITY; }; /* lanes t4 = 0 */
+            if (part) {
+                float *prow = part + part_row(row) * D + 2 * t4;
+#pragma unroll
+                for (int d = 0; d < D / 8; d++)
+                    *reinterpret_cast<float2 *>(prow + d * 8) =
+                        make_float2(o[r][d][2 * h2] * inv, o[r][d][2 * h2 + 1] * inv);
+                if (t4 == 0) lse_part()[part_row(row)] = L();
+                continue;
+            }
             E *orow = out + ((int64_t)b * Tq + row) * ld_out + h * D + 2 * t4;
 #pragma unroll
             for (int d = 0; d < D / 8; d++)
                 *reinterpret_cast<uint32_t *>(orow + d * 8) =
                     fa_pack<E>::two(o[r][d][2 * h2] * inv, o[r][d][2 * h2 + 1] * inv);
-            if (t4 == 0)
-                lse[((int64_t)b * H + h) * Tq + row] = sum > 0.0f ? (m[r][h2] + log2f(sum)) * FA_LN2 : -INFINITY;
+            if (t4 == 0) lse[((int64_t)b * H + h) * Tq + row] = L();
         }
+}
+
+/* The split-KV merge (Flash-Decoding; FlashAttention-2's split of the key range, Dao et al.
+ * 2023): per row r and split s, lse_s and o_s (normalized by split s's own sum) as laid out in
+ * cuda_common.cuh (tlm_cuda_flash_split_combine). With M = max_s lse_s,
+ * lse = M + log sum_s exp(lse_s - M) and out = sum_s exp(lse_s - lse) o_s; a split with
+ * lse_s = -inf is skipped (its o_s is never read: it may be garbage), and a row where every split
+ * is -inf gets out 0 and lse -inf, as the unsplit kernel. One thread per 4 columns of a row. */
+template <typename E>
+__global__ void flash_split_combine_kernel(E *__restrict__ out, float *__restrict__ lse, const float *__restrict__ part,
+                                           int S, int H, int Tq, int D, int ld_out, int64_t P) {
+    const int per_row = D / 4;
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= P * per_row) return;
+    const int64_t r = t / per_row; /* (b*H + h)*Tq + i */
+    const int c = (int)(t % per_row) * 4;
+    const float *lse_part = part + (int64_t)S * P * D;
+    float M = -INFINITY;
+    for (int s = 0; s < S; s++) M = fmaxf(M, lse_part[s * P + r]);
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float L = -INFINITY;
+    if (M != -INFINITY) {
+        float sum = 0.0f;
+        for (int s = 0; s < S; s++) {
+            const float ls = lse_part[s * P + r];
+            if (ls == -INFINITY) continue;
+            const float w = expf(ls - M);
+            const float4 o = *reinterpret_cast<const float4 *>(part + (s * P + r) * D + c);
+            sum += w;
+            acc.x = fmaf(w, o.x, acc.x), acc.y = fmaf(w, o.y, acc.y);
+            acc.z = fmaf(w, o.z, acc.z), acc.w = fmaf(w, o.w, acc.w);
+        }
+        L = M + logf(sum);
+        const float inv = 1.0f / sum;
+        acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
+    }
+    const int64_t i = r % Tq, bh = r / Tq, h = bh % H, b = bh / H;
+    E *orow = out + (b * Tq + i) * ld_out + h * D + c;
+    *reinterpret_cast<uint2 *>(orow) = make_uint2(fa_pack<E>::two(acc.x, acc.y), fa_pack<E>::two(acc.z, acc.w));
+    if (c == 0) lse[r] = L;
 }
 
 /* ---- backward ------------------------------------------------------------------------------ */
@@ -334,30 +434,71 @@ __global__ void flash_bwd_delta_kernel(float *__restrict__ delta, const E *__res
     }
 }
 
-/* dq (row stride ld, head h at column h*D) = round(acc (B,H,Tq,D)) */
+/* Up to three gradients from their fp32 accumulators, job blockIdx.y of jobs: dst (B,T,H*D) E with
+ * row stride ld (head h at column h*D) = round(acc (B,H,T,D)). dQ (T = Tq) always; dK and dV
+ * (T = Tk) when the backward was split. */
+struct fa_round_jobs {
+    void *dst[3];
+    const float *acc[3];
+    int T[3];
+};
 template <typename E>
-__global__ void flash_bwd_dq_kernel(E *__restrict__ dq, const float *__restrict__ acc, int ld, int B, int Tq, int H,
-                                    int D) {
-    const int64_t total = (int64_t)B * H * Tq * (D / 2);
+__global__ void flash_bwd_round_kernel(fa_round_jobs jobs, int ld, int B, int H, int D) {
+    const int y = blockIdx.y; /* selected, not indexed: the parameter struct stays out of local memory */
+    E *dst = static_cast<E *>(y == 0 ? jobs.dst[0] : y == 1 ? jobs.dst[1] : jobs.dst[2]);
+    const float *acc = y == 0 ? jobs.acc[0] : y == 1 ? jobs.acc[1] : jobs.acc[2];
+    const int T = y == 0 ? jobs.T[0] : y == 1 ? jobs.T[1] : jobs.T[2];
+    const int64_t total = (int64_t)B * H * T * (D / 2);
     for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < total; x += (int64_t)gridDim.x * blockDim.x) {
         const int d = (int)(x % (D / 2)) * 2;
-        const int64_t row = x / (D / 2); /* (b*H + h)*Tq + i */
-        const int64_t i = row % Tq, bh = row / Tq, h = bh % H, b = bh / H;
+        const int64_t row = x / (D / 2); /* (b*H + h)*T + i */
+        const int64_t i = row % T, bh = row / T, h = bh % H, b = bh / H;
         const float2 a = *reinterpret_cast<const float2 *>(acc + row * D + d);
-        *reinterpret_cast<uint32_t *>(dq + (b * Tq + i) * ld + h * D + d) = fa_pack<E>::two(a.x, a.y);
+        *reinterpret_cast<uint32_t *>(dst + (b * T + i) * ld + h * D + d) = fa_pack<E>::two(a.x, a.y);
     }
 }
 
-template <typename E, int D, int BR, int WARPS, int RK>
-__global__ void __launch_bounds__(WARPS * 32)
+/* acc_dst[row0 + r][col0 + c] += scale * acc for a warp's 16 x 8N block of accumulators (m16n8
+ * C-fragments acc[n], columns n*8..), acc_dst rows of ld floats, rows >= nrows skipped: float4
+ * atomics, lane pairs (t4, t4 ^ 1) swapping halves so the even lane holds 4 columns of row g and
+ * the odd lane 4 columns of row g + 8 (16-byte aligned: col0 and ld multiples of 4). */
+template <int N>
+__device__ __forceinline__ void fa_atomic_add_block(float *acc_dst, int ld, int row0, int col0, int nrows,
+                                                    const float (&acc)[N][4], float scale) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const bool even = (t4 & 1) == 0;
+    const int row = row0 + g + (even ? 0 : 8);
+    float *p = acc_dst + (int64_t)row * ld + col0 + 2 * (t4 & ~1);
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const float send0 = even ? acc[n][2] : acc[n][0], send1 = even ? acc[n][3] : acc[n][1];
+        const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+        const float4 val =
+            even ? make_float4(acc[n][0], acc[n][1], got0, got1) : make_float4(got0, got1, acc[n][2], acc[n][3]);
+        if (row < nrows)
+            atomicAdd(reinterpret_cast<float4 *>(p + n * 8),
+                      make_float4(val.x * scale, val.y * scale, val.z * scale, val.w * scale));
+    }
+}
+
+/* One block per (key tile, split, head, batch): blockIdx.x = split * k_tiles + key tile. The block
+ * runs the query tiles [m_begin, m_end) that see its keys when split_q = 0, else the piece
+ * [split * split_q, +split_q) of them (a block whose piece is empty returns at once). dK, dV:
+ * dkv == NULL: written (E) to dk, dv; else added with fp32 atomics to the accumulators
+ * dkv (B,H,Tk,D) (dK, scaled) and dkv + B*H*Tk*D (dV), which the caller zeroed. */
+template <typename E, int D, int BR, int WARPS, int RK, bool SPLIT> /* launch bounds: as the forward's */
+__global__ void __launch_bounds__(WARPS * 32, SPLIT ? 1 : 0)
     flash_bwd_kernel(float *__restrict__ dq_acc, E *__restrict__ dk, E *__restrict__ dv, const E *__restrict__ dout,
                      const E *__restrict__ q, const E *__restrict__ k, const E *__restrict__ v,
                      const float *__restrict__ lse, const float *__restrict__ delta, int ld_qkv, int ld_out, int Tq,
-                     int Tk, int H, float scale, float scale_log2, int causal) {
+                     int Tk, int H, float scale, float scale_log2, int causal, int split_q_arg,
+                     float *__restrict__ dkv_arg) {
     /* each warp owns RK groups of 16 keys (rows warp*16*RK + 16*rk ..): every Q / dO fragment loaded
      * from shared memory feeds RK products */
     constexpr int BC = 16 * RK * WARPS, LDS = D + FA_PAD, LDP = BR + FA_PAD, NT = WARPS * 32;
     constexpr int RG = BR / 16, CG = WARPS / RG, DW = D / CG; /* dQ: warps as RG row groups x CG column groups */
+    const int split_q = SPLIT ? split_q_arg : 0; /* a template argument, as in the forward */
+    float *const dkv = SPLIT ? dkv_arg : nullptr;
     static_assert(WARPS % RG == 0 && DW % 8 == 0, "dQ partition");
     extern __shared__ __align__(16) unsigned char fa_smem_raw[];
     E *sK = reinterpret_cast<E *>(fa_smem_raw); /* [BC][LDS] */
@@ -368,7 +509,9 @@ __global__ void __launch_bounds__(WARPS * 32)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int h = blockIdx.y, b = blockIdx.z;
-    const int j0 = blockIdx.x * BC, offset = Tk - Tq, kw = warp * 16 * RK; /* the warp's first key in the tile */
+    const int k_tiles = (Tk + BC - 1) / BC, split = SPLIT ? (int)blockIdx.x / k_tiles : 0;
+    const int j0 = (SPLIT ? (int)blockIdx.x % k_tiles : (int)blockIdx.x) * BC, offset = Tk - Tq;
+    const int kw = warp * 16 * RK; /* the warp's first key in the tile */
     const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
     const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
     const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
@@ -376,15 +519,17 @@ __global__ void __launch_bounds__(WARPS * 32)
     const float *lse_b = lse + ((int64_t)b * H + h) * Tq;
     const float *delta_b = delta + ((int64_t)b * H + h) * Tq;
     float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D;
-    /* query tiles that see any key of this block: i >= j0 - offset (causal) */
-    const int m_begin = causal ? max(0, j0 - offset) / BR : 0;
-    const int m_end = (Tq + BR - 1) / BR;
+    /* query tiles that see any key of this block: i >= j0 - offset (causal); this block's share */
+    const int m_first = causal ? max(0, j0 - offset) / BR : 0, m_last = (Tq + BR - 1) / BR;
+    const int m_begin = split_q > 0 ? m_first + split * split_q : m_first;
+    const int m_end = split_q > 0 ? min(m_last, m_begin + split_q) : m_last;
+    if (dkv && m_begin >= m_end) return; /* an empty piece: nothing to add */
 
     fa_load_tile<BC, D, NT>(sK, kb, ld_qkv, j0, Tk, tid);
     fa_load_tile<BC, D, NT>(sV, vb, ld_qkv, j0, Tk, tid);
-    if (m_begin < m_end) {
-        fa_load_tile<BR, D, NT>(sQ, qb, ld_qkv, m_begin * BR, Tq, tid);
-        fa_load_tile<BR, D, NT>(sdO, dob, ld_out, m_begin * BR, Tq, tid);
+    if (m_begin < m_end) { /* query tile mb goes to buffer mb & 1: m_begin need not stay in a register */
+        fa_load_tile<BR, D, NT>(sQ + (m_begin & 1) * BR * LDS, qb, ld_qkv, m_begin * BR, Tq, tid);
+        fa_load_tile<BR, D, NT>(sdO + (m_begin & 1) * BR * LDS, dob, ld_out, m_begin * BR, Tq, tid);
     }
     fa_commit();
 
@@ -398,7 +543,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int rg = warp % RG, cg = warp / RG;
 
     for (int mb = m_begin; mb < m_end; mb++) {
-        const int it = mb - m_begin, buf = it & 1, i0 = mb * BR;
+        const int buf = mb & 1, i0 = mb * BR;
         if (mb + 1 < m_end) {
             fa_load_tile<BR, D, NT>(sQ + (buf ^ 1) * BR * LDS, qb, ld_qkv, i0 + BR, Tq, tid);
             fa_load_tile<BR, D, NT>(sdO + (buf ^ 1) * BR * LDS, dob, ld_out, i0 + BR, Tq, tid);
@@ -499,26 +644,22 @@ __global__ void __launch_bounds__(WARPS * 32)
                 fa_mma<E>(acc[n], a, b0, b1);
             }
         }
-        /* float4 atomics: lane pairs (t4, t4 ^ 1) swap halves so the even lane holds 4 columns of
-         * row g, the odd lane 4 columns of row g + 8 (16-byte aligned: D and DW are multiples of 8) */
-        const bool even = (t4 & 1) == 0;
-        const int row = i0 + rg * 16 + g + (even ? 0 : 8);
-        float *dst = dqa + (int64_t)row * D + cg * DW + 2 * (t4 & ~1);
-#pragma unroll
-        for (int n = 0; n < DW / 8; n++) {
-            const float send0 = even ? acc[n][2] : acc[n][0], send1 = even ? acc[n][3] : acc[n][1];
-            const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-            const float4 val = even ? make_float4(acc[n][0], acc[n][1], got0, got1)
-                                    : make_float4(got0, got1, acc[n][2], acc[n][3]);
-            if (row < Tq)
-                atomicAdd(reinterpret_cast<float4 *>(dst + n * 8),
-                          make_float4(val.x * scale, val.y * scale, val.z * scale, val.w * scale));
-        }
+        /* 16-byte aligned: D and DW are multiples of 8 */
+        fa_atomic_add_block(dqa, D, i0 + rg * 16, cg * DW, Tq, acc, scale);
         __syncthreads(); /* sdS and this buffer are free for the next tile */
     }
-    if (m_begin >= m_end) fa_wait<0>();
+    fa_wait<0>(); /* nothing outstanding after the loop; the K, V loads when it ran no tile */
 
-    /* dK = scale dS^T Q and dV, rows of the warp's keys */
+    /* dK = scale dS^T Q and dV, rows of the warp's keys: added to the accumulators (split), or written */
+    if (dkv) {
+        float *dka = dkv + ((int64_t)b * H + h) * Tk * D, *dva = dka + (int64_t)gridDim.z * H * Tk * D;
+#pragma unroll
+        for (int rk = 0; rk < RK; rk++) {
+            fa_atomic_add_block(dka, D, j0 + kw + 16 * rk, 0, Tk, dk_acc[rk], scale);
+            fa_atomic_add_block(dva, D, j0 + kw + 16 * rk, 0, Tk, dv_acc[rk], 1.0f);
+        }
+        return;
+    }
 #pragma unroll
     for (int rk = 0; rk < RK; rk++)
 #pragma unroll
@@ -571,6 +712,155 @@ template <auto kernel> static void fa_set_smem(size_t bytes) {
     done = true;
 }
 
+/* resident blocks per SM of a kernel at (threads, smem), asked once per kernel (after fa_set_smem) */
+template <auto kernel> static int fa_occupancy(int threads, size_t smem) {
+    static int occ = 0;
+    if (occ == 0) {
+        TLM_CUDA_CHECK_OP("flash_attention",
+                          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, threads, smem));
+        if (occ < 1) occ = 1;
+    }
+    return occ;
+}
+
+/* ---- split-KV: plan, workspace, combine ------------------------------------------------------- */
+
+/* TLM_FLASH_SPLIT=0 turns splitting off (side-by-side timing); read once */
+static bool fa_split_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("TLM_FLASH_SPLIT");
+        on = !(e && strcmp(e, "0") == 0);
+    }
+    return on != 0;
+}
+
+float *tlm_cuda_flash_split_buffer(tlm_backend *be, size_t *floats) {
+    tlm_cuda *cu = tlm_cuda_of(be);
+    *floats = 0;
+    if (!fa_split_enabled() || cu->flash_split_failed) return NULL;
+    if (!cu->flash_split) {
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        TLM_CUDA_CHECK_OP("flash_attention", cudaStreamIsCapturing(cu->stream, &capture));
+        if (capture != cudaStreamCaptureStatusNone) return NULL; /* no allocation inside a graph */
+        const size_t n = TLM_FLASH_SPLIT_FLOATS_PER_SM * (size_t)cu->num_sms;
+        cu->flash_split = (float *)tlm_alloc(be, n * sizeof(float), TLM_MEM_WORKSPACE, "cuda.flash_split");
+        if (!cu->flash_split) { /* out of memory (the message is set): unsplit from now on */
+            cu->flash_split_failed = true;
+            return NULL;
+        }
+        cu->flash_split_floats = n;
+    }
+    *floats = cu->flash_split_floats;
+    return cu->flash_split;
+}
+
+/* The split of a FlashAttention grid (Flash-Decoding's split-KV; Dao et al. 2023), for both passes:
+ * n_outer tiles per (batch, head), BH of those, tile o looping over inner(o) tiles (forward: query
+ * tiles over key tiles; backward: key tiles over query tiles). Unsplit, the grid has n_outer * BH
+ * blocks and a pass lasts as long as its longest block; a grid smaller than the GPU leaves SMs idle
+ * (batch 1, 1 head, seq 4096: 32 forward blocks on 132 SMs). Split, tile o's inner range is cut
+ * into ceil(inner(o) / chunk) pieces of at most chunk tiles, one block each (the other of its
+ * S = ceil(max_o inner(o) / chunk) slots are empty blocks that return at once): every block does
+ * at most chunk tiles, causal or not. chunk is the smallest (the most blocks) such that
+ *   - the blocks with work are at most one wave, SMs x occ (resident blocks per SM): all run at
+ *     once, and the pass takes about one piece's time;
+ *   - chunk >= min_chunk tiles: a piece amortizes its fixed costs (its Q tile (forward) or K, V
+ *     tile (backward) loaded, a pipeline with nothing to overlap its first load, BR x (D + 1)
+ *     fp32 partials written or BC x 2D fp32 atomics added);
+ *   - S <= max_splits (what the workspace holds).
+ * Returns chunk and *S; 0 and *S = 1: no split (a grid that fills a wave already, a range too short
+ * to cut, no room). O(wave / BH) steps. */
+template <typename F>
+static int fa_split_chunk(int n_outer, int64_t BH, int sms, int occ, int min_chunk, int max_splits, F inner, int *S) {
+    *S = 1;
+    const int64_t wave = (int64_t)sms * occ;
+    if ((int64_t)n_outer * BH >= wave || max_splits < 2) return 0;
+    int longest = 0;
+    for (int o = 0; o < n_outer; o++) longest = max(longest, inner(o));
+    int best = 0;
+    for (int s = 2;; s++) {
+        const int chunk = (longest + s - 1) / s, splits = chunk > 0 ? (longest + chunk - 1) / chunk : 0;
+        if (chunk < min_chunk || splits > max_splits) break;
+        int64_t blocks = 0;
+        for (int o = 0; o < n_outer; o++) blocks += (inner(o) + chunk - 1) / chunk;
+        if (blocks * BH > wave) break;
+        best = chunk;
+        *S = splits;
+    }
+    if (!best) *S = 1;
+    return best;
+}
+
+/* the split buffer: planned against its size (known before it exists), allocated only for a
+ * launch that splits; NULL (and *S = 1: run unsplit) when it cannot be had now */
+static float *fa_split_take(tlm_backend *be, int *S) {
+    size_t floats = 0;
+    float *ws = tlm_cuda_flash_split_buffer(be, &floats);
+    if (!ws) *S = 1;
+    return ws;
+}
+
+/* Forward plan: keys per split (a multiple of BC; 0: unsplit), *S splits, *part the partials'
+ * workspace (S * B*H*Tq * (D + 1) floats, the layout of tlm_cuda_flash_split_combine). A piece has
+ * at least 256 keys (and 2 key tiles). */
+static int fa_fwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal, int occ,
+                        int *S, float **part) {
+    *S = 1;
+    *part = NULL;
+    const int sms = tlm_cuda_of(be)->num_sms, q_tiles = (Tq + BR - 1) / BR, offset = Tk - Tq;
+    const int64_t BH = (int64_t)B * H;
+    if (!fa_split_enabled() || (int64_t)q_tiles * BH >= (int64_t)sms * occ) return 0;
+    const int64_t max_splits = (int64_t)(TLM_FLASH_SPLIT_FLOATS_PER_SM * sms) / (BH * Tq * (D + 1));
+    auto key_tiles = [&](int m) { /* key tiles query tile m needs */
+        const int n_end = causal ? min(Tk, (m + 1) * BR + offset) : Tk;
+        return n_end > 0 ? (n_end + BC - 1) / BC : 0;
+    };
+    const int chunk = fa_split_chunk(q_tiles, BH, sms, occ, max(2, 256 / BC), (int)min(max_splits, (int64_t)1024),
+                                     key_tiles, S);
+    if (!chunk || !(*part = fa_split_take(be, S))) return 0;
+    return chunk * BC;
+}
+
+/* Backward plan: query tiles per split (0: unsplit), *S splits, *dkv the fp32 dK, dV accumulators
+ * (2 * B*H*Tk*D floats, when they fit the split buffer). A piece has at least 256 queries. */
+static int fa_bwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal, int occ,
+                        int *S, float **dkv) {
+    *S = 1;
+    *dkv = NULL;
+    const int sms = tlm_cuda_of(be)->num_sms, k_tiles = (Tk + BC - 1) / BC, m_last = (Tq + BR - 1) / BR;
+    const int offset = Tk - Tq;
+    const int64_t BH = (int64_t)B * H;
+    if (!fa_split_enabled() || (int64_t)k_tiles * BH >= (int64_t)sms * occ ||
+        (size_t)(2 * BH * Tk * D) > TLM_FLASH_SPLIT_FLOATS_PER_SM * sms)
+        return 0;
+    auto query_tiles = [&](int j) { /* query tiles that see key tile j */
+        return m_last - (causal ? max(0, j * BC - offset) / BR : 0);
+    };
+    const int chunk = fa_split_chunk(k_tiles, BH, sms, occ, max(2, 256 / BR), 1024, query_tiles, S);
+    if (!chunk || !(*dkv = fa_split_take(be, S))) return 0;
+    return chunk;
+}
+
+void tlm_cuda_flash_split_combine(tlm_backend *be, void *out, float *lse, const float *part, int S, int B, int Tq,
+                                  int H, int D, int ld_out, tlm_dtype dt) {
+    const char *op = "flash_attention_forward (split-KV combine)";
+    const int64_t P = (int64_t)B * H * Tq, threads = P * (D / 4);
+    if (D % 8 || ld_out % 8 || !tlm_aligned16(part) || !tlm_aligned16(out))
+        tlm_fatal("%s: d_head %d and ld_out %d must be multiples of 8, out and the partials 16-byte aligned", op, D,
+                  ld_out);
+    tlm_cuda_dispatch(dt, op, [&](auto tag) {
+        using E = typename decltype(tag)::type;
+        if constexpr (std::is_same<E, float>::value) {
+            tlm_fatal("%s: fp32 output is not supported", op);
+        } else {
+            flash_split_combine_kernel<E><<<(unsigned)((threads + 255) / 256), 256, 0, tlm_cuda_stream(be)>>>(
+                (E *)out, lse, part, S, H, Tq, D, ld_out, P);
+            TLM_CUDA_CHECK_LAUNCH();
+        }
+    });
+}
+
 /* forward tile configurations: WARPS warps of R x 16 query rows, BC keys per tile */
 template <int W, int BC, int R> struct fa_fwd_cfg {
     static constexpr int warps = W, bc = BC, r = R;
@@ -595,8 +885,11 @@ void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, co
                                    ld_out, B, Tq, Tk, H, D, causal);
         return;
     }
-    /* Hopper: the wgmma kernel (flash_attention_sm90.cu) where it has one */
-    if (tlm_cuda_flash_forward_sm90(st, dt, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, D, causal)) return;
+    /* Hopper: the wgmma kernel (flash_attention_sm90.cu) where it has one and the grid of 128-row
+     * query tiles fills the GPU (one block an SM); smaller grids go to the split-KV path below */
+    if ((int64_t)B * H * ((Tq + 127) / 128) >= tlm_cuda_of(be)->num_sms &&
+        tlm_cuda_flash_forward_sm90(st, dt, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, D, causal))
+        return;
     const float scale_log2 = FA_LOG2E / sqrtf((float)D);
     tlm_cuda_dispatch(dt, op, [&](auto tag) {
         using E = typename decltype(tag)::type;
@@ -606,13 +899,21 @@ void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, co
                 auto launch = [&](auto cfg) {
                     constexpr int WARPS = decltype(cfg)::warps, BC = decltype(cfg)::bc, R = decltype(cfg)::r;
                     constexpr int BR = 16 * R * WARPS;
-                    constexpr auto kernel = flash_fwd_kernel<E, DD, BC, WARPS, R>;
+                    constexpr auto kernel = flash_fwd_kernel<E, DD, BC, WARPS, R, false>;
+                    constexpr auto split_kernel = flash_fwd_kernel<E, DD, BC, WARPS, R, true>;
                     const size_t smem = (size_t)(BR + 4 * BC) * (DD + FA_PAD) * sizeof(E);
                     fa_set_smem<kernel>(smem);
-                    const dim3 grid((unsigned)((Tq + BR - 1) / BR), (unsigned)H, (unsigned)B);
-                    kernel<<<grid, WARPS * 32, smem, st>>>((E *)out, lse, (const E *)q, (const E *)k, (const E *)v,
-                                                           ld_qkv, ld_out, Tq, Tk, H, scale_log2, causal ? 1 : 0);
+                    fa_set_smem<split_kernel>(smem);
+                    int S = 1; /* split-KV when the grid is small: fa_fwd_split */
+                    float *part = NULL;
+                    const int split_keys = fa_fwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
+                                                        fa_occupancy<split_kernel>(WARPS * 32, smem), &S, &part);
+                    const dim3 grid((unsigned)((Tq + BR - 1) / BR * S), (unsigned)H, (unsigned)B);
+                    (part ? split_kernel : kernel)<<<grid, WARPS * 32, smem, st>>>(
+                        (E *)out, lse, (const E *)q, (const E *)k, (const E *)v, ld_qkv, ld_out, Tq, Tk, H, scale_log2,
+                        causal ? 1 : 0, split_keys, part);
                     TLM_CUDA_CHECK_LAUNCH();
+                    if (part) tlm_cuda_flash_split_combine(be, out, lse, part, S, B, Tq, H, DD, ld_out, dt);
                 };
                 /* two row groups a warp where the registers allow it (H100, 2026-11-21, leaderboard
                  * shape: d_head 64 forward 2.24 -> 2.01 ms, d_head 128 4.83 -> 4.08 ms) */
@@ -647,6 +948,7 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
     }
     /* workspace: the dQ accumulator (B,H,Tq,D) first (8-byte aligned for float2 atomics), then delta */
     float *dq_acc = workspace, *delta = workspace + (size_t)B * H * Tq * D;
+    float *dkv = NULL; /* split: dK, dV fp32 accumulators (B,H,Tk,D) each, in the backend's split buffer */
     const float scale = 1.0f / sqrtf((float)D), scale_log2 = FA_LOG2E * scale;
     TLM_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, (size_t)B * H * Tq * D * sizeof(float), st));
     tlm_cuda_dispatch(dt, op, [&](auto tag) {
@@ -665,14 +967,20 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
                 auto launch = [&](auto cfg) {
                     constexpr int WARPS = decltype(cfg)::warps, BR = decltype(cfg)::br, RK = decltype(cfg)::rk;
                     constexpr int BC = 16 * RK * WARPS;
-                    constexpr auto kernel = flash_bwd_kernel<E, DD, BR, WARPS, RK>;
+                    constexpr auto kernel = flash_bwd_kernel<E, DD, BR, WARPS, RK, false>;
+                    constexpr auto split_kernel = flash_bwd_kernel<E, DD, BR, WARPS, RK, true>;
                     const size_t smem =
                         ((size_t)(2 * BC + 4 * BR) * (DD + FA_PAD) + (size_t)BC * (BR + FA_PAD)) * sizeof(E);
                     fa_set_smem<kernel>(smem);
-                    const dim3 grid((unsigned)((Tk + BC - 1) / BC), (unsigned)H, (unsigned)B);
-                    kernel<<<grid, WARPS * 32, smem, st>>>(dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q,
-                                                           (const E *)k, (const E *)v, lse, delta, ld_qkv, ld_out, Tq,
-                                                           Tk, H, scale, scale_log2, causal ? 1 : 0);
+                    fa_set_smem<split_kernel>(smem);
+                    int S = 1; /* split query ranges when the grid is small: fa_bwd_split */
+                    const int split_q = fa_bwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
+                                                     fa_occupancy<split_kernel>(WARPS * 32, smem), &S, &dkv);
+                    if (dkv) TLM_CUDA_CHECK(cudaMemsetAsync(dkv, 0, (size_t)2 * B * H * Tk * DD * sizeof(float), st));
+                    const dim3 grid((unsigned)((Tk + BC - 1) / BC * S), (unsigned)H, (unsigned)B);
+                    (dkv ? split_kernel : kernel)<<<grid, WARPS * 32, smem, st>>>(
+                        dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q, (const E *)k, (const E *)v, lse, delta,
+                        ld_qkv, ld_out, Tq, Tk, H, scale, scale_log2, causal ? 1 : 0, split_q, dkv);
                     TLM_CUDA_CHECK_LAUNCH();
                 };
                 /* d_head <= 64: 4 warps of 32 keys (H100, 2026-11-21, leaderboard shape: backward 6.42 ->
@@ -683,8 +991,11 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
                     launch(fa_bwd_cfg<8, DD <= 80 ? 64 : 32, 1>{});
                 }
             });
-            flash_bwd_dq_kernel<E><<<tlm_cuda_grid(be, (size_t)B * H * Tq * (D / 2), 256), 256, 0, st>>>(
-                (E *)dq, dq_acc, ld_qkv, B, Tq, H, D);
+            /* dQ, and dK, dV when split, rounded from their accumulators */
+            const size_t dkv_n = (size_t)B * H * Tk * D;
+            const fa_round_jobs jobs = {{dq, dk, dv}, {dq_acc, dkv, dkv ? dkv + dkv_n : NULL}, {Tq, Tk, Tk}};
+            const dim3 grid(tlm_cuda_grid(be, (size_t)B * H * (dkv ? max(Tq, Tk) : Tq) * (D / 2), 256), dkv ? 3 : 1);
+            flash_bwd_round_kernel<E><<<grid, 256, 0, st>>>(jobs, ld_qkv, B, H, D);
             TLM_CUDA_CHECK_LAUNCH();
         }
     });
