@@ -10,7 +10,8 @@
  * Algorithm: FlashAttention-2's forward (Dao 2023, Algorithm 1) with the tile products on wgmma
  * as FlashAttention-3 does them (Shah et al. 2024, "FlashAttention-3: Fast and Accurate
  * Attention with Asynchrony and Low-precision", §3): one block per (128-query tile, head,
- * batch), two warpgroups of 64 query rows each. Per key/value tile of BC = 128 rows:
+ * batch): a producer warpgroup copying tiles in, two consumer warpgroups of 64 query rows each
+ * (the kernel's comment says how they meet). Per key/value tile of BC = 128 rows:
  *   S = Q K^T        wgmma m64n128k16, A = Q and B = K both from shared memory (K-major);
  *   online softmax   in registers, in the log2 domain, as flash_attention.cu;
  *   O += P V         wgmma m64nDk16, A = P from registers (the accumulator fragment of S is,
@@ -19,8 +20,8 @@
  * Shared memory holds every tile in the 128-byte-swizzled layout wgmma reads: a tile of R rows
  * by D columns is D/64 column blocks of R x 64 elements (128-byte rows), and the 16-byte piece c
  * of row r sits at piece (c ^ (r % 8)) of that row (bank-conflict free for the tensor cores and
- * for the 16-byte cp.async writes). Key/value tiles are double-buffered: the next tile's cp.async
- * overlaps this tile's products. The blocks of a causal launch run heaviest first.
+ * for the 16-byte cp.async writes). The blocks of a causal launch run heaviest first. Where the
+ * grid of 128-row tiles would not fill the GPU, flash_attention.cu's split-KV path runs instead.
  *
  * Descriptors (PTX ISA, "Matrix Descriptor Format" of wgmma): start address >> 4 (bits 0-13),
  * leading byte offset >> 4 (16-29), stride byte offset >> 4 (32-45), swizzle mode (62-63; 1 =
@@ -43,7 +44,7 @@
 #define FA90_LN2 0.6931471805599453f
 #define FA90_BR 128  /* query rows a block: two warpgroups of 64 */
 #define FA90_BC 128  /* key rows a tile */
-#define FA90_THREADS 256
+#define FA90_THREADS 384 /* a producer warpgroup and two consumer warpgroups */
 
 /* ---- wgmma, descriptors, copies ----------------------------------------------------------------- */
 
@@ -172,7 +173,7 @@ template <int N> __device__ __forceinline__ void fa90_setmaxnreg_dec() {
 
 /* rows [row0, row0 + ROWS) of a (rows, D) slice with row stride ld (elements) into the swizzled
  * tile at shared address s (see the header); rows >= nrows are zero-filled */
-template <int ROWS, int D, int NT = FA90_THREADS, typename E>
+template <int ROWS, int D, int NT, typename E>
 __device__ __forceinline__ void fa90_load_tile(uint32_t s, const E *g, int64_t ld, int row0, int nrows, int tid) {
     constexpr int PIECES = D / 8; /* 16-byte pieces a row; NT threads copy them, tid < NT */
     static_assert(ROWS * PIECES % NT == 0, "whole rounds of pieces");
@@ -311,9 +312,8 @@ __device__ __forceinline__ void fa90_pin_vals(float (&a)[2], float (&b)[2]) {
  * S_t = Q K_t and O += P_{t-1} V_{t-1} together, waits for S_t only (and frees K_t's slot),
  * computes P_t while the PV product runs, then waits for it (freeing V_{t-1}'s slot) and rescales O. */
 #define FA90_STAGES 2
-#define FA90_FWD_THREADS 384
 template <typename E, int D>
-__global__ void __launch_bounds__(FA90_FWD_THREADS, 1)
+__global__ void __launch_bounds__(FA90_THREADS, 1)
     flash_fwd_sm90_kernel(E *__restrict__ out, float *__restrict__ lse, const E *__restrict__ q,
                           const E *__restrict__ k, const E *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk,
                           int H, float scale_log2, int causal) {
@@ -465,7 +465,7 @@ __global__ void __launch_bounds__(FA90_FWD_THREADS, 1)
  * delta pre-pass and the dQ rounding post-pass are flash_attention.cu's. */
 #define FA90_BWD_STAGES 3
 template <typename E, int D>
-__global__ void __launch_bounds__(FA90_FWD_THREADS, 1)
+__global__ void __launch_bounds__(FA90_THREADS, 1)
     flash_bwd_sm90_kernel(float *__restrict__ dq_acc, E *__restrict__ dk, E *__restrict__ dv,
                           const E *__restrict__ dout, const E *__restrict__ q, const E *__restrict__ k,
                           const E *__restrict__ v, const float *__restrict__ lse, const float *__restrict__ delta,
@@ -687,7 +687,7 @@ static void fa90_launch(cudaStream_t st, void *out, float *lse, const void *q, c
         raised = true;
     }
     const dim3 grid((unsigned)((Tq + FA90_BR - 1) / FA90_BR), (unsigned)H, (unsigned)B);
-    kernel<<<grid, FA90_FWD_THREADS, smem, st>>>((E *)out, lse, (const E *)q, (const E *)k, (const E *)v, ld_qkv, ld_out,
+    kernel<<<grid, FA90_THREADS, smem, st>>>((E *)out, lse, (const E *)q, (const E *)k, (const E *)v, ld_qkv, ld_out,
                                              Tq, Tk, H, FA90_LOG2E / sqrtf((float)D), causal ? 1 : 0);
     TLM_CUDA_CHECK_OP("flash_attention_forward", cudaGetLastError());
 }
@@ -730,7 +730,7 @@ bool tlm_cuda_flash_backward_sm90(cudaStream_t st, tlm_dtype dt, float *dq_acc, 
             done = true;
         }
         const dim3 grid((unsigned)((Tk + 127) / 128), (unsigned)H, (unsigned)B);
-        kernel<<<grid, FA90_FWD_THREADS, smem, st>>>(dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q,
+        kernel<<<grid, FA90_THREADS, smem, st>>>(dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q,
                                                  (const E *)k, (const E *)v, lse, delta, ld_qkv, ld_out, Tq, Tk, H,
                                                  scale, scale_log2, causal ? 1 : 0);
         TLM_CUDA_CHECK_OP("flash_attention_backward", cudaGetLastError());
