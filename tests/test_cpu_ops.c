@@ -9,8 +9,7 @@
  * Outputs that an op overwrites are poisoned with NaN first and must come back all finite.
  * Every op taking a dtype runs in fp32 for the checks above, and in bf16 and fp16 against
  * the fp32 op on the same (rounded) inputs ("bf16 / fp16" below says how close and why);
- * cast, grad_unscale, sum_squares, the residual folded into matmul and the residual add and cast
- * fused into rmsnorm's backward (against the unfused ops, bit for bit) have checks of their own.
+ * cast, grad_unscale, sum_squares and the residual folded into matmul have checks of their own.
  * Prints one line per check and a final "N passed, M failed"; exits 1 on any failure. */
 #include "tlm/util.h"
 #include "tlm/backend.h"
@@ -310,14 +309,14 @@ static void test_rmsnorm(int N, int C) {
     snprintf(name, sizeof name, "rmsnorm N=%d C=%d forward rstd", N, C);
     check_forward(name, c.rstd, want_rstd, N);
 
-    /* backward: dx = dresid + ..., in place onto its previous (random) contents; dw is overwritten */
+    /* backward: dx accumulates onto its previous (random) contents, dw is overwritten */
     float *dx0 = randn(NC, 1.0f), *dx = copy_of(dx0, NC), *dw = alloc_floats(C);
     poison(dw, C);
-    tlm_rmsnorm_backward(be, dx, NULL, dw, dx, c.R, c.x, c.w, c.rstd, N, C, F32);
+    tlm_rmsnorm_backward(be, dx, dw, c.R, c.x, c.w, c.rstd, N, C, F32);
     float *dx_added = alloc_floats(NC);
     for (size_t i = 0; i < NC; i++) dx_added[i] = dx[i] - dx0[i];
     check(all_finite(dw, C), "rmsnorm N=%d C=%d backward writes every dw", N, C);
-    snprintf(name, sizeof name, "rmsnorm N=%d C=%d dx (added to dresid)", N, C);
+    snprintf(name, sizeof name, "rmsnorm N=%d C=%d dx (added to dx)", N, C);
     check_grad(name, rmsnorm_objective, &c, c.x, dx_added, 1, (int)NC, 0, (int)NC, 1e-3f);
     snprintf(name, sizeof name, "rmsnorm N=%d C=%d dw", N, C);
     check_grad(name, rmsnorm_objective, &c, c.w, dw, 1, C, 0, C, 1e-3f);
@@ -1048,53 +1047,12 @@ static void test_rmsnorm_lowp(int N, int C, tlm_dtype dt) {
     float *dx = copy_of(dx0, NC), *dx32 = copy_of(dx0, NC), *dw = alloc_floats(C),
           *dw32 = alloc_floats(C);
     poison(dw, C);
-    tlm_rmsnorm_backward(be, dx, NULL, dw, dx, dout, x, w, rstd32, N, C, dt);
-    tlm_rmsnorm_backward(be, dx32, NULL, dw32, dx32, dout32, x, w, rstd32, N, C, F32);
+    tlm_rmsnorm_backward(be, dx, dw, dout, x, w, rstd32, N, C, dt);
+    tlm_rmsnorm_backward(be, dx32, dw32, dout32, x, w, rstd32, N, C, F32);
     snprintf(name, sizeof name, "rmsnorm N=%d C=%d backward dx (+=, dout in dt)", N, C);
     check_lowp_f32(name, dx, dx32, NC, dt);
     snprintf(name, sizeof name, "rmsnorm N=%d C=%d backward dw", N, C);
     check_lowp_f32(name, dw, dw32, C, dt);
-}
-
-/* rmsnorm_backward with its neighbours fused in (ops.def) against the ops it replaces, bit for bit:
- * (1) dresid given, dx another buffer, dx_lp = the same bits as the backward in place on a copy of
- * dresid followed by cast(dx_lp, dx); (2) in place (dx == dresid): the same; (3) dresid NULL: the
- * same bits as the in-place backward on a zeroed dx (the memset it replaces); dw the same in all. */
-static void test_rmsnorm_fused(int N, int C, tlm_dtype dt) {
-    const size_t NC = (size_t)N * C;
-    float *x = randn(NC, 1.0f), *w = randn(C, 0.3f), *rstd = alloc_floats(N);
-    for (int j = 0; j < C; j++) w[j] += 1.0f;
-    void *ln = alloc_dt(NC, dt), *dout = randn_dt(NC, 1.0f, dt);
-    tlm_rmsnorm_forward(be, ln, rstd, x, w, N, C, 1e-5f, dt);
-    float *dresid = randn(NC, 1.0f);
-    /* unfused: backward in place on a copy of dresid, then the cast; and on a zeroed dx */
-    float *dx_u = copy_of(dresid, NC), *dw_u = alloc_floats(C), *dx0_u = alloc_floats(NC), *dw0_u = alloc_floats(C);
-    void *lp_u = alloc_dt(NC, dt), *lp0_u = alloc_dt(NC, dt);
-    tlm_rmsnorm_backward(be, dx_u, NULL, dw_u, dx_u, dout, x, w, rstd, N, C, dt);
-    tlm_cast(be, lp_u, dx_u, NC, dt);
-    tlm_memset_zero(be, dx0_u, NC * sizeof(float));
-    tlm_rmsnorm_backward(be, dx0_u, NULL, dw0_u, dx0_u, dout, x, w, rstd, N, C, dt);
-    tlm_cast(be, lp0_u, dx0_u, NC, dt);
-    /* fused: into another buffer; in place; from no dresid */
-    float *dx_f = alloc_floats(NC), *dw_f = alloc_floats(C), *dx_i = copy_of(dresid, NC), *dw_i = alloc_floats(C);
-    float *dx0_f = alloc_floats(NC), *dw0_f = alloc_floats(C);
-    void *lp_f = alloc_dt(NC, dt), *lp_i = alloc_dt(NC, dt), *lp0_f = alloc_dt(NC, dt);
-    poison(dx_f, NC);
-    poison(dx0_f, NC);
-    tlm_rmsnorm_backward(be, dx_f, lp_f, dw_f, dresid, dout, x, w, rstd, N, C, dt);
-    tlm_rmsnorm_backward(be, dx_i, lp_i, dw_i, dx_i, dout, x, w, rstd, N, C, dt);
-    tlm_rmsnorm_backward(be, dx0_f, lp0_f, dw0_f, NULL, dout, x, w, rstd, N, C, dt);
-    const size_t f = NC * sizeof(float), l = NC * tlm_dtype_size(dt), cw = (size_t)C * sizeof(float);
-    check(all_finite(dx_f, NC) && all_finite_dt(lp_f, NC, dt) && memcmp(dx_f, dx_u, f) == 0 &&
-              memcmp(lp_f, lp_u, l) == 0 && memcmp(dw_f, dw_u, cw) == 0,
-          "%s rmsnorm N=%d C=%d backward with dresid and dx_lp = backward in place, then cast: dx, dx_lp, dw "
-          "bit for bit", dt_name(dt), N, C);
-    check(memcmp(dx_i, dx_u, f) == 0 && memcmp(lp_i, lp_u, l) == 0 && memcmp(dw_i, dw_u, cw) == 0,
-          "%s rmsnorm N=%d C=%d backward in place (dx == dresid) with dx_lp: the same bits", dt_name(dt), N, C);
-    check(all_finite(dx0_f, NC) && memcmp(dx0_f, dx0_u, f) == 0 && memcmp(lp0_f, lp0_u, l) == 0 &&
-              memcmp(dw0_f, dw_u, cw) == 0,
-          "%s rmsnorm N=%d C=%d backward with dresid NULL = onto a zeroed dx: dx, dx_lp, dw bit for bit", dt_name(dt),
-          N, C);
 }
 
 static void test_matmul_lowp(int N, int in, int out, tlm_dtype dt) {
@@ -1450,8 +1408,6 @@ static void test_lowp(tlm_dtype dt) {
     test_adamw_lowp(100003, dt);
     test_rmsnorm_lowp(7, 13, dt);
     test_rmsnorm_lowp(64, 600, dt);
-    test_rmsnorm_fused(7, 13, dt);
-    test_rmsnorm_fused(300, 200, dt); /* above TLM_CPU_GRAIN: the threaded path */
     test_matmul_lowp(13, 67, 35, dt);
     test_matmul_lowp(64, 300, 200, dt);
     test_rope_lowp(2, 7, 3, 6, 5, dt);
@@ -1503,10 +1459,9 @@ static int run_parallel_ops(op_output *o, tlm_dtype dt) {
     tlm_rmsnorm_forward(be, o[k++].out, rstd, x, w, N, C, 1e-5f, dt);
     o[k] = (op_output){"rmsnorm backward dx", randn((size_t)N * C, 1.0f), (size_t)N * C, F32};
     o[k + 1] = (op_output){"rmsnorm backward dw", alloc_dt(C, F32), C, F32};
-    o[k + 2] = (op_output){"rmsnorm backward dx_lp", alloc_dt((size_t)N * C, dt), (size_t)N * C, dt};
     void *dout_dt = randn_dt((size_t)N * C, 1.0f, dt);
-    tlm_rmsnorm_backward(be, o[k].out, o[k + 2].out, o[k + 1].out, o[k].out, dout_dt, x, w, rstd, N, C, dt);
-    k += 3;
+    tlm_rmsnorm_backward(be, o[k].out, o[k + 1].out, dout_dt, x, w, rstd, N, C, dt);
+    k += 2;
 
     float *cos = randn((size_t)T * D / 2, 1.0f), *sin = randn((size_t)T * D / 2, 1.0f);
     size_t nrope = (size_t)B * T * H * D * 2;
@@ -1660,8 +1615,6 @@ int main(void) {
     test_adamw(1001);
     test_cast(37, F32);
     test_cast(100003, F32);
-    test_rmsnorm_fused(7, 13, F32);
-    test_rmsnorm_fused(300, 200, F32);
     test_grad_unscale(37);
     test_grad_unscale(100003);
     test_sum_squares(37);

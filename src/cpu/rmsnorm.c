@@ -1,13 +1,11 @@
 /* rmsnorm.c — RMSNorm on the CPU (Zhang & Sennrich 2019, "Root Mean Square Layer
  * Normalization", eq. 4): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps), in fp32,
- * and its backward, which adds onto the residual stream's gradient and writes dx's dt copy (the
- * next GEMM's operand) row by row in the same pass. Sums over d_model are accumulated in double.
- * x, w, rstd, dx, dw are float32; out, dout and dx's copy are dt (GEMM operands and a gradient):
- * out and the copy are computed in fp32 and rounded to dt, dout is read as fp32. */
+ * and its backward. Sums over d_model are accumulated in double. x, w, rstd, dx, dw are
+ * float32; out and dout are dt (a GEMM operand and its gradient): out is computed in fp32 and
+ * rounded to dt, dout is read as fp32. */
 #include "cpu/cpu_ops.h"
 
 #include <math.h>
-#include <string.h>
 
 /* Columns per work item of the weight-gradient reduction (a sum over rows). */
 #define RMSNORM_COLUMN_BLOCK 64
@@ -34,13 +32,11 @@ void tlm_cpu_rmsnorm_forward(tlm_backend *be, void *out, float *rstd, const floa
 }
 
 /* With r = rstd[n], xhat = x r and g = dout w (per element of row n):
- *   dx = dresid + r (g - xhat mean(g xhat)),  dx_lp = round(dx) (each row as it is done),
- *   dw = sum_n dout xhat. */
-void tlm_cpu_rmsnorm_backward(tlm_backend *be, float *dx, void *dx_lp, float *dw, const float *dresid,
-                              const void *dout, const float *x, const float *w, const float *rstd, int N,
-                              int C, tlm_dtype dt) {
-    /* dx (N,C) =, may equal dresid (N,C) or NULL (zeros); dx_lp (N,C) dt or NULL; dw (C) =;
-     * dout (N,C) dt; x (N,C); w (C); rstd (N) */
+ *   dx += r (g - xhat mean(g xhat)),    dw = sum_n dout xhat. */
+void tlm_cpu_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void *dout,
+                              const float *x, const float *w, const float *rstd, int N, int C,
+                              tlm_dtype dt) {
+    /* dx (N,C) +=; dw (C) =; dout (N,C) dt; x (N,C); w (C); rstd (N) */
     tlm_cpu_thread_scratch rows =
         tlm_cpu_scratch_per_thread(be, dt == TLM_DTYPE_F32 ? 0 : (size_t)C, "rmsnorm_backward");
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= TLM_CPU_GRAIN)
@@ -50,9 +46,6 @@ void tlm_cpu_rmsnorm_backward(tlm_backend *be, float *dx, void *dx_lp, float *dw
             tlm_cpu_row_in(dout, (size_t)n * C, C, dt, tlm_cpu_thread_buf(rows, 0));
         float *restrict dxn = dx + (size_t)n * C;
         float r = rstd[n];
-        /* dxn = the residual's gradient (or 0), then += as the row loop below: the same bits */
-        if (!dresid) memset(dxn, 0, (size_t)C * sizeof(float));
-        else if (dresid != dx) memcpy(dxn, dresid + (size_t)n * C, (size_t)C * sizeof(float));
 
         double sum_g_xhat = 0.0;
 #pragma omp simd reduction(+ : sum_g_xhat)
@@ -64,7 +57,6 @@ void tlm_cpu_rmsnorm_backward(tlm_backend *be, float *dx, void *dx_lp, float *dw
             float xhat = xn[c] * r;
             dxn[c] += r * (g - xhat * mean_g_xhat);
         }
-        if (dx_lp) tlm_cpu_narrow(dx_lp, (size_t)n * C, dxn, (size_t)C, dt);
     }
 
     /* dw[c] = sum_n dout[n,c] x[n,c] rstd[n]: each work item sums whole columns, in row order */

@@ -276,13 +276,11 @@ extern "C" tlm_status tlm_backend_cuda_create(tlm_backend **out, int gpu) {
     cu->workspace = tlm_alloc(be, TLM_CUDA_WORKSPACE_BYTES, TLM_MEM_WORKSPACE, "cublaslt.workspace");
     cu->workspace_bytes = TLM_CUDA_WORKSPACE_BYTES;
     cu->scratch = (float *)tlm_alloc(be, TLM_CUDA_SCRATCH_BYTES, TLM_MEM_WORKSPACE, "cuda.scratch");
-    cu->scratch_floats = (TLM_CUDA_SCRATCH_BYTES - TLM_CUDA_SYNC_BYTES) / sizeof(float);
+    cu->scratch_floats = TLM_CUDA_SCRATCH_BYTES / sizeof(float);
     if (!cu->workspace || !cu->scratch) {
         s = TLM_ERR_OUT_OF_MEMORY; /* tlm_alloc set the message */
         goto fail;
     }
-    cu->sync = (unsigned *)(cu->scratch + cu->scratch_floats);
-    CREATE_TRY(cudaMemsetAsync(cu->sync, 0, TLM_CUDA_SYNC_BYTES, cu->stream));
     s = tlm_cuda_nvtx_hook_install(be);
     if (s != TLM_OK) goto fail;
     *out = be;

@@ -52,7 +52,6 @@ static inline void tlm_cublas_check_(cublasStatus_t s, const char *what, const c
 
 #define TLM_CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace: 32 MiB */
 #define TLM_CUDA_SCRATCH_BYTES ((size_t)8 << 20)    /* partial sums of column reductions: 8 MiB */
-#define TLM_CUDA_SYNC_BYTES 256                      /* the scratch's last bytes: counters (`sync`) */
 
 struct tlm_cuda_matmul_cache; /* matmul.cu: descriptors, layouts and algorithms per GEMM shape */
 
@@ -64,11 +63,8 @@ typedef struct tlm_cuda {
     cublasLtHandle_t lt;
     void *workspace;                 /* (TLM_CUDA_WORKSPACE_BYTES) cuBLASLt's; tlm_alloc'd */
     size_t workspace_bytes;
-    float *scratch;                  /* (scratch_floats) per-block partial sums */
-    size_t scratch_floats;           /* (TLM_CUDA_SCRATCH_BYTES - TLM_CUDA_SYNC_BYTES) / 4 */
-    unsigned *sync;                  /* (TLM_CUDA_SYNC_BYTES / 4) after the partial sums, zeroed at
-                                        creation and 0 again at the end of every kernel that counts
-                                        in it: the arrival counts of one-pass reductions (rmsnorm.cu) */
+    float *scratch;                  /* (TLM_CUDA_SCRATCH_BYTES / 4) per-block partial sums */
+    size_t scratch_floats;
     float *flash_split;              /* (flash_split_floats) FlashAttention's split-KV partials, made by
                                         the first launch that splits (tlm_cuda_flash_split_buffer) */
     size_t flash_split_floats;
@@ -328,7 +324,7 @@ __device__ __forceinline__ void tlm_store(T *p, const float (&r)[VEC]) {
     }
 }
 
-/* ---- reductions (blockDim.x a multiple of 32; at most 1024 threads, 32 warps, in the block) ------- */
+/* ---- reductions (blockDim.x a multiple of 32, at most 1024) ------------------------------------- */
 
 __device__ __forceinline__ float tlm_warp_sum(float v) {
 #pragma unroll
@@ -342,19 +338,15 @@ __device__ __forceinline__ float tlm_warp_max(float v) {
     return v;
 }
 
-/* Sum over the threads of the block with this thread's threadIdx.y (the whole block when blockDim.y
- * is 1: a block of blockDim.y rows of threads sums blockDim.y rows of a tensor at once); every
- * thread gets its row's sum, each row the same arithmetic as a block of that row alone. Every thread
- * of the block calls it (barriers). Safe to call repeatedly in one kernel. */
+/* Sum over the block; every thread gets it. Safe to call repeatedly in one kernel. */
 __device__ __forceinline__ float tlm_block_sum(float v) {
     __shared__ float partial[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    float *row = partial + threadIdx.y * nwarps;
     v = tlm_warp_sum(v);
     __syncthreads(); /* a previous call's readers are done with partial */
-    if (lane == 0) row[warp] = v;
+    if (lane == 0) partial[warp] = v;
     __syncthreads();
-    v = lane < nwarps ? row[lane] : 0.0f;
+    v = lane < nwarps ? partial[lane] : 0.0f;
     return tlm_warp_sum(v);
 }
 

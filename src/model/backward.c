@@ -45,14 +45,11 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
     /* loss = mean over N positions: dlogits = scale * (softmax - onehot) / N, in place */
     tlm_cross_entropy_backward(be, a->logits, a->logits, a->lse, a->targets, n, V, scale / (float)n, dt);
     tlm_matmul_backward(be, a->d_tmp, m->g.lm_head, a->logits, a->ln_f, tlm_gemm_w(m, m->w.lm_head), n, C, V, pm);
-    /* d_resid = the final norm's dx (no residual gradient before it: dresid NULL, no zeroing) */
-    tlm_rmsnorm_backward(be, a->d_resid, NULL, m->g.ln_final, NULL, a->d_tmp, a->x_final, m->w.ln_final,
-                         a->ln_f_rstd, n, C, dt);
+    tlm_memset_zero(be, a->d_resid, N * C * sizeof(float));
+    tlm_rmsnorm_backward(be, a->d_resid, m->g.ln_final, a->d_tmp, a->x_final, m->w.ln_final, a->ln_f_rstd, n, C, dt);
     grads_ready(m, group++); /* ln_final, lm_head */
     /* d_resid (float32) holds the gradient of the current block's output, walking down the layers;
-     * d_resid_lp, its GEMM-operand copy, is the dx_lp of the norm backward that updates d_resid, but
-     * for the last block's first GEMM: a cast, as d_resid_lp lives from the blocks' backward on
-     * (activations.c), not in the head's, where the logits' gradient is alive */
+     * d_resid_lp is its GEMM-operand copy */
     for (int l = L - 1; l >= 0; l--) {
         const tlm_layer_acts *x = &a->layers[l];
         const tlm_layer_weights *w = &m->w.layers[l];
@@ -62,13 +59,13 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
         group_begins(m, group);
         if (m->run.recompute == TLM_RECOMPUTE_BLOCK) tlm_block_forward(m, l, false); /* from the kept input */
         /* feed-forward branch */
-        if (lowp && l == L - 1) tlm_cast(be, a->d_resid_lp, a->d_resid, N * C, dt);
+        if (lowp) tlm_cast(be, a->d_resid_lp, a->d_resid, N * C, dt);
         tlm_matmul_backward(be, a->d_g, g->w2, a->d_resid_lp, x->g, tlm_gemm_w(m, w->w2), n, F, C, pm);
         tlm_swiglu_backward(be, a->d_ab, a->d_g, x->ab, n, F, dt);
         tlm_matmul_backward(be, a->d_tmp, g->w13, a->d_ab, x->ln2, tlm_gemm_w(m, w->w13), n, C, 2 * F, pm);
-        tlm_rmsnorm_backward(be, a->d_resid, lowp ? a->d_resid_lp : NULL, g->ln2, a->d_resid, a->d_tmp, x->h, w->ln2,
-                             x->ln2_rstd, n, C, dt);
+        tlm_rmsnorm_backward(be, a->d_resid, g->ln2, a->d_tmp, x->h, w->ln2, x->ln2_rstd, n, C, dt);
         /* attention branch */
+        if (lowp) tlm_cast(be, a->d_resid_lp, a->d_resid, N * C, dt);
         tlm_matmul_backward(be, a->d_tmp, g->out_proj, a->d_resid_lp, x->att, tlm_gemm_w(m, w->out_proj), n, C, C, pm);
         if (m->run.attention == TLM_ATTENTION_FLASH) { /* recomputes P from the forward's out and lse */
             tlm_flash_attention_backward(be, a->d_qkv, tlm_at(a->d_qkv, C, dt), tlm_at(a->d_qkv, 2 * C, dt),
@@ -86,9 +83,7 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
         }
         tlm_rope_backward(be, a->d_qkv, m->rope_cos, m->rope_sin, B, T, 2 * H, D, 3 * C, dt);
         tlm_matmul_backward(be, a->d_tmp, g->qkv, a->d_qkv, x->ln1, tlm_gemm_w(m, w->qkv), n, C, 3 * C, pm);
-        /* block l-1's GEMM operand; the embedding's backward reads d_resid itself */
-        tlm_rmsnorm_backward(be, a->d_resid, lowp && l > 0 ? a->d_resid_lp : NULL, g->ln1, a->d_resid, a->d_tmp, x->x,
-                             w->ln1, x->ln1_rstd, n, C, dt);
+        tlm_rmsnorm_backward(be, a->d_resid, g->ln1, a->d_tmp, x->x, w->ln1, x->ln1_rstd, n, C, dt);
         tlm_layer_end(be);
         grads_ready(m, group++); /* layer l */
     }
