@@ -61,7 +61,7 @@ if stage lm; then
            --pass forward-backward,train --warmup 5 --steps 10 --format json --out "$OUT/$2" | grep -E "^(small|medium|large|xl|2.7B) "; }
   if [ -d .baseline ]; then
     echo "== build .baseline"
-    (cd .baseline && ln -sfn ../.devdeps .devdeps && STAGES=build OUT="$OUT/base" bash bench/run-device.sh > /dev/null 2>&1) \
+    (cd .baseline && ln -sfn ../.devdeps .devdeps && STAGES=build OUT=/tmp/tlm-baseline-build bash bench/run-device.sh > /dev/null 2>&1) \
       || echo "baseline build failed"
     [ -x .baseline/build-gpu/tlm ] && { echo "== baseline"; lm .baseline/build-gpu/tlm lm-bf16-base.json; }
   fi

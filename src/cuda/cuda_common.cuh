@@ -170,15 +170,15 @@ void tlm_cuda_flash_backward_f32(cudaStream_t st, float *dq, float *dk, float *d
                                  int H, int D, bool causal);
 /* the Hopper forward (flash_attention_sm90.cu: wgmma, bf16/fp16, d_head 64 and 128): runs the
  * forward op's work and returns true when it applies (a compute-capability 9.x device, D 64 or
- * 128, dt BF16 or F16, TLM_FLASH_SM90 not "0"); false, doing nothing, otherwise. Same arguments
- * and semantics as the op; the caller has checked them. */
-bool tlm_cuda_flash_forward_sm90_applies(int D, tlm_dtype dt);
+ * 128, dt BF16 or F16, B*H*ceil(Tq/128) blocks at least the SM count, or TLM_FLASH_SM90=2; never
+ * with TLM_FLASH_SM90=0); false, doing nothing, otherwise. Same arguments and semantics as the
+ * op; the caller has checked them. */
 bool tlm_cuda_flash_forward_sm90(cudaStream_t st, tlm_dtype dt, void *out, float *lse, const void *q, const void *k,
                                  const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                  bool causal);
 /* the Hopper backward's main kernel (d_head 64): dQ added to dq_acc (B,H,Tq,D) fp32, dk, dv written;
- * delta (B,H,Tq) from the caller's pre-pass; true when it ran (the same conditions as the forward's
- * and D == 64), false, doing nothing, otherwise */
+ * delta (B,H,Tq) from the caller's pre-pass; true when it ran (the forward's conditions with D 64
+ * and B*H*ceil(Tk/128) blocks), false, doing nothing, otherwise */
 bool tlm_cuda_flash_backward_sm90(cudaStream_t st, tlm_dtype dt, float *dq_acc, void *dk, void *dv,
                                   const void *dout, const void *q, const void *k, const void *v, const float *lse,
                                   const float *delta, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,

@@ -2,8 +2,8 @@
  * with Better Parallelism and Work Partitioning", Algorithm 1 forward, Algorithm 2 backward): the
  * ops of tlm/backend.h (flash_attention_forward, _backward, _check) and their bf16/fp16
  * tensor-core kernels. fp32 goes to the exact-fp32 kernels of flash_attention_f32.cu; on a Hopper
- * GPU the bf16/fp16 forward of d_head 64 and 128 goes to the wgmma kernel of
- * flash_attention_sm90.cu (tlm_cuda_flash_forward_sm90 says when).
+ * GPU the bf16/fp16 forward of d_head 64 and 128 and the backward of d_head 64 go to the wgmma
+ * kernels of flash_attention_sm90.cu where their grid fills the GPU (tlm_cuda_flash_*_sm90 say when).
  * The spec, layout and masking rules are those of tlm/flash_attention.h (the CPU reference).
  *
  * Tensor cores: Ampere-style warp-level mma.sync.m16n8k16 (bf16 or fp16 operands, fp32
@@ -887,9 +887,7 @@ void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, co
     }
     /* Hopper: the wgmma kernel (flash_attention_sm90.cu) where it has one and the grid of 128-row
      * query tiles fills the GPU (one block an SM); smaller grids go to the split-KV path below */
-    if ((int64_t)B * H * ((Tq + 127) / 128) >= tlm_cuda_of(be)->num_sms &&
-        tlm_cuda_flash_forward_sm90(st, dt, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, D, causal))
-        return;
+    if (tlm_cuda_flash_forward_sm90(st, dt, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, D, causal)) return;
     const float scale_log2 = FA_LOG2E / sqrtf((float)D);
     tlm_cuda_dispatch(dt, op, [&](auto tag) {
         using E = typename decltype(tag)::type;
@@ -958,7 +956,8 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
             flash_bwd_delta_kernel<E><<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(delta, (const E *)dout,
                                                                                    (const E *)out, ld_out, B, Tq, H, D);
             TLM_CUDA_CHECK_LAUNCH();
-            /* Hopper: the wgmma kernel (flash_attention_sm90.cu) where it has one */
+            /* Hopper: the wgmma kernel (flash_attention_sm90.cu) where it has one and its grid of
+             * 128-key tiles fills the GPU; smaller grids go to the split path below */
             if (tlm_cuda_flash_backward_sm90(st, dt, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B,
                                              Tq, Tk, H, D, causal)) {
                 /* done: only the dQ rounding below is left */

@@ -1,8 +1,8 @@
 /* flash_attention_sm90.cu — FlashAttention on Hopper's warpgroup tensor cores (wgmma, sm_90a),
  * bf16 and fp16: the forward for d_head 64 and 128, which flash_attention.cu's forward op runs on
- * a compute-capability 9.x device (tlm_cuda_flash_forward_sm90), and an opt-in backward for
- * d_head 64 (tlm_cuda_flash_backward_sm90, below the forward); the mma.sync kernels of
- * flash_attention.cu stay for the other d_head, the backward, and other GPUs.
+ * a compute-capability 9.x device (tlm_cuda_flash_forward_sm90), and the backward for d_head 64
+ * (tlm_cuda_flash_backward_sm90, below the forward); the mma.sync kernels of flash_attention.cu
+ * stay for the other d_head, for grids too small to fill the GPU (split-KV), and other GPUs.
  * Semantics, layout and masking are those of tlm/flash_attention.h (the CPU reference):
  * out (B,Tq,H*D) and the fp32 logsumexp lse (B,H,Tq); causal masking bottom-right aligned;
  * fully masked rows give 0 and -inf.
@@ -33,7 +33,7 @@
  * 1024 bytes of address).
  *
  * Environment: TLM_FLASH_SM90=0 sends every pass to the mma.sync kernels (side-by-side timing and
- * testing); TLM_FLASH_SM90_BWD=1 turns the Hopper backward on (slower than mma.sync today). */
+ * testing), TLM_FLASH_SM90=2 every pass they can take to these, whatever the grid (tests). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -481,7 +481,9 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     const uint32_t sQ = sV + KV_BYTES;        /* [NS] query tiles */
     const uint32_t sdO = sQ + NS * QT_BYTES;  /* [NS] */
     const uint32_t sdS = sdO + NS * QT_BYTES; /* dS^T: BC keys x BR queries, swizzled like a tile */
-    const uint32_t bars = sdS + BC * BR * 2;
+    const uint32_t sL = sdS + BC * BR * 2;   /* [NS][BR] fp32 logsumexp of the ring's query tiles */
+    const uint32_t sDelta = sL + NS * BR * 4; /* [NS][BR] fp32 delta */
+    const uint32_t bars = sDelta + NS * BR * 4;
     const uint32_t kv_full = bars, q_full = bars + 8, q_empty = q_full + 8 * NS; /* 8 bytes each */
 
     const int tid = threadIdx.x, wgp = tid >> 7;
@@ -489,6 +491,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     const int j0 = blockIdx.x * BC, offset = Tk - Tq;
     const int m_begin = causal ? max(0, j0 - offset) / BR : 0; /* query tiles that see any key here */
     const int m_end = (Tq + BR - 1) / BR;
+    const float *lse_b = lse + ((int64_t)b * H + h) * Tq;
+    const float *delta_b = delta + ((int64_t)b * H + h) * Tq;
 
     if (tid == 0) {
         fa90_mbar_init(kv_full, 128); /* the producer's threads */
@@ -514,6 +518,13 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
             if (it >= NS) fa90_mbar_wait(q_empty + 8 * st, ((it / NS) & 1) ^ 1);
             fa90_load_tile<BR, D, 128>(sQ + st * QT_BYTES, qb, ld_qkv, mb * BR, Tq, tid);
             fa90_load_tile<BR, D, 128>(sdO + st * QT_BYTES, dob, ld_out, mb * BR, Tq, tid);
+            { /* the tile's logsumexp and delta, 4 bytes a thread (rows past Tq zero-filled) */
+                const int row = mb * BR + (tid & 63);
+                const bool valid = row < Tq;
+                const float *src = (tid < 64 ? lse_b : delta_b) + (valid ? row : 0);
+                const uint32_t dst = (tid < 64 ? sL : sDelta) + (uint32_t)(st * BR + (tid & 63)) * 4;
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
+            }
             fa90_mbar_cp_arrive(q_full + 8 * st);
         }
         return;
@@ -522,8 +533,6 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     fa90_setmaxnreg_inc<224>();
     const int wg = wgp - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int kwarp = j0 + wg * 64 + warp * 16; /* the warp's first key */
-    const float *lse_b = lse + ((int64_t)b * H + h) * Tq;
-    const float *delta_b = delta + ((int64_t)b * H + h) * Tq;
     float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D;
     const uint32_t sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128, sdSw = sdS + wg * 64 * 128;
 
@@ -553,8 +562,11 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int col = i0 + n * 8 + 2 * t4 + e;
-                lc[n][e] = col < Tq ? lse_b[col] * FA90_LOG2E : 0.0f;
-                dc[n][e] = col < Tq ? delta_b[col] : 0.0f;
+                float lv, dv_;
+                asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(lv) : "r"(sL + (uint32_t)(slot * BR + col - i0) * 4));
+                asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(dv_) : "r"(sDelta + (uint32_t)(slot * BR + col - i0) * 4));
+                lc[n][e] = lv * FA90_LOG2E;
+                dc[n][e] = dv_;
             }
         fa90_wait<0>();
         fa90_pin<BR / 2>(st);
@@ -666,12 +678,24 @@ static int fa90_cc_major(void) {
     return major[dev];
 }
 
-bool tlm_cuda_flash_forward_sm90_applies(int D, tlm_dtype dt) {
+/* TLM_FLASH_SM90: unset or 1 = where the kernels apply and their grid fills the GPU, 0 = never,
+ * 2 = wherever they apply, whatever the grid (the GPU tests' twin runs every case through them) */
+static int fa90_mode(void) {
+    const char *env = getenv("TLM_FLASH_SM90");
+    return !env ? 1 : strcmp(env, "0") == 0 ? 0 : strcmp(env, "2") == 0 ? 2 : 1;
+}
+
+/* whether the Hopper kernels take a pass of `blocks` blocks (one an SM) */
+static bool fa90_applies(int D, tlm_dtype dt, int64_t blocks) {
     if (D != 64 && D != 128) return false;
     if (dt != TLM_DTYPE_BF16 && dt != TLM_DTYPE_F16) return false;
-    const char *env = getenv("TLM_FLASH_SM90");
-    if (env && strcmp(env, "0") == 0) return false;
-    return fa90_cc_major() == 9;
+    const int mode = fa90_mode();
+    if (mode == 0 || fa90_cc_major() != 9) return false;
+    if (mode == 2) return true;
+    int dev = 0, sms = 0;
+    TLM_CUDA_CHECK_OP("flash_attention", cudaGetDevice(&dev));
+    TLM_CUDA_CHECK_OP("flash_attention", cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return blocks >= sms; /* smaller grids: flash_attention.cu's split-KV path */
 }
 
 template <typename E, int D>
@@ -695,7 +719,7 @@ static void fa90_launch(cudaStream_t st, void *out, float *lse, const void *q, c
 bool tlm_cuda_flash_forward_sm90(cudaStream_t st, tlm_dtype dt, void *out, float *lse, const void *q, const void *k,
                                  const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                  bool causal) {
-    if (!tlm_cuda_flash_forward_sm90_applies(D, dt)) return false;
+    if (!fa90_applies(D, dt, (int64_t)B * H * ((Tq + FA90_BR - 1) / FA90_BR))) return false;
     if (dt == TLM_DTYPE_BF16) {
         if (D == 64) fa90_launch<__nv_bfloat16, 64>(st, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
         else fa90_launch<__nv_bfloat16, 128>(st, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
@@ -710,18 +734,13 @@ bool tlm_cuda_flash_backward_sm90(cudaStream_t st, tlm_dtype dt, float *dq_acc, 
                                   const void *dout, const void *q, const void *k, const void *v, const float *lse,
                                   const float *delta, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                   bool causal) {
-    if (D != 64 || !tlm_cuda_flash_forward_sm90_applies(D, dt)) return false;
-    /* opt-in: on the H100 (2026-11-24, leaderboard shape) it takes 6.71 ms against the mma.sync
-     * backward's 5.87: every step of a query tile waits for the one before (no overlap yet) and
-     * each warpgroup adds its own dQ partial (twice the atomics) */
-    const char *env = getenv("TLM_FLASH_SM90_BWD");
-    if (!env || strcmp(env, "1") != 0) return false;
+    if (D != 64 || !fa90_applies(D, dt, (int64_t)B * H * ((Tk + 127) / 128))) return false;
     const float scale = 1.0f / sqrtf((float)D), scale_log2 = FA90_LOG2E * scale;
     auto launch = [&](auto kernel, auto *e) {
         using E = std::remove_pointer_t<decltype(e)>;
         /* K, V, the (Q, dO) ring, dS^T, alignment, the mbarriers */
         const size_t smem = (size_t)(2 * 128 + 2 * FA90_BWD_STAGES * 64 + 128) * 64 * sizeof(E) + 1024 +
-                            8 * (1 + 2 * FA90_BWD_STAGES);
+                            2 * FA90_BWD_STAGES * 64 * 4 + 8 * (1 + 2 * FA90_BWD_STAGES);
         static bool raised[2];
         bool &done = raised[std::is_same<E, __half>::value];
         if (!done) {
