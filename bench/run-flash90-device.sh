@@ -8,7 +8,7 @@
 # Files under $OUT: tests.txt; attn-tlm-leaderboard.json (wgmma forward), attn-tlm-leaderboard-sm80.json
 #   (TLM_FLASH_SM90=0), attn-tlm-leaderboard-d128*.json, attn-tlm-flash-benchmarking.json (bf16 rows),
 #   attn-torch-*.json, attention-side-by-side.md; lm-bf16-base.json (.baseline, when carried),
-#   lm-bf16-fusions.json (TLM_FLASH_SM90=0 TLM_FLASH_SPLIT=0), lm-bf16.json.
+#   lm-bf16-mma-sync.json (TLM_FLASH_SM90=0 TLM_FLASH_SPLIT=0), lm-bf16.json.
 # env: STAGES (build,test,attn,attn-peer,lm) ITERS (30) WARMUP (5) MODELS (small,medium,large,xl,2.7B)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,8 +55,8 @@ if stage attn || stage attn-peer; then
     && echo "written: $OUT/attention-side-by-side.md"
 fi
 if stage lm; then
-  # the step before this work (.baseline: `git archive e418d5b`, carried), the fusions alone
-  # (TLM_FLASH_SM90=0 TLM_FLASH_SPLIT=0), and everything
+  # the step before this work (.baseline: `git archive e418d5b`, carried), the mma.sync kernels
+  # only (TLM_FLASH_SM90=0 TLM_FLASH_SPLIT=0), and everything
   lm() { "$1" bench --device cuda --model "$MODELS" --context-length 256 --batch-size 4 --precision bf16 \
            --pass forward-backward,train --warmup 5 --steps 10 --format json --out "$OUT/$2" | grep -E "^(small|medium|large|xl|2.7B) "; }
   if [ -d .baseline ]; then
@@ -65,7 +65,7 @@ if stage lm; then
       || echo "baseline build failed"
     [ -x .baseline/build-gpu/tlm ] && { echo "== baseline"; lm .baseline/build-gpu/tlm lm-bf16-base.json; }
   fi
-  echo "== fusions only"; TLM_FLASH_SM90=0 TLM_FLASH_SPLIT=0 lm ./build-gpu/tlm lm-bf16-fusions.json
+  echo "== mma.sync kernels only"; TLM_FLASH_SM90=0 TLM_FLASH_SPLIT=0 lm ./build-gpu/tlm lm-bf16-mma-sync.json
   echo "== all"; lm ./build-gpu/tlm lm-bf16.json
 fi
 exit $rc

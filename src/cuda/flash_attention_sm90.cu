@@ -145,6 +145,13 @@ template <int N> __device__ __forceinline__ void fa90_cp_wait() {
 /* cp.async wrote through the generic proxy; wgmma reads through the async proxy */
 __device__ __forceinline__ void fa90_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+/* two floats from shared address a (8-byte aligned) */
+__device__ __forceinline__ float2 fa90_lds2(uint32_t a) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(a));
+    return v;
+}
+
 /* mbarriers (PTX ISA "mbarrier"): the producer/consumer rings of the warp-specialized kernels */
 __device__ __forceinline__ void fa90_mbar_init(uint32_t bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -555,19 +562,16 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
             fa90_wgmma_ss<E, BR>(dpt, fa90_desc(sVw + kk * 32, 16, 1024), fa90_desc(sdOb + kk * 32, 16, 1024), kk > 0);
         }
         fa90_commit();
-        /* L (log2 domain) and delta of the query columns this thread holds: 8n + 2 t4 + e */
+        /* L (log2 domain) and delta of the query columns this thread holds (8n + 2 t4 + e of the
+         * tile), from the copies the producer made with Q and dO */
         float lc[BR / 8][2], dc[BR / 8][2];
 #pragma unroll
-        for (int n = 0; n < BR / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int col = i0 + n * 8 + 2 * t4 + e;
-                float lv, dv_;
-                asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(lv) : "r"(sL + (uint32_t)(slot * BR + col - i0) * 4));
-                asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(dv_) : "r"(sDelta + (uint32_t)(slot * BR + col - i0) * 4));
-                lc[n][e] = lv * FA90_LOG2E;
-                dc[n][e] = dv_;
-            }
+        for (int n = 0; n < BR / 8; n++) {
+            const uint32_t at = (uint32_t)(slot * BR + n * 8 + 2 * t4) * 4;
+            const float2 lv = fa90_lds2(sL + at), dv2 = fa90_lds2(sDelta + at);
+            lc[n][0] = lv.x * FA90_LOG2E, lc[n][1] = lv.y * FA90_LOG2E;
+            dc[n][0] = dv2.x, dc[n][1] = dv2.y;
+        }
         fa90_wait<0>();
         fa90_pin<BR / 2>(st);
         fa90_pin<BR / 2>(dpt);
