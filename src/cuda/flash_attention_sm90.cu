@@ -458,9 +458,11 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
 /* ---- backward ------------------------------------------------------------------------------ */
 
 /* The backward on wgmma (FlashAttention-2's Algorithm 2 organized as FlashAttention-3's §3 backward:
- * one block per 128-key tile, K and V resident in shared memory, dK and dV in registers, query
- * tiles streamed through a double buffer), d_head 64. Two warpgroups, each owning 64 of the keys;
- * per query tile of 64 rows, warpgroup w computes with its keys K_w, V_w:
+ * one block per 128-key tile, K and V resident in shared memory, dK and dV in registers), d_head
+ * 64. As in the forward, warpgroup 0 is the producer: K and V once, then each query tile's Q, dO,
+ * logsumexp and delta through a ring of FA90_BWD_STAGES slots (mbarriers "full" and "empty").
+ * The two consumer warpgroups each own 64 of the keys; per query tile of 64 rows, warpgroup w
+ * computes with its keys K_w, V_w:
  *   S^T = K_w Q^T, dP^T = V_w dO^T          SS wgmma m64n64 (both operands K-major)
  *   P^T = exp2(S^T scale log2 e - L log2 e)  (0 where masked), dS^T = P^T (dP^T - delta)
  *   dV += P^T dO, dK += dS^T Q               RS wgmma m64n64: P^T, dS^T rounded to E in registers,
