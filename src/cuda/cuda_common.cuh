@@ -173,13 +173,13 @@ void tlm_cuda_flash_backward_f32(cudaStream_t st, float *dq, float *dk, float *d
  * 128, dt BF16 or F16, B*H*ceil(Tq/128) blocks at least the SM count, or TLM_FLASH_SM90=2; never
  * with TLM_FLASH_SM90=0); false, doing nothing, otherwise. Same arguments and semantics as the
  * op; the caller has checked them. */
-bool tlm_cuda_flash_forward_sm90(cudaStream_t st, tlm_dtype dt, void *out, float *lse, const void *q, const void *k,
+bool tlm_cuda_flash_forward_sm90(tlm_backend *be, tlm_dtype dt, void *out, float *lse, const void *q, const void *k,
                                  const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                  bool causal);
 /* the Hopper backward's main kernel (d_head 64): dQ added to dq_acc (B,H,Tq,D) fp32, dk, dv written;
  * delta (B,H,Tq) from the caller's pre-pass; true when it ran (the forward's conditions with D 64
  * and B*H*ceil(Tk/128) blocks), false, doing nothing, otherwise */
-bool tlm_cuda_flash_backward_sm90(cudaStream_t st, tlm_dtype dt, float *dq_acc, void *dk, void *dv,
+bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, void *dk, void *dv,
                                   const void *dout, const void *q, const void *k, const void *v, const float *lse,
                                   const float *delta, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                   bool causal);
@@ -208,6 +208,41 @@ void tlm_cuda_flash_split_combine(tlm_backend *be, void *out, float *lse, const 
 /* ---- launch helpers ---------------------------------------------------------------------------- */
 
 static inline bool tlm_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* raises kernel's dynamic shared-memory limit to bytes, once per kernel (the template argument; the
+ * size is fixed per instantiation): before any graph capture reaches the launch, harmless in one */
+template <auto kernel> static inline void tlm_cuda_set_smem(const char *op, size_t bytes) {
+    static bool done = false;
+    if (done) return;
+    TLM_CUDA_CHECK_OP(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    done = true;
+}
+
+/* acc_dst[row0 + r][col0 + c] += scale * acc for a warp's 16 x 8N block of accumulators in the
+ * m16n8 C-fragment layout (acc[n]: columns 8n.., lane g = lane/4, t4 = lane%4 holding row g,
+ * columns 2 t4 + {0, 1} in [0], [1] and row g + 8 in [2], [3]; the layout of mma.sync m16n8 and of
+ * each warp's rows of a wgmma m64nN accumulator), acc_dst rows of ld floats, rows >= nrows
+ * skipped: float4 atomics, lane pairs (t4, t4 ^ 1) swapping halves so the even lane holds 4
+ * columns of row g and the odd lane 4 columns of row g + 8 (16-byte aligned: col0 and ld
+ * multiples of 4). */
+template <int N>
+__device__ __forceinline__ void tlm_cuda_atomic_add_c_block(float *acc_dst, int ld, int row0, int col0, int nrows,
+                                                            const float (&acc)[N][4], float scale) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const bool even = (t4 & 1) == 0;
+    const int row = row0 + g + (even ? 0 : 8);
+    float *p = acc_dst + (int64_t)row * ld + col0 + 2 * (t4 & ~1);
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const float send0 = even ? acc[n][2] : acc[n][0], send1 = even ? acc[n][3] : acc[n][1];
+        const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+        const float4 val =
+            even ? make_float4(acc[n][0], acc[n][1], got0, got1) : make_float4(got0, got1, acc[n][2], acc[n][3]);
+        if (row < nrows)
+            atomicAdd(reinterpret_cast<float4 *>(p + n * 8),
+                      make_float4(val.x * scale, val.y * scale, val.z * scale, val.w * scale));
+    }
+}
 
 /* blocks for a grid-stride loop over `items` with `threads` per block: enough to fill every SM
  * (8 blocks of 256 threads = 2048 resident threads per SM), no more than the items need */

@@ -458,29 +458,6 @@ __global__ void flash_bwd_round_kernel(fa_round_jobs jobs, int ld, int B, int H,
     }
 }
 
-/* acc_dst[row0 + r][col0 + c] += scale * acc for a warp's 16 x 8N block of accumulators (m16n8
- * C-fragments acc[n], columns n*8..), acc_dst rows of ld floats, rows >= nrows skipped: float4
- * atomics, lane pairs (t4, t4 ^ 1) swapping halves so the even lane holds 4 columns of row g and
- * the odd lane 4 columns of row g + 8 (16-byte aligned: col0 and ld multiples of 4). */
-template <int N>
-__device__ __forceinline__ void fa_atomic_add_block(float *acc_dst, int ld, int row0, int col0, int nrows,
-                                                    const float (&acc)[N][4], float scale) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const bool even = (t4 & 1) == 0;
-    const int row = row0 + g + (even ? 0 : 8);
-    float *p = acc_dst + (int64_t)row * ld + col0 + 2 * (t4 & ~1);
-#pragma unroll
-    for (int n = 0; n < N; n++) {
-        const float send0 = even ? acc[n][2] : acc[n][0], send1 = even ? acc[n][3] : acc[n][1];
-        const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-        const float4 val =
-            even ? make_float4(acc[n][0], acc[n][1], got0, got1) : make_float4(got0, got1, acc[n][2], acc[n][3]);
-        if (row < nrows)
-            atomicAdd(reinterpret_cast<float4 *>(p + n * 8),
-                      make_float4(val.x * scale, val.y * scale, val.z * scale, val.w * scale));
-    }
-}
-
 /* One block per (key tile, split, head, batch): blockIdx.x = split * k_tiles + key tile. The block
  * runs the query tiles [m_begin, m_end) that see its keys when split_q = 0, else the piece
  * [split * split_q, +split_q) of them (a block whose piece is empty returns at once). dK, dV:
@@ -645,7 +622,7 @@ __global__ void __launch_bounds__(WARPS * 32, SPLIT ? 1 : 0)
             }
         }
         /* 16-byte aligned: D and DW are multiples of 8 */
-        fa_atomic_add_block(dqa, D, i0 + rg * 16, cg * DW, Tq, acc, scale);
+        tlm_cuda_atomic_add_c_block(dqa, D, i0 + rg * 16, cg * DW, Tq, acc, scale);
         __syncthreads(); /* sdS and this buffer are free for the next tile */
     }
     fa_wait<0>(); /* nothing outstanding after the loop; the K, V loads when it ran no tile */
@@ -655,8 +632,8 @@ __global__ void __launch_bounds__(WARPS * 32, SPLIT ? 1 : 0)
         float *dka = dkv + ((int64_t)b * H + h) * Tk * D, *dva = dka + (int64_t)gridDim.z * H * Tk * D;
 #pragma unroll
         for (int rk = 0; rk < RK; rk++) {
-            fa_atomic_add_block(dka, D, j0 + kw + 16 * rk, 0, Tk, dk_acc[rk], scale);
-            fa_atomic_add_block(dva, D, j0 + kw + 16 * rk, 0, Tk, dv_acc[rk], 1.0f);
+            tlm_cuda_atomic_add_c_block(dka, D, j0 + kw + 16 * rk, 0, Tk, dk_acc[rk], scale);
+            tlm_cuda_atomic_add_c_block(dva, D, j0 + kw + 16 * rk, 0, Tk, dv_acc[rk], 1.0f);
         }
         return;
     }
@@ -702,17 +679,7 @@ static void fa_check_args(tlm_backend *be, const char *op, int D, tlm_dtype dt, 
         if (!tlm_aligned16(ptrs[i])) tlm_fatal("%s: tensor %d is not 16-byte aligned", op, i);
 }
 
-/* raises a kernel's dynamic shared-memory limit, once per kernel (the sizes are fixed per
- * instantiation; done before any graph capture reaches the launch, and harmless inside one) */
-template <auto kernel> static void fa_set_smem(size_t bytes) {
-    static bool done = false; /* one per kernel: the kernel is the template argument */
-    if (done) return;
-    TLM_CUDA_CHECK_OP("flash_attention",
-                      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    done = true;
-}
-
-/* resident blocks per SM of a kernel at (threads, smem), asked once per kernel (after fa_set_smem) */
+/* resident blocks per SM of a kernel at (threads, smem), asked once per kernel (after tlm_cuda_set_smem) */
 template <auto kernel> static int fa_occupancy(int threads, size_t smem) {
     static int occ = 0;
     if (occ == 0) {
@@ -887,7 +854,7 @@ void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, co
     }
     /* Hopper: the wgmma kernel (flash_attention_sm90.cu) where it has one and the grid of 128-row
      * query tiles fills the GPU (one block an SM); smaller grids go to the split-KV path below */
-    if (tlm_cuda_flash_forward_sm90(st, dt, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, D, causal)) return;
+    if (tlm_cuda_flash_forward_sm90(be, dt, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, D, causal)) return;
     const float scale_log2 = FA_LOG2E / sqrtf((float)D);
     tlm_cuda_dispatch(dt, op, [&](auto tag) {
         using E = typename decltype(tag)::type;
@@ -900,8 +867,8 @@ void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, co
                     constexpr auto kernel = flash_fwd_kernel<E, DD, BC, WARPS, R, false>;
                     constexpr auto split_kernel = flash_fwd_kernel<E, DD, BC, WARPS, R, true>;
                     const size_t smem = (size_t)(BR + 4 * BC) * (DD + FA_PAD) * sizeof(E);
-                    fa_set_smem<kernel>(smem);
-                    fa_set_smem<split_kernel>(smem);
+                    tlm_cuda_set_smem<kernel>(op, smem);
+                    tlm_cuda_set_smem<split_kernel>(op, smem);
                     int S = 1; /* split-KV when the grid is small: fa_fwd_split */
                     float *part = NULL;
                     const int split_keys = fa_fwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
@@ -958,7 +925,7 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
             TLM_CUDA_CHECK_LAUNCH();
             /* Hopper: the wgmma kernel (flash_attention_sm90.cu) where it has one and its grid of
              * 128-key tiles fills the GPU; smaller grids go to the split path below */
-            if (tlm_cuda_flash_backward_sm90(st, dt, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B,
+            if (tlm_cuda_flash_backward_sm90(be, dt, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B,
                                              Tq, Tk, H, D, causal)) {
                 /* done: only the dQ rounding below is left */
             } else tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
@@ -970,8 +937,8 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
                     constexpr auto split_kernel = flash_bwd_kernel<E, DD, BR, WARPS, RK, true>;
                     const size_t smem =
                         ((size_t)(2 * BC + 4 * BR) * (DD + FA_PAD) + (size_t)BC * (BR + FA_PAD)) * sizeof(E);
-                    fa_set_smem<kernel>(smem);
-                    fa_set_smem<split_kernel>(smem);
+                    tlm_cuda_set_smem<kernel>(op, smem);
+                    tlm_cuda_set_smem<split_kernel>(op, smem);
                     int S = 1; /* split query ranges when the grid is small: fa_bwd_split */
                     const int split_q = fa_bwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
                                                      fa_occupancy<split_kernel>(WARPS * 32, smem), &S, &dkv);

@@ -635,21 +635,9 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         fa90_pin_regs(pa);
         fa90_pin_regs(dsa);
         fa90_mbar_arrive(q_empty + 8 * slot); /* done with this query tile's Q and dO */
-        /* float4 atomics: lane pairs (t4, t4 ^ 1) swap halves so the even lane holds 4 columns of row
-         * 16 warp + g, the odd lane 4 columns of row 16 warp + g + 8 */
-        const bool even = (t4 & 1) == 0;
-        const int row = i0 + warp * 16 + g + (even ? 0 : 8);
-        float *dst = dqa + (int64_t)row * D + 2 * (t4 & ~1);
-#pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            const float send0 = even ? dqp[4 * n + 2] : dqp[4 * n], send1 = even ? dqp[4 * n + 3] : dqp[4 * n + 1];
-            const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-            const float4 val = even ? make_float4(dqp[4 * n], dqp[4 * n + 1], got0, got1)
-                                    : make_float4(got0, got1, dqp[4 * n + 2], dqp[4 * n + 3]);
-            if (row < Tq)
-                atomicAdd(reinterpret_cast<float4 *>(dst + n * 8),
-                          make_float4(val.x * scale, val.y * scale, val.z * scale, val.w * scale));
-        }
+        /* float4 atomics of this warp's 16 rows (dqp is, per warp, the m16n8 C-fragment layout) */
+        tlm_cuda_atomic_add_c_block(dqa, D, i0 + warp * 16, 0, Tq, *reinterpret_cast<const float(*)[D / 8][4]>(dqp),
+                                    scale);
         /* dS^T rows are rewritten only after this warpgroup's next wait */
     }
 
@@ -685,82 +673,85 @@ static int fa90_cc_major(void) {
 }
 
 /* TLM_FLASH_SM90: unset or 1 = where the kernels apply and their grid fills the GPU, 0 = never,
- * 2 = wherever they apply, whatever the grid (the GPU tests' twin runs every case through them) */
+ * 2 = wherever they apply, whatever the grid (the GPU tests' twin runs every case through them);
+ * read once */
 static int fa90_mode(void) {
-    const char *env = getenv("TLM_FLASH_SM90");
-    return !env ? 1 : strcmp(env, "0") == 0 ? 0 : strcmp(env, "2") == 0 ? 2 : 1;
+    static int mode = -1;
+    if (mode < 0) {
+        const char *env = getenv("TLM_FLASH_SM90");
+        mode = !env ? 1 : strcmp(env, "0") == 0 ? 0 : strcmp(env, "2") == 0 ? 2 : 1;
+    }
+    return mode;
 }
 
 /* whether the Hopper kernels take a pass of `blocks` blocks (one an SM) */
-static bool fa90_applies(int D, tlm_dtype dt, int64_t blocks) {
+static bool fa90_applies(tlm_backend *be, int D, tlm_dtype dt, int64_t blocks) {
     if (D != 64 && D != 128) return false;
     if (dt != TLM_DTYPE_BF16 && dt != TLM_DTYPE_F16) return false;
     const int mode = fa90_mode();
     if (mode == 0 || fa90_cc_major() != 9) return false;
-    if (mode == 2) return true;
-    int dev = 0, sms = 0;
-    TLM_CUDA_CHECK_OP("flash_attention", cudaGetDevice(&dev));
-    TLM_CUDA_CHECK_OP("flash_attention", cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return blocks >= sms; /* smaller grids: flash_attention.cu's split-KV path */
+    /* smaller grids: flash_attention.cu's split-KV path */
+    return mode == 2 || blocks >= tlm_cuda_of(be)->num_sms;
 }
 
 template <typename E, int D>
-static void fa90_launch(cudaStream_t st, void *out, float *lse, const void *q, const void *k, const void *v,
-                        int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, bool causal) {
+static void fa90_forward_launch(tlm_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
+                                int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, bool causal) {
+    const char *op = "flash_attention_forward";
     constexpr auto kernel = flash_fwd_sm90_kernel<E, D>;
     /* Q, the key and value rings, alignment, the mbarriers */
     const size_t smem = (size_t)(FA90_BR + 2 * FA90_STAGES * FA90_BC) * D * sizeof(E) + 1024 + 8 * (1 + 4 * FA90_STAGES);
-    static bool raised = false; /* one per kernel */
-    if (!raised) {
-        TLM_CUDA_CHECK_OP("flash_attention_forward",
-                          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        raised = true;
-    }
+    tlm_cuda_set_smem<kernel>(op, smem);
     const dim3 grid((unsigned)((Tq + FA90_BR - 1) / FA90_BR), (unsigned)H, (unsigned)B);
-    kernel<<<grid, FA90_THREADS, smem, st>>>((E *)out, lse, (const E *)q, (const E *)k, (const E *)v, ld_qkv, ld_out,
-                                             Tq, Tk, H, FA90_LOG2E / sqrtf((float)D), causal ? 1 : 0);
-    TLM_CUDA_CHECK_OP("flash_attention_forward", cudaGetLastError());
+    kernel<<<grid, FA90_THREADS, smem, tlm_cuda_stream(be)>>>((E *)out, lse, (const E *)q, (const E *)k,
+                                                              (const E *)v, ld_qkv, ld_out, Tq, Tk, H,
+                                                              FA90_LOG2E / sqrtf((float)D), causal ? 1 : 0);
+    TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
-bool tlm_cuda_flash_forward_sm90(cudaStream_t st, tlm_dtype dt, void *out, float *lse, const void *q, const void *k,
+bool tlm_cuda_flash_forward_sm90(tlm_backend *be, tlm_dtype dt, void *out, float *lse, const void *q, const void *k,
                                  const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                  bool causal) {
-    if (!fa90_applies(D, dt, (int64_t)B * H * ((Tq + FA90_BR - 1) / FA90_BR))) return false;
+    if (!fa90_applies(be, D, dt, (int64_t)B * H * ((Tq + FA90_BR - 1) / FA90_BR))) return false;
     if (dt == TLM_DTYPE_BF16) {
-        if (D == 64) fa90_launch<__nv_bfloat16, 64>(st, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
-        else fa90_launch<__nv_bfloat16, 128>(st, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
+        if (D == 64) fa90_forward_launch<__nv_bfloat16, 64>(be, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
+        else fa90_forward_launch<__nv_bfloat16, 128>(be, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
     } else {
-        if (D == 64) fa90_launch<__half, 64>(st, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
-        else fa90_launch<__half, 128>(st, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
+        if (D == 64) fa90_forward_launch<__half, 64>(be, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
+        else fa90_forward_launch<__half, 128>(be, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
     }
     return true;
 }
 
-bool tlm_cuda_flash_backward_sm90(cudaStream_t st, tlm_dtype dt, float *dq_acc, void *dk, void *dv,
+template <typename E>
+static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void *dv, const void *dout, const void *q,
+                                 const void *k, const void *v, const float *lse, const float *delta, int ld_qkv,
+                                 int ld_out, int B, int Tq, int Tk, int H, bool causal) {
+    const char *op = "flash_attention_backward";
+    constexpr int D = 64;
+    constexpr auto kernel = flash_bwd_sm90_kernel<E, D>;
+    /* K, V, the (Q, dO) ring, dS^T, alignment, the ring's logsumexp and delta, the mbarriers */
+    const size_t smem = (size_t)(2 * 128 + 2 * FA90_BWD_STAGES * 64 + 128) * D * sizeof(E) + 1024 +
+                        2 * FA90_BWD_STAGES * 64 * 4 + 8 * (1 + 2 * FA90_BWD_STAGES);
+    tlm_cuda_set_smem<kernel>(op, smem);
+    const float scale = 1.0f / sqrtf((float)D);
+    const dim3 grid((unsigned)((Tk + 127) / 128), (unsigned)H, (unsigned)B);
+    kernel<<<grid, FA90_THREADS, smem, tlm_cuda_stream(be)>>>(dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q,
+                                                              (const E *)k, (const E *)v, lse, delta, ld_qkv, ld_out,
+                                                              Tq, Tk, H, scale, FA90_LOG2E * scale, causal ? 1 : 0);
+    TLM_CUDA_CHECK_OP(op, cudaGetLastError());
+}
+
+bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, void *dk, void *dv,
                                   const void *dout, const void *q, const void *k, const void *v, const float *lse,
                                   const float *delta, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                   bool causal) {
-    if (D != 64 || !fa90_applies(D, dt, (int64_t)B * H * ((Tk + 127) / 128))) return false;
-    const float scale = 1.0f / sqrtf((float)D), scale_log2 = FA90_LOG2E * scale;
-    auto launch = [&](auto kernel, auto *e) {
-        using E = std::remove_pointer_t<decltype(e)>;
-        /* K, V, the (Q, dO) ring, dS^T, alignment, the mbarriers */
-        const size_t smem = (size_t)(2 * 128 + 2 * FA90_BWD_STAGES * 64 + 128) * 64 * sizeof(E) + 1024 +
-                            2 * FA90_BWD_STAGES * 64 * 4 + 8 * (1 + 2 * FA90_BWD_STAGES);
-        static bool raised[2];
-        bool &done = raised[std::is_same<E, __half>::value];
-        if (!done) {
-            TLM_CUDA_CHECK_OP("flash_attention_backward",
-                              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            done = true;
-        }
-        const dim3 grid((unsigned)((Tk + 127) / 128), (unsigned)H, (unsigned)B);
-        kernel<<<grid, FA90_THREADS, smem, st>>>(dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q,
-                                                 (const E *)k, (const E *)v, lse, delta, ld_qkv, ld_out, Tq, Tk, H,
-                                                 scale, scale_log2, causal ? 1 : 0);
-        TLM_CUDA_CHECK_OP("flash_attention_backward", cudaGetLastError());
-    };
-    if (dt == TLM_DTYPE_BF16) launch(flash_bwd_sm90_kernel<__nv_bfloat16, 64>, (__nv_bfloat16 *)nullptr);
-    else launch(flash_bwd_sm90_kernel<__half, 64>, (__half *)nullptr);
+    if (D != 64 || !fa90_applies(be, D, dt, (int64_t)B * H * ((Tk + 127) / 128))) return false;
+    if (dt == TLM_DTYPE_BF16)
+        fa90_backward_launch<__nv_bfloat16>(be, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B, Tq, Tk,
+                                            H, causal);
+    else
+        fa90_backward_launch<__half>(be, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B, Tq, Tk, H,
+                                     causal);
     return true;
 }
