@@ -441,6 +441,7 @@ struct fa_round_jobs {
     void *dst[3];
     const float *acc[3];
     int T[3];
+    bool dq_tiled; /* acc[0] in the Hopper backward's tiled layout (tlm_cuda_flash_dq_tiled_index) */
 };
 template <typename E>
 __global__ void flash_bwd_round_kernel(fa_round_jobs jobs, int ld, int B, int H, int D) {
@@ -448,12 +449,14 @@ __global__ void flash_bwd_round_kernel(fa_round_jobs jobs, int ld, int B, int H,
     E *dst = static_cast<E *>(y == 0 ? jobs.dst[0] : y == 1 ? jobs.dst[1] : jobs.dst[2]);
     const float *acc = y == 0 ? jobs.acc[0] : y == 1 ? jobs.acc[1] : jobs.acc[2];
     const int T = y == 0 ? jobs.T[0] : y == 1 ? jobs.T[1] : jobs.T[2];
+    const bool tiled = y == 0 && jobs.dq_tiled;
     const int64_t total = (int64_t)B * H * T * (D / 2);
     for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < total; x += (int64_t)gridDim.x * blockDim.x) {
         const int d = (int)(x % (D / 2)) * 2;
         const int64_t row = x / (D / 2); /* (b*H + h)*T + i */
         const int64_t i = row % T, bh = row / T, h = bh % H, b = bh / H;
-        const float2 a = *reinterpret_cast<const float2 *>(acc + row * D + d);
+        const int64_t at = tiled ? bh * T * D + tlm_cuda_flash_dq_tiled_index(i, d, D) : row * D + d;
+        const float2 a = *reinterpret_cast<const float2 *>(acc + at);
         *reinterpret_cast<uint32_t *>(dst + (b * T + i) * ld + h * D + d) = fa_pack<E>::two(a.x, a.y);
     }
 }
@@ -925,8 +928,9 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
             TLM_CUDA_CHECK_LAUNCH();
             /* Hopper: the wgmma kernel (flash_attention_sm90.cu) where it has one and its grid of
              * 128-key tiles fills the GPU; smaller grids go to the split path below */
+            bool dq_tiled = false;
             if (tlm_cuda_flash_backward_sm90(be, dt, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B,
-                                             Tq, Tk, H, D, causal)) {
+                                             Tq, Tk, H, D, causal, &dq_tiled)) {
                 /* done: only the dQ rounding below is left */
             } else tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
                 constexpr int DD = decltype(dc)::value;
@@ -959,7 +963,7 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
             });
             /* dQ, and dK, dV when split, rounded from their accumulators */
             const size_t dkv_n = (size_t)B * H * Tk * D;
-            const fa_round_jobs jobs = {{dq, dk, dv}, {dq_acc, dkv, dkv ? dkv + dkv_n : NULL}, {Tq, Tk, Tk}};
+            const fa_round_jobs jobs = {{dq, dk, dv}, {dq_acc, dkv, dkv ? dkv + dkv_n : NULL}, {Tq, Tk, Tk}, dq_tiled};
             const dim3 grid(tlm_cuda_grid(be, (size_t)B * H * (dkv ? max(Tq, Tk) : Tq) * (D / 2), 256), dkv ? 3 : 1);
             flash_bwd_round_kernel<E><<<grid, 256, 0, st>>>(jobs, ld_qkv, B, H, D);
             TLM_CUDA_CHECK_LAUNCH();

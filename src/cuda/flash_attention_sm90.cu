@@ -42,7 +42,7 @@
 
 #define FA90_LOG2E 1.4426950408889634f
 #define FA90_LN2 0.6931471805599453f
-#define FA90_BR 128  /* query rows a block: two warpgroups of 64 */
+#define FA90_BR 128  /* the backward's query rows a block (the forward's: 64 per consumer warpgroup) */
 #define FA90_BC 128  /* key rows a tile */
 #define FA90_THREADS 384 /* a producer warpgroup and two consumer warpgroups */
 
@@ -152,6 +152,19 @@ __device__ __forceinline__ float2 fa90_lds2(uint32_t a) {
     return v;
 }
 
+/* bulk asynchronous reduction (PTX ISA "cp.reduce.async.bulk"): the copy engine adds `bytes`
+ * (a multiple of 16) of fp32 from shared address src to global dst (both 16-byte aligned),
+ * element by element, atomically; one thread issues it. Completion by bulk groups of the
+ * issuing thread: wait_read lets the source be rewritten, wait_all the result be seen. */
+__device__ __forceinline__ void fa90_bulk_reduce_add(float *dst, uint32_t src, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+                 "r"(bytes)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void fa90_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void fa90_bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 /* mbarriers (PTX ISA "mbarrier"): the producer/consumer rings of the warp-specialized kernels */
 __device__ __forceinline__ void fa90_mbar_init(uint32_t bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -214,13 +227,13 @@ __device__ __forceinline__ float fa90_exp2(float x) {
 
 /* S = Q K^T for one warpgroup (issued, committed, not waited): sQw its 64 rows of the Q tile, sKb
  * the key tile; Q and K tiles are D/64 column blocks of 128-byte rows (BR and BC rows) */
-template <typename E, int D>
+template <typename E, int D, int BR>
 __device__ __forceinline__ void fa90_issue_qk(float (&s)[FA90_BC / 2], uint32_t sQw, uint32_t sKb) {
     fa90_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
         const uint32_t step = (kk & 3) * 32; /* the k16 step inside a 64-column block */
-        const uint64_t da = fa90_desc(sQw + (kk >> 2) * FA90_BR * 128 + step, 16, 1024);
+        const uint64_t da = fa90_desc(sQw + (kk >> 2) * BR * 128 + step, 16, 1024);
         const uint64_t db = fa90_desc(sKb + (kk >> 2) * FA90_BC * 128 + step, 16, 1024);
         fa90_wgmma_ss<E, FA90_BC>(s, da, db, kk > 0 ? 1 : 0);
     }
@@ -319,13 +332,13 @@ __device__ __forceinline__ void fa90_pin_vals(float (&a)[2], float (&b)[2]) {
  * S_t = Q K_t and O += P_{t-1} V_{t-1} together, waits for S_t only (and frees K_t's slot),
  * computes P_t while the PV product runs, then waits for it (freeing V_{t-1}'s slot) and rescales O. */
 #define FA90_STAGES 2
-template <typename E, int D>
-__global__ void __launch_bounds__(FA90_THREADS, 1)
+template <typename E, int D, int NC>
+__global__ void __launch_bounds__(128 * (NC + 1), 1)
     flash_fwd_sm90_kernel(E *__restrict__ out, float *__restrict__ lse, const E *__restrict__ q,
                           const E *__restrict__ k, const E *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk,
                           int H, float scale_log2, int causal) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BR = FA90_BR, BC = FA90_BC, NS = FA90_STAGES;
+    constexpr int BR = 64 * NC, BC = FA90_BC, NS = FA90_STAGES;
     constexpr uint32_t Q_BYTES = BR * D * 2, KV_BYTES = BC * D * 2;
     extern __shared__ unsigned char fa90_smem_raw[];
     /* 1024-byte aligned tiles (the launch asks for 1 KiB more), then the mbarriers */
@@ -349,15 +362,15 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         for (int st = 0; st < NS; st++) {
             fa90_mbar_init(k_full + 8 * st, 128);
             fa90_mbar_init(v_full + 8 * st, 128);
-            fa90_mbar_init(k_empty + 8 * st, 256); /* the consumer threads */
-            fa90_mbar_init(v_empty + 8 * st, 256);
+            fa90_mbar_init(k_empty + 8 * st, 128 * NC); /* the consumer threads */
+            fa90_mbar_init(v_empty + 8 * st, 128 * NC);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
     if (wg == 0) { /* ---- producer ---- */
-        fa90_setmaxnreg_dec<40>();
+        fa90_setmaxnreg_dec<NC == 3 ? 24 : 40>();
         const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
         const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
         const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
@@ -376,7 +389,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         return;
     }
     /* ---- consumers ---- */
-    fa90_setmaxnreg_inc<232>();
+    /* 65536 registers: 128 x 40 + 256 x 232 (two consumers), 128 x 24 + 384 x 160 (three) */
+    fa90_setmaxnreg_inc<NC == 3 ? 160 : 232>();
     const int cw = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int w0 = i0 + cw * 64 + warp * 16; /* the warp's first row */
     const uint32_t sQw = sQ + cw * 64 * 128; /* this warpgroup's 64 rows of Q */
@@ -392,7 +406,7 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         fa90_mbar_wait(q_full, 0);
         fa90_mbar_wait(k_full, 0);
         fa90_proxy_fence();
-        fa90_issue_qk<E, D>(s, sQw, sK);
+        fa90_issue_qk<E, D, BR>(s, sQw, sK);
         fa90_wait<0>();
         fa90_pin<BC / 2>(s);
         fa90_mbar_arrive(k_empty);
@@ -404,7 +418,7 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         fa90_mbar_wait(k_full + 8 * st, (t / NS) & 1);
         fa90_mbar_wait(v_full + 8 * sp, ((t - 1) / NS) & 1);
         fa90_proxy_fence();
-        fa90_issue_qk<E, D>(s, sQw, sK + st * KV_BYTES);
+        fa90_issue_qk<E, D, BR>(s, sQw, sK + st * KV_BYTES);
         fa90_issue_pv<E, D>(o, p, sV + sp * KV_BYTES);
         fa90_wait<1>(); /* S_t */
         fa90_pin<BC / 2>(s);
@@ -469,11 +483,17 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
  *                                            dO and Q read N-major (transposed B)
  *   dQ_i += scale dS K_w                     dS^T stored to shared memory by the warpgroup, read
  *                                            back M-major (transposed A): SS m64n64 over its 64 keys
- * and adds its dQ partial to the fp32 accumulator in the workspace with float4 atomics (the two
- * warpgroups' partials each: no block-wide barrier between the dS^T stores and their reads). The
- * delta pre-pass and the dQ rounding post-pass are flash_attention.cu's. */
+ * and adds its dQ partial to the fp32 accumulator in the workspace (the two warpgroups' partials
+ * each: no block-wide barrier between the dS^T stores and their reads). Where Tq is a multiple of
+ * 64 (TILED_DQ) it does so as FlashAttention-3 does: the partial goes to shared memory in the
+ * accumulator's own register order (conflict-free float4 stores) and one thread hands the 16 KiB
+ * to the copy engine as a single bulk reduction (cp.reduce.async.bulk .add.f32) into a tile of the
+ * accumulator kept in that same order (tlm_cuda_flash_dq_tiled_index; the rounding pass reads it
+ * back), double-buffered so the add of one tile overlaps the next tile's products. Otherwise
+ * each warp adds its rows with float4 atomics. The delta pre-pass and the dQ rounding post-pass
+ * are flash_attention.cu's. TLM_FLASH_DQ_BULK=0 keeps the atomics everywhere (timing). */
 #define FA90_BWD_STAGES 3
-template <typename E, int D>
+template <typename E, int D, bool TILED_DQ>
 __global__ void __launch_bounds__(FA90_THREADS, 1)
     flash_bwd_sm90_kernel(float *__restrict__ dq_acc, E *__restrict__ dk, E *__restrict__ dv,
                           const E *__restrict__ dout, const E *__restrict__ q, const E *__restrict__ k,
@@ -490,7 +510,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     const uint32_t sQ = sV + KV_BYTES;        /* [NS] query tiles */
     const uint32_t sdO = sQ + NS * QT_BYTES;  /* [NS] */
     const uint32_t sdS = sdO + NS * QT_BYTES; /* dS^T: BC keys x BR queries, swizzled like a tile */
-    const uint32_t sL = sdS + BC * BR * 2;   /* [NS][BR] fp32 logsumexp of the ring's query tiles */
+    const uint32_t sdQ = sdS + BC * BR * 2;  /* TILED_DQ: [2 warpgroups][2] dQ partials, BR x D fp32 */
+    const uint32_t sL = sdQ + (TILED_DQ ? 4 * BR * D * 4 : 0); /* [NS][BR] fp32 logsumexp of the ring's tiles */
     const uint32_t sDelta = sL + NS * BR * 4; /* [NS][BR] fp32 delta */
     const uint32_t bars = sDelta + NS * BR * 4;
     const uint32_t kv_full = bars, q_full = bars + 8, q_empty = q_full + 8 * NS; /* 8 bytes each */
@@ -544,6 +565,9 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     const int kwarp = j0 + wg * 64 + warp * 16; /* the warp's first key */
     float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D;
     const uint32_t sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128, sdSw = sdS + wg * 64 * 128;
+    const uint32_t sdQw = sdQ + wg * 2 * BR * D * 4;
+    const int tw = tid & 127;           /* the thread within its warpgroup */
+    const bool issuer = tw == 0;        /* TILED_DQ: the thread that issues the warpgroup's bulk adds */
 
     float dk_acc[D / 2], dv_acc[D / 2];
 #pragma unroll
@@ -578,17 +602,24 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         fa90_pin<BR / 2>(st);
         fa90_pin<BR / 2>(dpt);
 
-        const bool need_mask = i0 + BR > Tq || kwarp + 16 > Tk || (causal && kwarp + 15 > i0 + offset);
+        /* P^T and dS^T in place; the mask's tests only in tiles that reach the sequence ends or the
+         * diagonal, as selects after the exponential (a branch around each one costs more than it) */
+        auto p_ds = [&](auto masked) {
 #pragma unroll
-        for (int n = 0; n < BR / 8; n++)
+            for (int n = 0; n < BR / 8; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = kwarp + g + (e >> 1) * 8, qi = i0 + n * 8 + 2 * t4 + (e & 1);
-                const bool ok = !need_mask || (qi < Tq && key < Tk && (!causal || key <= qi + offset));
-                const float p = ok ? fa90_exp2(fmaf(st[4 * n + e], scale_log2, -lc[n][e & 1])) : 0.0f;
-                st[4 * n + e] = p;
-                dpt[4 * n + e] = p * (dpt[4 * n + e] - dc[n][e & 1]);
-            }
+                for (int e = 0; e < 4; e++) {
+                    float p = fa90_exp2(fmaf(st[4 * n + e], scale_log2, -lc[n][e & 1]));
+                    if constexpr (decltype(masked)::value) {
+                        const int key = kwarp + g + (e >> 1) * 8, qi = i0 + n * 8 + 2 * t4 + (e & 1);
+                        p = qi < Tq && key < Tk && (!causal || key <= qi + offset) ? p : 0.0f;
+                    }
+                    st[4 * n + e] = p;
+                    dpt[4 * n + e] = p * (dpt[4 * n + e] - dc[n][e & 1]);
+                }
+        };
+        if (i0 + BR > Tq || kwarp + 16 > Tk || (causal && kwarp + 15 > i0 + offset)) p_ds(std::true_type{});
+        else p_ds(std::false_type{});
         uint32_t pa[BR / 16][4], dsa[BR / 16][4];
 #pragma unroll
         for (int kk = 0; kk < BR / 16; kk++)
@@ -617,9 +648,12 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
                 const uint32_t addr = sdSw + row * 128 + ((piece ^ (row & 7)) << 4) + 4 * t4;
                 asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[kk][r]) : "memory");
             }
-        fa90_proxy_fence();
+        fa90_proxy_fence(); /* also publishes the previous tile's dQ partial to the bulk copy */
+        if (TILED_DQ && issuer) fa90_bulk_wait_read(); /* the partial two tiles back is read: its buffer is free */
         if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory"); /* the warpgroup's dS^T is complete */
         else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+        if (TILED_DQ && issuer && it > 0) /* the previous query tile's partial, stored by the whole warpgroup */
+            fa90_bulk_reduce_add(dqa + (int64_t)(mb - 1) * BR * D, sdQw + ((it - 1) & 1) * BR * D * 4, BR * D * 4);
         /* dQ_i partial (BR queries x D) = dS (M-major from dS^T) K_w (N-major) over the 64 keys */
         float dqp[D / 2];
         fa90_fence();
@@ -635,10 +669,33 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         fa90_pin_regs(pa);
         fa90_pin_regs(dsa);
         fa90_mbar_arrive(q_empty + 8 * slot); /* done with this query tile's Q and dO */
-        /* float4 atomics of this warp's 16 rows (dqp is, per warp, the m16n8 C-fragment layout) */
-        tlm_cuda_atomic_add_c_block(dqa, D, i0 + warp * 16, 0, Tq, *reinterpret_cast<const float(*)[D / 8][4]>(dqp),
-                                    scale);
+        if constexpr (TILED_DQ) {
+            /* the partial to shared memory in the tiled layout (tlm_cuda_flash_dq_tiled_index):
+             * float4 c of thread tw at (c * 128 + tw) * 16 bytes, conflict-free; added to the
+             * accumulator by one bulk copy after the next barrier */
+            const uint32_t dst = sdQw + (it & 1) * BR * D * 4 + tw * 16;
+#pragma unroll
+            for (int c = 0; c < D / 8; c++)
+                asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + c * 128 * 16),
+                             "f"(dqp[4 * c] * scale), "f"(dqp[4 * c + 1] * scale), "f"(dqp[4 * c + 2] * scale),
+                             "f"(dqp[4 * c + 3] * scale)
+                             : "memory");
+        } else {
+            /* float4 atomics of this warp's 16 rows (dqp is, per warp, the m16n8 C-fragment layout) */
+            tlm_cuda_atomic_add_c_block(dqa, D, i0 + warp * 16, 0, Tq,
+                                        *reinterpret_cast<const float(*)[D / 8][4]>(dqp), scale);
+        }
         /* dS^T rows are rewritten only after this warpgroup's next wait */
+    }
+    if (TILED_DQ && m_begin < m_end) { /* the last query tile's partial */
+        const int it = m_end - 1 - m_begin;
+        fa90_proxy_fence();
+        if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+        else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+        if (issuer) {
+            fa90_bulk_reduce_add(dqa + (int64_t)(m_end - 1) * BR * D, sdQw + (it & 1) * BR * D * 4, BR * D * 4);
+            fa90_bulk_wait_all();
+        }
     }
 
 #pragma unroll
@@ -694,45 +751,76 @@ static bool fa90_applies(tlm_backend *be, int D, tlm_dtype dt, int64_t blocks) {
     return mode == 2 || blocks >= tlm_cuda_of(be)->num_sms;
 }
 
-template <typename E, int D>
+template <typename E, int D, int NC>
 static void fa90_forward_launch(tlm_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
                                 int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, bool causal) {
     const char *op = "flash_attention_forward";
-    constexpr auto kernel = flash_fwd_sm90_kernel<E, D>;
+    constexpr auto kernel = flash_fwd_sm90_kernel<E, D, NC>;
+    constexpr int BR = 64 * NC;
     /* Q, the key and value rings, alignment, the mbarriers */
-    const size_t smem = (size_t)(FA90_BR + 2 * FA90_STAGES * FA90_BC) * D * sizeof(E) + 1024 + 8 * (1 + 4 * FA90_STAGES);
+    const size_t smem = (size_t)(BR + 2 * FA90_STAGES * FA90_BC) * D * sizeof(E) + 1024 + 8 * (1 + 4 * FA90_STAGES);
     tlm_cuda_set_smem<kernel>(op, smem);
-    const dim3 grid((unsigned)((Tq + FA90_BR - 1) / FA90_BR), (unsigned)H, (unsigned)B);
-    kernel<<<grid, FA90_THREADS, smem, tlm_cuda_stream(be)>>>((E *)out, lse, (const E *)q, (const E *)k,
+    const dim3 grid((unsigned)((Tq + BR - 1) / BR), (unsigned)H, (unsigned)B);
+    kernel<<<grid, 128 * (NC + 1), smem, tlm_cuda_stream(be)>>>((E *)out, lse, (const E *)q, (const E *)k,
                                                               (const E *)v, ld_qkv, ld_out, Tq, Tk, H,
                                                               FA90_LOG2E / sqrtf((float)D), causal ? 1 : 0);
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
+/* consumer warpgroups of the forward: 3 at d_head 64 (192 query rows a block: K and V are read
+ * from L2 once per 192 rows instead of 128; FlashAttention-3's tile for d_head 64), 2 at 128 (the
+ * accumulator of 128 columns needs the registers); TLM_FLASH_FWD_WG=2 forces 2 (timing); read once */
+static int fa90_fwd_consumers(int D) {
+    static int forced = -1;
+    if (forced < 0) {
+        const char *env = getenv("TLM_FLASH_FWD_WG");
+        forced = env && strcmp(env, "2") == 0 ? 2 : 0;
+    }
+    return D == 64 && forced != 2 ? 3 : 2;
+}
+
 bool tlm_cuda_flash_forward_sm90(tlm_backend *be, tlm_dtype dt, void *out, float *lse, const void *q, const void *k,
                                  const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                  bool causal) {
-    if (!fa90_applies(be, D, dt, (int64_t)B * H * ((Tq + FA90_BR - 1) / FA90_BR))) return false;
+    const int BR = 64 * fa90_fwd_consumers(D);
+    if (!fa90_applies(be, D, dt, (int64_t)B * H * ((Tq + BR - 1) / BR))) return false;
+#define FA90_FWD_ARGS be, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal
     if (dt == TLM_DTYPE_BF16) {
-        if (D == 64) fa90_forward_launch<__nv_bfloat16, 64>(be, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
-        else fa90_forward_launch<__nv_bfloat16, 128>(be, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
+        if (D == 128) fa90_forward_launch<__nv_bfloat16, 128, 2>(FA90_FWD_ARGS);
+        else if (BR == 192) fa90_forward_launch<__nv_bfloat16, 64, 3>(FA90_FWD_ARGS);
+        else fa90_forward_launch<__nv_bfloat16, 64, 2>(FA90_FWD_ARGS);
     } else {
-        if (D == 64) fa90_forward_launch<__half, 64>(be, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
-        else fa90_forward_launch<__half, 128>(be, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal);
+        if (D == 128) fa90_forward_launch<__half, 128, 2>(FA90_FWD_ARGS);
+        else if (BR == 192) fa90_forward_launch<__half, 64, 3>(FA90_FWD_ARGS);
+        else fa90_forward_launch<__half, 64, 2>(FA90_FWD_ARGS);
     }
+#undef FA90_FWD_ARGS
     return true;
 }
 
-template <typename E>
+/* TLM_FLASH_DQ_BULK=0: the backward adds dQ by float4 atomics even where the tiled layout applies
+ * (side-by-side timing); read once */
+static bool fa90_dq_bulk(void) {
+    static int mode = -1;
+    if (mode < 0) {
+        const char *env = getenv("TLM_FLASH_DQ_BULK");
+        mode = !(env && strcmp(env, "0") == 0);
+    }
+    return mode == 1;
+}
+
+template <typename E, bool TILED_DQ>
 static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void *dv, const void *dout, const void *q,
                                  const void *k, const void *v, const float *lse, const float *delta, int ld_qkv,
                                  int ld_out, int B, int Tq, int Tk, int H, bool causal) {
     const char *op = "flash_attention_backward";
     constexpr int D = 64;
-    constexpr auto kernel = flash_bwd_sm90_kernel<E, D>;
-    /* K, V, the (Q, dO) ring, dS^T, alignment, the ring's logsumexp and delta, the mbarriers */
-    const size_t smem = (size_t)(2 * 128 + 2 * FA90_BWD_STAGES * 64 + 128) * D * sizeof(E) + 1024 +
-                        2 * FA90_BWD_STAGES * 64 * 4 + 8 * (1 + 2 * FA90_BWD_STAGES);
+    constexpr auto kernel = flash_bwd_sm90_kernel<E, D, TILED_DQ>;
+    /* K, V, the (Q, dO) ring, dS^T, the dQ partials (tiled), alignment, the ring's logsumexp and
+     * delta, the mbarriers */
+    const size_t smem = (size_t)(2 * 128 + 2 * FA90_BWD_STAGES * 64 + 128) * D * sizeof(E) +
+                        (TILED_DQ ? 4 * 64 * D * 4 : 0) + 1024 + 2 * FA90_BWD_STAGES * 64 * 4 +
+                        8 * (1 + 2 * FA90_BWD_STAGES);
     tlm_cuda_set_smem<kernel>(op, smem);
     const float scale = 1.0f / sqrtf((float)D);
     const dim3 grid((unsigned)((Tk + 127) / 128), (unsigned)H, (unsigned)B);
@@ -745,13 +833,18 @@ static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void 
 bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, void *dk, void *dv,
                                   const void *dout, const void *q, const void *k, const void *v, const float *lse,
                                   const float *delta, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
-                                  bool causal) {
+                                  bool causal, bool *dq_tiled) {
     if (D != 64 || !fa90_applies(be, D, dt, (int64_t)B * H * ((Tk + 127) / 128))) return false;
-    if (dt == TLM_DTYPE_BF16)
-        fa90_backward_launch<__nv_bfloat16>(be, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B, Tq, Tk,
-                                            H, causal);
-    else
-        fa90_backward_launch<__half>(be, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B, Tq, Tk, H,
-                                     causal);
+    /* the tiled dQ layout needs whole 64-row tiles: a tile must not reach into the next head's rows */
+    *dq_tiled = Tq % 64 == 0 && fa90_dq_bulk();
+#define FA90_BWD_ARGS be, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B, Tq, Tk, H, causal
+    if (dt == TLM_DTYPE_BF16) {
+        if (*dq_tiled) fa90_backward_launch<__nv_bfloat16, true>(FA90_BWD_ARGS);
+        else fa90_backward_launch<__nv_bfloat16, false>(FA90_BWD_ARGS);
+    } else {
+        if (*dq_tiled) fa90_backward_launch<__half, true>(FA90_BWD_ARGS);
+        else fa90_backward_launch<__half, false>(FA90_BWD_ARGS);
+    }
+#undef FA90_BWD_ARGS
     return true;
 }
