@@ -573,6 +573,10 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dk_acc[i] = dv_acc[i] = 0.0f;
     if (m_begin < m_end) fa90_mbar_wait(kv_full, 0);
+    /* descriptors (fa90_desc) of the fixed operands; a step of k16 moves the start address field
+     * (bits 0-13, address / 16) by 2 (32 bytes) in K-major, by 128 (16 rows) in N- or M-major */
+    const uint64_t dK0 = fa90_desc(sKw, 16, 1024), dV0 = fa90_desc(sVw, 16, 1024);
+    const uint64_t dKn = fa90_desc(sKw, BC * 128, 1024), dS0 = fa90_desc(sdSw, 64 * 128, 1024);
 
     for (int mb = m_begin; mb < m_end; mb++) {
         const int it = mb - m_begin, slot = it % NS, i0 = mb * BR;
@@ -581,11 +585,12 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         const uint32_t sQb = sQ + slot * QT_BYTES, sdOb = sdO + slot * QT_BYTES;
 
         float st[BR / 2], dpt[BR / 2];
+        const uint64_t dQ0 = fa90_desc(sQb, 16, 1024), dO0 = fa90_desc(sdOb, 16, 1024);
         fa90_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
-            fa90_wgmma_ss<E, BR>(st, fa90_desc(sKw + kk * 32, 16, 1024), fa90_desc(sQb + kk * 32, 16, 1024), kk > 0);
-            fa90_wgmma_ss<E, BR>(dpt, fa90_desc(sVw + kk * 32, 16, 1024), fa90_desc(sdOb + kk * 32, 16, 1024), kk > 0);
+            fa90_wgmma_ss<E, BR>(st, dK0 + 2 * kk, dQ0 + 2 * kk, kk > 0);
+            fa90_wgmma_ss<E, BR>(dpt, dV0 + 2 * kk, dO0 + 2 * kk, kk > 0);
         }
         fa90_commit();
         /* L (log2 domain) and delta of the query columns this thread holds (8n + 2 t4 + e of the
@@ -631,11 +636,12 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         /* dV += P^T dO, dK += dS^T Q */
         fa90_pin<D / 2>(dv_acc);
         fa90_pin<D / 2>(dk_acc);
+        const uint64_t dOn = fa90_desc(sdOb, BR * 128, 1024), dQn = fa90_desc(sQb, BR * 128, 1024);
         fa90_fence();
 #pragma unroll
         for (int kk = 0; kk < BR / 16; kk++) {
-            fa90_wgmma_rs<E, D>(dv_acc, pa[kk], fa90_desc(sdOb + kk * 16 * 128, BR * 128, 1024));
-            fa90_wgmma_rs<E, D>(dk_acc, dsa[kk], fa90_desc(sQb + kk * 16 * 128, BR * 128, 1024));
+            fa90_wgmma_rs<E, D>(dv_acc, pa[kk], dOn + 128 * kk);
+            fa90_wgmma_rs<E, D>(dk_acc, dsa[kk], dQn + 128 * kk);
         }
         fa90_commit();
         /* dS^T to shared memory (the warpgroup's 64 key rows, 128-byte swizzled): register kk, r holds
@@ -659,8 +665,7 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         fa90_fence();
 #pragma unroll
         for (int kk = 0; kk < 64 / 16; kk++)
-            fa90_wgmma_ss<E, D, true>(dqp, fa90_desc(sdSw + kk * 16 * 128, 64 * 128, 1024),
-                                      fa90_desc(sKw + kk * 16 * 128, BC * 128, 1024), kk > 0);
+            fa90_wgmma_ss<E, D, true>(dqp, dS0 + 128 * kk, dKn + 128 * kk, kk > 0);
         fa90_commit();
         fa90_wait<0>();
         fa90_pin<D / 2>(dqp);
