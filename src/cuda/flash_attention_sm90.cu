@@ -229,24 +229,24 @@ __device__ __forceinline__ float fa90_exp2(float x) {
  * the key tile; Q and K tiles are D/64 column blocks of 128-byte rows (BR and BC rows) */
 template <typename E, int D, int BR>
 __device__ __forceinline__ void fa90_issue_qk(float (&s)[FA90_BC / 2], uint32_t sQw, uint32_t sKb) {
+    /* the descriptors' start-address field (address / 16, bits 0-13) moves by 2 a k16 step (32 bytes)
+     * and by R x 8 a 64-column block (R rows of 128 bytes): added, not rebuilt */
+    const uint64_t da0 = fa90_desc(sQw, 16, 1024), db0 = fa90_desc(sKb, 16, 1024);
     fa90_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-        const uint32_t step = (kk & 3) * 32; /* the k16 step inside a 64-column block */
-        const uint64_t da = fa90_desc(sQw + (kk >> 2) * BR * 128 + step, 16, 1024);
-        const uint64_t db = fa90_desc(sKb + (kk >> 2) * FA90_BC * 128 + step, 16, 1024);
-        fa90_wgmma_ss<E, FA90_BC>(s, da, db, kk > 0 ? 1 : 0);
-    }
+    for (int kk = 0; kk < D / 16; kk++)
+        fa90_wgmma_ss<E, FA90_BC>(s, da0 + (kk & 3) * 2 + (kk >> 2) * BR * 8,
+                                  db0 + (kk & 3) * 2 + (kk >> 2) * FA90_BC * 8, kk > 0 ? 1 : 0);
     fa90_commit();
 }
 
 /* O += P V for one warpgroup (issued, committed, not waited): p the A-fragments of P's k16 steps */
 template <typename E, int D>
 __device__ __forceinline__ void fa90_issue_pv(float (&o)[D / 2], const uint32_t (&p)[FA90_BC / 16][4], uint32_t sVb) {
+    const uint64_t db0 = fa90_desc(sVb, FA90_BC * 128, 1024);
     fa90_fence();
 #pragma unroll
-    for (int kk = 0; kk < FA90_BC / 16; kk++)
-        fa90_wgmma_rs<E, D>(o, p[kk], fa90_desc(sVb + kk * 16 * 128, FA90_BC * 128, 1024));
+    for (int kk = 0; kk < FA90_BC / 16; kk++) fa90_wgmma_rs<E, D>(o, p[kk], db0 + 128 * kk); /* 16 rows a step */
     fa90_commit();
 }
 
@@ -500,18 +500,22 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
                           const E *__restrict__ v, const float *__restrict__ lse, const float *__restrict__ delta,
                           int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale, float scale_log2, int causal) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(D == 64, "d_head 64");
-    constexpr int BC = 128, BR = 64, NS = FA90_BWD_STAGES;
-    constexpr uint32_t KV_BYTES = BC * D * 2, QT_BYTES = BR * D * 2;
+    static_assert(D == 64 || D == 128, "d_head 64 or 128");
+    /* SPLIT_DQ (d_head 128): each warpgroup's dQ partial is its 64 columns over all 128 keys (both
+     * warpgroups' dS^T, double-buffered, behind a barrier of the two), not all D columns over its
+     * own 64 keys: 32 accumulator registers a thread instead of 64 (dK, dV already take 128) */
+    constexpr bool SPLIT_DQ = D == 128;
+    constexpr int BC = 128, BR = 64, NS = D == 64 ? FA90_BWD_STAGES : 2, DQC = SPLIT_DQ ? 64 : D;
+    constexpr uint32_t KV_BYTES = BC * D * 2, QT_BYTES = BR * D * 2, DS_BYTES = BC * BR * 2;
     extern __shared__ unsigned char fa90_smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(fa90_smem_raw);
     const uint32_t sK = (raw + 1023) & ~1023u;
     const uint32_t sV = sK + KV_BYTES;
     const uint32_t sQ = sV + KV_BYTES;        /* [NS] query tiles */
     const uint32_t sdO = sQ + NS * QT_BYTES;  /* [NS] */
-    const uint32_t sdS = sdO + NS * QT_BYTES; /* dS^T: BC keys x BR queries, swizzled like a tile */
-    const uint32_t sdQ = sdS + BC * BR * 2;  /* TILED_DQ: [2 warpgroups][2] dQ partials, BR x D fp32 */
-    const uint32_t sL = sdQ + (TILED_DQ ? 4 * BR * D * 4 : 0); /* [NS][BR] fp32 logsumexp of the ring's tiles */
+    const uint32_t sdS = sdO + NS * QT_BYTES; /* dS^T: BC keys x BR queries, swizzled like a tile ([2]: SPLIT_DQ) */
+    const uint32_t sdQ = sdS + (SPLIT_DQ ? 2 : 1) * DS_BYTES; /* TILED_DQ: [2 warpgroups][2] partials, BR x DQC fp32 */
+    const uint32_t sL = sdQ + (TILED_DQ ? 4 * BR * DQC * 4 : 0); /* [NS][BR] fp32 logsumexp of the ring's tiles */
     const uint32_t sDelta = sL + NS * BR * 4; /* [NS][BR] fp32 delta */
     const uint32_t bars = sDelta + NS * BR * 4;
     const uint32_t kv_full = bars, q_full = bars + 8, q_empty = q_full + 8 * NS; /* 8 bytes each */
@@ -535,7 +539,7 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     __syncthreads();
 
     if (wgp == 0) { /* ---- producer: K, V once, then the query tiles (Q, dO) through the ring ---- */
-        fa90_setmaxnreg_dec<56>();
+        fa90_setmaxnreg_dec<D == 64 ? 56 : 40>();
         const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
         const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
         const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
@@ -560,12 +564,14 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         return;
     }
     /* ---- consumers: warpgroup wg owns keys j0 + 64 wg .. ---- */
-    fa90_setmaxnreg_inc<224>();
+    /* 65536 registers less the launch's rounding (168 a thread): 128 x 56 + 256 x 224, 128 x 40 + 256 x 232 */
+    fa90_setmaxnreg_inc<D == 64 ? 224 : 232>();
     const int wg = wgp - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int kwarp = j0 + wg * 64 + warp * 16; /* the warp's first key */
-    float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D;
-    const uint32_t sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128, sdSw = sdS + wg * 64 * 128;
-    const uint32_t sdQw = sdQ + wg * 2 * BR * D * 4;
+    /* the accumulator's slice of this (b, h), and this warpgroup's columns in a tile (SPLIT_DQ) */
+    float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D + (SPLIT_DQ ? wg * BR * 64 : 0);
+    const uint32_t sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128;
+    const uint32_t sdQw = sdQ + wg * 2 * BR * DQC * 4;
     const int tw = tid & 127;           /* the thread within its warpgroup */
     const bool issuer = tw == 0;        /* TILED_DQ: the thread that issues the warpgroup's bulk adds */
 
@@ -576,7 +582,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     /* descriptors (fa90_desc) of the fixed operands; a step of k16 moves the start address field
      * (bits 0-13, address / 16) by 2 (32 bytes) in K-major, by 128 (16 rows) in N- or M-major */
     const uint64_t dK0 = fa90_desc(sKw, 16, 1024), dV0 = fa90_desc(sVw, 16, 1024);
-    const uint64_t dKn = fa90_desc(sKw, BC * 128, 1024), dS0 = fa90_desc(sdSw, 64 * 128, 1024);
+    /* dQ's B: K N-major, this warpgroup's 64 keys (all columns), or all keys of its 64 columns */
+    const uint64_t dKn = SPLIT_DQ ? fa90_desc(sK + wg * BC * 128, BC * 128, 1024) : fa90_desc(sKw, BC * 128, 1024);
 
     for (int mb = m_begin; mb < m_end; mb++) {
         const int it = mb - m_begin, slot = it % NS, i0 = mb * BR;
@@ -588,20 +595,25 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         const uint64_t dQ0 = fa90_desc(sQb, 16, 1024), dO0 = fa90_desc(sdOb, 16, 1024);
         fa90_fence();
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            fa90_wgmma_ss<E, BR>(st, dK0 + 2 * kk, dQ0 + 2 * kk, kk > 0);
-            fa90_wgmma_ss<E, BR>(dpt, dV0 + 2 * kk, dO0 + 2 * kk, kk > 0);
+        for (int kk = 0; kk < D / 16; kk++) { /* k16 steps: 2 a step, 64-column blocks (R rows) R x 8 apart */
+            const int ka = (kk & 3) * 2 + (kk >> 2) * BC * 8, kb = (kk & 3) * 2 + (kk >> 2) * BR * 8;
+            fa90_wgmma_ss<E, BR>(st, dK0 + ka, dQ0 + kb, kk > 0);
+            fa90_wgmma_ss<E, BR>(dpt, dV0 + ka, dO0 + kb, kk > 0);
         }
         fa90_commit();
         /* L (log2 domain) and delta of the query columns this thread holds (8n + 2 t4 + e of the
-         * tile), from the copies the producer made with Q and dO */
-        float lc[BR / 8][2], dc[BR / 8][2];
-#pragma unroll
-        for (int n = 0; n < BR / 8; n++) {
+         * tile), from the copies the producer made with Q and dO; at d_head 128 read where used
+         * (the registers are short) */
+        float lc[D == 64 ? BR / 8 : 1][2], dc[D == 64 ? BR / 8 : 1][2];
+        auto l_delta = [&](int n, float(&l2)[2], float(&d2)[2]) {
             const uint32_t at = (uint32_t)(slot * BR + n * 8 + 2 * t4) * 4;
             const float2 lv = fa90_lds2(sL + at), dv2 = fa90_lds2(sDelta + at);
-            lc[n][0] = lv.x * FA90_LOG2E, lc[n][1] = lv.y * FA90_LOG2E;
-            dc[n][0] = dv2.x, dc[n][1] = dv2.y;
+            l2[0] = lv.x * FA90_LOG2E, l2[1] = lv.y * FA90_LOG2E;
+            d2[0] = dv2.x, d2[1] = dv2.y;
+        };
+        if constexpr (D == 64) {
+#pragma unroll
+            for (int n = 0; n < BR / 8; n++) l_delta(n, lc[n], dc[n]);
         }
         fa90_wait<0>();
         fa90_pin<BR / 2>(st);
@@ -611,17 +623,21 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
          * diagonal, as selects after the exponential (a branch around each one costs more than it) */
         auto p_ds = [&](auto masked) {
 #pragma unroll
-            for (int n = 0; n < BR / 8; n++)
+            for (int n = 0; n < BR / 8; n++) {
+                if constexpr (D != 64) l_delta(n, lc[0], dc[0]);
+                const float(&ln)[2] = lc[D == 64 ? n : 0];
+                const float(&dn)[2] = dc[D == 64 ? n : 0];
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float p = fa90_exp2(fmaf(st[4 * n + e], scale_log2, -lc[n][e & 1]));
+                    float p = fa90_exp2(fmaf(st[4 * n + e], scale_log2, -ln[e & 1]));
                     if constexpr (decltype(masked)::value) {
                         const int key = kwarp + g + (e >> 1) * 8, qi = i0 + n * 8 + 2 * t4 + (e & 1);
                         p = qi < Tq && key < Tk && (!causal || key <= qi + offset) ? p : 0.0f;
                     }
                     st[4 * n + e] = p;
-                    dpt[4 * n + e] = p * (dpt[4 * n + e] - dc[n][e & 1]);
+                    dpt[4 * n + e] = p * (dpt[4 * n + e] - dn[e & 1]);
                 }
+            }
         };
         if (i0 + BR > Tq || kwarp + 16 > Tk || (causal && kwarp + 15 > i0 + offset)) p_ds(std::true_type{});
         else p_ds(std::false_type{});
@@ -646,6 +662,7 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         fa90_commit();
         /* dS^T to shared memory (the warpgroup's 64 key rows, 128-byte swizzled): register kk, r holds
          * row 16 warp + g + 8 (r & 1), queries 16 kk + 8 (r >> 1) + 2 t4 + {0, 1} */
+        const uint32_t sdSb = sdS + (SPLIT_DQ ? (it & 1) * DS_BYTES : 0), sdSw = sdSb + wg * 64 * 128;
 #pragma unroll
         for (int kk = 0; kk < BR / 16; kk++)
 #pragma unroll
@@ -656,19 +673,24 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
             }
         fa90_proxy_fence(); /* also publishes the previous tile's dQ partial to the bulk copy */
         if (TILED_DQ && issuer) fa90_bulk_wait_read(); /* the partial two tiles back is read: its buffer is free */
-        if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory"); /* the warpgroup's dS^T is complete */
+        if constexpr (SPLIT_DQ) /* both warpgroups' dS^T are complete (the other buffer is free: each
+                                   warpgroup finished reading it before this barrier) */
+            asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        else if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory"); /* the warpgroup's dS^T is complete */
         else asm volatile("bar.sync 2, 128;\n" ::: "memory");
         if (TILED_DQ && issuer && it > 0) /* the previous query tile's partial, stored by the whole warpgroup */
-            fa90_bulk_reduce_add(dqa + (int64_t)(mb - 1) * BR * D, sdQw + ((it - 1) & 1) * BR * D * 4, BR * D * 4);
-        /* dQ_i partial (BR queries x D) = dS (M-major from dS^T) K_w (N-major) over the 64 keys */
-        float dqp[D / 2];
+            fa90_bulk_reduce_add(dqa + (int64_t)(mb - 1) * BR * D, sdQw + ((it - 1) & 1) * BR * DQC * 4, BR * DQC * 4);
+        /* dQ_i partial (BR queries x DQC) = dS (M-major from dS^T) K (N-major), over the warpgroup's
+         * 64 keys or (SPLIT_DQ) all 128 */
+        float dqp[DQC / 2];
+        const uint64_t dS0 = fa90_desc(SPLIT_DQ ? sdSb : sdSw, 64 * 128, 1024);
         fa90_fence();
 #pragma unroll
-        for (int kk = 0; kk < 64 / 16; kk++)
-            fa90_wgmma_ss<E, D, true>(dqp, dS0 + 128 * kk, dKn + 128 * kk, kk > 0);
+        for (int kk = 0; kk < (SPLIT_DQ ? BC : 64) / 16; kk++)
+            fa90_wgmma_ss<E, DQC, true>(dqp, dS0 + 128 * kk, dKn + 128 * kk, kk > 0);
         fa90_commit();
         fa90_wait<0>();
-        fa90_pin<D / 2>(dqp);
+        fa90_pin<DQC / 2>(dqp);
         fa90_pin<D / 2>(dv_acc);
         fa90_pin<D / 2>(dk_acc);
         fa90_pin_regs(pa);
@@ -678,17 +700,17 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
             /* the partial to shared memory in the tiled layout (tlm_cuda_flash_dq_tiled_index):
              * float4 c of thread tw at (c * 128 + tw) * 16 bytes, conflict-free; added to the
              * accumulator by one bulk copy after the next barrier */
-            const uint32_t dst = sdQw + (it & 1) * BR * D * 4 + tw * 16;
+            const uint32_t dst = sdQw + (it & 1) * BR * DQC * 4 + tw * 16;
 #pragma unroll
-            for (int c = 0; c < D / 8; c++)
+            for (int c = 0; c < DQC / 8; c++)
                 asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + c * 128 * 16),
                              "f"(dqp[4 * c] * scale), "f"(dqp[4 * c + 1] * scale), "f"(dqp[4 * c + 2] * scale),
                              "f"(dqp[4 * c + 3] * scale)
                              : "memory");
         } else {
             /* float4 atomics of this warp's 16 rows (dqp is, per warp, the m16n8 C-fragment layout) */
-            tlm_cuda_atomic_add_c_block(dqa, D, i0 + warp * 16, 0, Tq,
-                                        *reinterpret_cast<const float(*)[D / 8][4]>(dqp), scale);
+            tlm_cuda_atomic_add_c_block(dqa - (SPLIT_DQ ? wg * BR * 64 : 0), D, i0 + warp * 16, SPLIT_DQ ? wg * 64 : 0,
+                                        Tq, *reinterpret_cast<const float(*)[DQC / 8][4]>(dqp), scale);
         }
         /* dS^T rows are rewritten only after this warpgroup's next wait */
     }
@@ -698,7 +720,7 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
         else asm volatile("bar.sync 2, 128;\n" ::: "memory");
         if (issuer) {
-            fa90_bulk_reduce_add(dqa + (int64_t)(m_end - 1) * BR * D, sdQw + (it & 1) * BR * D * 4, BR * D * 4);
+            fa90_bulk_reduce_add(dqa + (int64_t)(m_end - 1) * BR * D, sdQw + (it & 1) * BR * DQC * 4, BR * DQC * 4);
             fa90_bulk_wait_all();
         }
     }
@@ -814,18 +836,17 @@ static bool fa90_dq_bulk(void) {
     return mode == 1;
 }
 
-template <typename E, bool TILED_DQ>
+template <typename E, int D, bool TILED_DQ>
 static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void *dv, const void *dout, const void *q,
                                  const void *k, const void *v, const float *lse, const float *delta, int ld_qkv,
                                  int ld_out, int B, int Tq, int Tk, int H, bool causal) {
     const char *op = "flash_attention_backward";
-    constexpr int D = 64;
     constexpr auto kernel = flash_bwd_sm90_kernel<E, D, TILED_DQ>;
+    constexpr int NS = D == 64 ? FA90_BWD_STAGES : 2, DS_TILES = D == 64 ? 1 : 2, DQC = D == 64 ? D : 64;
     /* K, V, the (Q, dO) ring, dS^T, the dQ partials (tiled), alignment, the ring's logsumexp and
-     * delta, the mbarriers */
-    const size_t smem = (size_t)(2 * 128 + 2 * FA90_BWD_STAGES * 64 + 128) * D * sizeof(E) +
-                        (TILED_DQ ? 4 * 64 * D * 4 : 0) + 1024 + 2 * FA90_BWD_STAGES * 64 * 4 +
-                        8 * (1 + 2 * FA90_BWD_STAGES);
+     * delta, the mbarriers: 226 KiB at d_head 128 (of the 227 a block may have) */
+    const size_t smem = (size_t)(2 * 128 + 2 * NS * 64) * D * sizeof(E) + (size_t)DS_TILES * 128 * 64 * sizeof(E) +
+                        (TILED_DQ ? 4 * 64 * DQC * 4 : 0) + 1024 + 2 * NS * 64 * 4 + 8 * (1 + 2 * NS);
     tlm_cuda_set_smem<kernel>(op, smem);
     const float scale = 1.0f / sqrtf((float)D);
     const dim3 grid((unsigned)((Tk + 127) / 128), (unsigned)H, (unsigned)B);
@@ -839,17 +860,20 @@ bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, 
                                   const void *dout, const void *q, const void *k, const void *v, const float *lse,
                                   const float *delta, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                   bool causal, bool *dq_tiled) {
-    if (D != 64 || !fa90_applies(be, D, dt, (int64_t)B * H * ((Tk + 127) / 128))) return false;
+    if (!fa90_applies(be, D, dt, (int64_t)B * H * ((Tk + 127) / 128))) return false;
     /* the tiled dQ layout needs whole 64-row tiles: a tile must not reach into the next head's rows */
     *dq_tiled = Tq % 64 == 0 && fa90_dq_bulk();
 #define FA90_BWD_ARGS be, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B, Tq, Tk, H, causal
-    if (dt == TLM_DTYPE_BF16) {
-        if (*dq_tiled) fa90_backward_launch<__nv_bfloat16, true>(FA90_BWD_ARGS);
-        else fa90_backward_launch<__nv_bfloat16, false>(FA90_BWD_ARGS);
-    } else {
-        if (*dq_tiled) fa90_backward_launch<__half, true>(FA90_BWD_ARGS);
-        else fa90_backward_launch<__half, false>(FA90_BWD_ARGS);
-    }
+#define FA90_BWD(E)                                                                                                   \
+    do {                                                                                                              \
+        if (D == 64 && *dq_tiled) fa90_backward_launch<E, 64, true>(FA90_BWD_ARGS);                                   \
+        else if (D == 64) fa90_backward_launch<E, 64, false>(FA90_BWD_ARGS);                                         \
+        else if (*dq_tiled) fa90_backward_launch<E, 128, true>(FA90_BWD_ARGS);                                        \
+        else fa90_backward_launch<E, 128, false>(FA90_BWD_ARGS);                                                      \
+    } while (0)
+    if (dt == TLM_DTYPE_BF16) FA90_BWD(__nv_bfloat16);
+    else FA90_BWD(__half);
+#undef FA90_BWD
 #undef FA90_BWD_ARGS
     return true;
 }
