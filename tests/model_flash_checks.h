@@ -7,14 +7,16 @@
  *   fp32 sums (the online softmax rescales, the backward recomputes P from the logsumexp): ~1e-7
  *   per op, a few 1e-7 after two layers and the lm_head; 1e-5 is the fixture tests' bound and
  *   far below a wrong mask, scale or layout (O(1)).
- * - bf16, fp16: each attention rounds at different points (naive: S, P, dP, dS to the mode's
- *   dtype, as autocast; CUDA flash: P and dS before its tensor-core products; CPU flash: only
- *   its outputs), so they differ by the mode's rounding, not by fp32 round-off. The criterion is
- *   accuracy, measured against the fp32 naive run: flash in a mode must be no further from fp32
- *   than MF_LOWP_FACTOR x the naive attention's distance in the same mode (what PyTorch autocast
- *   computes), plus a floor of u/8, u the mode's unit roundoff (bf16 2^-8, fp16 2^-11), for
- *   quantities where naive's errors happen to cancel (the loss, a mean over all positions: seen
- *   at 7e-8 in fp16). Measured on the CPU (tiny, context 32 and 100): naive bf16 is 2e-5..3e-5
+ * - tf32, bf16, fp16: each attention rounds at different points (naive: S, P, dP, dS to the mode's
+ *   dtype, as autocast, or its GEMM operands to TF32; CUDA flash: P and dS before its
+ *   tensor-core products, and in tf32 every operand; CPU flash: only its outputs, and nothing in
+ *   tf32, which the CPU computes as fp32), so they differ by the mode's rounding, not by fp32
+ *   round-off. The criterion is accuracy, measured against the fp32 naive run: flash in a mode
+ *   must be no further from fp32 than MF_LOWP_FACTOR x the naive attention's distance in the
+ *   same mode (what PyTorch autocast computes), plus a floor of u/8, u the mode's unit roundoff
+ *   (bf16 2^-8, fp16 and tf32 2^-11), for quantities where naive's errors happen to cancel (the
+ *   loss, a mean over all positions: seen at 7e-8 in fp16), or vanish (tf32 on the CPU: naive
+ *   is fp32 exactly, flash 1e-7 from it). Measured on the CPU (tiny, context 32 and 100): naive bf16 is 2e-5..3e-5
  *   from fp32 in the loss, 4.5e-3 in the logits, 1.1e-2 in the worst gradient, flash 0.9x..1.3x
  *   that; fp16 8x smaller. The flash-naive distance itself is printed (by the triangle inequality
  *   it is at most 3x naive's distance + the floor).
@@ -171,8 +173,8 @@ static inline void mf_run_shape(tlm_backend *be, const mf_shape *s) {
              s->name, f32.act_bytes / 1048576.0, n32.act_bytes / 1048576.0, saving, want);
     check_limit(saving == want, what, fabs(saving - want), 0);
 
-    const tlm_precision lowp[2] = {TLM_PRECISION_BF16, TLM_PRECISION_FP16};
-    for (int i = 0; i < 2; i++) {
+    const tlm_precision lowp[3] = {TLM_PRECISION_TF32, TLM_PRECISION_BF16, TLM_PRECISION_FP16};
+    for (int i = 0; i < 3; i++) {
         const char *mode = tlm_precision_name(lowp[i]);
         const double u = lowp[i] == TLM_PRECISION_BF16 ? 0x1p-8 : 0x1p-11, floor = u / 8;
         mf_out n = mf_run(be, s, lowp[i], TLM_ATTENTION_NAIVE, false, 1);
@@ -202,8 +204,9 @@ static inline void mf_run_shape(tlm_backend *be, const mf_shape *s) {
     }
 
     if (tlm_backend_has_graphs(be)) {
-        const tlm_precision modes[3] = {TLM_PRECISION_FP32, TLM_PRECISION_BF16, TLM_PRECISION_FP16};
-        for (int i = 0; i < 3; i++) {
+        const tlm_precision modes[4] = {TLM_PRECISION_FP32, TLM_PRECISION_TF32, TLM_PRECISION_BF16,
+                                        TLM_PRECISION_FP16};
+        for (int i = 0; i < 4; i++) {
             mf_out eager = mf_run(be, s, modes[i], TLM_ATTENTION_FLASH, false, 3);
             mf_out graph = mf_run(be, s, modes[i], TLM_ATTENTION_FLASH, true, 3);
             mf_err g = mf_error(&graph, &eager);

@@ -1,8 +1,9 @@
 /* test_attention_bench.c — the attention benchmark's library part (attention_bench.h): FLOP
  * counts in FlashAttention's convention, the memory accounting of a naive and a flash case (the
  * flash backward's workspace included), the rows that must not run (naive non-causal), invalid
- * cases; and how flash runs: through the dispatch to the backend's flash ops (checked with an op
- * table whose flash ops count their calls and wrap the CPU reference, and a device that refuses
+ * cases; and how flash runs: through the dispatch to the backend's flash ops in the case's
+ * precision mode (checked with an op table whose flash ops count their calls, record the mode and
+ * wrap the CPU reference: tf32 reaches them as tf32, with fp32 tensors; and a device that refuses
  * bf16 through `supports`, whose message becomes the row's note), and not at all where the device
  * supports no flash kernel.
  * The CPU ops' scratch is tracked memory (memory.h): each case whose peak is checked runs once
@@ -19,18 +20,22 @@
 /* ---- an op table whose flash ops count their calls and wrap the fp32 CPU reference ---------- */
 
 static int fwd_calls, bwd_calls, null_workspace;
+static tlm_precision fwd_mode, bwd_mode; /* the mode of the last call */
 
 static void counting_forward(tlm_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
-                             int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D, bool causal, tlm_dtype dt) {
+                             int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D, bool causal,
+                             tlm_precision p) {
     fwd_calls++;
+    fwd_mode = p;
     tlm_flash_attention_forward_cpu(out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, D, causal, 64, 64);
 }
 
 static void counting_backward(tlm_backend *be, void *dq, void *dk, void *dv, float *workspace, const void *dout,
                               const void *q, const void *k, const void *v, const void *out, const float *lse,
                               int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D, bool causal,
-                              tlm_dtype dt) {
+                              tlm_precision p) {
     bwd_calls++;
+    bwd_mode = p;
     null_workspace += workspace == NULL;
     tlm_flash_attention_backward_cpu(dq, dk, dv, dout, q, k, v, out, lse, ld_qkv, ld_out, B, Tq, Tk, H, D, causal,
                                      64, 64);
@@ -67,7 +72,7 @@ int main(void) {
     const int B = 2, H = 3, T = 40, D = 16;
     const size_t act = (size_t)B * T * H * D * 4;
     tlm_attn_case c = {.impl = TLM_ATTENTION_NAIVE, .batch = B, .heads = H, .seq = T, .d_head = D,
-                       .dtype = TLM_DTYPE_F32, .causal = true, .warmup = 1, .iters = 2, .seed = 0};
+                       .precision = TLM_PRECISION_FP32, .causal = true, .warmup = 1, .iters = 2, .seed = 0};
     tlm_attn_result r;
     die_on(tlm_attention_bench_run(be, &c, &r), "naive (scratch)");
     die_on(tlm_attention_bench_run(be, &c, &r), "naive");
@@ -100,13 +105,24 @@ int main(void) {
     c.impl = TLM_ATTENTION_FLASH;
     /* bf16 and fp16 with the CPU backend's own ops: its flash ops widen them to the reference */
     for (int t = 0; t < 2; t++) {
-        c.dtype = t ? TLM_DTYPE_F16 : TLM_DTYPE_BF16;
+        c.precision = t ? TLM_PRECISION_FP16 : TLM_PRECISION_BF16;
         die_on(tlm_attention_bench_run(be, &c, &r), "flash bf16/fp16 (scratch)");
         die_on(tlm_attention_bench_run(be, &c, &r), "flash bf16/fp16");
         check(r.status == TLM_ATTN_OK && r.peak_bytes == 8 * act / 2 + lse + workspace,
-              "flash %s on the CPU: runs through the flash ops (peak %zu)", tlm_dtype_name(c.dtype), r.peak_bytes);
+              "flash %s on the CPU: runs through the flash ops (peak %zu)", tlm_precision_name(c.precision),
+              r.peak_bytes);
     }
-    c.dtype = TLM_DTYPE_F32;
+    /* tf32: fp32 tensors (the CPU computes it as fp32), naive and flash */
+    c.precision = TLM_PRECISION_TF32;
+    die_on(tlm_attention_bench_run(be, &c, &r), "flash tf32");
+    check(r.status == TLM_ATTN_OK && r.peak_bytes == 8 * act + lse + workspace,
+          "flash tf32 on the CPU: fp32 tensors (peak %zu)", r.peak_bytes);
+    c.impl = TLM_ATTENTION_NAIVE;
+    die_on(tlm_attention_bench_run(be, &c, &r), "naive tf32");
+    check(r.status == TLM_ATTN_OK && r.peak_bytes == 8 * act + 2 * probs, "naive tf32 on the CPU: fp32 tensors (peak %zu)",
+          r.peak_bytes);
+    c.impl = TLM_ATTENTION_FLASH;
+    c.precision = TLM_PRECISION_FP32;
 
     /* an op table with counting flash ops: flash goes through them, with a workspace; a device
      * that refuses bf16: its message becomes the row's note */
@@ -126,7 +142,14 @@ int main(void) {
           fwd_calls, bwd_calls, c.warmup + c.iters, null_workspace ? "NOT always" : "every time");
     check(r.peak_bytes == 8 * act + lse + workspace, "flash through the op table: peak %zu includes the workspace",
           r.peak_bytes);
-    c.dtype = TLM_DTYPE_BF16;
+    check(fwd_mode == TLM_PRECISION_FP32 && bwd_mode == TLM_PRECISION_FP32, "fp32 reaches the flash ops as fp32");
+    c.precision = TLM_PRECISION_TF32;
+    die_on(tlm_attention_bench_run(be, &c, &r), "flash tf32 through counting ops");
+    check(r.status == TLM_ATTN_OK && fwd_mode == TLM_PRECISION_TF32 && bwd_mode == TLM_PRECISION_TF32 &&
+              r.peak_bytes == 8 * act + lse + workspace,
+          "tf32 reaches the flash ops as tf32 (forward %s, backward %s), with fp32 tensors (peak %zu)",
+          tlm_precision_name(fwd_mode), tlm_precision_name(bwd_mode), r.peak_bytes);
+    c.precision = TLM_PRECISION_BF16;
     fwd_calls = bwd_calls = 0;
     die_on(tlm_attention_bench_run(be, &c, &r), "flash bf16 refused by the check");
     check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "test flash ops: BF16 not supported (d_head 16)") &&
@@ -140,7 +163,7 @@ int main(void) {
     die_on(tlm_attention_bench_run(be, &c, &r), "flash bf16 without kernels");
     check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "no FlashAttention-2 kernels") && fwd_calls == 0,
           "no flash kernels, bf16: %s", r.note);
-    c.dtype = TLM_DTYPE_F32;
+    c.precision = TLM_PRECISION_FP32;
     die_on(tlm_attention_bench_run(be, &c, &r), "flash fp32 without kernels");
     check(r.status == TLM_ATTN_UNSUPPORTED && strstr(r.note, "no FlashAttention-2 kernels") && r.peak_bytes == 0 &&
               fwd_calls == 0,
@@ -148,7 +171,10 @@ int main(void) {
     be->ops = own;
     be->iface = own_iface;
 
-    c.dtype = TLM_DTYPE_F32;
+    c.precision = TLM_PRECISION_COUNT;
+    check(tlm_attention_bench_run(be, &c, &r) == TLM_ERR_INVALID_ARGUMENT, "a mode outside the four: %s",
+          tlm_last_error());
+    c.precision = TLM_PRECISION_FP32;
     c.d_head = 15;
     check(tlm_attention_bench_run(be, &c, &r) == TLM_ERR_INVALID_ARGUMENT, "odd d_head: %s", tlm_last_error());
     c.d_head = 16;

@@ -1,7 +1,7 @@
 /* test_gpu_flash_attention.c — the CUDA FlashAttention-2 ops (ops.def: flash_attention_forward,
  * flash_attention_backward; the device's `supports` says which (d_head, dtype) they take;
- * src/cuda/flash_attention.cu for bf16/fp16, flash_attention_f32.cu for fp32), called through the
- * dispatch on the CUDA backend, against a float64
+ * src/cuda/flash_attention.cu for bf16/fp16, flash_attention_tf32.cu for tf32, flash_attention_f32.cu
+ * for fp32), called through the dispatch on the CUDA backend in each precision mode, against a float64
  * naive attention computed here on the host, and at a large size against the CUDA naive attention
  * op. The semantics are those of include/tlm/flash_attention.h (the CPU reference is the spec):
  * layout (B,T,H,D) with row strides, bottom-right causal mask, a fully masked row gives out = 0 and
@@ -13,15 +13,17 @@
  * 2. The CS336 reference case (A2 §2.8): q, k, v, dO ~ normal (4,128,64) (B = 4, T = 128, one
  *    head, D = 64), seed 0 of tlm's generator (the numbers of test_flash_attention_cpu.c, not
  *    PyTorch's), fp32, causal and not: O, L, dQ, dK, dV elementwise within rtol = atol = 1e-2
- *    (torch.allclose: |a - b| <= atol + rtol |b|) of the float64 naive reference.
- * 3. Random cases in fp32, bf16 and fp16: every d_head {16, 32, 64, 80, 128} x T in {1, 17, 129}
+ *    (torch.allclose: |a - b| <= atol + rtol |b|) of the float64 naive reference; the same in tf32.
+ * 3. Random cases in fp32, bf16, fp16 and tf32 (tf32 draws from a stream of its own, so the other
+ *    modes' inputs are what they were before it existed): every d_head {16, 32, 64, 80, 128} x T in {1, 17, 129}
  *    x causal or not; T = 64, 128, 256 with B = 2, H = 4; T = 1000 (every d_head in bf16, two in
- *    fp32 and fp16; B = 1, H = 2: the float64 reference is the slow part); Tq != Tk: Tk > Tq and
+ *    fp32, tf32 and fp16; B = 1, H = 2: the float64 reference is the slow part); Tq != Tk: Tk > Tq and
  *    Tk < Tq, not causal and causal (Tk < Tq causal: the first Tq - Tk rows are fully masked, up
  *    to whole query tiles of them). The reference is float64 naive attention on the SAME inputs:
  *    drawn in float32 and, for bf16/fp16, rounded to the dtype (round to nearest even, with
  *    src/core/convert.h) before both the upload and the reference, so the reference is exact for
- *    what the kernel was given. Normalized error ||got - want|| / ||want|| per tensor (a tensor
+ *    what the kernel was given (in tf32 the inputs are fp32: the kernels round them to TF32, and
+ *    that rounding is part of the error). Normalized error ||got - want|| / ||want|| per tensor (a tensor
  *    that is exactly 0 in the reference, dQ and dK when every row sees one key, is measured by the
  *    RMS of the result instead: the inputs are O(1)).
  *    Layouts: q, k, v as the thirds of one buffer (ld_qkv = 3*H*D [+ 8 padding columns]) with
@@ -47,7 +49,9 @@
  * 5. Last, fp32 rows that are not 16-byte aligned (ld_qkv = 3*H*D + 1 or H*D + 1, ld_out =
  *    H*D + 3): backend.h allows any ld >= H*D, and the fp32 kernels fall back to 4-byte copies
  *    (a misaligned-address error would be fatal and end the test, after everything else has been
- *    reported). The bf16/fp16 kernels require ld_qkv, ld_out multiples of 8 and 16-byte aligned
+ *    reported). The same rows in tf32 go to the exact kernels (the TF32 kernels need 16-byte rows),
+ *    so they are held to fp32's tolerances; that every aligned tf32 case ran the TF32 kernels shows
+ *    in its O error, above fp32's tolerance (checked on the smallest one). The bf16/fp16 kernels require ld_qkv, ld_out multiples of 8 and 16-byte aligned
  *    tensors (flash_attention.cu refuses anything else, fatally), so their cases keep rows 16-byte
  *    aligned: padding of 8 columns.
  * Skipped causal tiles are a performance property (test_flash_attention_cpu counts them on the
@@ -66,6 +70,17 @@
  *     emulation of exactly those roundings (T = 17..2048, D = 16..128) gives 1.7e-3..3.1e-3 in
  *     bf16 and 2.1e-4..3.1e-4 in fp16. 2e-2 and 5e-3 hold that with margins of 6x and 16x and are
  *     far below the O(1) error of a wrong index, mask, scale or layout.
+ *   tf32 3e-3: every operand of every product is rounded to TF32 (10 mantissa bits, relative
+ *     error up to u = 2^-11 = 4.9e-4, about u/sqrt(3) on average: q, k, v, dO as read, P and dS
+ *     from the fp32 accumulators), the accumulation, softmax, delta and outputs are fp32. A
+ *     float64 emulation of exactly those roundings (T = 1..2048, Tk != Tq, D = 16..128, causal or
+ *     not) gives normalized errors of 2.3e-4..4.3e-4 (O, dV) and up to 6.8e-4 (dQ, dK, where the
+ *     exact fp32 delta meets TF32 products); 3e-3 holds them with a margin of 4x and is still
+ *     far below the O(1) error of a wrong fragment, permutation, mask or layout (and far above
+ *     the exact kernels' ~1e-7). L in tf32 is checked by its RMS error, absolute: an error in a
+ *     logarithm is a relative error of the softmax sum, and a row that sees one key has
+ *     L = its score, whose relative error is unbounded near 0 (a cancellation in q.k); the
+ *     emulation gives at most 8e-4 over the shapes here (300 draws each): 3e-3.
  *   lse: fp32 from exact products (bf16 x bf16 and fp16 x fp16 are exact in fp32) in every
  *     dtype, ~1e-6: 1e-5 in fp32, 1e-4 in bf16/fp16 (a margin for tensor-core accumulation).
  *   Flash against the CUDA naive op (bf16, T = 4096): the naive op also rounds S and dP to bf16,
@@ -88,14 +103,17 @@
 #include "attention_reference.h"
 
 #define F32_TOL 1e-5
+#define TF32_TOL 3e-3
 #define BF16_TOL 2e-2
 #define F16_TOL 5e-3
 #define F32_LSE_TOL 1e-5
+#define TF32_LSE_TOL 3e-3 /* absolute RMS */
 #define LOWP_LSE_TOL 1e-4
 #define CS336_TOL 1e-2 /* rtol = atol of the CS336 reference test */
 
 static tlm_backend *gpu;
 static uint64_t rng = 0xF1A54A77u;
+static uint64_t rng_tf32 = 0x7F3254A7u; /* the tf32 cases' inputs */
 
 static const char *dt_name(tlm_dtype dt) {
     if (dt == TLM_DTYPE_BF16) return "bf16";
@@ -103,10 +121,13 @@ static const char *dt_name(tlm_dtype dt) {
     return dt == TLM_DTYPE_F32 ? "fp32" : tlm_dtype_name(dt);
 }
 
-static double tol_of(tlm_dtype dt) {
-    return dt == TLM_DTYPE_BF16 ? BF16_TOL : dt == TLM_DTYPE_F16 ? F16_TOL : F32_TOL;
+static double tol_of(tlm_precision p) {
+    return p == TLM_PRECISION_BF16 ? BF16_TOL : p == TLM_PRECISION_FP16 ? F16_TOL : p == TLM_PRECISION_TF32 ? TF32_TOL
+                                                                                                            : F32_TOL;
 }
-static double lse_tol_of(tlm_dtype dt) { return dt == TLM_DTYPE_F32 ? F32_LSE_TOL : LOWP_LSE_TOL; }
+static double lse_tol_of(tlm_precision p) {
+    return p == TLM_PRECISION_FP32 ? F32_LSE_TOL : p == TLM_PRECISION_TF32 ? TF32_LSE_TOL : LOWP_LSE_TOL;
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -247,7 +268,25 @@ static void scan_buffer(const dbuf *b, const view *views, int nv, int C, size_t 
         }
 }
 
-/* ---- comparisons: attention_reference.h; and between two float arrays (flash against the naive op) */
+/* ---- comparisons: attention_reference.h; L in tf32 by its absolute RMS error; and between two float
+ * arrays (flash against the naive op) */
+
+/* sqrt(mean((got - want)^2)) over the finite entries of want; an infinite want must be matched
+ * exactly and NaN never passes (+inf) */
+static double rms_error(const float *got, const double *want, size_t n) {
+    double sum = 0.0;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isinf(want[i])) {
+            if (got[i] != want[i]) return INFINITY;
+            continue;
+        }
+        if (!isfinite(got[i])) return INFINITY;
+        sum += (got[i] - want[i]) * (got[i] - want[i]);
+        m++;
+    }
+    return m ? sqrt(sum / (double)m) : 0.0;
+}
 static double norm_error_f(const float *got, const float *want, size_t n) {
     double num = 0.0, den = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -309,7 +348,7 @@ static void test_check_op(void) {
 typedef struct {
     int B, Tq, Tk, H, D;
     bool causal;
-    tlm_dtype dt;
+    tlm_precision p; /* the mode: its dtype holds every tensor but lse and the workspace */
     bool fused;  /* q, k, v (and dq, dk, dv) the thirds of one buffer, ld_qkv = 3C + pad_qkv;
                     else three buffers, ld_qkv = C + pad_qkv */
     int pad_qkv; /* padding columns of the q/k/v and dq/dk/dv rows */
@@ -318,19 +357,29 @@ typedef struct {
 } fa_case;
 
 static const char *tensor_name[5] = {"O", "L", "dQ", "dK", "dV"};
-static double worst[3][5]; /* per dtype (F32, BF16, F16), per tensor */
-static char worst_case[3][5][160];
+/* the modes in the order their random cases run */
+static const tlm_precision modes[4] = {TLM_PRECISION_FP32, TLM_PRECISION_BF16, TLM_PRECISION_FP16, TLM_PRECISION_TF32};
+static double worst[4][5]; /* per mode (as modes[]), per tensor */
+static char worst_case[4][5][160];
+static double tf32_least_o = INFINITY; /* the smallest O error of a case on the TF32 kernels */
 
-static int dt_index(tlm_dtype dt) { return dt == TLM_DTYPE_BF16 ? 1 : dt == TLM_DTYPE_F16 ? 2 : 0; }
+static int mode_index(tlm_precision p) {
+    return p == TLM_PRECISION_BF16 ? 1 : p == TLM_PRECISION_FP16 ? 2 : p == TLM_PRECISION_TF32 ? 3 : 0;
+}
 
 /* Runs forward and backward of c on the GPU with inputs drawn from *state; checks as above. */
 static void run_case(const fa_case *c, uint64_t *state) {
     const int B = c->B, Tq = c->Tq, Tk = c->Tk, H = c->H, D = c->D, C = H * D;
-    const tlm_dtype dt = c->dt;
+    const tlm_precision p = c->p;
+    const tlm_dtype dt = tlm_precision_act_dtype(p);
     const size_t nq = (size_t)B * Tq, nk = (size_t)B * Tk, nlse = (size_t)B * H * Tq;
     const int ld = (c->fused ? 3 * C : C) + c->pad_qkv, ld_out = C + c->pad_out;
+    /* tf32 runs the TF32 kernels on 16-byte rows (the buffers are aligned; the rows are when ld and
+     * ld_out are multiples of 4), the exact ones elsewhere: held to fp32's tolerances there */
+    const bool tc32 = p == TLM_PRECISION_TF32 && ld % 4 == 0 && ld_out % 4 == 0;
+    const tlm_precision tolp = p == TLM_PRECISION_TF32 && !tc32 ? TLM_PRECISION_FP32 : p;
     char name[160];
-    snprintf(name, sizeof name, "%s B=%d H=%d D=%d Tq=%d Tk=%d %s, qkv %s ld=%s%s+%d, ld_out=C+%d", dt_name(dt), B,
+    snprintf(name, sizeof name, "%s B=%d H=%d D=%d Tq=%d Tk=%d %s, qkv %s ld=%s%s+%d, ld_out=C+%d", tlm_precision_name(p), B,
              H, D, Tq, Tk, c->causal ? "causal" : "full", c->fused ? "fused" : "separate", c->fused ? "3" : "",
              "C", c->pad_qkv, c->pad_out);
 
@@ -389,14 +438,14 @@ static void run_case(const fa_case *c, uint64_t *state) {
 
     /* forward, then backward */
     tlm_flash_attention_forward(gpu, view_dev(outv), lseb.dev, view_dev(q), view_dev(k), view_dev(v), ld, ld_out,
-                                 B, Tq, Tk, H, D, c->causal, dt);
+                                 B, Tq, Tk, H, D, c->causal, p);
     tlm_synchronize(gpu);
     db_download(&outb);
     db_download(&lseb);
     unsigned char *out_image = db_snapshot(&outb), *lse_image = db_snapshot(&lseb);
     tlm_flash_attention_backward(gpu, view_dev(dq), view_dev(dk), view_dev(dv), ws.dev, view_dev(dov), view_dev(q),
                                   view_dev(k), view_dev(v), view_dev(outv), lseb.dev, ld, ld_out, B, Tq, Tk, H, D,
-                                  c->causal, dt);
+                                  c->causal, p);
     tlm_synchronize(gpu);
     for (int s = 0; s < nbuf; s++) db_download(&gr[s]);
 
@@ -408,17 +457,20 @@ static void run_case(const fa_case *c, uint64_t *state) {
     const size_t n[5] = {nq * C, nlse, nq * C, nk * C, nk * C};
     double err[5];
     bool ok = true;
-    const int ti = dt_index(dt);
+    const int ti = mode_index(p);
     for (int t = 0; t < 5; t++) {
-        err[t] = attn_norm_error(got[t], want[t], n[t]);
-        ok &= err[t] <= (t == 1 ? lse_tol_of(dt) : tol_of(dt));
+        err[t] = t == 1 && tolp == TLM_PRECISION_TF32 ? rms_error(got[t], want[t], n[t])
+                                                      : attn_norm_error(got[t], want[t], n[t]);
+        ok &= err[t] <= (t == 1 ? lse_tol_of(tolp) : tol_of(tolp));
         if (err[t] > worst[ti][t]) {
             worst[ti][t] = err[t];
             snprintf(worst_case[ti][t], sizeof worst_case[ti][t], "%s", name);
         }
     }
-    check(ok, "%s: vs float64: O %.1e, L %.1e, dQ %.1e, dK %.1e, dV %.1e (tolerance %.0e, L %.0e)", name, err[0],
-          err[1], err[2], err[3], err[4], tol_of(dt), lse_tol_of(dt));
+    if (tc32) tf32_least_o = fmin(tf32_least_o, err[0]);
+    check(ok, "%s: vs float64: O %.1e, L %.1e, dQ %.1e, dK %.1e, dV %.1e (tolerance %.0e, L %.0e%s)%s", name, err[0],
+          err[1], err[2], err[3], err[4], tol_of(tolp), lse_tol_of(tolp), tc32 ? " RMS" : "",
+          p == TLM_PRECISION_TF32 && !tc32 ? " [rows not 16-byte: the exact kernels]" : "");
 
     /* written, untouched, unchanged, fully masked rows */
     size_t not_finite = 0, touched = 0;
@@ -464,7 +516,8 @@ static void run_case(const fa_case *c, uint64_t *state) {
         for (int t = 0; t < 5; t++)
             check(attn_allclose(got[t], want[t], n[t], CS336_TOL, CS336_TOL),
                   "CS336 (4,128,64) %s %s %s: allclose(rtol=atol=1e-2) vs float64 naive; max |error| %.1e",
-                  dt_name(dt), c->causal ? "causal" : "non-causal", tensor_name[t], attn_max_error(got[t], want[t], n[t]));
+                  tlm_precision_name(p), c->causal ? "causal" : "non-causal", tensor_name[t],
+                  attn_max_error(got[t], want[t], n[t]));
 
     for (int t = 0; t < 5; t++) {
         free(want[t]);
@@ -508,10 +561,11 @@ static void test_large(void) {
     db_upload(&fout), db_upload(&lseb), db_upload(&fgrad), db_upload(&ws);
     const double t0 = now_s();
     tlm_flash_attention_forward(gpu, fout.dev, lseb.dev, view_dev(q), view_dev(k), view_dev(v), ld, C, B, T, T, H,
-                                 D, true, dt);
+                                 D, true, TLM_PRECISION_BF16);
     tlm_flash_attention_backward(gpu, fgrad.dev, (char *)fgrad.dev + (size_t)C * fgrad.es,
                                   (char *)fgrad.dev + (size_t)2 * C * fgrad.es, ws.dev, dob.dev, view_dev(q),
-                                  view_dev(k), view_dev(v), fout.dev, lseb.dev, ld, C, B, T, T, H, D, true, dt);
+                                  view_dev(k), view_dev(v), fout.dev, lseb.dev, ld, C, B, T, T, H, D, true,
+                                  TLM_PRECISION_BF16);
     tlm_synchronize(gpu);
     const double flash_s = now_s() - t0;
 
@@ -608,8 +662,8 @@ static void add_split_held_(void *user, const void *ptr, size_t bytes, tlm_mem_t
 
 static void test_split(void) {
     const double t0 = now_s();
-    const tlm_dtype bf = TLM_DTYPE_BF16;
-    /* B, Tq, Tk, H, D, causal, dt, fused, pad_qkv, pad_out, cs336; the float64 reference (one thread
+    const tlm_precision bf = TLM_PRECISION_BF16;
+    /* B, Tq, Tk, H, D, causal, mode, fused, pad_qkv, pad_out, cs336; the float64 reference (one thread
      * for one head) takes about 5 s for these */
     run_case(&(fa_case){1, 2048, 2048, 1, 32, true, bf, true, 0, 0, false}, &rng);
     run_case(&(fa_case){1, 4096, 4096, 1, 32, true, bf, false, 8, 0, false}, &rng);
@@ -619,7 +673,7 @@ static void test_split(void) {
     run_case(&(fa_case){1, 3001, 1200, 1, 128, true, bf, false, 0, 0, false}, &rng); /* 1801 rows: 14 tiles */
     run_case(&(fa_case){1, 1999, 4096, 1, 16, true, bf, true, 8, 8, false}, &rng);   /* Tk > Tq */
     run_case(&(fa_case){1, 1500, 1500, 1, 80, true, bf, false, 8, 0, false}, &rng);
-    run_case(&(fa_case){1, 1536, 1536, 1, 64, true, TLM_DTYPE_F16, true, 0, 0, false}, &rng);
+    run_case(&(fa_case){1, 1536, 1536, 1, 64, true, TLM_PRECISION_FP16, true, 0, 0, false}, &rng);
     size_t held = 0;
     tlm_mem_for_each(gpu, add_split_held_, &held);
     const char *env = getenv("TLM_FLASH_SPLIT");
@@ -640,59 +694,66 @@ int main(void) {
     /* 1 */
     test_check_op();
 
-    /* 2. CS336: the same numbers as test_flash_attention_cpu.c (seed 0, q | k | v row by row) */
-    for (int causal = 1; causal >= 0; causal--) {
-        uint64_t seed0 = 0;
-        run_case(&(fa_case){4, 128, 128, 1, 64, causal, TLM_DTYPE_F32, true, 0, 0, true}, &seed0);
-    }
+    /* 2. CS336: the same numbers as test_flash_attention_cpu.c (seed 0, q | k | v row by row), in fp32
+     * and tf32 */
+    for (int tf = 0; tf < 2; tf++)
+        for (int causal = 1; causal >= 0; causal--) {
+            uint64_t seed0 = 0;
+            run_case(&(fa_case){4, 128, 128, 1, 64, causal, tf ? TLM_PRECISION_TF32 : TLM_PRECISION_FP32, true, 0, 0,
+                                true},
+                     &seed0);
+        }
 
-    /* 3. random cases, per dtype (TLM_FA_DTYPES=bf16,fp16 runs only those, and skips the large case:
-     * for compute-sanitizer's racecheck, which runs the kernels hundreds of times slower) */
+    /* 3. random cases, per mode (TLM_FA_DTYPES=bf16,fp16 runs only those modes, and skips the large
+     * case: for compute-sanitizer's racecheck, which runs the kernels hundreds of times slower) */
     const char *only = getenv("TLM_FA_DTYPES");
-    for (int t = 0; t < 3; t++) {
-        const tlm_dtype dt = act_dtypes[t];
-        if (only && !strstr(only, dt_name(dt))) continue;
+    bool tf32_ran = false;
+    for (int t = 0; t < 4; t++) {
+        const tlm_precision mode = modes[t];
+        if (only && !strstr(only, tlm_precision_name(mode))) continue;
+        tf32_ran |= mode == TLM_PRECISION_TF32;
+        uint64_t *st = mode == TLM_PRECISION_TF32 ? &rng_tf32 : &rng;
         const double t0 = now_s();
         int nth = 0;
         /* every d_head x T in {1, 17, 129} x causal or not; the three layouts in turn */
         for (int di = 0; di < 5; di++)
             for (int causal = 0; causal < 2; causal++) {
                 const int D = supported_d[di];
-                run_case(&(fa_case){2, 1, 1, 3, D, causal, dt, true, 0, 0, false}, &rng);
-                run_case(&(fa_case){2, 17, 17, 3, D, causal, dt, nth % 2 == 0, 8, 8, false}, &rng);
-                run_case(&(fa_case){2, 129, 129, 2, D, causal, dt, nth % 2 == 1, 8 * (nth % 2), 8, false}, &rng);
+                run_case(&(fa_case){2, 1, 1, 3, D, causal, mode, true, 0, 0, false}, st);
+                run_case(&(fa_case){2, 17, 17, 3, D, causal, mode, nth % 2 == 0, 8, 8, false}, st);
+                run_case(&(fa_case){2, 129, 129, 2, D, causal, mode, nth % 2 == 1, 8 * (nth % 2), 8, false}, st);
                 nth++;
             }
         /* several heads and batch > 1 at tile-sized lengths */
-        run_case(&(fa_case){2, 64, 64, 4, supported_d[(t + 0) % 5], true, dt, true, 0, 0, false}, &rng);
-        run_case(&(fa_case){2, 128, 128, 4, supported_d[(t + 1) % 5], false, dt, true, 8, 8, false}, &rng);
-        run_case(&(fa_case){2, 256, 256, 4, supported_d[(t + 2) % 5], true, dt, false, 8, 0, false}, &rng);
-        run_case(&(fa_case){3, 256, 256, 2, supported_d[(t + 3) % 5], false, dt, true, 0, 8, false}, &rng);
-        /* T = 1000: every d_head in bf16 (the kernels' main dtype), two in fp32 and fp16 */
-        if (dt == TLM_DTYPE_BF16)
+        run_case(&(fa_case){2, 64, 64, 4, supported_d[(t + 0) % 5], true, mode, true, 0, 0, false}, st);
+        run_case(&(fa_case){2, 128, 128, 4, supported_d[(t + 1) % 5], false, mode, true, 8, 8, false}, st);
+        run_case(&(fa_case){2, 256, 256, 4, supported_d[(t + 2) % 5], true, mode, false, 8, 0, false}, st);
+        run_case(&(fa_case){3, 256, 256, 2, supported_d[(t + 3) % 5], false, mode, true, 0, 8, false}, st);
+        /* T = 1000: every d_head in bf16 (the kernels' main dtype), two in fp32, fp16 and tf32 */
+        if (mode == TLM_PRECISION_BF16)
             for (int di = 0; di < 5; di++)
-                run_case(&(fa_case){1, 1000, 1000, 2, supported_d[di], di % 2 == 0, dt, di % 2 == 0, 8, 8, false},
-                         &rng);
+                run_case(&(fa_case){1, 1000, 1000, 2, supported_d[di], di % 2 == 0, mode, di % 2 == 0, 8, 8, false},
+                         st);
         else {
-            run_case(&(fa_case){1, 1000, 1000, 2, dt == TLM_DTYPE_F32 ? 64 : 80, true, dt, true, 0, 8, false}, &rng);
-            run_case(&(fa_case){1, 1000, 1000, 2, dt == TLM_DTYPE_F32 ? 128 : 64, false, dt, false, 8, 0, false},
-                     &rng);
+            const bool f32 = tlm_precision_act_dtype(mode) == TLM_DTYPE_F32;
+            run_case(&(fa_case){1, 1000, 1000, 2, f32 ? 64 : 80, true, mode, true, 0, 8, false}, st);
+            run_case(&(fa_case){1, 1000, 1000, 2, f32 ? 128 : 64, false, mode, false, 8, 0, false}, st);
         }
         /* Tq != Tk, not causal */
-        run_case(&(fa_case){2, 17, 100, 2, supported_d[(t + 0) % 5], false, dt, true, 8, 8, false}, &rng);
-        run_case(&(fa_case){2, 100, 17, 2, supported_d[(t + 1) % 5], false, dt, false, 8, 0, false}, &rng);
-        run_case(&(fa_case){3, 1, 100, 2, supported_d[(t + 2) % 5], false, dt, true, 0, 0, false}, &rng);
+        run_case(&(fa_case){2, 17, 100, 2, supported_d[(t + 0) % 5], false, mode, true, 8, 8, false}, st);
+        run_case(&(fa_case){2, 100, 17, 2, supported_d[(t + 1) % 5], false, mode, false, 8, 0, false}, st);
+        run_case(&(fa_case){3, 1, 100, 2, supported_d[(t + 2) % 5], false, mode, true, 0, 0, false}, st);
         /* causal, Tk > Tq (bottom-right: query 0 sees keys 0..Tk-Tq) */
-        run_case(&(fa_case){3, 1, 100, 2, supported_d[(t + 3) % 5], true, dt, false, 0, 8, false}, &rng);
-        run_case(&(fa_case){2, 17, 100, 2, supported_d[(t + 4) % 5], true, dt, true, 8, 0, false}, &rng);
-        run_case(&(fa_case){1, 64, 256, 2, supported_d[(t + 0) % 5], true, dt, true, 0, 8, false}, &rng);
-        run_case(&(fa_case){1, 129, 1000, 1, supported_d[(t + 1) % 5], true, dt, false, 8, 8, false}, &rng);
+        run_case(&(fa_case){3, 1, 100, 2, supported_d[(t + 3) % 5], true, mode, false, 0, 8, false}, st);
+        run_case(&(fa_case){2, 17, 100, 2, supported_d[(t + 4) % 5], true, mode, true, 8, 0, false}, st);
+        run_case(&(fa_case){1, 64, 256, 2, supported_d[(t + 0) % 5], true, mode, true, 0, 8, false}, st);
+        run_case(&(fa_case){1, 129, 1000, 1, supported_d[(t + 1) % 5], true, mode, false, 8, 8, false}, st);
         /* causal, Tk < Tq: the first Tq - Tk rows see no key (136 of 200: whole query tiles) */
-        run_case(&(fa_case){2, 100, 37, 2, supported_d[(t + 2) % 5], true, dt, true, 8, 8, false}, &rng);
-        run_case(&(fa_case){2, 64, 1, 1, supported_d[(t + 3) % 5], true, dt, false, 0, 0, false}, &rng);
-        run_case(&(fa_case){2, 200, 64, 2, supported_d[(t + 4) % 5], true, dt, true, 0, 8, false}, &rng);
-        run_case(&(fa_case){1, 300, 129, 2, supported_d[(t + 0) % 5], true, dt, false, 8, 8, false}, &rng);
-        printf("# %s cases: %.1f s\n", dt_name(dt), now_s() - t0);
+        run_case(&(fa_case){2, 100, 37, 2, supported_d[(t + 2) % 5], true, mode, true, 8, 8, false}, st);
+        run_case(&(fa_case){2, 64, 1, 1, supported_d[(t + 3) % 5], true, mode, false, 0, 0, false}, st);
+        run_case(&(fa_case){2, 200, 64, 2, supported_d[(t + 4) % 5], true, mode, true, 0, 8, false}, st);
+        run_case(&(fa_case){1, 300, 129, 2, supported_d[(t + 0) % 5], true, mode, false, 8, 8, false}, st);
+        printf("# %s cases: %.1f s\n", tlm_precision_name(mode), now_s() - t0);
     }
 
     /* 4 */
@@ -702,18 +763,27 @@ int main(void) {
     /* 4b */
     if (!only) test_split();
 
-    printf("worst normalized errors against float64 (tolerances fp32 %.0e, bf16 %.0e, fp16 %.0e; L fp32 %.0e, "
-           "bf16/fp16 %.0e):\n", F32_TOL, BF16_TOL, F16_TOL, F32_LSE_TOL, LOWP_LSE_TOL);
-    for (int t = 0; t < 3; t++)
+    printf("worst errors against float64, normalized (L in tf32: RMS) (tolerances fp32 %.0e, bf16 %.0e, fp16 %.0e, "
+           "tf32 %.0e; L fp32 %.0e, bf16/fp16 %.0e, tf32 %.0e):\n",
+           F32_TOL, BF16_TOL, F16_TOL, TF32_TOL, F32_LSE_TOL, LOWP_LSE_TOL, TF32_LSE_TOL);
+    for (int t = 0; t < 4; t++)
         for (int e = 0; e < 5; e++)
-            printf("  %s %-2s %.2e  (%s)\n", dt_name(act_dtypes[t]), tensor_name[e], worst[t][e], worst_case[t][e]);
+            printf("  %s %-2s %.2e  (%s)\n", tlm_precision_name(modes[t]), tensor_name[e], worst[t][e],
+                   worst_case[t][e]);
+    if (tf32_ran)
+        check(tf32_least_o > F32_TOL,
+              "tf32 cases on 16-byte rows ran the TF32 kernels: the least O error, %.1e, is above fp32's %.0e",
+              tf32_least_o, F32_TOL);
 
     /* 5. last: fp32 rows that are not 16-byte aligned (a kernel that needs them aligned dies here) */
     printf("# next: fp32 rows not 16-byte aligned (ld_qkv = 3C+1 and C+1, ld_out = C+3)\n");
     fflush(stdout);
-    run_case(&(fa_case){2, 33, 33, 2, 64, true, TLM_DTYPE_F32, true, 1, 3, false}, &rng);
-    run_case(&(fa_case){2, 40, 70, 2, 80, true, TLM_DTYPE_F32, false, 1, 3, false}, &rng);
-    run_case(&(fa_case){1, 100, 100, 3, 16, false, TLM_DTYPE_F32, true, 3, 1, false}, &rng);
+    run_case(&(fa_case){2, 33, 33, 2, 64, true, TLM_PRECISION_FP32, true, 1, 3, false}, &rng);
+    run_case(&(fa_case){2, 40, 70, 2, 80, true, TLM_PRECISION_FP32, false, 1, 3, false}, &rng);
+    run_case(&(fa_case){1, 100, 100, 3, 16, false, TLM_PRECISION_FP32, true, 3, 1, false}, &rng);
+    /* tf32 on the same rows: the exact kernels (fp32's tolerances) */
+    run_case(&(fa_case){2, 33, 33, 2, 64, true, TLM_PRECISION_TF32, true, 1, 3, false}, &rng_tf32);
+    run_case(&(fa_case){1, 100, 100, 3, 128, false, TLM_PRECISION_TF32, false, 2, 2, false}, &rng_tf32);
 
     check(test_bytes_held(gpu) == 0, "every test buffer freed (%zu bytes still allocated)", test_bytes_held(gpu));
     tlm_backend_destroy(gpu);

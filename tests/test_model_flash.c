@@ -1,6 +1,7 @@
 /* test_model_flash.c — FlashAttention-2 in the model, on the CPU backend:
  * 1. the CPU backend's flash ops (ops.def: flash_attention_*) are the fp32 reference with its
- *    default tiles: in fp32 bit for bit the reference on the same tensors; in bf16/fp16 bit for
+ *    default tiles: in fp32 and tf32 (fp32 on the CPU) bit for bit the reference on the same
+ *    tensors; in bf16/fp16 bit for
  *    bit the reference on the widened inputs with its outputs rounded to nearest even; on the
  *    fused q|k|v layout with padded rows (ld_qkv = 3C + 5, ld_out = C + 3), whose padding and
  *    other thirds stay untouched; a NULL workspace accepted. The device supports them as the
@@ -11,7 +12,7 @@
  *    switch between naive and flash on a model that holds activations.
  * 3. the whole model, flash against naive (model_flash_checks.h says what and why): the tiny
  *    preset (context 32, d_head 16), context 100 (not a multiple of the 64-row tiles) with
- *    d_head 16 and with d_head 32, in fp32, bf16 and fp16.
+ *    d_head 16 and with d_head 32, in fp32, tf32, bf16 and fp16.
  * The PyTorch fixture test with flash is in test_model_fixture.c. */
 #include "model_flash_checks.h"
 #include "test_check.h"
@@ -42,12 +43,13 @@ static void *copy_of(const void *p, size_t bytes) {
     return q;
 }
 
-/* The op on (q|k|v fused, padded) against the reference on the widened tensors, rounded. */
-static void test_ops_dtype(tlm_backend *be, tlm_dtype dt) {
+/* The op in mode p on (q|k|v fused, padded) against the reference on the widened tensors, rounded. */
+static void test_ops_mode(tlm_backend *be, tlm_precision p) {
     const int B = 2, T = 37, H = 3, D = 16, C = H * D, ldq = 3 * C + 5, ldo = C + 3;
+    const tlm_dtype dt = tlm_precision_act_dtype(p);
     const size_t rows = (size_t)B * T, es = tlm_dtype_size(dt);
     const tlm_flash_tiles tiles = tlm_flash_cpu_default_tiles();
-    const char *dn = tlm_dtype_name(dt);
+    const char *dn = tlm_precision_name(p);
     uint64_t st = tlm_rng_stream(5, (uint64_t)dt);
     void *qkv = rand_rows(&st, rows, ldq, 3 * C, dt), *dout = rand_rows(&st, rows, ldo, C, dt);
     void *out = rand_rows(&st, rows, ldo, 0, dt);      /* all NaN: the op writes the C columns */
@@ -65,7 +67,7 @@ static void test_ops_dtype(tlm_backend *be, tlm_dtype dt) {
     tlm_flash_attention_forward_cpu(o32, lse32, q32, q32 + C, q32 + 2 * C, ldq, ldo, B, T, T, H, D, true, tiles.Br,
                                     tiles.Bc);
     tlm_cpu_round(o32, rows * ldo, dt); /* what the op's rounding to dt gives */
-    tlm_flash_attention_forward(be, out, lse, q, k, v, ldq, ldo, B, T, T, H, D, true, dt);
+    tlm_flash_attention_forward(be, out, lse, q, k, v, ldq, ldo, B, T, T, H, D, true, p);
     float *got = malloc(rows * ldq * sizeof(float));
     tlm_cpu_widen(got, out, 0, rows * ldo, dt);
     size_t diff = 0, pad_bad = 0;
@@ -88,7 +90,7 @@ static void test_ops_dtype(tlm_backend *be, tlm_dtype dt) {
     tlm_cpu_round(dqkv32, rows * ldq, dt);
     void *qkv_before = copy_of(qkv, rows * ldq * es);
     tlm_flash_attention_backward(be, dqkv, (char *)dqkv + C * es, (char *)dqkv + 2 * C * es, NULL, dout, q, k,
-                                      v, out, lse, ldq, ldo, B, T, T, H, D, true, dt);
+                                      v, out, lse, ldq, ldo, B, T, T, H, D, true, p);
     tlm_cpu_widen(got, dqkv, 0, rows * ldq, dt);
     diff = pad_bad = 0;
     for (size_t r = 0; r < rows; r++)
@@ -116,9 +118,10 @@ static void test_ops_dtype(tlm_backend *be, tlm_dtype dt) {
 }
 
 static void test_ops(tlm_backend *be) {
-    test_ops_dtype(be, TLM_DTYPE_F32);
-    test_ops_dtype(be, TLM_DTYPE_BF16);
-    test_ops_dtype(be, TLM_DTYPE_F16);
+    test_ops_mode(be, TLM_PRECISION_FP32);
+    test_ops_mode(be, TLM_PRECISION_TF32);
+    test_ops_mode(be, TLM_PRECISION_BF16);
+    test_ops_mode(be, TLM_PRECISION_FP16);
     const tlm_op_id fwd = TLM_OP_FLASH_ATTENTION_FORWARD, bwd = TLM_OP_FLASH_ATTENTION_BACKWARD;
     check(tlm_backend_supports(be, fwd, TLM_DTYPE_F32, 16) == TLM_SUPPORT_REFERENCE &&
               tlm_backend_supports(be, fwd, TLM_DTYPE_BF16, 7) == TLM_SUPPORT_REFERENCE &&

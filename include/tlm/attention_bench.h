@@ -1,6 +1,9 @@
 /* attention_bench.h — `tlm attention`, the attention benchmark (SPEC.md §2.7-2.8; CS336
  * assignment 2, pytorch_attention and flash_benchmarking): one case = one implementation
- * (naive or flash) at (batch, heads, seq, d_head, dtype, causal). Random inputs (seeded normals,
+ * (naive or flash) at (batch, heads, seq, d_head, precision mode, causal). The mode is what the
+ * model's would be (precision.h): its dtype holds q, k, v, dout and the outputs; tf32 keeps
+ * them fp32 and runs the products on TF32 tensor cores (naive: TF32 GEMMs; flash: the TF32
+ * FlashAttention kernels where the backend has them, ops.def). Random inputs (seeded normals,
  * never zeros), `warmup` untimed forward+backward passes, then `iters` timed forward passes and
  * `iters` timed backward passes, each synchronized; the backward passes reuse the outputs of
  * the last forward (what autograd saves). Memory from tlm's tracked allocator.
@@ -17,6 +20,7 @@
 #include "tlm/backend.h"
 #include "tlm/dtype.h"
 #include "tlm/model.h" /* tlm_attention: NAIVE or FLASH (AUTO is not a benchmark case) */
+#include "tlm/precision.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,7 +33,8 @@ double tlm_attn_flops_backward(int batch, int heads, int seq, int d_head, bool c
 typedef struct {
     tlm_attention impl;            /* TLM_ATTENTION_NAIVE or TLM_ATTENTION_FLASH */
     int batch, heads, seq, d_head; /* >= 1; d_head even */
-    tlm_dtype dtype;               /* TLM_DTYPE_F32, BF16 or F16 */
+    tlm_precision precision;       /* fp32, tf32, bf16 or fp16: the tensors are of
+                                      tlm_precision_act_dtype(precision) */
     bool causal;
     int warmup, iters;             /* warmup >= 0, iters >= 1 */
     uint64_t seed;
@@ -58,7 +63,7 @@ typedef struct {
 
 /* Runs one case on `be`, freeing everything it allocated. Out of memory and unsupported
  * cases come back in r->status (TLM_OK returned); a case that is invalid (sizes < 1, odd
- * d_head, iters < 1) returns TLM_ERR_INVALID_ARGUMENT with the message set. */
+ * d_head, iters < 1, a mode outside the four) returns TLM_ERR_INVALID_ARGUMENT with the message set. */
 tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_attn_result *r);
 
 #ifdef __cplusplus

@@ -1,10 +1,11 @@
 /* attention_bench.c — one case of `tlm attention` (attention_bench.h): naive attention or
  * FlashAttention-2, each through the dispatch (ops.h).
  *   naive: attention_forward/backward (causal only; P (B,H,T,T) saved, dP scratch of that size),
- *          in the precision mode of the case's dtype (fp32 strict, bf16, fp16).
+ *          in the case's precision mode (fp32 strict, tf32 GEMMs, bf16, fp16).
  *   flash: flash_attention_forward/backward (CUDA: the kernels of src/cuda/flash_attention*.cu;
- *          CPU: the reference of src/cpu/flash_attention.c). tlm_backend_supports comes first: a
- *          (d_head, dtype) it refuses is an "unsupported" row carrying its message. The backward's
+ *          CPU: the reference of src/cpu/flash_attention.c), in the case's mode (tf32: the CUDA
+ *          TF32 kernels). tlm_backend_supports comes first: a (d_head, dtype) it refuses is an
+ *          "unsupported" row carrying its message. The backward's
  *          fp32 workspace (tlm_flash_workspace_floats: delta and the dQ accumulator) is allocated
  *          before the backward on every backend, the CPU included (its ops accept NULL), so memory
  *          is accounted alike.
@@ -127,19 +128,19 @@ static void run_pass(const pass_args *a, bool backward) {
     case PATH_NAIVE:
         if (!backward)
             tlm_attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, B, T, H, D,
-                                  tlm_precision_of_dtype(c->dtype));
+                                  c->precision);
         else
             tlm_attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_SCRATCH], p[BUF_DOUT], p[BUF_Q],
-                                   p[BUF_K], p[BUF_V], p[BUF_SAVED], C, B, T, H, D, tlm_precision_of_dtype(c->dtype));
+                                   p[BUF_K], p[BUF_V], p[BUF_SAVED], C, B, T, H, D, c->precision);
         break;
     case PATH_FLASH_OPS:
         if (!backward)
             tlm_flash_attention_forward(be, p[BUF_OUT], p[BUF_SAVED], p[BUF_Q], p[BUF_K], p[BUF_V], C, C, B, T, T, H,
-                                        D, c->causal, c->dtype);
+                                        D, c->causal, c->precision);
         else
             tlm_flash_attention_backward(be, p[BUF_DQ], p[BUF_DK], p[BUF_DV], p[BUF_WORKSPACE], p[BUF_DOUT], p[BUF_Q],
                                          p[BUF_K], p[BUF_V], p[BUF_OUT], p[BUF_SAVED], C, C, B, T, T, H, D, c->causal,
-                                         c->dtype);
+                                         c->precision);
         break;
     }
 }
@@ -180,17 +181,18 @@ tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT,
                         "attention case: batch %d, heads %d, seq %d, d_head %d (even, >= 2), iters %d, warmup %d",
                         c->batch, c->heads, c->seq, c->d_head, c->iters, c->warmup);
-    if (c->dtype != TLM_DTYPE_F32 && c->dtype != TLM_DTYPE_BF16 && c->dtype != TLM_DTYPE_F16)
-        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "attention case: dtype %s (known: F32, BF16, F16)",
-                        tlm_dtype_name(c->dtype));
+    if ((unsigned)c->precision >= TLM_PRECISION_COUNT)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "attention case: precision mode %d (known: fp32, tf32, bf16, fp16)",
+                        (int)c->precision);
+    const tlm_dtype dt = tlm_precision_act_dtype(c->precision);
     const bool flash = c->impl == TLM_ATTENTION_FLASH;
     if (!flash && !c->causal) {
         unsupported(r, "naive: causal only (the backend's attention op)");
         return TLM_OK;
     }
     /* flash: when the backend has kernels for this d_head and dtype */
-    if (flash && (tlm_backend_supports(be, TLM_OP_FLASH_ATTENTION_FORWARD, c->dtype, c->d_head) == TLM_SUPPORT_NONE ||
-                  tlm_backend_supports(be, TLM_OP_FLASH_ATTENTION_BACKWARD, c->dtype, c->d_head) == TLM_SUPPORT_NONE)) {
+    if (flash && (tlm_backend_supports(be, TLM_OP_FLASH_ATTENTION_FORWARD, dt, c->d_head) == TLM_SUPPORT_NONE ||
+                  tlm_backend_supports(be, TLM_OP_FLASH_ATTENTION_BACKWARD, dt, c->d_head) == TLM_SUPPORT_NONE)) {
         unsupported(r, "flash: %s", tlm_last_error());
         return TLM_OK;
     }
@@ -201,11 +203,11 @@ tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_
         r->status = TLM_ATTN_OOM;
         r->oom_bytes = SIZE_MAX;
         snprintf(r->note, sizeof r->note, "out of memory: %.3g bytes asked for (past the address space)",
-                 flash ? (double)c->batch * c->seq * c->heads * c->d_head * tlm_dtype_size(c->dtype) : probs_d);
+                 flash ? (double)c->batch * c->seq * c->heads * c->d_head * tlm_dtype_size(dt) : probs_d);
         return TLM_OK;
     }
     const int B = c->batch, H = c->heads, T = c->seq, D = c->d_head, C = H * D;
-    const size_t es = tlm_dtype_size(c->dtype);
+    const size_t es = tlm_dtype_size(dt);
     const size_t rows = (size_t)B * T, nqkv = rows * C;
     const size_t act = nqkv * es;                        /* one (B,T,H,D) tensor */
     const size_t probs = (size_t)B * H * T * T * es;     /* naive: P (B,H,T,T) */
@@ -218,10 +220,10 @@ tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_
     /* inputs: q, k, v and the gradient of the output, random normals */
     if (!alloc_buf(&b, BUF_Q, act, TLM_MEM_ACTIVATIONS) || !alloc_buf(&b, BUF_K, act, TLM_MEM_ACTIVATIONS) ||
         !alloc_buf(&b, BUF_V, act, TLM_MEM_ACTIVATIONS) || !alloc_buf(&b, BUF_DOUT, act, TLM_MEM_GRADIENTS) ||
-        !fill_random(&b, b.p[BUF_Q], nqkv, c->dtype, c->seed, 1) ||
-        !fill_random(&b, b.p[BUF_K], nqkv, c->dtype, c->seed, 2) ||
-        !fill_random(&b, b.p[BUF_V], nqkv, c->dtype, c->seed, 3) ||
-        !fill_random(&b, b.p[BUF_DOUT], nqkv, c->dtype, c->seed, 4))
+        !fill_random(&b, b.p[BUF_Q], nqkv, dt, c->seed, 1) ||
+        !fill_random(&b, b.p[BUF_K], nqkv, dt, c->seed, 2) ||
+        !fill_random(&b, b.p[BUF_V], nqkv, dt, c->seed, 3) ||
+        !fill_random(&b, b.p[BUF_DOUT], nqkv, dt, c->seed, 4))
         goto done;
     /* the forward's outputs: out and what it saves (P for naive, L for flash) */
     if (!alloc_buf(&b, BUF_OUT, act, TLM_MEM_ACTIVATIONS) ||

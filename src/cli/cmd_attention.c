@@ -1,5 +1,6 @@
 /* cmd_attention.c — `tlm attention`: the attention benchmark (SPEC.md §2.7-2.8), naive
- * attention against FlashAttention-2 over batch x heads x seq x d_head x dtype, with the CS336
+ * attention against FlashAttention-2 over batch x heads x seq x d_head x precision mode (fp32,
+ * tf32, bf16, fp16; --dtype is the older spelling of the three that are dtypes), with the CS336
  * suites as presets. One case per row: attention_bench.h runs it. */
 #include <math.h>
 #include <stdlib.h>
@@ -18,6 +19,9 @@ static const char *mem_note = "tracked allocator bytes in use before the backwar
                               "MiB = 2^20 bytes; peak = the row's allocator peak (adds dq, dk, dv and the "
                               "backward's scratch: naive dP (b,h,s,s), flash its fp32 workspace (b,h,s,d+1))";
 static const char *ratio_note = "naive time / flash time for the same shape (forward+backward), on the flash row";
+static const char *mode_note = "the dtype column is the precision mode: fp32 (strict fp32 products), tf32 (fp32 "
+                               "tensors, TF32 tensor-core products: naive's GEMMs, flash's CUDA kernels; fp32 on "
+                               "the CPU), bf16, fp16";
 
 static const tlm_column attention_columns[] = {
     {"impl", TLM_FIELD_STR, "impl", "", -5, 0, 0, TLM_COL_KEY},
@@ -43,8 +47,8 @@ static const tlm_column attention_columns[] = {
 
 typedef struct {
     const char *suite;
-    int heads[MAX_LIST], n_heads, ds[MAX_LIST], n_ds, n_dtypes;
-    tlm_dtype dtypes[3];
+    int heads[MAX_LIST], n_heads, ds[MAX_LIST], n_ds, n_modes;
+    tlm_precision modes[3]; /* --dtype: the modes fp32, bf16, fp16 */
     int causal, impl_mask; /* -1 / 0: not given; impl bit 0 naive, bit 1 flash */
     long iters, max_seq;
 } attention_opts;
@@ -70,13 +74,16 @@ static bool attention_handle(void *user, int opt, const char *arg) {
         return true;
     case 'T': {
         char **items;
-        if (!cli_split_list(cmd, "--dtype", arg, 3, &items, &o->n_dtypes)) return false;
+        if (!cli_split_list(cmd, "--dtype", arg, 3, &items, &o->n_modes)) return false;
         bool ok = true;
-        for (int i = 0; ok && i < o->n_dtypes; i++)
-            if (!tlm_act_dtype_parse(items[i], &o->dtypes[i])) {
-                cli_error(cmd, "--dtype: unknown dtype '%s' (known: fp32, bf16, fp16)", items[i]);
+        for (int i = 0; ok && i < o->n_modes; i++) {
+            tlm_dtype dt;
+            if (!tlm_act_dtype_parse(items[i], &dt)) {
+                cli_error(cmd, "--dtype: unknown dtype '%s' (known: fp32, bf16, fp16; tf32: --precision)", items[i]);
                 ok = false;
             }
+            o->modes[i] = tlm_precision_of_dtype(dt);
+        }
         free(items);
         return ok;
     }
@@ -91,6 +98,7 @@ static bool attention_handle(void *user, int opt, const char *arg) {
 static const cli_use attention_uses[] = {
     {CLI_BATCH_SIZE, "1", MAX_LIST},
     {CLI_CONTEXT_LENGTH, "256,1024", MAX_LIST},
+    {CLI_PRECISION, "fp32", TLM_PRECISION_COUNT},
     {CLI_WARMUP, "2", 1},
     {CLI_SEED, "0", 1},
     CLI_USES_DEVICE,
@@ -127,7 +135,7 @@ static const cli_command attention_cmd = {
         "  -S, --suite NAME            pytorch-attention | flash-benchmarking | leaderboard (default: none)\n"
         "  -H, --heads LIST            heads (default: 1)\n"
         "  -D, --d-head LIST           head sizes, even and >= 2 (default: 64; flash on CUDA: 16, 32, 64, 80, 128)\n"
-        "  -T, --dtype LIST            fp32, bf16, fp16 (default: fp32)\n"
+        "  -T, --dtype LIST            fp32, bf16, fp16: --precision's older spelling, without tf32\n"
         "  -C, --causal on|off         causal mask (default: on; naive is causal only: off gives naive rows that\n"
         "                              say so)\n"
         "  -i, --impl I                naive | flash | both (default: both)\n"
@@ -135,9 +143,11 @@ static const cli_command attention_cmd = {
         "  -M, --max-seq N             skip rows with seq > N (default: 1024 on the CPU with a --suite, else none)\n",
     .help_after =
         "\n--context-length is the sequence length (Tq = Tk). Both implementations run through the backend's\n"
-        "ops. Flash on CUDA: tensor-core kernels in bf16/fp16, exact-fp32 kernels in fp32; on the CPU: the\n"
-        "FlashAttention-2 reference, any d_head. A (d_head, dtype) the backend has no kernel for is a row\n"
-        "saying \"unsupported\" and why; an out-of-memory case is a row saying OOM with the bytes asked for.\n",
+        "ops, in the precision mode of the row (the dtype column): naive's GEMMs as the model's; flash on\n"
+        "CUDA: tensor-core kernels in bf16/fp16, TF32 tensor-core kernels in tf32, exact-fp32 kernels in\n"
+        "fp32; on the CPU: the FlashAttention-2 reference (fp32 in fp32 and tf32), any d_head. A (d_head,\n"
+        "dtype) the backend has no kernel for is a row saying \"unsupported\" and why; an out-of-memory case\n"
+        "is a row saying OOM with the bytes asked for.\n",
     .name = "attention", CLI_USES(attention_uses), .options = attention_options, .short_options = "S:H:D:T:C:i:n:M:",
     .handle = attention_handle};
 
@@ -148,7 +158,7 @@ static void report_row(tlm_report *rep, const tlm_attn_case *c, const tlm_attn_r
     tlm_report_int(rep, "num_heads", c->heads);
     tlm_report_int(rep, "context_length", c->seq);
     tlm_report_int(rep, "d_head", c->d_head);
-    tlm_report_str(rep, "dtype", tlm_act_dtype_name(c->dtype));
+    tlm_report_str(rep, "dtype", tlm_precision_name(c->precision));
     tlm_report_bool(rep, "causal", c->causal);
     tlm_report_int(rep, "warmup_steps", c->warmup);
     tlm_report_int(rep, "iters", c->iters);
@@ -178,8 +188,8 @@ int cmd_attention(int argc, char **argv) {
 
     /* the suite's values, then the flags over them */
     int batch[MAX_LIST] = {1}, n_batch = 1, heads[MAX_LIST] = {1}, n_heads = 1, warmup = 2, iters = 10;
-    int seqs[MAX_LIST] = {256, 1024}, n_seqs = 2, ds[MAX_LIST] = {64}, n_ds = 1, n_dtypes = 1;
-    tlm_dtype dtypes[3] = {TLM_DTYPE_F32};
+    int seqs[MAX_LIST] = {256, 1024}, n_seqs = 2, ds[MAX_LIST] = {64}, n_ds = 1, n_modes = 1;
+    tlm_precision modes[TLM_PRECISION_COUNT] = {TLM_PRECISION_FP32};
     if (o->suite && strcmp(o->suite, "pytorch-attention") == 0) {
         static const int sq[] = {256, 1024, 4096, 8192, 16384}, dd[] = {16, 32, 64, 128};
         batch[0] = 8; iters = 100; warmup = 10;
@@ -191,18 +201,25 @@ int cmd_attention(int argc, char **argv) {
         n_seqs = 0;
         for (int s = 128; s <= 65536; s *= 2) seqs[n_seqs++] = s;
         n_ds = 4; memcpy(ds, dd, sizeof dd);
-        n_dtypes = 2; dtypes[0] = TLM_DTYPE_BF16; dtypes[1] = TLM_DTYPE_F32;
+        n_modes = 2; modes[0] = TLM_PRECISION_BF16; modes[1] = TLM_PRECISION_FP32;
     } else if (o->suite && strcmp(o->suite, "leaderboard") == 0) {
         heads[0] = 16; iters = 100; warmup = 10;
         n_seqs = 1; seqs[0] = 16384;
         ds[0] = 64;
-        dtypes[0] = TLM_DTYPE_BF16;
+        modes[0] = TLM_PRECISION_BF16;
     }
     if (a.num_batch_sizes) { n_batch = a.num_batch_sizes; memcpy(batch, a.batch_sizes, sizeof batch); }
     if (o->n_heads) { n_heads = o->n_heads; memcpy(heads, o->heads, sizeof heads); }
     if (a.num_contexts) { n_seqs = a.num_contexts; memcpy(seqs, a.contexts, sizeof seqs); }
     if (o->n_ds) { n_ds = o->n_ds; memcpy(ds, o->ds, sizeof ds); }
-    if (o->n_dtypes) { n_dtypes = o->n_dtypes; memcpy(dtypes, o->dtypes, sizeof dtypes); }
+    if (o->n_modes && a.given[CLI_PRECISION]) {
+        cli_error(cmd, "--dtype conflicts with --precision: give the modes once (--dtype is --precision's older "
+                       "spelling)");
+        cli_args_free(&a);
+        return TLM_EXIT_USAGE;
+    }
+    if (o->n_modes) { n_modes = o->n_modes; memcpy(modes, o->modes, sizeof o->modes); }
+    if (a.given[CLI_PRECISION]) { n_modes = a.num_precisions; memcpy(modes, a.precisions, sizeof a.precisions); }
     if (a.num_warmups) warmup = a.warmups[0];
     if (o->iters > 0) iters = (int)o->iters;
     const bool causal = o->causal != 0;
@@ -223,14 +240,15 @@ int cmd_attention(int argc, char **argv) {
     tlm_report_meta_str(rep, "tflop_per_s", flops_note);
     tlm_report_meta_str(rep, "memory", mem_note);
     tlm_report_meta_str(rep, "speedup_vs_naive", ratio_note);
+    tlm_report_meta_str(rep, "dtype", mode_note);
     tlm_report_table(rep, "rows", attention_columns, (int)(sizeof attention_columns / sizeof attention_columns[0]));
     tlm_report_show(rep, "speedup_vs_naive", impl_mask == 3);
-    const int total = n_dtypes * n_ds * n_batch * n_heads * n_seqs * ((impl_mask & 1) + (impl_mask >> 1));
+    const int total = n_modes * n_ds * n_batch * n_heads * n_seqs * ((impl_mask & 1) + (impl_mask >> 1));
     double cost = 0;
     for (int si = 0; si < n_seqs; si++) cost += (double)seqs[si] * seqs[si];
-    tlm_report_progress_total(rep, total, cost * n_dtypes * n_ds * n_batch * n_heads);
+    tlm_report_progress_total(rep, total, cost * n_modes * n_ds * n_batch * n_heads);
     int counts[4] = {0}, hard_failures = 0;
-    for (int ti = 0; ti < n_dtypes; ti++)
+    for (int ti = 0; ti < n_modes; ti++)
     for (int di = 0; di < n_ds; di++)
     for (int bi = 0; bi < n_batch; bi++)
     for (int hi = 0; hi < n_heads; hi++)
@@ -239,13 +257,13 @@ int cmd_attention(int argc, char **argv) {
         for (int impl = 0; impl < 2; impl++) {
             if (!(impl_mask & (1 << impl))) continue;
             const tlm_attn_case c = {.impl = (tlm_attention)impl, .batch = batch[bi], .heads = heads[hi],
-                                     .seq = seqs[si], .d_head = ds[di], .dtype = dtypes[ti], .causal = causal,
+                                     .seq = seqs[si], .d_head = ds[di], .precision = modes[ti], .causal = causal,
                                      .warmup = warmup, .iters = iters, .seed = a.seed};
             tlm_attn_result r;
             memset(&r, 0, sizeof r);
             char label[96];
             snprintf(label, sizeof label, "%s seq %d d %d %s", tlm_attention_name(c.impl), c.seq, c.d_head,
-                     tlm_act_dtype_name(c.dtype));
+                     tlm_precision_name(c.precision));
             tlm_report_progress(rep, label, (double)c.seq * c.seq / ((impl_mask & 1) + (impl_mask >> 1)));
             if (max_seq > 0 && c.seq > max_seq) {
                 r.status = TLM_ATTN_SKIPPED;

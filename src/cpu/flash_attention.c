@@ -297,7 +297,9 @@ void tlm_flash_attention_backward_cpu(float *dq, float *dk, float *dv, const flo
 }
 
 /* ---- the backend ops (tlm_ops.flash_attention_*, tlm/backend.h) ------------------------------
- * The reference above with the default tiles. dt = F32: called on the tensors directly.
+ * The reference above with the default tiles, in the mode p's dtype dt = tlm_precision_act_dtype(p):
+ * fp32 and tf32 alike compute exact fp32 (the CPU has no TF32 products: precision.h).
+ * dt = F32: called on the tensors directly.
  * dt = BF16/F16: the inputs are widened (exactly) into float32 copies in the scratch arena, the
  * reference computes on them in fp32, and what the op writes (out; dq, dk, dv) is rounded to dt
  * (nearest even); lse is float32 in every mode. So the CPU's low-precision flash rounds only at
@@ -343,7 +345,8 @@ static void narrow_rows(void *dst, int ld, const float *src, size_t rows, int HD
 
 void tlm_cpu_flash_attention_forward(tlm_backend *be, void *out, float *lse, const void *q, const void *k,
                                      const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
-                                     bool causal, tlm_dtype dt) {
+                                     bool causal, tlm_precision p) {
+    const tlm_dtype dt = tlm_precision_act_dtype(p);
     check_op(D, dt, "flash_attention_forward");
     const tlm_flash_tiles t = tlm_flash_cpu_default_tiles();
     if (dt == TLM_DTYPE_F32) {
@@ -365,7 +368,8 @@ void tlm_cpu_flash_attention_forward(tlm_backend *be, void *out, float *lse, con
 void tlm_cpu_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, float *workspace,
                                       const void *dout, const void *q, const void *k, const void *v,
                                       const void *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq,
-                                      int Tk, int H, int D, bool causal, tlm_dtype dt) {
+                                      int Tk, int H, int D, bool causal, tlm_precision p) {
+    const tlm_dtype dt = tlm_precision_act_dtype(p);
     check_op(D, dt, "flash_attention_backward");
     const tlm_flash_tiles t = tlm_flash_cpu_default_tiles();
     if (dt == TLM_DTYPE_F32) {

@@ -159,8 +159,8 @@ template <typename F> static inline void tlm_cuda_flash_dispatch_d(int D, const 
 /* TLM_OK when the FlashAttention-2 ops have kernels for (D, dt), else TLM_ERR_UNSUPPORTED naming
  * what they have (flash_attention.cu; the backend's `supports` asks it) */
 tlm_status tlm_cuda_flash_attention_check(int D, tlm_dtype dt);
-/* the exact-fp32 kernels (flash_attention_f32.cu), called by the ops above for dt == F32;
- * same arguments and semantics */
+/* the exact-fp32 kernels (flash_attention_f32.cu), called by the ops above in the fp32 mode (and
+ * in the tf32 mode where the TF32 kernels do not apply); same arguments and semantics */
 void tlm_cuda_flash_forward_f32(cudaStream_t st, float *out, float *lse, const float *q, const float *k,
                                 const float *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                 bool causal);
@@ -168,6 +168,28 @@ void tlm_cuda_flash_backward_f32(cudaStream_t st, float *dq, float *dk, float *d
                                  const float *dout, const float *q, const float *k, const float *v,
                                  const float *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq, int Tk,
                                  int H, int D, bool causal);
+/* the fp32 backward's first and last kernels (flash_attention_f32.cu), for every fp32 backward that
+ * keeps its workspace layout (tlm_flash_workspace_floats: the dQ accumulator dq_acc (B,H,Tq,D)
+ * first, then delta (B,H,Tq)): _prep writes delta = rowsum(dout * out) (dout, out (B,Tq,H*D), row
+ * stride ld_out) and zeroes dq_acc; _dq writes dq (B,Tq,H,D), row stride ld_qkv, = dq_acc / sqrt(D).
+ * Exact fp32; on st, in order; D one of tlm_cuda_flash_supports_d's. */
+void tlm_cuda_flash_backward_f32_prep(cudaStream_t st, float *workspace, const float *dout, const float *out,
+                                      int ld_out, int B, int Tq, int H, int D);
+void tlm_cuda_flash_backward_f32_dq(cudaStream_t st, float *dq, const float *workspace, int ld_qkv, int B, int Tq,
+                                    int H, int D);
+/* the tf32 mode's kernels (flash_attention_tf32.cu: mma.sync m16n8k8 on TF32 operands, fp32
+ * accumulation), same arguments and semantics as the fp32 ones: each runs the op's work on the
+ * backend's stream and returns true when it applies (D one of tlm_cuda_flash_supports_d's; q, k, v,
+ * out, dout, dq, dk, dv and the workspace 16-byte aligned, ld_qkv and ld_out multiples of 4; the
+ * tiles' shared memory within the device's limit), false, doing nothing, otherwise: the caller then
+ * runs the exact kernels. The caller has checked the shapes. */
+bool tlm_cuda_flash_forward_tf32(tlm_backend *be, float *out, float *lse, const float *q, const float *k,
+                                 const float *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
+                                 bool causal);
+bool tlm_cuda_flash_backward_tf32(tlm_backend *be, float *dq, float *dk, float *dv, float *workspace,
+                                  const float *dout, const float *q, const float *k, const float *v,
+                                  const float *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq, int Tk,
+                                  int H, int D, bool causal);
 /* the Hopper forward (flash_attention_sm90.cu: wgmma, bf16/fp16, d_head 64 and 128): runs the
  * forward op's work and returns true when it applies (a compute-capability 9.x device, D 64 or
  * 128, dt BF16 or F16, B*H*ceil(Tq/128) blocks at least the SM count, or TLM_FLASH_SM90=2; never

@@ -1,7 +1,9 @@
 /* flash_attention.cu — FlashAttention-2 on the GPU (Dao 2023, "FlashAttention-2: Faster Attention
  * with Better Parallelism and Work Partitioning", Algorithm 1 forward, Algorithm 2 backward): the
  * ops of tlm/backend.h (flash_attention_forward, _backward, _check) and their bf16/fp16
- * tensor-core kernels. fp32 goes to the exact-fp32 kernels of flash_attention_f32.cu; on a Hopper
+ * tensor-core kernels. The tf32 mode goes to the TF32 tensor-core kernels of
+ * flash_attention_tf32.cu where they apply, the fp32 mode (and tf32 where they do not) to the
+ * exact-fp32 kernels of flash_attention_f32.cu; on a Hopper
  * GPU the bf16/fp16 forward of d_head 64 and 128 and the backward of d_head 64 go to the wgmma
  * kernels of flash_attention_sm90.cu where their grid fills the GPU (tlm_cuda_flash_*_sm90 say when).
  * The spec, layout and masking rules are those of tlm/flash_attention.h (the CPU reference).
@@ -843,14 +845,19 @@ template <int W, int BR, int RK> struct fa_bwd_cfg {
 
 void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, const void *q, const void *k,
                                       const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
-                                      bool causal, tlm_dtype dt) {
+                                      bool causal, tlm_precision p) {
     const char *op = "flash_attention_forward";
+    const tlm_dtype dt = tlm_precision_act_dtype(p);
     if (B <= 0 || Tq <= 0 || Tk <= 0 || H <= 0) return;
     const void *ptrs[] = {out, q, k, v};
     fa_check_args(be, op, D, dt, ld_qkv, ld_out, H, ptrs, 4);
     if (H > 65535 || B > 65535) tlm_fatal("%s: batch %d or heads %d above 65535", op, B, H);
     cudaStream_t st = tlm_cuda_stream(be);
-    if (dt == TLM_DTYPE_F32) {
+    if (dt == TLM_DTYPE_F32) { /* tf32: TF32 tensor cores where those kernels apply; fp32: exact */
+        if (p == TLM_PRECISION_TF32 &&
+            tlm_cuda_flash_forward_tf32(be, (float *)out, lse, (const float *)q, (const float *)k, (const float *)v,
+                                        ld_qkv, ld_out, B, Tq, Tk, H, D, causal))
+            return;
         tlm_cuda_flash_forward_f32(st, (float *)out, lse, (const float *)q, (const float *)k, (const float *)v, ld_qkv,
                                    ld_out, B, Tq, Tk, H, D, causal);
         return;
@@ -900,15 +907,21 @@ void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, co
 void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void *dv, float *workspace,
                                        const void *dout, const void *q, const void *k, const void *v,
                                        const void *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq,
-                                       int Tk, int H, int D, bool causal, tlm_dtype dt) {
+                                       int Tk, int H, int D, bool causal, tlm_precision p) {
     const char *op = "flash_attention_backward";
+    const tlm_dtype dt = tlm_precision_act_dtype(p);
     if (B <= 0 || Tq <= 0 || Tk <= 0 || H <= 0) return;
     const void *ptrs[] = {dq, dk, dv, dout, q, k, v, out};
     fa_check_args(be, op, D, dt, ld_qkv, ld_out, H, ptrs, 8);
     if (H > 65535 || B > 65535) tlm_fatal("%s: batch %d or heads %d above 65535", op, B, H);
     if (!workspace) tlm_fatal("%s: no workspace (tlm_flash_workspace_floats floats)", op);
     cudaStream_t st = tlm_cuda_stream(be);
-    if (dt == TLM_DTYPE_F32) {
+    if (dt == TLM_DTYPE_F32) { /* as the forward */
+        if (p == TLM_PRECISION_TF32 &&
+            tlm_cuda_flash_backward_tf32(be, (float *)dq, (float *)dk, (float *)dv, workspace, (const float *)dout,
+                                         (const float *)q, (const float *)k, (const float *)v, (const float *)out, lse,
+                                         ld_qkv, ld_out, B, Tq, Tk, H, D, causal))
+            return;
         tlm_cuda_flash_backward_f32(st, (float *)dq, (float *)dk, (float *)dv, workspace, (const float *)dout,
                                     (const float *)q, (const float *)k, (const float *)v, (const float *)out, lse,
                                     ld_qkv, ld_out, B, Tq, Tk, H, D, causal);

@@ -1,7 +1,8 @@
 /* flash_attention_f32.cu — FlashAttention-2 in exact fp32 on the GPU (Dao 2023, "FlashAttention-2:
  * Faster Attention with Better Parallelism and Work Partitioning", Algorithm 1 forward,
  * Algorithm 2 backward): CUDA-core (SIMT) kernels, every product and sum an fp32 FMA, no tensor
- * cores and no TF32, called by the ops of flash_attention.cu for dt == F32. Semantics, layout and
+ * cores and no TF32, called by the ops of flash_attention.cu in the fp32 mode (and in the tf32
+ * mode where the TF32 kernels of flash_attention_tf32.cu do not apply). Semantics, layout and
  * masking are those of the CPU reference (tlm/flash_attention.h, src/cpu/flash_attention.c):
  * q (B,Tq,H,D), k, v (B,Tk,H,D) row stride ld_qkv; out (B,Tq,H*D) row stride ld_out; lse (B,H,Tq)
  * natural log; causal mask bottom-right aligned (key j visible to query i iff j <= i + Tk - Tq),
@@ -46,6 +47,8 @@
  *      adds where the thread's columns allow, scalar ones at D = 16 and 80 or on an unaligned
  *      workspace); dk = dK / sqrt(D), dv = dV.
  *   3. dq, one warp per query row: dq = dQacc / sqrt(D).
+ *   Kernels 1 and 3 are also the TF32 backward's (tlm_cuda_flash_backward_f32_prep, _dq:
+ *   flash_attention_tf32.cu uses this workspace layout).
  *   5 tile products per tile pair, the paper's schedule. (An earlier version had a dq kernel
  *   per query tile that recomputed S and dP: 7 products, deterministic, but 40% more FMAs; at
  *   D = 128 on an H100 it was slower than naive attention on cuBLAS fp32 GEMMs.) The atomics
@@ -630,13 +633,37 @@ template <int D> static void fa32_forward_launch(cudaStream_t st, const fa32_arg
 
 template <int D> static void fa32_backward_launch(cudaStream_t st, const fa32_args &a, const char *op) {
     constexpr size_t smem = fa32_backward_smem<D>();
-    const unsigned rows = fa32_grid(a.Tq, FA32_THREADS / 32, a.BH, op); /* 8 warps a block, a warp a row */
     fa32_smem_attr(fa32_backward_kernel<D>, smem, op);
-    fa32_backward_prep_kernel<D><<<rows, FA32_THREADS, 0, st>>>(a);
-    TLM_CUDA_CHECK_OP(op, cudaGetLastError());
     fa32_backward_kernel<D><<<fa32_grid(a.Tk, FA32_BWD_BC, a.BH, op), FA32_THREADS, smem, st>>>(a);
+}
+
+/* backward kernels 1 and 3 for any caller of this workspace layout (the TF32 backward too):
+ * a warp per (b, h, query row), 8 warps a block */
+static unsigned fa32_row_blocks(int B, int Tq, int H, const char *op) {
+    return fa32_grid(Tq, FA32_THREADS / 32, B * H, op);
+}
+
+void tlm_cuda_flash_backward_f32_prep(cudaStream_t st, float *workspace, const float *dout, const float *out,
+                                      int ld_out, int B, int Tq, int H, int D) {
+    const char *op = "flash_attention_backward (delta)";
+    fa32_args a = fa32_make_args(H * D, ld_out, B, Tq, Tq, H, D, false, op);
+    a.dq_acc = workspace, a.delta = workspace + (size_t)B * H * Tq * D;
+    a.dout = dout, a.o = out;
+    tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
+        fa32_backward_prep_kernel<decltype(dc)::value><<<fa32_row_blocks(B, Tq, H, op), FA32_THREADS, 0, st>>>(a);
+    });
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
-    fa32_backward_dq_kernel<D><<<rows, FA32_THREADS, 0, st>>>(a);
+}
+
+void tlm_cuda_flash_backward_f32_dq(cudaStream_t st, float *dq, const float *workspace, int ld_qkv, int B, int Tq,
+                                    int H, int D) {
+    const char *op = "flash_attention_backward (dq)";
+    fa32_args a = fa32_make_args(ld_qkv, H * D, B, Tq, Tq, H, D, false, op);
+    a.dq = dq, a.dq_acc = const_cast<float *>(workspace);
+    tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
+        fa32_backward_dq_kernel<decltype(dc)::value><<<fa32_row_blocks(B, Tq, H, op), FA32_THREADS, 0, st>>>(a);
+    });
+    TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
 void tlm_cuda_flash_forward_f32(cudaStream_t st, float *out, float *lse, const float *q, const float *k,
@@ -669,6 +696,8 @@ void tlm_cuda_flash_backward_f32(cudaStream_t st, float *dq, float *dk, float *d
     a.vec_qkv = ld_qkv % 4 == 0 && tlm_aligned16(q) && tlm_aligned16(k) && tlm_aligned16(v);
     a.vec_out = ld_out % 4 == 0 && tlm_aligned16(dout);
     a.vec_acc = tlm_aligned16(workspace); /* rows of D floats, D a multiple of 16 */
+    tlm_cuda_flash_backward_f32_prep(st, workspace, dout, out, ld_out, B, Tq, H, D);
     tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) { fa32_backward_launch<decltype(dc)::value>(st, a, op); });
     TLM_CUDA_CHECK_LAUNCH();
+    tlm_cuda_flash_backward_f32_dq(st, dq, workspace, ld_qkv, B, Tq, H, D);
 }

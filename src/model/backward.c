@@ -70,7 +70,7 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
         if (m->run.attention == TLM_ATTENTION_FLASH) { /* recomputes P from the forward's out and lse */
             tlm_flash_attention_backward(be, a->d_qkv, tlm_at(a->d_qkv, C, dt), tlm_at(a->d_qkv, 2 * C, dt),
                                          a->flash_workspace, a->d_tmp, x->qkv, tlm_at(x->qkv, C, dt),
-                                         tlm_at(x->qkv, 2 * C, dt), x->att, x->lse, 3 * C, C, B, T, T, H, D, true, dt);
+                                         tlm_at(x->qkv, 2 * C, dt), x->att, x->lse, 3 * C, C, B, T, T, H, D, true, pm);
         } else {
             if (m->run.recompute == TLM_RECOMPUTE_ATTENTION) /* P again, into the shared buffer; the output
                                                                 (the kept att's values) into d_qkv's bytes,

@@ -37,7 +37,7 @@ void tlm_block_forward(tlm_model *m, int l, bool to_output) {
     tlm_rope_forward(be, x->qkv, m->rope_cos, m->rope_sin, B, T, 2 * H, D, 3 * C, dt); /* q and k */
     if (m->run.attention == TLM_ATTENTION_FLASH) /* causal, Tq = Tk = T; saves lse */
         tlm_flash_attention_forward(be, x->att, x->lse, x->qkv, tlm_at(x->qkv, C, dt), tlm_at(x->qkv, 2 * C, dt),
-                                    3 * C, C, B, T, T, H, D, true, dt);
+                                    3 * C, C, B, T, T, H, D, true, pm);
     else /* saves probs */
         tlm_attention_forward(be, x->att, x->probs, x->qkv, tlm_at(x->qkv, C, dt), tlm_at(x->qkv, 2 * C, dt), 3 * C,
                               B, T, H, D, pm);

@@ -59,7 +59,8 @@ bool tlm_attention_parse(const char *name, tlm_attention *out) {
     return i >= 0;
 }
 
-/* how well `be` runs FlashAttention-2 forward and backward for (c, p): the lesser of the two */
+/* how well `be` runs FlashAttention-2 forward and backward for (c, p): the lesser of the two. Asked
+ * by dtype: tf32 has fp32's kernels (the ops take p and pick TF32 products where they can, ops.def) */
 static tlm_support flash_support(tlm_backend *be, const tlm_config *c, tlm_precision p) {
     const tlm_dtype dt = tlm_precision_act_dtype(p);
     const int D = tlm_config_d_head(c);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # attention.sh — `tlm attention` on the CPU: a free sweep (naive and flash, the flash/naive ratio,
-# CSV and JSON), the pytorch-attention suite cut by --max-seq, and bad input.
+# CSV and JSON), the precision modes (tf32 rows; --dtype, the older spelling), the
+# pytorch-attention suite cut by --max-seq, and bad input.
 source "$(dirname "$0")/lib.bash"
 A=("$TLM" attention --device cpu --impl both --context-length 64,100 --d-head 16,64 --iters 2 --warmup 1)
 run_ok "sweep exits 0" "${A[@]}"
@@ -32,6 +33,12 @@ else
     test "$(grep -cE '^flash +1 +1 +32 +16 +(bf16|fp16) +yes +[0-9]' <<<"$out")" -eq 2
 fi
 
+out=$("$TLM" attention --device cpu --impl both --precision tf32,fp32 --context-length 32 --d-head 16 --iters 1 --warmup 0 2>&1)
+echo "$out"
+check "--precision tf32,fp32: naive and flash rows in each mode (4)" \
+  test "$(grep -cE '^(naive|flash) +1 +1 +32 +16 +(tf32|fp32) +yes +[0-9]' <<<"$out")" -eq 4
+check "the header says what the dtype column holds" grep -q '^# dtype: the dtype column is the precision mode' <<<"$out"
+
 run_ok "suite exits 0" "$TLM" attention --suite pytorch-attention --device cpu --max-seq 256 --iters 1 --warmup 0
 check "suite: naive+flash at seq 256 for d 16,32,64,128" test "$(grep -cE '^(naive|flash) +8 +1 +256 +(16|32|64|128) +fp32 +yes +[0-9]' <<<"$out")" -eq 8
 check "suite: the 32 larger rows skipped" test "$(grep -c 'skipped: seq > --max-seq (256) on cpu' <<<"$out")" -eq 32
@@ -48,6 +55,9 @@ expect_fail "--iters: 0 is out of range" "$TLM" attention --device cpu --iters 0
 expect_fail "--suite: unknown value 'foo'" "$TLM" attention --device cpu --suite foo
 expect_fail "--impl: unknown value 'fast'" "$TLM" attention --device cpu --impl fast
 expect_fail "unknown dtype 'fp8'" "$TLM" attention --device cpu --dtype fp32,fp8
+expect_fail "unknown dtype 'tf32' (known: fp32, bf16, fp16; tf32: --precision)" "$TLM" attention --device cpu --dtype tf32
+expect_fail "unknown precision 'fp8'" "$TLM" attention --device cpu --precision fp8
+expect_fail "--dtype conflicts with --precision" "$TLM" attention --device cpu --dtype fp32 --precision tf32
 expect_fail "neither on nor off" "$TLM" attention --device cpu --causal yes
 expect_fail "unknown format 'xml'" "$TLM" attention --device cpu --format xml
 expect_fail "unexpected argument 'extra'" "$TLM" attention --device cpu extra
@@ -57,7 +67,7 @@ for rc_case in "--d-head 15" "--suite foo" "--context-length 0"; do
 done
 expect_ok "help" "$TLM" attention --help
 help=$("$TLM" attention --help)
-for flag in --suite --batch-size --heads --context-length --d-head --dtype --causal --impl --iters --warmup --max-seq \
+for flag in --suite --batch-size --heads --context-length --d-head --precision --dtype --causal --impl --iters --warmup --max-seq \
             --device --threads --seed --format --out; do
   check "help lists $flag" grep -q -- "$flag" <<<"$help"
 done

@@ -1,0 +1,575 @@
+/* flash_attention_tf32.cu — FlashAttention-2 on TF32 tensor cores, the tf32 precision mode's
+ * (Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning",
+ * Algorithm 1 forward, Algorithm 2 backward; the products are PTX's warp-level
+ * mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, PTX ISA "Matrix fragments for mma.m16n8k8"
+ * with .tf32). Called by the ops of flash_attention.cu in the tf32 mode; the fp32 mode keeps the
+ * exact kernels of flash_attention_f32.cu, and so does the tf32 mode where these do not apply
+ * (rows not 16-byte aligned, or a GPU whose shared memory per block is too small for the tiles).
+ *
+ * What it computes: the semantics of the CPU reference (tlm/flash_attention.h) and of
+ * flash_attention_f32.cu: q (B,Tq,H,D), k, v (B,Tk,H,D) fp32 with row stride ld_qkv; out
+ * (B,Tq,H*D) row stride ld_out; lse (B,H,Tq) natural log; causal mask bottom-right aligned (key j
+ * visible to query i iff j <= i + Tk - Tq), tiles above the diagonal skipped; fully masked rows
+ * (causal, Tk < Tq) give out = 0, lse = -inf and no gradient; any Tq, Tk >= 1. Every product
+ * (S = Q K^T, O = P V; backward S^T = K Q^T, dP^T = V dO^T, dV = P^T dO, dK = dS^T Q,
+ * dQ = dS K) takes operands rounded to TF32 (10 mantissa bits) with cvt.rna.tf32.f32 as each
+ * fragment is loaded (the tiles sit in shared memory as fp32, as cp.async brought them; P and dS
+ * are rounded from the fp32 accumulators), and accumulates in fp32; scores, the online softmax
+ * (log2 domain: scores prescaled by log2(e)/sqrt(D), exp2, as the other kernels), delta, the
+ * logsumexp and every sum across tiles are fp32. Error: each rounding is a relative 2^-11 at most,
+ * so the outputs are about 1e-3 (normwise, a few 1e-4) from exact, as cuBLAS's TF32 GEMMs are.
+ *
+ * Fragments (m16n8k8, tf32; lane = 4 g + t): A (16x8) a0 (g, t), a1 (g+8, t), a2 (g, t+4),
+ * a3 (g+8, t+4); B (8x8) b0 (k t, n g), b1 (k t+4, n g); C (16x8) c0 (g, 2t), c1 (g, 2t+1),
+ * c2 (g+8, 2t), c3 (g+8, 2t+1).
+ *  - Operands stored with k along the row (Q, K, V and dO for the score products, dS for dQ):
+ *    ldmatrix .b16 .x4 on fp32 data gives exactly these fragments: it sees an 8 x 4-float block
+ *    as an 8 x 8 b16 matrix and hands lane i the 32-bit word i % 4 of row i / 4, i.e. element
+ *    (g, t) of each of four 8 x 4 blocks (ft_lane_a, ft_lane_b pick the blocks).
+ *  - P V (and dV += P^T dO, dK += dS^T Q): P (P^T, dS^T) is in registers as C-fragments, whose
+ *    thread holds columns 2t and 2t+1 where the A-fragment wants t and t+4. Rather than go
+ *    through shared memory, the k index of each 8-wide k-step is permuted, the same way on both
+ *    sides (a sum over k does not care about its order): logical k = t is key (query) 2t of the
+ *    step and k = t+4 is 2t+1, so the A-fragment is {c0, c2, c1, c3} of the accumulator, and the
+ *    B-fragment (V, dO or Q, stored with n along the row, which ldmatrix cannot transpose for
+ *    32-bit data) is read with two scalar loads per lane: b0 = row 2t, b1 = row 2t+1, column g.
+ *    With rows D + 4 floats apart the 32 lanes' loads hit 32 distinct banks (2t (D+4) is 8t
+ *    mod 32), as do ldmatrix's 8-row reads (D + 4 is an odd multiple of 4).
+ *  - dQ = dS K (backward): dS^T is in registers with keys on the rows; it goes through shared
+ *    memory as dS (queries by keys), each 8-key block stored in the permuted order (key 2p at
+ *    position p, key 2p+1 at position p+4), so ldmatrix reads it as an A-fragment whose k = t is
+ *    key 2t and k = t+4 key 2t+1, matching K's B-fragment read as above (rows 2t, 2t+1).
+ *
+ * Forward (Algorithm 1): one block per (query tile, head, batch), causal tiles heaviest first;
+ * WARPS warps of R x 16 query rows (R = 2: every K and V fragment read from shared memory feeds
+ * two products, which is what shared-memory bandwidth asks for: a ldmatrix.x4 of 512 bytes per
+ * two m16n8k8 at R = 1 would leave the tensor cores half idle); Q in shared memory, its fragments
+ * kept in registers where D allows (D <= 64); K and V tiles of BC rows double-buffered (the next
+ * tile's cp.async overlaps this tile's products). Tiles BR x BC: 128 x 64 (D 16, 32, 64),
+ * 128 x 32 (D 80, 128: the O accumulators take D registers and the scores BC); shared memory
+ * (BR + 4 BC) (D + 4) floats: 102 KiB at D 64 (two blocks per SM), 132 KiB at D 128 (one).
+ *
+ * Backward (Algorithm 2): a first kernel writes delta = rowsum(dO * O) and zeroes the fp32 dQ
+ * accumulator, the last one writes dq = dQacc / sqrt(D): both are flash_attention_f32.cu's, with
+ * its workspace layout (tlm_cuda_flash_backward_f32_prep, _dq). Between them, one block per (key
+ * tile, head, batch): WARPS warps of RK x 16 keys; K and V in shared memory, dK and dV in
+ * registers; query tiles of BR double-buffered, from the first that sees the block's keys. Per
+ * query tile, transposed so each warp owns its keys' rows: S^T = K Q^T and dP^T = V dO^T,
+ * P^T = exp2(S^T scale log2(e) - L log2(e)) (0 where masked), dS^T = P^T (dP^T - delta),
+ * dV += P^T dO, dK += dS^T Q, dS to shared memory; then the block's dQ_i += dS K (warps as
+ * BR/16 row groups x column groups) added to the accumulator with float4 atomics
+ * (tlm_cuda_atomic_add_c_block; the order of the adds varies, so dq is not bitwise
+ * reproducible, dk and dv are). Tiles as flash_attention.cu's mma.sync backward: D <= 64: 4 warps
+ * of 32 keys (BC 128), 32-query tiles; D 80: 8 warps of 16 keys, 64-query tiles; D 128: 8 warps
+ * of 16 keys, 32-query tiles (dK and dV take 2 D registers per 16 keys). Shared memory
+ * (2 BC + 4 BR) (D + 4) + BR (BC + 4) floats: 118.5 KiB at D 64, 201 KiB at D 80, 214.5 KiB at
+ * D 128 (an H100 allows 227; a GPU that allows less runs the exact kernels instead).
+ * The tiles follow flash_attention.cu's choices for its bf16 kernels and have not been timed on
+ * a GPU for tf32 yet.
+ *
+ * Supported: D in {16, 32, 64, 80, 128} (tlm_cuda_flash_supports_d); q, k, v, out, dout (and
+ * dq, dk, dv) and the workspace 16-byte aligned, ld_qkv and ld_out multiples of 4 floats (the
+ * model's layouts); anything else runs the exact fp32 kernels. */
+#include <math.h>
+
+#include "cuda/cuda_common.cuh"
+
+#define FT_PAD 4 /* floats of padding per shared-memory row: rows D + 4 floats apart */
+#define FT_LOG2E 1.4426950408889634f
+#define FT_LN2 0.6931471805599453f
+
+/* ---- TF32 tensor-core and copy primitives ------------------------------------------------------- */
+
+/* x rounded to TF32 (nearest, ties away from zero), as the 32-bit operand of an mma */
+__device__ __forceinline__ uint32_t ft_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+/* d (16x8 fp32) += a (16x8 tf32, row) b (8x8 tf32, col) */
+__device__ __forceinline__ void ft_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* r[j] = element (lane / 4, lane % 4) of the 8 x 4-float block whose rows lanes 8j..8j+7 address
+ * (ldmatrix .b16 on 32-bit data); ROUND: each rounded to TF32 (the tile holds fp32) */
+template <bool ROUND> __device__ __forceinline__ void ft_ldsm_x4(uint32_t (&r)[4], const float *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"((uint32_t)__cvta_generic_to_shared(p)));
+    if constexpr (ROUND)
+#pragma unroll
+        for (int j = 0; j < 4; j++) r[j] = ft_tf32(__uint_as_float(r[j]));
+}
+
+/* Lane addresses (in floats) for ft_ldsm_x4 over the 16 x 8 block at (r0, c0) of a row-major
+ * fp32 tile with row stride ld:
+ *  ft_lane_a: blocks (rows 0-7, cols 0-3), (8-15, 0-3), (0-7, 4-7), (8-15, 4-7): the A-fragment of
+ *             rows r0.. (m) by cols c0.. (k);
+ *  ft_lane_b: blocks (0-7, 0-3), (0-7, 4-7), (8-15, 0-3), (8-15, 4-7): {b0, b1} of the n-tile of
+ *             rows r0.. and of the one of rows r0 + 8.., from a tile stored [n][k]. */
+__device__ __forceinline__ int ft_lane_a(int lane, int r0, int c0, int ld) {
+    return (r0 + (lane & 15)) * ld + c0 + (lane >> 4) * 4;
+}
+__device__ __forceinline__ int ft_lane_b(int lane, int r0, int c0, int ld) {
+    return (r0 + (lane & 7) + (lane >> 4) * 8) * ld + c0 + ((lane >> 3) & 1) * 4;
+}
+
+/* The A-fragment, rounded to TF32, of k-step kk from the accumulators c[kk] of a 16 x 8 block in the
+ * permuted k order (logical k = t is column 2t, k = t + 4 column 2t + 1: the header comment) */
+template <int N> __device__ __forceinline__ void ft_c_to_a(uint32_t (&a)[4], const float (&c)[N][4], int kk) {
+    a[0] = ft_tf32(c[kk][0]);
+    a[1] = ft_tf32(c[kk][2]);
+    a[2] = ft_tf32(c[kk][1]);
+    a[3] = ft_tf32(c[kk][3]);
+}
+
+/* acc[n] += a (16 x 8, permuted k) x rows 2t, 2t + 1 of the [k][n] tile at `rows` (row stride ld),
+ * columns 8n + g, for n < N: the B-fragments of a tile stored with n along the row, read in the
+ * permuted k order (two scalar loads a lane, rounded to TF32) */
+template <int N, int R>
+__device__ __forceinline__ void ft_mma_kn(float (&acc)[R][N][4], const uint32_t (&a)[R][4], const float *rows,
+                                          int ld) {
+    const int lane = threadIdx.x & 31;
+    const float *p = rows + 2 * (lane & 3) * ld + (lane >> 2);
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const uint32_t b0 = ft_tf32(p[n * 8]), b1 = ft_tf32(p[ld + n * 8]);
+#pragma unroll
+        for (int r = 0; r < R; r++) ft_mma(acc[r][n], a[r], b0, b1);
+    }
+}
+
+/* rows [row0, row0 + ROWS) of a (rows, D) fp32 slice with row stride ld into s[ROWS][D + FT_PAD]
+ * by 16-byte cp.async (rows 16-byte aligned); rows >= nrows zero-filled, not read */
+template <int ROWS, int D, int NT>
+__device__ __forceinline__ void ft_load_tile(float *s, const float *g, int64_t ld, int row0, int nrows, int tid) {
+    constexpr int CPR = D / 4; /* 16-byte pieces per row */
+#pragma unroll
+    for (int c = tid; c < ROWS * CPR; c += NT) {
+        const int r = c / CPR, col = c % CPR * 4;
+        const bool ok = row0 + r < nrows;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                         (uint32_t)__cvta_generic_to_shared(s + r * (D + FT_PAD) + col)),
+                     "l"(g + (int64_t)(ok ? row0 + r : 0) * ld + col), "r"(ok ? 16 : 0));
+    }
+}
+__device__ __forceinline__ void ft_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void ft_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* ---- forward ----------------------------------------------------------------------------------- */
+
+/* One block per (query tile, head, batch): blockIdx.x the tile (causal: heaviest first), blockIdx.y
+ * the head, blockIdx.z the batch element. Shared memory: Q [BR][D+4], K and V [2][BC][D+4]. */
+template <int D, int BC, int WARPS, int R>
+__global__ void __launch_bounds__(WARPS * 32)
+    ft_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ q,
+                  const float *__restrict__ k, const float *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk,
+                  int H, float scale_log2, int causal) {
+    constexpr int BR = 16 * R * WARPS, LDS = D + FT_PAD, NT = WARPS * 32, KD = D / 8, NB = BC / 8;
+    constexpr bool QREG = D <= 64; /* Q's fragments held in registers (R D / 2 of them) */
+    extern __shared__ __align__(16) float ft_smem[];
+    float *sQ = ft_smem, *sK = sQ + BR * LDS, *sV = sK + 2 * BC * LDS;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int m_block = causal ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int i0 = m_block * BR, offset = Tk - Tq, w0 = i0 + warp * 16 * R; /* the warp's first row */
+    /* keys this tile needs: j < n_end (causal: its last row sees j <= i0 + BR - 1 + offset) */
+    const int n_end = causal ? min(Tk, i0 + BR + offset) : Tk;
+    const int n_tiles = n_end > 0 ? (n_end + BC - 1) / BC : 0;
+    const float *kb = k + (int64_t)b * Tk * ld_qkv + h * D, *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
+
+    ft_load_tile<BR, D, NT>(sQ, q + (int64_t)b * Tq * ld_qkv + h * D, ld_qkv, i0, Tq, tid);
+    if (n_tiles > 0) {
+        ft_load_tile<BC, D, NT>(sK, kb, ld_qkv, 0, Tk, tid);
+        ft_load_tile<BC, D, NT>(sV, vb, ld_qkv, 0, Tk, tid);
+    }
+    ft_commit();
+
+    float o[R][KD][4], m[R][2], l[R][2]; /* O (unnormalized), running max (log2 units), partial sums */
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        m[r][0] = m[r][1] = -INFINITY, l[r][0] = l[r][1] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < KD; d++) o[r][d][0] = o[r][d][1] = o[r][d][2] = o[r][d][3] = 0.0f;
+    }
+    uint32_t qf[QREG ? R : 1][QREG ? KD : 1][4];
+
+    for (int t = 0; t < n_tiles; t++) {
+        const int buf = t & 1, j0 = t * BC;
+        if (t + 1 < n_tiles) { /* the next key/value tile into the other buffer */
+            ft_load_tile<BC, D, NT>(sK + (buf ^ 1) * BC * LDS, kb, ld_qkv, j0 + BC, Tk, tid);
+            ft_load_tile<BC, D, NT>(sV + (buf ^ 1) * BC * LDS, vb, ld_qkv, j0 + BC, Tk, tid);
+            ft_commit();
+            ft_wait<1>();
+        } else {
+            ft_wait<0>();
+        }
+        __syncthreads();
+        if constexpr (QREG) {
+            if (t == 0)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int kk = 0; kk < KD; kk++)
+                        ft_ldsm_x4<true>(qf[r][kk], sQ + ft_lane_a(lane, warp * 16 * R + 16 * r, kk * 8, LDS));
+        }
+        const float *sKb = sK + buf * BC * LDS, *sVb = sV + buf * BC * LDS;
+
+        /* S = Q K^T */
+        float s[R][NB][4];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int n = 0; n < NB; n++) s[r][n][0] = s[r][n][1] = s[r][n][2] = s[r][n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t a[R][4];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if constexpr (QREG) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) a[r][e] = qf[r][kk][e];
+                } else {
+                    ft_ldsm_x4<true>(a[r], sQ + ft_lane_a(lane, warp * 16 * R + 16 * r, kk * 8, LDS));
+                }
+            }
+#pragma unroll
+            for (int np = 0; np < NB / 2; np++) {
+                uint32_t bf[4];
+                ft_ldsm_x4<true>(bf, sKb + ft_lane_b(lane, np * 16, kk * 8, LDS));
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    ft_mma(s[r][2 * np], a[r], bf[0], bf[1]);
+                    ft_mma(s[r][2 * np + 1], a[r], bf[2], bf[3]);
+                }
+            }
+        }
+        if (j0 + BC > Tk || (causal && j0 + BC - 1 > w0 + offset)) { /* a tile on the diagonal or the end */
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int n = 0; n < NB; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int row = w0 + 16 * r + g + (e >> 1) * 8, col = j0 + n * 8 + 2 * t4 + (e & 1);
+                        if (col >= Tk || (causal && col > row + offset)) s[r][n][e] = -INFINITY;
+                    }
+        }
+        /* online softmax of rows g (h2 = 0) and g + 8 (h2 = 1) of each 16, log2 domain; the 4 lanes
+         * t4 of a row hold its columns */
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int h2 = 0; h2 < 2; h2++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int n = 0; n < NB; n++) mx = fmaxf(mx, fmaxf(s[r][n][2 * h2], s[r][n][2 * h2 + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float m_new = fmaxf(m[r][h2], mx * scale_log2);
+                const float m_use = m_new == -INFINITY ? 0.0f : m_new; /* no key yet: P = 0, not NaN */
+                const float alpha = exp2f(m[r][h2] - m_use);
+                m[r][h2] = m_new;
+                float rs = 0.0f;
+#pragma unroll
+                for (int n = 0; n < NB; n++)
+#pragma unroll
+                    for (int e = 2 * h2; e < 2 * h2 + 2; e++) {
+                        s[r][n][e] = exp2f(fmaf(s[r][n][e], scale_log2, -m_use));
+                        rs += s[r][n][e];
+                    }
+                l[r][h2] = fmaf(l[r][h2], alpha, rs);
+#pragma unroll
+                for (int d = 0; d < KD; d++) o[r][d][2 * h2] *= alpha, o[r][d][2 * h2 + 1] *= alpha;
+            }
+        /* O += P V: P's accumulators are the A-fragments in the permuted k order, V read to match */
+#pragma unroll
+        for (int kk = 0; kk < NB; kk++) {
+            uint32_t a[R][4];
+#pragma unroll
+            for (int r = 0; r < R; r++) ft_c_to_a(a[r], s[r], kk);
+            ft_mma_kn<KD, R>(o, a, sVb + kk * 8 * LDS, LDS);
+        }
+        __syncthreads(); /* every warp is done with this buffer before it is refilled */
+    }
+    if (n_tiles == 0) ft_wait<0>();
+
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+            float sum = l[r][h2];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const int row = w0 + 16 * r + g + 8 * h2;
+            if (row >= Tq) continue;
+            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* a fully masked row: out = 0 */
+            float *orow = out + ((int64_t)b * Tq + row) * ld_out + h * D + 2 * t4;
+#pragma unroll
+            for (int d = 0; d < KD; d++)
+                *reinterpret_cast<float2 *>(orow + d * 8) = make_float2(o[r][d][2 * h2] * inv, o[r][d][2 * h2 + 1] * inv);
+            if (t4 == 0)
+                lse[((int64_t)b * H + h) * Tq + row] = sum > 0.0f ? (m[r][h2] + log2f(sum)) * FT_LN2 : -INFINITY;
+        }
+}
+
+/* ---- backward: dK, dV and the dQ accumulator ------------------------------------------------------ */
+
+/* One block per (key tile, head, batch). Shared memory: K, V [BC][D+4]; Q, dO [2][BR][D+4]; dS
+ * [BR][BC+4] (queries by keys, each 8-key block in the permuted order). dq_acc += dS K unscaled (the
+ * dq kernel scales it); dk = scale dS^T Q, dv = P^T dO written. */
+template <int D, int BR, int WARPS, int RK>
+__global__ void __launch_bounds__(WARPS * 32)
+    ft_bwd_kernel(float *__restrict__ dq_acc, float *__restrict__ dk, float *__restrict__ dv,
+                  const float *__restrict__ dout, const float *__restrict__ q, const float *__restrict__ k,
+                  const float *__restrict__ v, const float *__restrict__ lse, const float *__restrict__ delta,
+                  int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale, float scale_log2, int causal) {
+    constexpr int BC = 16 * RK * WARPS, LDS = D + FT_PAD, LDP = BC + FT_PAD, NT = WARPS * 32, KD = D / 8;
+    constexpr int RG = BR / 16, CG = WARPS / RG, DW = D / CG; /* dQ: warps as RG row groups x CG column groups */
+    static_assert(WARPS % RG == 0 && DW % 8 == 0, "dQ partition");
+    extern __shared__ __align__(16) float ft_smem[];
+    float *sK = ft_smem, *sV = sK + BC * LDS, *sQ = sV + BC * LDS, *sdO = sQ + 2 * BR * LDS;
+    float *sdS = sdO + 2 * BR * LDS;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int h = blockIdx.y, b = blockIdx.z, j0 = (int)blockIdx.x * BC, offset = Tk - Tq;
+    const int kw = warp * 16 * RK; /* the warp's first key in the tile */
+    const float *qb = q + (int64_t)b * Tq * ld_qkv + h * D, *dob = dout + (int64_t)b * Tq * ld_out + h * D;
+    const float *lse_b = lse + ((int64_t)b * H + h) * Tq, *delta_b = delta + ((int64_t)b * H + h) * Tq;
+    float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D;
+    /* query tiles that see any key of this block: i >= j0 - offset (causal) */
+    const int m_begin = causal ? max(0, j0 - offset) / BR : 0, m_end = (Tq + BR - 1) / BR;
+
+    ft_load_tile<BC, D, NT>(sK, k + (int64_t)b * Tk * ld_qkv + h * D, ld_qkv, j0, Tk, tid);
+    ft_load_tile<BC, D, NT>(sV, v + (int64_t)b * Tk * ld_qkv + h * D, ld_qkv, j0, Tk, tid);
+    if (m_begin < m_end) { /* query tile mb goes to buffer mb & 1 */
+        ft_load_tile<BR, D, NT>(sQ + (m_begin & 1) * BR * LDS, qb, ld_qkv, m_begin * BR, Tq, tid);
+        ft_load_tile<BR, D, NT>(sdO + (m_begin & 1) * BR * LDS, dob, ld_out, m_begin * BR, Tq, tid);
+    }
+    ft_commit();
+
+    float dk_acc[RK][KD][4], dv_acc[RK][KD][4];
+#pragma unroll
+    for (int rk = 0; rk < RK; rk++)
+#pragma unroll
+        for (int d = 0; d < KD; d++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk_acc[rk][d][e] = dv_acc[rk][d][e] = 0.0f;
+    const int rg = warp % RG, cg = warp / RG;
+
+    for (int mb = m_begin; mb < m_end; mb++) {
+        const int buf = mb & 1, i0 = mb * BR;
+        if (mb + 1 < m_end) {
+            ft_load_tile<BR, D, NT>(sQ + (buf ^ 1) * BR * LDS, qb, ld_qkv, i0 + BR, Tq, tid);
+            ft_load_tile<BR, D, NT>(sdO + (buf ^ 1) * BR * LDS, dob, ld_out, i0 + BR, Tq, tid);
+            ft_commit();
+            ft_wait<1>();
+        } else {
+            ft_wait<0>();
+        }
+        __syncthreads();
+        const float *sQb = sQ + buf * BR * LDS, *sdOb = sdO + buf * BR * LDS;
+
+        /* S^T (the warp's keys x BR queries) = K_w Q^T and dP^T = V_w dO^T */
+        float s[RK][BR / 8][4], dp[RK][BR / 8][4];
+#pragma unroll
+        for (int rk = 0; rk < RK; rk++)
+#pragma unroll
+            for (int n = 0; n < BR / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[rk][n][e] = dp[rk][n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t a[RK][4], a2[RK][4];
+#pragma unroll
+            for (int rk = 0; rk < RK; rk++) {
+                ft_ldsm_x4<true>(a[rk], sK + ft_lane_a(lane, kw + 16 * rk, kk * 8, LDS));
+                ft_ldsm_x4<true>(a2[rk], sV + ft_lane_a(lane, kw + 16 * rk, kk * 8, LDS));
+            }
+#pragma unroll
+            for (int np = 0; np < BR / 16; np++) {
+                uint32_t bf[4];
+                ft_ldsm_x4<true>(bf, sQb + ft_lane_b(lane, np * 16, kk * 8, LDS));
+#pragma unroll
+                for (int rk = 0; rk < RK; rk++) {
+                    ft_mma(s[rk][2 * np], a[rk], bf[0], bf[1]);
+                    ft_mma(s[rk][2 * np + 1], a[rk], bf[2], bf[3]);
+                }
+                ft_ldsm_x4<true>(bf, sdOb + ft_lane_b(lane, np * 16, kk * 8, LDS));
+#pragma unroll
+                for (int rk = 0; rk < RK; rk++) {
+                    ft_mma(dp[rk][2 * np], a2[rk], bf[0], bf[1]);
+                    ft_mma(dp[rk][2 * np + 1], a2[rk], bf[2], bf[3]);
+                }
+            }
+        }
+        /* P^T = exp2(S^T scale log2(e) - L log2(e)), 0 where masked; dS^T = P^T (dP^T - delta). The
+         * thread's query columns are 2 t4 + (e & 1) of each 8: L and delta read where used. */
+        const bool need_mask = i0 + BR > Tq || j0 + BC > Tk || (causal && j0 + BC - 1 > i0 + offset);
+#pragma unroll
+        for (int n = 0; n < BR / 8; n++)
+#pragma unroll
+            for (int e1 = 0; e1 < 2; e1++) {
+                const int qi = i0 + n * 8 + 2 * t4 + e1;
+                const float lq = qi < Tq ? lse_b[qi] * FT_LOG2E : 0.0f, dl = qi < Tq ? delta_b[qi] : 0.0f;
+#pragma unroll
+                for (int rk = 0; rk < RK; rk++)
+#pragma unroll
+                    for (int h2 = 0; h2 < 2; h2++) {
+                        const int e = 2 * h2 + e1, key = j0 + kw + 16 * rk + g + 8 * h2;
+                        const bool ok = !need_mask || (qi < Tq && key < Tk && (!causal || key <= qi + offset));
+                        const float p = ok ? exp2f(fmaf(s[rk][n][e], scale_log2, -lq)) : 0.0f;
+                        s[rk][n][e] = p;
+                        dp[rk][n][e] = p * (dp[rk][n][e] - dl);
+                    }
+            }
+        /* dV += P^T dO and dK += dS^T Q (k = the BR queries, permuted); dS into sdS for dQ (key
+         * g + 8 h2 of a 16-key group at position (g >> 1) + 4 (g & 1) of its 8-key block) */
+        const int pos = (g >> 1) + 4 * (g & 1);
+#pragma unroll
+        for (int kk = 0; kk < BR / 8; kk++) {
+            uint32_t a[RK][4], ds[RK][4];
+#pragma unroll
+            for (int rk = 0; rk < RK; rk++) {
+                ft_c_to_a(a[rk], s[rk], kk);
+                ft_c_to_a(ds[rk], dp[rk], kk);
+                /* ds = {(g, 2t), (g + 8, 2t), (g, 2t + 1), (g + 8, 2t + 1)} of dS^T, rounded */
+                float *col = sdS + (kk * 8 + 2 * t4) * LDP + kw + 16 * rk + pos;
+                col[0] = __uint_as_float(ds[rk][0]);
+                col[8] = __uint_as_float(ds[rk][1]);
+                col[LDP] = __uint_as_float(ds[rk][2]);
+                col[LDP + 8] = __uint_as_float(ds[rk][3]);
+            }
+            ft_mma_kn<KD, RK>(dv_acc, a, sdOb + kk * 8 * LDS, LDS);
+            ft_mma_kn<KD, RK>(dk_acc, ds, sQb + kk * 8 * LDS, LDS);
+        }
+        __syncthreads(); /* dS complete */
+        /* dQ_i (rows rg*16.., columns cg*DW..) += dS K over the block's BC keys (ldmatrix reads dS
+         * in the permuted order, K rows 2t, 2t + 1 match it) */
+        float acc[1][DW / 8][4];
+#pragma unroll
+        for (int n = 0; n < DW / 8; n++) acc[0][n][0] = acc[0][n][1] = acc[0][n][2] = acc[0][n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < BC / 8; kk++) {
+            uint32_t a[1][4];
+            ft_ldsm_x4<false>(a[0], sdS + ft_lane_a(lane, rg * 16, kk * 8, LDP)); /* rounded when stored */
+            ft_mma_kn<DW / 8, 1>(acc, a, sK + kk * 8 * LDS + cg * DW, LDS);
+        }
+        /* 16-byte aligned: D and DW are multiples of 8; the dq kernel applies the scale */
+        tlm_cuda_atomic_add_c_block(dqa, D, i0 + rg * 16, cg * DW, Tq, acc[0], 1.0f);
+        __syncthreads(); /* sdS and this buffer are free for the next tile */
+    }
+    ft_wait<0>(); /* the K, V loads when it ran no tile */
+
+#pragma unroll
+    for (int rk = 0; rk < RK; rk++)
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+            const int key = j0 + kw + 16 * rk + g + 8 * h2;
+            if (key >= Tk) continue;
+            const int64_t off = ((int64_t)b * Tk + key) * ld_qkv + h * D + 2 * t4;
+#pragma unroll
+            for (int d = 0; d < KD; d++) {
+                *reinterpret_cast<float2 *>(dk + off + d * 8) =
+                    make_float2(dk_acc[rk][d][2 * h2] * scale, dk_acc[rk][d][2 * h2 + 1] * scale);
+                *reinterpret_cast<float2 *>(dv + off + d * 8) = make_float2(dv_acc[rk][d][2 * h2], dv_acc[rk][d][2 * h2 + 1]);
+            }
+        }
+}
+
+/* ---- launchers ----------------------------------------------------------------------------------- */
+
+/* forward: WARPS warps of R x 16 query rows, BC keys a tile; backward: WARPS warps of RK x 16 keys,
+ * BR queries a tile (the header comment says why these) */
+template <int W, int BC, int R> struct ft_fwd_cfg {
+    static constexpr int warps = W, bc = BC, r = R, br = 16 * R * W;
+};
+template <int W, int BR, int RK> struct ft_bwd_cfg {
+    static constexpr int warps = W, br = BR, rk = RK, bc = 16 * RK * W;
+};
+template <int D> using ft_fwd_cfg_of = ft_fwd_cfg<4, D <= 64 ? 64 : 32, 2>;
+template <int D> using ft_bwd_cfg_of = ft_bwd_cfg<D <= 64 ? 4 : 8, D == 80 ? 64 : 32, D <= 64 ? 2 : 1>;
+
+template <int D> constexpr size_t ft_fwd_smem() {
+    using c = ft_fwd_cfg_of<D>;
+    return (size_t)(c::br + 4 * c::bc) * (D + FT_PAD) * sizeof(float);
+}
+template <int D> constexpr size_t ft_bwd_smem() {
+    using c = ft_bwd_cfg_of<D>;
+    return ((size_t)(2 * c::bc + 4 * c::br) * (D + FT_PAD) + (size_t)c::br * (c::bc + FT_PAD)) * sizeof(float);
+}
+
+/* the device's shared memory per block (opt-in), asked once */
+static size_t ft_smem_limit(tlm_backend *be) {
+    static int limit = -1;
+    if (limit < 0)
+        TLM_CUDA_CHECK_OP("flash_attention (tf32)", cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                                                          tlm_cuda_of(be)->device));
+    return (size_t)limit;
+}
+
+/* the rows' alignment the kernels need: 16-byte pieces (cp.async, float2 stores, float4 atomics) */
+static bool ft_aligned(int ld_qkv, int ld_out, const void *const *ptrs, int n) {
+    if (ld_qkv % 4 || ld_out % 4) return false;
+    for (int i = 0; i < n; i++)
+        if (!tlm_aligned16(ptrs[i])) return false;
+    return true;
+}
+
+bool tlm_cuda_flash_forward_tf32(tlm_backend *be, float *out, float *lse, const float *q, const float *k,
+                                 const float *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
+                                 bool causal) {
+    const char *op = "flash_attention_forward (tf32)";
+    const void *ptrs[] = {out, q, k, v};
+    if (!tlm_cuda_flash_supports_d(D) || !ft_aligned(ld_qkv, ld_out, ptrs, 4)) return false;
+    bool ran = false;
+    tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
+        constexpr int DD = decltype(dc)::value;
+        using c = ft_fwd_cfg_of<DD>;
+        constexpr auto kernel = ft_fwd_kernel<DD, c::bc, c::warps, c::r>;
+        constexpr size_t smem = ft_fwd_smem<DD>();
+        if (smem > ft_smem_limit(be)) return;
+        tlm_cuda_set_smem<kernel>(op, smem);
+        const dim3 grid((unsigned)((Tq + c::br - 1) / c::br), (unsigned)H, (unsigned)B);
+        kernel<<<grid, c::warps * 32, smem, tlm_cuda_stream(be)>>>(out, lse, q, k, v, ld_qkv, ld_out, Tq, Tk, H,
+                                                                    FT_LOG2E / sqrtf((float)DD), causal ? 1 : 0);
+        TLM_CUDA_CHECK_OP(op, cudaGetLastError());
+        ran = true;
+    });
+    return ran;
+}
+
+bool tlm_cuda_flash_backward_tf32(tlm_backend *be, float *dq, float *dk, float *dv, float *workspace,
+                                  const float *dout, const float *q, const float *k, const float *v,
+                                  const float *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq, int Tk,
+                                  int H, int D, bool causal) {
+    const char *op = "flash_attention_backward (tf32)";
+    const void *ptrs[] = {dq, dk, dv, workspace, dout, q, k, v, out};
+    if (!tlm_cuda_flash_supports_d(D) || !ft_aligned(ld_qkv, ld_out, ptrs, 9)) return false;
+    bool fits = false;
+    tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) { fits = ft_bwd_smem<decltype(dc)::value>() <= ft_smem_limit(be); });
+    if (!fits) return false;
+    cudaStream_t st = tlm_cuda_stream(be);
+    /* workspace: the dQ accumulator (B,H,Tq,D), then delta (B,H,Tq): flash_attention_f32.cu's layout */
+    const float *delta = workspace + (size_t)B * H * Tq * D;
+    tlm_cuda_flash_backward_f32_prep(st, workspace, dout, out, ld_out, B, Tq, H, D);
+    tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
+        constexpr int DD = decltype(dc)::value;
+        using c = ft_bwd_cfg_of<DD>;
+        constexpr auto kernel = ft_bwd_kernel<DD, c::br, c::warps, c::rk>;
+        constexpr size_t smem = ft_bwd_smem<DD>();
+        tlm_cuda_set_smem<kernel>(op, smem);
+        const float scale = 1.0f / sqrtf((float)DD);
+        const dim3 grid((unsigned)((Tk + c::bc - 1) / c::bc), (unsigned)H, (unsigned)B);
+        kernel<<<grid, c::warps * 32, smem, st>>>(workspace, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, Tq, Tk,
+                                                  H, scale, FT_LOG2E * scale, causal ? 1 : 0);
+        TLM_CUDA_CHECK_OP(op, cudaGetLastError());
+    });
+    tlm_cuda_flash_backward_f32_dq(st, dq, workspace, ld_qkv, B, Tq, H, D);
+    return true;
+}
