@@ -46,6 +46,15 @@
  *    whole query tiles fully masked, so whole splits see no key), against float64 as in 3; then
  *    that the backend holds its split buffer ("cuda.flash_split"): the split path ran (unless
  *    TLM_FLASH_SPLIT=0, which turns it off: then that it does not).
+ * 4c. Every tile configuration of the bf16/fp16 kernels: each line of src/cuda/flash_tiles.def
+ *    (included here, so a line added there is tested), forced through TLM_FLASH_TILES=<name>@<d_head>
+ *    (setenv before each case: flash_attention.cu reads it at every launch; a named line also
+ *    bypasses the Hopper kernels), on its d_head: B = 2, H = 3, T = 257 causal (odd, several tiles
+ *    of every size, batch and heads), T = 100 not causal in fp16 (separate, padded buffers),
+ *    Tq = 200 > Tk = 64 causal (136 fully masked rows a head: whole query tiles of them), Tq = 33 <
+ *    Tk = 300 causal, T = 1; against float64 as in 3. Runs in the plain run only (the sm90 / sm80
+ *    twins change only what a named line bypasses), not when TLM_FLASH_TILES is set for the whole
+ *    test; with TLM_FA_DTYPES (racecheck) only B = H = 1, T = 129 causal a line.
  * 5. Last, fp32 rows that are not 16-byte aligned (ld_qkv = 3*H*D + 1 or H*D + 1, ld_out =
  *    H*D + 3): backend.h allows any ld >= H*D, and the fp32 kernels fall back to 4-byte copies
  *    (a misaligned-address error would be fatal and end the test, after everything else has been
@@ -367,6 +376,8 @@ static int mode_index(tlm_precision p) {
     return p == TLM_PRECISION_BF16 ? 1 : p == TLM_PRECISION_FP16 ? 2 : p == TLM_PRECISION_TF32 ? 3 : 0;
 }
 
+static char case_note[80]; /* appended to the case names: the forced tile configuration (4c) */
+
 /* Runs forward and backward of c on the GPU with inputs drawn from *state; checks as above. */
 static void run_case(const fa_case *c, uint64_t *state) {
     const int B = c->B, Tq = c->Tq, Tk = c->Tk, H = c->H, D = c->D, C = H * D;
@@ -378,10 +389,10 @@ static void run_case(const fa_case *c, uint64_t *state) {
      * ld_out are multiples of 4), the exact ones elsewhere: held to fp32's tolerances there */
     const bool tc32 = p == TLM_PRECISION_TF32 && ld % 4 == 0 && ld_out % 4 == 0;
     const tlm_precision tolp = p == TLM_PRECISION_TF32 && !tc32 ? TLM_PRECISION_FP32 : p;
-    char name[160];
-    snprintf(name, sizeof name, "%s B=%d H=%d D=%d Tq=%d Tk=%d %s, qkv %s ld=%s%s+%d, ld_out=C+%d", tlm_precision_name(p), B,
+    char name[256];
+    snprintf(name, sizeof name, "%s B=%d H=%d D=%d Tq=%d Tk=%d %s, qkv %s ld=%s%s+%d, ld_out=C+%d%s", tlm_precision_name(p), B,
              H, D, Tq, Tk, c->causal ? "causal" : "full", c->fused ? "fused" : "separate", c->fused ? "3" : "",
-             "C", c->pad_qkv, c->pad_out);
+             "C", c->pad_qkv, c->pad_out, case_note);
 
     /* buffers: inputs and gradients (fused: one of B*max(Tq,Tk) rows each; else three) */
     dbuf in[3] = {{0}}, gr[3] = {{0}};
@@ -683,6 +694,48 @@ static void test_split(void) {
     printf("# split-KV cases: %.1f s\n", now_s() - t0);
 }
 
+/* ---- 4c. every tile configuration ------------------------------------------------------------------ */
+
+typedef struct {
+    int pass, d, outer, inner, warps; /* pass 0: forward (outer BR, inner BC), 1: backward (outer BC, inner BR) */
+    const char *role;
+} tile_line;
+static const tile_line tile_lines[] = {
+#define TLM_FLASH_FWD(D, BR, BC, W, MINB, ROLE) {0, D, BR, BC, W, #ROLE},
+#define TLM_FLASH_BWD(D, BC, BR, W, MINB, ROLE) {1, D, BC, BR, W, #ROLE},
+#include "cuda/flash_tiles.def"
+#undef TLM_FLASH_FWD
+#undef TLM_FLASH_BWD
+};
+
+static void test_tiles(bool sanitizer) {
+    const double t0 = now_s();
+    const tlm_dtype bf = TLM_DTYPE_BF16, f16 = TLM_DTYPE_F16;
+    const int n = (int)(sizeof tile_lines / sizeof tile_lines[0]);
+    for (int i = 0; i < n; i++) {
+        const tile_line *t = &tile_lines[i];
+        char tiles[32];
+        snprintf(tiles, sizeof tiles, t->pass == 0 ? "q%dk%dw%d@%d" : "k%dq%dw%d@%d", t->outer, t->inner, t->warps,
+                 t->d);
+        setenv("TLM_FLASH_TILES", tiles, 1);
+        snprintf(case_note, sizeof case_note, ", TLM_FLASH_TILES=%s (%s)", tiles, t->role);
+        const int D = t->d;
+        /* B, Tq, Tk, H, D, causal, dt, fused, pad_qkv, pad_out, cs336 */
+        if (sanitizer) { /* racecheck: a few tiles of each size, both buffers of every double-buffered tile */
+            run_case(&(fa_case){1, 129, 129, 1, D, true, bf, true, 0, 0, false}, &rng);
+            continue;
+        }
+        run_case(&(fa_case){2, 257, 257, 3, D, true, bf, true, 0, 0, false}, &rng);
+        run_case(&(fa_case){1, 100, 100, 2, D, false, f16, false, 8, 8, false}, &rng);
+        run_case(&(fa_case){2, 200, 64, 2, D, true, bf, true, 8, 0, false}, &rng); /* 136 rows see no key */
+        run_case(&(fa_case){1, 33, 300, 2, D, true, bf, false, 0, 8, false}, &rng);
+        run_case(&(fa_case){3, 1, 1, 1, D, true, f16, true, 0, 0, false}, &rng);
+    }
+    unsetenv("TLM_FLASH_TILES");
+    case_note[0] = 0;
+    printf("# tile configurations (%d lines of flash_tiles.def): %.1f s\n", n, now_s() - t0);
+}
+
 int main(void) {
     if (!tlm_cuda_available() || tlm_backend_cuda_create(&gpu, 0) != TLM_OK) {
         printf("no GPU: skipped (%s)\n", tlm_cuda_available() ? tlm_last_error() : "no CUDA device");
@@ -762,6 +815,8 @@ int main(void) {
     printf("# large case: %.1f s\n", now_s() - t_large);
     /* 4b */
     if (!only) test_split();
+    /* 4c: the plain run only, and not when TLM_FLASH_TILES is set for the whole test (4c would override it) */
+    if (!getenv("TLM_FLASH_SM90") && !getenv("TLM_FLASH_TILES")) test_tiles(only != NULL);
 
     printf("worst errors against float64, normalized (L in tf32: RMS) (tolerances fp32 %.0e, bf16 %.0e, fp16 %.0e, "
            "tf32 %.0e; L fp32 %.0e, bf16/fp16 %.0e, tf32 %.0e):\n",

@@ -14,29 +14,53 @@
  * Shared-memory rows are padded by 8 elements (16 bytes) so the 8 rows an ldmatrix reads fall in
  * distinct banks for every D.
  *
- * Forward (one block per (query tile, head, batch); 4 warps; causal blocks launched heaviest
- * first): each warp owns R groups of 16 query rows (R = 2 for D = 32, 64, 128: every K/V fragment
- * read from shared memory feeds two products, which is what shared-memory bandwidth asks for;
- * R = 1 where the registers do not allow it). Q stays in registers as mma A-fragments; key/value
- * tiles of BC rows are double-buffered (the next tile's cp.async overlaps this tile's math).
+ * Forward (one block per (query tile, head, batch); WARPS warps; causal blocks launched heaviest
+ * first): each warp owns R groups of 16 query rows (R = 2 for D = 32, 64, 128 at long sequences:
+ * every K/V fragment read from shared memory feeds two products, which is what shared-memory
+ * bandwidth asks for; R = 1 where the registers do not allow it, or where more, smaller blocks
+ * pay). Q stays in registers as mma A-fragments; key/value tiles of BC rows are double-buffered
+ * (the next tile's cp.async overlaps this tile's math).
  * Per tile: S = Q K^T (fp32), mask (only in tiles that cross the diagonal or the sequence end),
  * online softmax in the log2 domain (scores prescaled by log2(e)/sqrt(D), exp2), P rounded to
  * bf16/fp16 straight from the accumulator registers (the m16n8 C-fragment of two adjacent
- * n-tiles is the A-fragment of a k16 step), O += P V. Tiles (BR x BC): 128 x 64 (D 32, 64),
- * 128 x 32 (D 128), 64 x 128 (D 16), 64 x 64 (D 80).
+ * n-tiles is the A-fragment of a k16 step), O += P V. Tiles (BR x BC) at long sequences: 128 x 64
+ * (D 32, 64), 128 x 32 (D 128), 64 x 128 (D 16), 64 x 64 (D 80); the others: below.
  *
- * Backward (one block per key tile, head, batch): each warp owns RK groups of 16 keys (D <= 64:
- * 4 warps of 32 keys, a 128-key tile, 32-query tiles; D 80 and 128: 8 warps of 16 keys, 64- and
- * 32-query tiles: dK and dV in registers leave no room for more). K and V stay in shared memory,
- * dK and dV accumulate in registers; query tiles are double-buffered, starting at the first tile
- * that sees any of the block's keys (causal). Per query tile, transposed so each warp owns its
+ * Backward (one block per key tile, head, batch): each warp owns RK groups of 16 keys (at long
+ * sequences, D <= 64: 4 warps of 32 keys, a 128-key tile, 32-query tiles; D 80 and 128: 8 warps of
+ * 16 keys, 64- and 32-query tiles: dK and dV in registers leave no room for more). K and V stay
+ * in shared memory, dK and dV accumulate in registers; query tiles are double-buffered, starting at
+ * the first tile that sees any of the block's keys (causal). Per query tile, transposed so each warp owns its
  * keys' rows: S^T = K Q^T, P^T = exp2(S^T - L), dV += P^T dO, dP^T = V dO^T,
  * dS^T = P^T * (dP^T - delta), dK += dS^T Q; dS goes through shared memory and the block
  * computes dQ_i = dS K for its keys, added to an fp32 accumulator in the workspace with float4
  * atomics (the paper's atomic add; the order of the adds varies, so dQ is not bitwise
- * reproducible). Before: delta = rowsum(dO * O) (a warp per row and head); after: dQ rounded from
- * the accumulator into its third of the gradient buffer.
- * Tile shapes were chosen by timing on an H100 (bench/results/h100-2026-11-21-flash/README.md).
+ * reproducible); each query tile's logsumexp and delta come into shared memory with its Q and dO.
+ * Before: flash_bwd_delta_kernel, delta = rowsum(dO * O) and the dQ accumulator zeroed (one
+ * kernel: no memset); after: dQ rounded from the accumulator into its third of the gradient buffer.
+ *
+ * Tile configurations: src/cuda/flash_tiles.def lists them (d_head, tile sizes, warps, launch
+ * bounds, role), and fa_rule picks one per pass: the LONG line (the shapes above, chosen by timing
+ * the leaderboard shape on an H100: bench/results/h100-2026-11-21-flash/tuning.md), or, for a short
+ * context (at most 1024) whose LONG grid is under two waves of the GPU and is not split, the SHORT
+ * line: more, smaller blocks (the LM at context 256: small's LONG backward is 96 blocks of 4 warps
+ * on 132 SMs, each walking up to 8 query tiles in sequence). d_head 64 has SHORT lines for both
+ * passes, 80 for the backward (its LONG forward, 512 blocks of 4 warps at 2.7B's shape, is one
+ * wave already); both have CAND (timing candidate) lines; the other d_heads LONG only.
+ * TLM_FLASH_TILES=name[@d_head],... forces named lines (fa_tile_named: every candidate timed in one
+ * run, bench/run-flash-short-device.sh; the GPU test runs every line), TLM_FLASH_LOG=1 prints each
+ * pass's choice on stderr. ptxas (nvcc 13.0, sm_90a, bf16 = fp16), registers / shared memory per
+ * block / resident blocks per SM (computed for an H100: 64K registers and 228 KiB of shared memory
+ * an SM, 1 KiB of it reserved per block), no spills:
+ *   forward  D 64: q128k64w4 230 / 54 KiB / 2 (LONG), q64k64w4 128 / 45 KiB / 4 (SHORT),
+ *                  q64k64w2 230 / 45 KiB / 4, q32k64w2 131 / 40.5 KiB / 5, q64k128w4 166 / 81 KiB / 2,
+ *                  q64k32w4 96 / 27 KiB / 5;
+ *            D 80: q64k64w4 128 / 55 KiB / 4 (LONG), q64k32w4 125 / 33 KiB / 4,
+ *                  q32k64w2 135 / 49.5 KiB / 4, q32k32w2 125 / 27.5 KiB / 8;
+ *   backward D 64: k128q32w4 255 / 64.5 KiB / 2 (LONG), k64q64w4 241 / 64 KiB / 2 (SHORT),
+ *                  k64q32w4 168 / 41.5 KiB / 3, k32q32w2 166 / 30 KiB / 6;
+ *            D 80: k128q64w8 244 / 107 KiB / 1 (LONG), k64q64w4 242 / 76 KiB / 2 (SHORT),
+ *                  k64q32w4 168 / 49.5 KiB / 3, k32q32w2 168 / 36 KiB / 6.
  *
  * Split-KV (FlashAttention-2's and Flash-Decoding's split of the key range; Dao, Haziza, Massa,
  * Sizov 2023, "Flash-Decoding for long-context inference"), for grids of too few blocks to fill
@@ -54,7 +78,12 @@
  * to run, as dQ does), rounded to E with dQ at the end. The partials and accumulators live in the
  * backend's split buffer (tlm_cuda_flash_split_buffer, cuda_common.cuh), not in the op's
  * workspace, so tlm_flash_workspace_floats is unchanged. TLM_FLASH_SPLIT=0 turns splitting off.
- * The split kernels are the same bodies, instantiated with SPLIT = true (registers below).
+ * The split kernels are the same bodies, instantiated with SPLIT = true (registers below), for
+ * the LONG lines only.
+ *
+ * Environment: TLM_FLASH_SPLIT=0 (no split-KV), TLM_FLASH_TILES=name[@d_head],... (the named lines
+ * of flash_tiles.def, "auto" or unset: the rule), TLM_FLASH_LOG=1 (each pass's choice on stderr);
+ * TLM_FLASH_SM90 (flash_attention_sm90.cu).
  *
  * Supported: D in {16, 32, 64, 80, 128}; any Tq, Tk >= 1; causal (bottom-right) or not. */
 #include <math.h>
@@ -187,11 +216,11 @@ __device__ __forceinline__ void fa_load_tile(E *s, const E *g, int64_t ld, int r
  * that saw no key of it; a block whose piece is empty writes only that). SPLIT = false compiles
  * the split away (split_keys_arg and part_arg unread). */
 /* Launch bounds: the split instantiation asks for 1 block per SM (ptxas then may use up to 255
- * registers: without it, it held d_head 32 at 168 and spilled); the unsplit ones keep ptxas's own
- * choice (0), except d_head 80, held to 4 blocks per SM: 128 registers, as before splitting
- * existed (left alone, ptxas now takes 135, 3 blocks). */
-template <typename E, int D, int BC, int WARPS, int R, bool SPLIT>
-__global__ void __launch_bounds__(WARPS * 32, SPLIT ? 1 : (D == 80 ? 4 : 0))
+ * registers: without it, it held d_head 32 at 168 and spilled); the unsplit ones MINB, their line
+ * of flash_tiles.def: 0 (ptxas's own choice) but for d_head 80, held to 4 blocks per SM: 128
+ * registers, as before splitting existed (left alone, ptxas now takes 135, 3 blocks). */
+template <typename E, int D, int BC, int WARPS, int R, int MINB, bool SPLIT>
+__global__ void __launch_bounds__(WARPS * 32, SPLIT ? 1 : MINB)
     flash_fwd_kernel(E *__restrict__ out, float *__restrict__ lse, const E *__restrict__ q, const E *__restrict__ k,
                      const E *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale_log2,
                      int causal, int split_keys_arg, float *__restrict__ part_arg) {
@@ -415,25 +444,40 @@ __global__ void flash_split_combine_kernel(E *__restrict__ out, float *__restric
 
 /* ---- backward ------------------------------------------------------------------------------ */
 
-/* delta[(b*H + h)*Tq + i] = sum_d dout * out over head h of row n = b*Tq + i: one warp per (n, h) */
-template <typename E>
-__global__ void flash_bwd_delta_kernel(float *__restrict__ delta, const E *__restrict__ dout,
-                                       const E *__restrict__ out, int ld_out, int B, int Tq, int H, int D) {
-    const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (w >= (int64_t)B * Tq * H) return;
-    const int h = (int)(w % H);
-    const int64_t n = w / H; /* b*Tq + i */
-    const E *a = dout + n * ld_out + h * D, *o = out + n * ld_out + h * D;
+/* The backward's first kernel, for every (row n = b*Tq + i, head h): delta[(b*H + h)*Tq + i] =
+ * sum_d dout * out over head h (FlashAttention-2's D_i = rowsum(dO_i o O_i)), and row
+ * (b*H + h)*Tq + i of the dQ accumulator dq_acc (B,H,Tq,D) fp32 set to 0 (the main kernels add to
+ * it with atomics; zeroing it here saves a memset launch). A (n, h) pair takes L lanes (L = D/8
+ * rounded up to a power of two: 2, 4, 8, 16, 16 for D = 16, 32, 64, 80, 128), lane c < D/8 its 8
+ * columns c*8.. (one 16-byte load of dout and of out: D and ld_out multiples of 8, the tensors
+ * 16-byte aligned, checked by the launcher; two float4 stores of zeros), summed over the L lanes
+ * by shuffles; 32/L pairs a warp, in (n, h) order, so a warp reads adjacent heads of one row. */
+template <typename E, int D>
+__global__ void __launch_bounds__(256)
+    flash_bwd_delta_kernel(float *__restrict__ delta, float *__restrict__ dq_acc, const E *__restrict__ dout,
+                           const E *__restrict__ out, int ld_out, int Tq, int H, int64_t pairs) {
+    constexpr int CH = D / 8, L = CH <= 2 ? 2 : CH <= 4 ? 4 : CH <= 8 ? 8 : CH <= 16 ? 16 : 32;
+    static_assert(D % 8 == 0 && CH <= 32, "delta: 8 columns a lane");
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, w = t / L; /* w = n*H + h */
+    const int c = (int)(t % L);
+    const bool live = w < pairs && c < CH;
     float s = 0.0f;
-    for (int d = 2 * lane; d < D; d += 64) { /* D even, rows 4-byte aligned */
-        s += tlm_f32(a[d]) * tlm_f32(o[d]) + tlm_f32(a[d + 1]) * tlm_f32(o[d + 1]);
+    int64_t row = 0; /* (b*H + h)*Tq + i */
+    if (live) {
+        const int h = (int)(w % H);
+        const int64_t n = w / H, b = n / Tq, i = n % Tq;
+        row = (b * H + h) * Tq + i;
+        const uint4 a4 = *reinterpret_cast<const uint4 *>(dout + n * ld_out + h * D + c * 8);
+        const uint4 o4 = *reinterpret_cast<const uint4 *>(out + n * ld_out + h * D + c * 8);
+        const E *a = reinterpret_cast<const E *>(&a4), *o = reinterpret_cast<const E *>(&o4);
+#pragma unroll
+        for (int e = 0; e < 8; e++) s = fmaf(tlm_f32(a[e]), tlm_f32(o[e]), s);
+        float4 *z = reinterpret_cast<float4 *>(dq_acc + row * D + c * 8);
+        z[0] = z[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    s = tlm_warp_sum(s);
-    if (lane == 0) {
-        const int64_t b = n / Tq, i = n % Tq;
-        delta[(b * H + h) * Tq + i] = s;
-    }
+#pragma unroll
+    for (int m = L / 2; m >= 1; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m); /* within the L lanes */
+    if (live && c == 0) delta[row] = s;
 }
 
 /* Up to three gradients from their fp32 accumulators, job blockIdx.y of jobs: dst (B,T,H*D) E with
@@ -463,13 +507,32 @@ __global__ void flash_bwd_round_kernel(fa_round_jobs jobs, int ld, int B, int H,
     }
 }
 
+/* rows [i0, i0 + BR) of a query tile's logsumexp and delta (fp32, (B,H,Tq) rows of one head) into
+ * s[0..BR) and s[BR..2BR): 4-byte cp.async (a row of lse is 16-byte aligned only when Tq is a multiple
+ * of 4), zero past Tq, in the caller's commit group with the tile's Q and dO */
+template <int BR, int NT>
+__device__ __forceinline__ void fa_load_rows(float *s, const float *lse_b, const float *delta_b, int i0, int Tq,
+                                             int tid) {
+#pragma unroll
+    for (int c = tid; c < 2 * BR; c += NT) {
+        const int r = c % BR;
+        const bool valid = i0 + r < Tq;
+        const float *src = (c < BR ? lse_b : delta_b) + (valid ? i0 + r : 0);
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(fa_smem(s + c)), "l"(src),
+                     "r"(valid ? 4 : 0));
+    }
+}
+
 /* One block per (key tile, split, head, batch): blockIdx.x = split * k_tiles + key tile. The block
  * runs the query tiles [m_begin, m_end) that see its keys when split_q = 0, else the piece
  * [split * split_q, +split_q) of them (a block whose piece is empty returns at once). dK, dV:
  * dkv == NULL: written (E) to dk, dv; else added with fp32 atomics to the accumulators
- * dkv (B,H,Tk,D) (dK, scaled) and dkv + B*H*Tk*D (dV), which the caller zeroed. */
-template <typename E, int D, int BR, int WARPS, int RK, bool SPLIT> /* launch bounds: as the forward's */
-__global__ void __launch_bounds__(WARPS * 32, SPLIT ? 1 : 0)
+ * dkv (B,H,Tk,D) (dK, scaled) and dkv + B*H*Tk*D (dV), which the caller zeroed. dq_acc: zeroed by
+ * flash_bwd_delta_kernel. Each query tile's logsumexp and delta come into shared memory with its
+ * Q and dO (cp.async, double-buffered): read from global memory inside the loop, their latency
+ * was paid once a tile. */
+template <typename E, int D, int BR, int WARPS, int RK, int MINB, bool SPLIT> /* launch bounds: as the forward's */
+__global__ void __launch_bounds__(WARPS * 32, SPLIT ? 1 : MINB)
     flash_bwd_kernel(float *__restrict__ dq_acc, E *__restrict__ dk, E *__restrict__ dv, const E *__restrict__ dout,
                      const E *__restrict__ q, const E *__restrict__ k, const E *__restrict__ v,
                      const float *__restrict__ lse, const float *__restrict__ delta, int ld_qkv, int ld_out, int Tq,
@@ -488,6 +551,7 @@ __global__ void __launch_bounds__(WARPS * 32, SPLIT ? 1 : 0)
     E *sQ = sV + BC * LDS;                      /* [2][BR][LDS] */
     E *sdO = sQ + 2 * BR * LDS;                 /* [2][BR][LDS] */
     E *sdS = sdO + 2 * BR * LDS;                /* [BC][LDP]: dS^T, keys by queries */
+    float *sLD = reinterpret_cast<float *>(sdS + BC * LDP); /* [2][2][BR]: per buffer, L then delta */
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int h = blockIdx.y, b = blockIdx.z;
@@ -512,6 +576,7 @@ __global__ void __launch_bounds__(WARPS * 32, SPLIT ? 1 : 0)
     if (m_begin < m_end) { /* query tile mb goes to buffer mb & 1: m_begin need not stay in a register */
         fa_load_tile<BR, D, NT>(sQ + (m_begin & 1) * BR * LDS, qb, ld_qkv, m_begin * BR, Tq, tid);
         fa_load_tile<BR, D, NT>(sdO + (m_begin & 1) * BR * LDS, dob, ld_out, m_begin * BR, Tq, tid);
+        fa_load_rows<BR, NT>(sLD + (m_begin & 1) * 2 * BR, lse_b, delta_b, m_begin * BR, Tq, tid);
     }
     fa_commit();
 
@@ -529,6 +594,7 @@ __global__ void __launch_bounds__(WARPS * 32, SPLIT ? 1 : 0)
         if (mb + 1 < m_end) {
             fa_load_tile<BR, D, NT>(sQ + (buf ^ 1) * BR * LDS, qb, ld_qkv, i0 + BR, Tq, tid);
             fa_load_tile<BR, D, NT>(sdO + (buf ^ 1) * BR * LDS, dob, ld_out, i0 + BR, Tq, tid);
+            fa_load_rows<BR, NT>(sLD + (buf ^ 1) * 2 * BR, lse_b, delta_b, i0 + BR, Tq, tid);
             fa_commit();
             fa_wait<1>();
         } else {
@@ -536,17 +602,7 @@ __global__ void __launch_bounds__(WARPS * 32, SPLIT ? 1 : 0)
         }
         __syncthreads();
         const E *sQb = sQ + buf * BR * LDS, *sdOb = sdO + buf * BR * LDS;
-
-        /* L (log2 domain) and delta of the query columns this thread holds: 2*t4 + e of each n-tile */
-        float lc[BR / 8][2], dc[BR / 8][2];
-#pragma unroll
-        for (int n = 0; n < BR / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int col = i0 + n * 8 + 2 * t4 + e;
-                lc[n][e] = col < Tq ? lse_b[col] * FA_LOG2E : 0.0f;
-                dc[n][e] = col < Tq ? delta_b[col] : 0.0f;
-            }
+        const float *sL = sLD + buf * 2 * BR, *sDelta = sL + BR; /* 0 past Tq */
 
         /* S^T (the warp's keys x BR queries) = K_w Q^T and dP^T = V_w dO^T */
         float s[RK][BR / 8][4], dp[RK][BR / 8][4];
@@ -573,20 +629,25 @@ __global__ void __launch_bounds__(WARPS * 32, SPLIT ? 1 : 0)
                 fa_mma_16<E>(dp, a2, bf, np);
             }
         }
-        /* P^T = exp2(S^T scale log2(e) - L log2(e)), 0 where masked; dS^T = P^T (dP^T - delta) */
+        /* P^T = exp2(S^T scale log2(e) - L log2(e)), 0 where masked; dS^T = P^T (dP^T - delta); L and
+         * delta of the query columns this thread holds, 2*t4 + {0, 1} of each n-tile, from shared memory */
         const bool need_mask = i0 + BR > Tq || j0 + BC > Tk || (causal && j0 + BC - 1 > i0 + offset);
 #pragma unroll
-        for (int rk = 0; rk < RK; rk++)
+        for (int n = 0; n < BR / 8; n++) {
+            const float2 l2 = *reinterpret_cast<const float2 *>(sL + n * 8 + 2 * t4);
+            const float2 d2 = *reinterpret_cast<const float2 *>(sDelta + n * 8 + 2 * t4);
+            const float lc[2] = {l2.x * FA_LOG2E, l2.y * FA_LOG2E}, dc[2] = {d2.x, d2.y};
 #pragma unroll
-            for (int n = 0; n < BR / 8; n++)
+            for (int rk = 0; rk < RK; rk++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int key = j0 + kw + 16 * rk + g + (e >> 1) * 8, qi = i0 + n * 8 + 2 * t4 + (e & 1);
                     const bool ok = !need_mask || (qi < Tq && key < Tk && (!causal || key <= qi + offset));
-                    const float p = ok ? exp2f(fmaf(s[rk][n][e], scale_log2, -lc[n][e & 1])) : 0.0f;
+                    const float p = ok ? exp2f(fmaf(s[rk][n][e], scale_log2, -lc[e & 1])) : 0.0f;
                     s[rk][n][e] = p;
-                    dp[rk][n][e] = p * (dp[rk][n][e] - dc[n][e & 1]);
+                    dp[rk][n][e] = p * (dp[rk][n][e] - dc[e & 1]);
                 }
+        }
         /* dV += P^T dO and dK += dS^T Q (k = the BR queries); dS^T to shared memory for dQ */
 #pragma unroll
         for (int kk = 0; kk < BR / 16; kk++) {
@@ -775,11 +836,11 @@ static float *fa_split_take(tlm_backend *be, int *S) {
 
 /* Forward plan: keys per split (a multiple of BC; 0: unsplit), *S splits, *part the partials'
  * workspace (S * B*H*Tq * (D + 1) floats, the layout of tlm_cuda_flash_split_combine). A piece has
- * at least 256 keys (and 2 key tiles). */
+ * at least 256 keys (and 2 key tiles). part NULL: the plan only (nothing allocated). */
 static int fa_fwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal, int occ,
                         int *S, float **part) {
     *S = 1;
-    *part = NULL;
+    if (part) *part = NULL;
     const int sms = tlm_cuda_of(be)->num_sms, q_tiles = (Tq + BR - 1) / BR, offset = Tk - Tq;
     const int64_t BH = (int64_t)B * H;
     if (!fa_split_enabled() || (int64_t)q_tiles * BH >= (int64_t)sms * occ) return 0;
@@ -790,16 +851,17 @@ static int fa_fwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, in
     };
     const int chunk = fa_split_chunk(q_tiles, BH, sms, occ, max(2, 256 / BC), (int)min(max_splits, (int64_t)1024),
                                      key_tiles, S);
-    if (!chunk || !(*part = fa_split_take(be, S))) return 0;
+    if (!chunk || (part && !(*part = fa_split_take(be, S)))) return 0;
     return chunk * BC;
 }
 
 /* Backward plan: query tiles per split (0: unsplit), *S splits, *dkv the fp32 dK, dV accumulators
- * (2 * B*H*Tk*D floats, when they fit the split buffer). A piece has at least 256 queries. */
+ * (2 * B*H*Tk*D floats, when they fit the split buffer). A piece has at least 256 queries. dkv NULL:
+ * the plan only. */
 static int fa_bwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal, int occ,
                         int *S, float **dkv) {
     *S = 1;
-    *dkv = NULL;
+    if (dkv) *dkv = NULL;
     const int sms = tlm_cuda_of(be)->num_sms, k_tiles = (Tk + BC - 1) / BC, m_last = (Tq + BR - 1) / BR;
     const int offset = Tk - Tq;
     const int64_t BH = (int64_t)B * H;
@@ -810,7 +872,7 @@ static int fa_bwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, in
         return m_last - (causal ? max(0, j * BC - offset) / BR : 0);
     };
     const int chunk = fa_split_chunk(k_tiles, BH, sms, occ, max(2, 256 / BR), 1024, query_tiles, S);
-    if (!chunk || !(*dkv = fa_split_take(be, S))) return 0;
+    if (!chunk || (dkv && !(*dkv = fa_split_take(be, S)))) return 0;
     return chunk;
 }
 
@@ -833,15 +895,237 @@ void tlm_cuda_flash_split_combine(tlm_backend *be, void *out, float *lse, const 
     });
 }
 
-/* forward tile configurations: WARPS warps of R x 16 query rows, BC keys per tile */
-template <int W, int BC, int R> struct fa_fwd_cfg {
-    static constexpr int warps = W, bc = BC, r = R;
+/* ---- tile configurations: the table, TLM_FLASH_TILES, the rule ---------------------------------- */
+
+enum { FA_LONG, FA_SHORT, FA_CAND };
+enum { FA_FWD, FA_BWD };
+
+/* a context at most this long may take a SHORT configuration (the rule below) */
+#define FA_SHORT_MAX_CONTEXT 1024
+
+/* One line of flash_tiles.def. outer: the block's tile (forward: BR query rows; backward: BC keys);
+ * inner: the tiles it walks (forward: BC keys; backward: BR query rows). */
+struct fa_tile {
+    int pass, d, outer, inner, warps, role;
+};
+static constexpr fa_tile fa_tiles[] = {
+#define TLM_FLASH_FWD(D, BR, BC, W, MINB, ROLE) {FA_FWD, D, BR, BC, W, FA_##ROLE},
+#define TLM_FLASH_BWD(D, BC, BR, W, MINB, ROLE) {FA_BWD, D, BC, BR, W, FA_##ROLE},
+#include "cuda/flash_tiles.def"
+#undef TLM_FLASH_FWD
+#undef TLM_FLASH_BWD
+};
+static constexpr int FA_NTILES = (int)(sizeof fa_tiles / sizeof fa_tiles[0]);
+
+/* the table's invariants: every d_head with kernels has one LONG line per pass and at most one SHORT */
+static constexpr int fa_tiles_count(int pass, int d, int role) {
+    int n = 0;
+    for (int i = 0; i < FA_NTILES; i++) n += fa_tiles[i].pass == pass && fa_tiles[i].d == d && fa_tiles[i].role == role;
+    return n;
+}
+static constexpr bool fa_tiles_valid() {
+    const int ds[] = {16, 32, 64, 80, 128};
+    for (int d : ds)
+        for (int pass = FA_FWD; pass <= FA_BWD; pass++)
+            if (fa_tiles_count(pass, d, FA_LONG) != 1 || fa_tiles_count(pass, d, FA_SHORT) > 1) return false;
+    return true;
+}
+static_assert(fa_tiles_valid(), "flash_tiles.def: one LONG line per (pass, d_head), at most one SHORT");
+
+/* "q<BR>k<BC>w<WARPS>" (forward), "k<BC>q<BR>w<WARPS>" (backward) */
+static void fa_tile_name(const fa_tile *t, char *buf, size_t cap) {
+    snprintf(buf, cap, t->pass == FA_FWD ? "q%dk%dw%d" : "k%dq%dw%d", t->outer, t->inner, t->warps);
+}
+
+static const fa_tile *fa_tile_find(int pass, int D, int role) {
+    for (int i = 0; i < FA_NTILES; i++)
+        if (fa_tiles[i].pass == pass && fa_tiles[i].d == D && fa_tiles[i].role == role) return &fa_tiles[i];
+    return NULL;
+}
+
+/* TLM_FLASH_TILES: a comma list of configuration names (flash_tiles.def, e.g. "q64k64w4,k64q64w4"),
+ * each optionally qualified by a d_head ("q64k32w4@80": that d_head's line only; a name may have
+ * lines for several d_heads): a pass whose d_head has a line of a listed name runs the first such
+ * line in list order — not the Hopper kernels, and split-KV only when it is that d_head's LONG line;
+ * other passes and d_heads take the rule. Unset, empty or "auto": the rule everywhere. A name with
+ * no line (for its d_head) is fatal, the message listing the names. Read at every launch (one
+ * getenv: the GPU test sets it between cases), parsed when it changes. Returns the line for
+ * (pass, D), or NULL. */
+static const fa_tile *fa_tile_named(int pass, int D) {
+    static char parsed[256];
+    static bool have = false;
+    static int listed[4 * FA_NTILES], n_listed; /* line indices, in list order */
+    const char *env = getenv("TLM_FLASH_TILES");
+    if (!env) env = "";
+    if (!have || strcmp(env, parsed) != 0) {
+        if (strlen(env) >= sizeof parsed) tlm_fatal("TLM_FLASH_TILES: longer than %zu characters", sizeof parsed - 1);
+        n_listed = 0;
+        char list[sizeof parsed];
+        snprintf(list, sizeof list, "%s", env);
+        for (char *save = NULL, *tok = strtok_r(list, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+            if (strcmp(tok, "auto") == 0) continue;
+            char *at = strchr(tok, '@');
+            const int only_d = at ? atoi(at + 1) : 0;
+            if (at) *at = 0;
+            bool found = false;
+            for (int i = 0; i < FA_NTILES; i++) {
+                char name[32];
+                fa_tile_name(&fa_tiles[i], name, sizeof name);
+                if (strcmp(tok, name) == 0 && (!only_d || fa_tiles[i].d == only_d) && n_listed < 4 * FA_NTILES) {
+                    listed[n_listed++] = i;
+                    found = true;
+                }
+            }
+            if (!found) {
+                char known[1024] = "";
+                for (int i = 0; i < FA_NTILES; i++) {
+                    char name[32];
+                    fa_tile_name(&fa_tiles[i], name, sizeof name);
+                    const size_t len = strlen(known);
+                    snprintf(known + len, sizeof known - len, "%s%s@%d", i ? ", " : "", name, fa_tiles[i].d);
+                }
+                tlm_fatal("TLM_FLASH_TILES: no configuration '%s'%s%s (auto, or NAME[@D_HEAD] of "
+                          "src/cuda/flash_tiles.def: %s)", tok, at ? " for d_head " : "", at ? at + 1 : "", known);
+            }
+        }
+        snprintf(parsed, sizeof parsed, "%s", env);
+        have = true;
+    }
+    for (int k = 0; k < n_listed; k++)
+        if (fa_tiles[listed[k]].pass == pass && fa_tiles[listed[k]].d == D) return &fa_tiles[listed[k]];
+    return NULL;
+}
+
+/* TLM_FLASH_LOG=1: a line on stderr whenever a pass runs other kernels or another shape than the
+ * pass before it did (which configuration the rule took, for timing runs); read once */
+static void fa_log(int pass, int B, int H, int Tq, int Tk, int D, bool causal, const char *what, const char *why,
+                   int S) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("TLM_FLASH_LOG");
+        on = e && strcmp(e, "0") != 0 && e[0];
+    }
+    if (!on) return;
+    static char last[2][192];
+    char line[192];
+    snprintf(line, sizeof line, "B=%d H=%d Tq=%d Tk=%d D=%d %s: %s (%s)%s", B, H, Tq, Tk, D,
+             causal ? "causal" : "full", what, why, S > 1 ? ", split-KV" : "");
+    if (strcmp(line, last[pass]) == 0) return;
+    snprintf(last[pass], sizeof last[pass], "%s", line);
+    fprintf(stderr, "tlm flash %s: %s\n", pass == FA_FWD ? "forward" : "backward", line);
+}
+
+/* a kernel's shared-memory limit raised to smem (once), and its resident blocks per SM at that size */
+template <auto kernel> static int fa_prepare(int threads, size_t smem) {
+    tlm_cuda_set_smem<kernel>("flash_attention", smem);
+    return fa_occupancy<kernel>(threads, smem);
+}
+
+/* forward configuration: WARPS warps of R x 16 query rows, BC keys per tile; MINB, LONG: its line */
+template <int W, int BC, int R, int MINB, bool LONG> struct fa_fwd_cfg {
+    static constexpr int warps = W, bc = BC, r = R, br = 16 * R * W, minb = MINB;
+    static constexpr bool is_long = LONG; /* only LONG lines have a split-KV instantiation */
+    template <typename E, int D> static constexpr size_t smem() {
+        return (size_t)(br + 4 * BC) * (D + FA_PAD) * sizeof(E); /* Q; K, V double-buffered */
+    }
 };
 
-/* backward tile configurations: WARPS warps of RK x 16 keys, BR queries per tile */
-template <int W, int BR, int RK> struct fa_bwd_cfg {
-    static constexpr int warps = W, br = BR, rk = RK;
+/* backward configuration: WARPS warps of RK x 16 keys, BR queries per tile */
+template <int W, int BR, int RK, int MINB, bool LONG> struct fa_bwd_cfg {
+    static constexpr int warps = W, br = BR, rk = RK, bc = 16 * RK * W, minb = MINB;
+    static constexpr bool is_long = LONG;
+    /* K, V; Q, dO double-buffered; dS^T; L and delta double-buffered */
+    template <typename E, int D> static constexpr size_t smem() {
+        return ((size_t)(2 * bc + 4 * BR) * (D + FA_PAD) + (size_t)bc * (BR + FA_PAD)) * sizeof(E) +
+               (size_t)4 * BR * sizeof(float);
+    }
 };
+
+/* f(cfg) with the configuration type of line t (pass FA_FWD or FA_BWD, d_head DD); false when t is
+ * not a line of DD (not reached: t comes from the table) */
+template <int DD, typename F> static bool fa_fwd_with(const fa_tile *t, F &&f) {
+#define TLM_FLASH_FWD(D, BR, BC, W, MINB, ROLE)                                                                       \
+    if constexpr (DD == D) {                                                                                          \
+        static_assert(BR % (16 * W) == 0, "flash_tiles.def: BR a multiple of 16 x WARPS");                            \
+        if (t->outer == BR && t->inner == BC && t->warps == W) {                                                      \
+            f(fa_fwd_cfg<W, BC, BR / (16 * W), MINB, FA_##ROLE == FA_LONG>{});                                        \
+            return true;                                                                                              \
+        }                                                                                                             \
+    }
+#define TLM_FLASH_BWD(D, BC, BR, W, MINB, ROLE)
+#include "cuda/flash_tiles.def"
+#undef TLM_FLASH_FWD
+#undef TLM_FLASH_BWD
+    return false;
+}
+template <int DD, typename F> static bool fa_bwd_with(const fa_tile *t, F &&f) {
+#define TLM_FLASH_FWD(D, BR, BC, W, MINB, ROLE)
+#define TLM_FLASH_BWD(D, BC, BR, W, MINB, ROLE)                                                                       \
+    if constexpr (DD == D) {                                                                                          \
+        static_assert(BC % (16 * W) == 0 && BR % 16 == 0 && BR <= 16 * W, "flash_tiles.def: backward tiles");        \
+        if (t->outer == BC && t->inner == BR && t->warps == W) {                                                      \
+            f(fa_bwd_cfg<W, BR, BC / (16 * W), MINB, FA_##ROLE == FA_LONG>{});                                        \
+            return true;                                                                                              \
+        }                                                                                                             \
+    }
+#include "cuda/flash_tiles.def"
+#undef TLM_FLASH_FWD
+#undef TLM_FLASH_BWD
+    return false;
+}
+
+/* The rule, for a pass no TLM_FLASH_TILES name covers, after the Hopper kernels declined it (on a
+ * Hopper GPU, d_head 64 and 128 forward and 64 backward with grids of 128-row tiles of at least one
+ * block per SM run there). The LONG line, but the SHORT one (where the pass and d_head have one)
+ * when all three hold:
+ *   (1) a short context: max(Tq, Tk) <= FA_SHORT_MAX_CONTEXT (1024): a block walks few tiles, and
+ *       its fixed costs (its own tile loaded, the pipeline's first wait, the epilogue) weigh;
+ *   (2) the LONG grid is under two waves: B*H*ceil(T / outer) blocks < 2 x SMs x the LONG kernel's
+ *       resident blocks per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor): SMs idle, or a
+ *       second wave that leaves most of them idle (the LM at context 256: small's backward has 96
+ *       blocks of 4 warps for 132 SMs, each walking up to 8 query tiles in sequence);
+ *   (3) split-KV does not split the LONG grid (fa_fwd_split / fa_bwd_split: batch x heads x tiles
+ *       under one wave with ranges of 512 and more, the flash-benchmarking rows).
+ * A function of (B, H, Tq, Tk, D, causal, the SM count) and of the kernels' occupancy on the device;
+ * a long sequence (the leaderboard: 16384) always takes LONG. Returns the line. */
+template <typename E, int DD>
+static const fa_tile *fa_rule(tlm_backend *be, int pass, int B, int H, int Tq, int Tk, bool causal, const char **why) {
+    const fa_tile *lng = fa_tile_find(pass, DD, FA_LONG), *sh = fa_tile_find(pass, DD, FA_SHORT);
+    *why = "rule: long";
+    if (!sh || max(Tq, Tk) > FA_SHORT_MAX_CONTEXT) return lng;
+    const int sms = tlm_cuda_of(be)->num_sms;
+    int occ = 1, occ_split = 1; /* resident LONG blocks per SM, unsplit and split */
+    int64_t blocks;
+    int S = 1, split;
+    if (pass == FA_FWD) {
+        fa_fwd_with<DD>(lng, [&](auto cfg) {
+            using C = decltype(cfg);
+            if constexpr (C::is_long) {
+                constexpr size_t smem = C::template smem<E, DD>();
+                occ = fa_prepare<flash_fwd_kernel<E, DD, C::bc, C::warps, C::r, C::minb, false>>(C::warps * 32, smem);
+                occ_split =
+                    fa_prepare<flash_fwd_kernel<E, DD, C::bc, C::warps, C::r, C::minb, true>>(C::warps * 32, smem);
+            }
+        });
+        blocks = (int64_t)B * H * ((Tq + lng->outer - 1) / lng->outer);
+        split = fa_fwd_split(be, B, H, Tq, Tk, DD, lng->outer, lng->inner, causal, occ_split, &S, NULL);
+    } else {
+        fa_bwd_with<DD>(lng, [&](auto cfg) {
+            using C = decltype(cfg);
+            if constexpr (C::is_long) {
+                constexpr size_t smem = C::template smem<E, DD>();
+                occ = fa_prepare<flash_bwd_kernel<E, DD, C::br, C::warps, C::rk, C::minb, false>>(C::warps * 32, smem);
+                occ_split =
+                    fa_prepare<flash_bwd_kernel<E, DD, C::br, C::warps, C::rk, C::minb, true>>(C::warps * 32, smem);
+            }
+        });
+        blocks = (int64_t)B * H * ((Tk + lng->outer - 1) / lng->outer);
+        split = fa_bwd_split(be, B, H, Tq, Tk, DD, lng->inner, lng->outer, causal, occ_split, &S, NULL);
+    }
+    if (blocks >= (int64_t)2 * sms * occ || split > 0) return lng;
+    *why = "rule: short";
+    return sh;
+}
 
 void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, const void *q, const void *k,
                                       const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
@@ -863,42 +1147,48 @@ void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, co
         return;
     }
     /* Hopper: the wgmma kernel (flash_attention_sm90.cu) where it has one and the grid of 128-row
-     * query tiles fills the GPU (one block an SM); smaller grids go to the split-KV path below */
-    if (tlm_cuda_flash_forward_sm90(be, dt, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, D, causal)) return;
+     * query tiles fills the GPU (one block an SM), unless TLM_FLASH_TILES names a configuration;
+     * smaller grids go to the tile rule below (split-KV, SHORT) */
+    const fa_tile *named = fa_tile_named(FA_FWD, D);
+    if (!named && tlm_cuda_flash_forward_sm90(be, dt, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, D, causal)) {
+        fa_log(FA_FWD, B, H, Tq, Tk, D, causal, "sm90 wgmma", "grid of at least one block an SM", 1);
+        return;
+    }
     const float scale_log2 = FA_LOG2E / sqrtf((float)D);
     tlm_cuda_dispatch(dt, op, [&](auto tag) {
         using E = typename decltype(tag)::type;
         if constexpr (!std::is_same<E, float>::value) {
             tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
                 constexpr int DD = decltype(dc)::value;
+                const char *why = "TLM_FLASH_TILES";
+                const fa_tile *t = named ? named : fa_rule<E, DD>(be, FA_FWD, B, H, Tq, Tk, causal, &why);
                 auto launch = [&](auto cfg) {
-                    constexpr int WARPS = decltype(cfg)::warps, BC = decltype(cfg)::bc, R = decltype(cfg)::r;
-                    constexpr int BR = 16 * R * WARPS;
-                    constexpr auto kernel = flash_fwd_kernel<E, DD, BC, WARPS, R, false>;
-                    constexpr auto split_kernel = flash_fwd_kernel<E, DD, BC, WARPS, R, true>;
-                    const size_t smem = (size_t)(BR + 4 * BC) * (DD + FA_PAD) * sizeof(E);
+                    using C = decltype(cfg);
+                    constexpr int WARPS = C::warps, BC = C::bc, R = C::r, BR = C::br;
+                    constexpr auto kernel = flash_fwd_kernel<E, DD, BC, WARPS, R, C::minb, false>;
+                    constexpr size_t smem = C::template smem<E, DD>();
                     tlm_cuda_set_smem<kernel>(op, smem);
-                    tlm_cuda_set_smem<split_kernel>(op, smem);
-                    int S = 1; /* split-KV when the grid is small: fa_fwd_split */
+                    int S = 1, split_keys = 0; /* split-KV (LONG lines) when the grid is small: fa_fwd_split */
                     float *part = NULL;
-                    const int split_keys = fa_fwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
-                                                        fa_occupancy<split_kernel>(WARPS * 32, smem), &S, &part);
+                    auto chosen = kernel;
+                    if constexpr (C::is_long) {
+                        constexpr auto split_kernel = flash_fwd_kernel<E, DD, BC, WARPS, R, C::minb, true>;
+                        tlm_cuda_set_smem<split_kernel>(op, smem);
+                        split_keys = fa_fwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
+                                                  fa_occupancy<split_kernel>(WARPS * 32, smem), &S, &part);
+                        if (part) chosen = split_kernel;
+                    }
+                    char name[32];
+                    fa_tile_name(t, name, sizeof name);
+                    fa_log(FA_FWD, B, H, Tq, Tk, DD, causal, name, why, S);
                     const dim3 grid((unsigned)((Tq + BR - 1) / BR * S), (unsigned)H, (unsigned)B);
-                    (part ? split_kernel : kernel)<<<grid, WARPS * 32, smem, st>>>(
-                        (E *)out, lse, (const E *)q, (const E *)k, (const E *)v, ld_qkv, ld_out, Tq, Tk, H, scale_log2,
-                        causal ? 1 : 0, split_keys, part);
+                    chosen<<<grid, WARPS * 32, smem, st>>>((E *)out, lse, (const E *)q, (const E *)k, (const E *)v,
+                                                           ld_qkv, ld_out, Tq, Tk, H, scale_log2, causal ? 1 : 0,
+                                                           split_keys, part);
                     TLM_CUDA_CHECK_LAUNCH();
                     if (part) tlm_cuda_flash_split_combine(be, out, lse, part, S, B, Tq, H, DD, ld_out, dt);
                 };
-                /* two row groups a warp where the registers allow it (H100, 2026-11-21, leaderboard
-                 * shape: d_head 64 forward 2.24 -> 2.01 ms, d_head 128 4.83 -> 4.08 ms) */
-                if constexpr (DD == 64 || DD == 32) {
-                    launch(fa_fwd_cfg<4, 64, 2>{});
-                } else if constexpr (DD == 128) {
-                    launch(fa_fwd_cfg<4, 32, 2>{});
-                } else {
-                    launch(fa_fwd_cfg<4, DD <= 64 ? 128 : 64, 1>{});
-                }
+                if (!fa_fwd_with<DD>(t, launch)) tlm_fatal("%s: no forward tiles for d_head %d", op, DD);
             });
         }
     });
@@ -927,52 +1217,62 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
                                     ld_qkv, ld_out, B, Tq, Tk, H, D, causal);
         return;
     }
-    /* workspace: the dQ accumulator (B,H,Tq,D) first (8-byte aligned for float2 atomics), then delta */
+    /* workspace: the dQ accumulator (B,H,Tq,D) first (16-byte aligned for float4 atomics), then delta */
     float *dq_acc = workspace, *delta = workspace + (size_t)B * H * Tq * D;
+    if (!tlm_aligned16(dq_acc)) tlm_fatal("%s: the workspace is not 16-byte aligned", op);
     float *dkv = NULL; /* split: dK, dV fp32 accumulators (B,H,Tk,D) each, in the backend's split buffer */
     const float scale = 1.0f / sqrtf((float)D), scale_log2 = FA_LOG2E * scale;
-    TLM_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, (size_t)B * H * Tq * D * sizeof(float), st));
+    const fa_tile *named = fa_tile_named(FA_BWD, D);
+    bool dq_tiled = false; /* the Hopper kernel's tiled dQ accumulator (tlm_cuda_flash_dq_tiled_index) */
     tlm_cuda_dispatch(dt, op, [&](auto tag) {
         using E = typename decltype(tag)::type;
         if constexpr (!std::is_same<E, float>::value) {
-            const int64_t warps = (int64_t)B * Tq * H;
-            flash_bwd_delta_kernel<E><<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(delta, (const E *)dout,
-                                                                                   (const E *)out, ld_out, B, Tq, H, D);
-            TLM_CUDA_CHECK_LAUNCH();
-            /* Hopper: the wgmma kernel (flash_attention_sm90.cu) where it has one and its grid of
-             * 128-key tiles fills the GPU; smaller grids go to the split path below */
-            bool dq_tiled = false;
-            if (tlm_cuda_flash_backward_sm90(be, dt, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B,
-                                             Tq, Tk, H, D, causal, &dq_tiled)) {
-                /* done: only the dQ rounding below is left */
-            } else tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
+            tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
                 constexpr int DD = decltype(dc)::value;
+                /* delta, and the dQ accumulator zeroed (no memset): L lanes a (row, head) pair */
+                constexpr int CH = DD / 8, L = CH <= 2 ? 2 : CH <= 4 ? 4 : CH <= 8 ? 8 : CH <= 16 ? 16 : 32;
+                const int64_t pairs = (int64_t)B * Tq * H;
+                flash_bwd_delta_kernel<E, DD><<<(unsigned)((pairs * L + 255) / 256), 256, 0, st>>>(
+                    delta, dq_acc, (const E *)dout, (const E *)out, ld_out, Tq, H, pairs);
+                TLM_CUDA_CHECK_LAUNCH();
+                /* Hopper: the wgmma kernel (flash_attention_sm90.cu) where it has one and its grid of
+                 * 128-key tiles fills the GPU, unless TLM_FLASH_TILES names a configuration; smaller
+                 * grids go to the tile rule below (split-KV, SHORT) */
+                if (!named && tlm_cuda_flash_backward_sm90(be, dt, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv,
+                                                           ld_out, B, Tq, Tk, H, D, causal, &dq_tiled)) {
+                    fa_log(FA_BWD, B, H, Tq, Tk, DD, causal, "sm90 wgmma", "grid of at least one block an SM", 1);
+                    return; /* only the dQ rounding below is left */
+                }
+                const char *why = "TLM_FLASH_TILES";
+                const fa_tile *t = named ? named : fa_rule<E, DD>(be, FA_BWD, B, H, Tq, Tk, causal, &why);
                 auto launch = [&](auto cfg) {
-                    constexpr int WARPS = decltype(cfg)::warps, BR = decltype(cfg)::br, RK = decltype(cfg)::rk;
-                    constexpr int BC = 16 * RK * WARPS;
-                    constexpr auto kernel = flash_bwd_kernel<E, DD, BR, WARPS, RK, false>;
-                    constexpr auto split_kernel = flash_bwd_kernel<E, DD, BR, WARPS, RK, true>;
-                    const size_t smem =
-                        ((size_t)(2 * BC + 4 * BR) * (DD + FA_PAD) + (size_t)BC * (BR + FA_PAD)) * sizeof(E);
+                    using C = decltype(cfg);
+                    constexpr int WARPS = C::warps, BR = C::br, RK = C::rk, BC = C::bc;
+                    constexpr auto kernel = flash_bwd_kernel<E, DD, BR, WARPS, RK, C::minb, false>;
+                    constexpr size_t smem = C::template smem<E, DD>();
                     tlm_cuda_set_smem<kernel>(op, smem);
-                    tlm_cuda_set_smem<split_kernel>(op, smem);
-                    int S = 1; /* split query ranges when the grid is small: fa_bwd_split */
-                    const int split_q = fa_bwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
-                                                     fa_occupancy<split_kernel>(WARPS * 32, smem), &S, &dkv);
-                    if (dkv) TLM_CUDA_CHECK(cudaMemsetAsync(dkv, 0, (size_t)2 * B * H * Tk * DD * sizeof(float), st));
+                    int S = 1, split_q = 0; /* split query ranges (LONG lines) when the grid is small: fa_bwd_split */
+                    auto chosen = kernel;
+                    if constexpr (C::is_long) {
+                        constexpr auto split_kernel = flash_bwd_kernel<E, DD, BR, WARPS, RK, C::minb, true>;
+                        tlm_cuda_set_smem<split_kernel>(op, smem);
+                        split_q = fa_bwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
+                                               fa_occupancy<split_kernel>(WARPS * 32, smem), &S, &dkv);
+                        if (dkv) {
+                            chosen = split_kernel;
+                            TLM_CUDA_CHECK(cudaMemsetAsync(dkv, 0, (size_t)2 * B * H * Tk * DD * sizeof(float), st));
+                        }
+                    }
+                    char name[32];
+                    fa_tile_name(t, name, sizeof name);
+                    fa_log(FA_BWD, B, H, Tq, Tk, DD, causal, name, why, S);
                     const dim3 grid((unsigned)((Tk + BC - 1) / BC * S), (unsigned)H, (unsigned)B);
-                    (dkv ? split_kernel : kernel)<<<grid, WARPS * 32, smem, st>>>(
-                        dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q, (const E *)k, (const E *)v, lse, delta,
-                        ld_qkv, ld_out, Tq, Tk, H, scale, scale_log2, causal ? 1 : 0, split_q, dkv);
+                    chosen<<<grid, WARPS * 32, smem, st>>>(dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q,
+                                                           (const E *)k, (const E *)v, lse, delta, ld_qkv, ld_out, Tq,
+                                                           Tk, H, scale, scale_log2, causal ? 1 : 0, split_q, dkv);
                     TLM_CUDA_CHECK_LAUNCH();
                 };
-                /* d_head <= 64: 4 warps of 32 keys (H100, 2026-11-21, leaderboard shape: backward 6.42 ->
-                 * 5.85 ms against 8 warps of 16 keys); above, the dK, dV registers allow 16 keys a warp */
-                if constexpr (DD <= 64) {
-                    launch(fa_bwd_cfg<4, 32, 2>{});
-                } else {
-                    launch(fa_bwd_cfg<8, DD <= 80 ? 64 : 32, 1>{});
-                }
+                if (!fa_bwd_with<DD>(t, launch)) tlm_fatal("%s: no backward tiles for d_head %d", op, DD);
             });
             /* dQ, and dK, dV when split, rounded from their accumulators */
             const size_t dkv_n = (size_t)B * H * Tk * D;
