@@ -710,7 +710,7 @@ static const tile_line tile_lines[] = {
 
 static void test_tiles(bool sanitizer) {
     const double t0 = now_s();
-    const tlm_dtype bf = TLM_DTYPE_BF16, f16 = TLM_DTYPE_F16;
+    const tlm_precision bf = TLM_PRECISION_BF16, f16 = TLM_PRECISION_FP16;
     const int n = (int)(sizeof tile_lines / sizeof tile_lines[0]);
     for (int i = 0; i < n; i++) {
         const tile_line *t = &tile_lines[i];
@@ -720,7 +720,7 @@ static void test_tiles(bool sanitizer) {
         setenv("TLM_FLASH_TILES", tiles, 1);
         snprintf(case_note, sizeof case_note, ", TLM_FLASH_TILES=%s (%s)", tiles, t->role);
         const int D = t->d;
-        /* B, Tq, Tk, H, D, causal, dt, fused, pad_qkv, pad_out, cs336 */
+        /* B, Tq, Tk, H, D, causal, p, fused, pad_qkv, pad_out, cs336 */
         if (sanitizer) { /* racecheck: a few tiles of each size, both buffers of every double-buffered tile */
             run_case(&(fa_case){1, 129, 129, 1, D, true, bf, true, 0, 0, false}, &rng);
             continue;
