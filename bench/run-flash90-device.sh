@@ -8,12 +8,13 @@
 # Files under $OUT: tests.txt; attn-tlm-leaderboard.json (wgmma forward), attn-tlm-leaderboard-sm80.json
 #   (TLM_FLASH_SM90=0), attn-tlm-leaderboard-d128*.json, attn-tlm-flash-benchmarking.json (bf16 rows),
 #   attn-torch-*.json, attention-side-by-side.md; lm-bf16-base.json (.baseline, when carried),
-#   lm-bf16-mma-sync.json (TLM_FLASH_SM90=0 TLM_FLASH_SPLIT=0), lm-bf16.json.
-# env: STAGES (build,test,attn,attn-peer,lm) ITERS (30) WARMUP (5) MODELS (small,medium,large,xl,2.7B)
+#   lm-bf16-mma-sync.json (TLM_FLASH_SM90=0 TLM_FLASH_SPLIT=0), lm-bf16.json; tf32: attn-tlm-tf32-*.json,
+#   lm-tf32.json.
+# env: STAGES (build,test,attn,attn-peer,tf32,lm) ITERS (30) WARMUP (5) MODELS (small,medium,large,xl,2.7B)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to a folder for the results}
-STAGES=${STAGES:-build,test,attn,attn-peer,lm} ITERS=${ITERS:-30} WARMUP=${WARMUP:-5}
+STAGES=${STAGES:-build,test,attn,attn-peer,tf32,lm} ITERS=${ITERS:-30} WARMUP=${WARMUP:-5}
 MODELS=${MODELS:-small,medium,large,xl,2.7B}
 stage() { [[ ",$STAGES," == *",$1,"* ]]; }
 export NCCL_NVLS_ENABLE=0
@@ -53,6 +54,19 @@ fi
 if stage attn || stage attn-peer; then
   python3 bench/attention_side_by_side.py "$OUT/attention-side-by-side.md" "$OUT"/attn-*.json > /dev/null \
     && echo "written: $OUT/attention-side-by-side.md"
+fi
+if stage tf32; then
+  # the tf32 mode's attention: TF32 tensor-core flash against the exact-fp32 flash and naive with TF32
+  # GEMMs; the LM's tf32 and fp32 steps (no PyTorch peer: SDPA has no TF32 flash kernel)
+  echo "== tlm attention: tf32 and fp32, leaderboard shape (d_head 64, 128) and flash-benchmarking"
+  ./build-gpu/tlm attention --device cuda --impl both --precision tf32,fp32 --heads 16 --context-length 16384 \
+    --d-head 64,128 -n 20 -w 3 --format json --out "$OUT/attn-tlm-tf32-leaderboard.json" | grep -E "^(flash|naive)"
+  ./build-gpu/tlm attention --device cuda --suite flash-benchmarking --precision tf32,fp32 --impl both -n 20 -w 3 \
+    --format json --out "$OUT/attn-tlm-tf32-flash-benchmarking.json" > /dev/null
+  echo "== tlm bench: tf32 and fp32 steps, flash attention"
+  ./build-gpu/tlm bench --device cuda --model "$MODELS" --context-length 256 --batch-size 4 --precision tf32,fp32 \
+    --attention flash --pass forward-backward --warmup 3 --steps 5 --format json --out "$OUT/lm-tf32.json" \
+    | grep -E "^(small|medium|large|xl|2.7B) "
 fi
 if stage lm; then
   # the step before this work (.baseline: `git archive e418d5b`, carried), the mma.sync kernels

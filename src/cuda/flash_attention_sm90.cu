@@ -230,13 +230,20 @@ __device__ __forceinline__ float fa90_exp2(float x) {
 template <typename E, int D, int BR>
 __device__ __forceinline__ void fa90_issue_qk(float (&s)[FA90_BC / 2], uint32_t sQw, uint32_t sKb) {
     /* the descriptors' start-address field (address / 16, bits 0-13) moves by 2 a k16 step (32 bytes)
-     * and by R x 8 a 64-column block (R rows of 128 bytes): added, not rebuilt */
+     * and by R x 8 a 64-column block (R rows of 128 bytes): added, not rebuilt, at d_head 64 (at 128
+     * the H100 measured the forward 2-8% slower so: built at each step there) */
     const uint64_t da0 = fa90_desc(sQw, 16, 1024), db0 = fa90_desc(sKb, 16, 1024);
     fa90_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-        fa90_wgmma_ss<E, FA90_BC>(s, da0 + (kk & 3) * 2 + (kk >> 2) * BR * 8,
-                                  db0 + (kk & 3) * 2 + (kk >> 2) * FA90_BC * 8, kk > 0 ? 1 : 0);
+    for (int kk = 0; kk < D / 16; kk++) {
+        if constexpr (D == 64)
+            fa90_wgmma_ss<E, FA90_BC>(s, da0 + (kk & 3) * 2 + (kk >> 2) * BR * 8,
+                                      db0 + (kk & 3) * 2 + (kk >> 2) * FA90_BC * 8, kk > 0 ? 1 : 0);
+        else
+            fa90_wgmma_ss<E, FA90_BC>(s, fa90_desc(sQw + (kk >> 2) * BR * 128 + (kk & 3) * 32, 16, 1024),
+                                      fa90_desc(sKb + (kk >> 2) * FA90_BC * 128 + (kk & 3) * 32, 16, 1024),
+                                      kk > 0 ? 1 : 0);
+    }
     fa90_commit();
 }
 
@@ -246,7 +253,8 @@ __device__ __forceinline__ void fa90_issue_pv(float (&o)[D / 2], const uint32_t 
     const uint64_t db0 = fa90_desc(sVb, FA90_BC * 128, 1024);
     fa90_fence();
 #pragma unroll
-    for (int kk = 0; kk < FA90_BC / 16; kk++) fa90_wgmma_rs<E, D>(o, p[kk], db0 + 128 * kk); /* 16 rows a step */
+    for (int kk = 0; kk < FA90_BC / 16; kk++) /* 16 rows a step; as in fa90_issue_qk by d_head */
+        fa90_wgmma_rs<E, D>(o, p[kk], D == 64 ? db0 + 128 * kk : fa90_desc(sVb + kk * 16 * 128, FA90_BC * 128, 1024));
     fa90_commit();
 }
 
@@ -794,22 +802,25 @@ static void fa90_forward_launch(tlm_backend *be, void *out, float *lse, const vo
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
-/* consumer warpgroups of the forward: 3 at d_head 64 (192 query rows a block: K and V are read
- * from L2 once per 192 rows instead of 128; FlashAttention-3's tile for d_head 64), 2 at 128 (the
- * accumulator of 128 columns needs the registers); TLM_FLASH_FWD_WG=2 forces 2 (timing); read once */
-static int fa90_fwd_consumers(int D) {
+/* consumer warpgroups of the forward: 3 at d_head 64 from 1024 queries on (192 query rows a block:
+ * K and V are read from L2 once per 192 rows instead of 128; FlashAttention-3's tile for d_head 64),
+ * else 2 (d_head 128: the accumulator of 128 columns needs the registers; short sequences: a last
+ * tile of 192 rows is mostly empty at 256 queries, and the H100 measured 0.0225 ms against 0.0191
+ * for the LM's large model at context 256, bench/results/h100-2026-11-24-flash-hopper);
+ * TLM_FLASH_FWD_WG=2 forces 2 (timing); read once */
+static int fa90_fwd_consumers(int D, int Tq) {
     static int forced = -1;
     if (forced < 0) {
         const char *env = getenv("TLM_FLASH_FWD_WG");
         forced = env && strcmp(env, "2") == 0 ? 2 : 0;
     }
-    return D == 64 && forced != 2 ? 3 : 2;
+    return D == 64 && Tq >= 1024 && forced != 2 ? 3 : 2;
 }
 
 bool tlm_cuda_flash_forward_sm90(tlm_backend *be, tlm_dtype dt, void *out, float *lse, const void *q, const void *k,
                                  const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                  bool causal) {
-    const int BR = 64 * fa90_fwd_consumers(D);
+    const int BR = 64 * fa90_fwd_consumers(D, Tq);
     if (!fa90_applies(be, D, dt, (int64_t)B * H * ((Tq + BR - 1) / BR))) return false;
 #define FA90_FWD_ARGS be, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal
     if (dt == TLM_DTYPE_BF16) {
