@@ -192,8 +192,8 @@ bool tlm_cuda_flash_backward_tf32(tlm_backend *be, float *dq, float *dk, float *
                                   int H, int D, bool causal);
 /* the Hopper forward (flash_attention_sm90.cu: wgmma, bf16/fp16, d_head 64 and 128): runs the
  * forward op's work and returns true when it applies (a compute-capability 9.x device, D 64 or
- * 128, dt BF16 or F16, B*H*ceil(Tq/128) blocks at least the SM count, or TLM_FLASH_SM90=2; never
- * with TLM_FLASH_SM90=0); false, doing nothing, otherwise. Same arguments and semantics as the
+ * 128, dt BF16 or F16, B*H*ceil(Tq/BR) blocks at least 3/4 of the SM count, BR 192 or 128, or
+ * TLM_FLASH_SM90=2; never with TLM_FLASH_SM90=0); false, doing nothing, otherwise. Same arguments and semantics as the
  * op; the caller has checked them. */
 bool tlm_cuda_flash_forward_sm90(tlm_backend *be, tlm_dtype dt, void *out, float *lse, const void *q, const void *k,
                                  const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,

@@ -4,8 +4,8 @@
  * tensor-core kernels. The tf32 mode goes to the TF32 tensor-core kernels of
  * flash_attention_tf32.cu where they apply, the fp32 mode (and tf32 where they do not) to the
  * exact-fp32 kernels of flash_attention_f32.cu; on a Hopper
- * GPU the bf16/fp16 forward of d_head 64 and 128 and the backward of d_head 64 go to the wgmma
- * kernels of flash_attention_sm90.cu where their grid fills the GPU (tlm_cuda_flash_*_sm90 say when).
+ * GPU the bf16/fp16 forward and backward of d_head 64 and 128 go to the wgmma kernels of
+ * flash_attention_sm90.cu where their grid nearly fills the GPU (tlm_cuda_flash_*_sm90 say when).
  * The spec, layout and masking rules are those of tlm/flash_attention.h (the CPU reference).
  *
  * Tensor cores: Ampere-style warp-level mma.sync.m16n8k16 (bf16 or fp16 operands, fp32
