@@ -369,7 +369,7 @@ static const char *tensor_name[5] = {"O", "L", "dQ", "dK", "dV"};
 /* the modes in the order their random cases run */
 static const tlm_precision modes[4] = {TLM_PRECISION_FP32, TLM_PRECISION_BF16, TLM_PRECISION_FP16, TLM_PRECISION_TF32};
 static double worst[4][5]; /* per mode (as modes[]), per tensor */
-static char worst_case[4][5][160];
+static char worst_case[4][5][256];
 static double tf32_least_o = INFINITY; /* the smallest O error of a case on the TF32 kernels */
 
 static int mode_index(tlm_precision p) {
