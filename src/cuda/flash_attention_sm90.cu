@@ -1,17 +1,18 @@
 /* flash_attention_sm90.cu — FlashAttention on Hopper's warpgroup tensor cores (wgmma, sm_90a),
- * bf16 and fp16: the forward for d_head 64 and 128, which flash_attention.cu's forward op runs on
- * a compute-capability 9.x device (tlm_cuda_flash_forward_sm90), and the backward for d_head 64
- * (tlm_cuda_flash_backward_sm90, below the forward); the mma.sync kernels of flash_attention.cu
- * stay for the other d_head, for grids too small to fill the GPU (split-KV), and other GPUs.
+ * bf16 and fp16: the forward and the backward for d_head 64 and 128, which flash_attention.cu's
+ * ops run on a compute-capability 9.x device (tlm_cuda_flash_forward_sm90, _backward_sm90); the
+ * mma.sync kernels of flash_attention.cu stay for the other d_head, for grids under three quarters
+ * of a wave (split-KV, short-context tiles), and other GPUs.
  * Semantics, layout and masking are those of tlm/flash_attention.h (the CPU reference):
  * out (B,Tq,H*D) and the fp32 logsumexp lse (B,H,Tq); causal masking bottom-right aligned;
  * fully masked rows give 0 and -inf.
  *
  * Algorithm: FlashAttention-2's forward (Dao 2023, Algorithm 1) with the tile products on wgmma
  * as FlashAttention-3 does them (Shah et al. 2024, "FlashAttention-3: Fast and Accurate
- * Attention with Asynchrony and Low-precision", §3): one block per (128-query tile, head,
- * batch): a producer warpgroup copying tiles in, two consumer warpgroups of 64 query rows each
- * (the kernel's comment says how they meet). Per key/value tile of BC = 128 rows:
+ * Attention with Asynchrony and Low-precision", §3): one block per (query tile, head, batch): a
+ * producer warpgroup copying tiles in, two or three consumer warpgroups of 64 query rows each
+ * (three at d_head 64 from 1024 queries: fa90_fwd_consumers; the kernel's comment says how they
+ * meet). Per key/value tile of BC = 128 rows:
  *   S = Q K^T        wgmma m64n128k16, A = Q and B = K both from shared memory (K-major);
  *   online softmax   in registers, in the log2 domain, as flash_attention.cu;
  *   O += P V         wgmma m64nDk16, A = P from registers (the accumulator fragment of S is,
@@ -21,7 +22,7 @@
  * by D columns is D/64 column blocks of R x 64 elements (128-byte rows), and the 16-byte piece c
  * of row r sits at piece (c ^ (r % 8)) of that row (bank-conflict free for the tensor cores and
  * for the 16-byte cp.async writes). The blocks of a causal launch run heaviest first. Where the
- * grid of 128-row tiles would not fill the GPU, flash_attention.cu's split-KV path runs instead.
+ * grid would be under three quarters of a wave, flash_attention.cu's kernels run instead.
  *
  * Descriptors (PTX ISA, "Matrix Descriptor Format" of wgmma): start address >> 4 (bits 0-13),
  * leading byte offset >> 4 (16-29), stride byte offset >> 4 (32-45), swizzle mode (62-63; 1 =
@@ -481,7 +482,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
 
 /* The backward on wgmma (FlashAttention-2's Algorithm 2 organized as FlashAttention-3's §3 backward:
  * one block per 128-key tile, K and V resident in shared memory, dK and dV in registers), d_head
- * 64. As in the forward, warpgroup 0 is the producer: K and V once, then each query tile's Q, dO,
+ * 64 and 128 (which differ in dQ: SPLIT_DQ below). As in the forward, warpgroup 0 is the producer: K and V once, then each query tile's Q, dO,
  * logsumexp and delta through a ring of FA90_BWD_STAGES slots (mbarriers "full" and "empty").
  * The two consumer warpgroups each own 64 of the keys; per query tile of 64 rows, warpgroup w
  * computes with its keys K_w, V_w:
@@ -491,6 +492,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
  *                                            dO and Q read N-major (transposed B)
  *   dQ_i += scale dS K_w                     dS^T stored to shared memory by the warpgroup, read
  *                                            back M-major (transposed A): SS m64n64 over its 64 keys
+ *                                            (d_head 128: its 64 columns over all 128 keys)
  * and adds its dQ partial to the fp32 accumulator in the workspace (the two warpgroups' partials
  * each: no block-wide barrier between the dS^T stores and their reads). Where Tq is a multiple of
  * 64 (TILED_DQ) it does so as FlashAttention-3 does: the partial goes to shared memory in the
