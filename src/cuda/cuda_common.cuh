@@ -201,22 +201,23 @@ bool tlm_cuda_flash_forward_sm90(tlm_backend *be, tlm_dtype dt, void *out, float
 /* the Hopper backward's main kernel (d_head 64 and 128): dQ added to the zeroed dq_acc, dk, dv written;
  * delta (B,H,Tq) from the caller's pre-pass; true when it ran (the forward's conditions with
  * B*H*ceil(Tk/128) blocks), false, doing nothing, otherwise. *dq_tiled says dq_acc's layout:
- * false: (B,H,Tq,D) rows; true (when Tq % 64 == 0): per (b, h), tiles of 64 query rows of 64 x D
- * floats each, in the wgmma accumulator's order (tlm_cuda_flash_dq_tiled_index) */
+ * 0: (B,H,Tq,D) rows; else (when Tq % 64 == 0): per (b, h), tiles of 64 query rows of 64 x D
+ * floats each, in the wgmma accumulator's order, in blocks of *dq_tiled columns
+ * (tlm_cuda_flash_dq_tiled_index) */
 bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, void *dk, void *dv,
                                   const void *dout, const void *q, const void *k, const void *v, const float *lse,
                                   const float *delta, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
-                                  bool causal, bool *dq_tiled);
+                                  bool causal, int *dq_tiled);
 /* where row i, column d (d even: d and d + 1 are adjacent) of a (b, h) slice sits in the tiled dQ
- * layout, from the slice's start: tile i / 64 of 64 x D floats; inside it, the 64-column block
- * d / 64 (64 x 64 floats; D = 128 has two, one for each warpgroup), in which thread tw = 32 warp +
- * 4 g + t4 of the warpgroup that computed it (row i % 64 = 16 warp + 8 hi + g, column d % 64 =
- * 8 c + 2 t4 + (d & 1)) stored its accumulator registers 4c .. 4c + 3 (rows g, g + 8 of column
- * pair c) as one float4 at float offset (c * 128 + tw) * 4 */
-__host__ __device__ __forceinline__ int64_t tlm_cuda_flash_dq_tiled_index(int64_t i, int d, int D) {
-    const int r = (int)(i & 63), warp = r >> 4, hi = (r >> 3) & 1, g = r & 7, c = (d & 63) >> 3, t4 = (d & 7) >> 1;
+ * layout with column blocks of `cols` (32 or 64: the columns one warpgroup computes), from the
+ * slice's start: tile i / 64 of 64 x D floats; inside it, block d / cols (64 x cols floats), in
+ * which thread tw = 32 warp + 4 g + t4 of the warpgroup that computed it (row i % 64 = 16 warp +
+ * 8 hi + g, column d % cols = 8 c + 2 t4 + (d & 1)) stored its accumulator registers 4c .. 4c + 3
+ * (rows g, g + 8 of column pair c) as one float4 at float offset (c * 128 + tw) * 4 */
+__host__ __device__ __forceinline__ int64_t tlm_cuda_flash_dq_tiled_index(int64_t i, int d, int D, int cols) {
+    const int r = (int)(i & 63), warp = r >> 4, hi = (r >> 3) & 1, g = r & 7, c = (d % cols) >> 3, t4 = (d & 7) >> 1;
     const int tw = warp * 32 + g * 4 + t4;
-    return (i >> 6) * 64 * D + (d >> 6) * 64 * 64 + ((int64_t)c * 128 + tw) * 4 + 2 * hi + (d & 1);
+    return (i >> 6) * 64 * D + (int64_t)(d / cols) * 64 * cols + ((int64_t)c * 128 + tw) * 4 + 2 * hi + (d & 1);
 }
 
 /* Split-KV (flash_attention.cu; FlashAttention-2's and Flash-Decoding's split of the key range,

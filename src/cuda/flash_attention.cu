@@ -487,7 +487,7 @@ struct fa_round_jobs {
     void *dst[3];
     const float *acc[3];
     int T[3];
-    bool dq_tiled; /* acc[0] in the Hopper backward's tiled layout (tlm_cuda_flash_dq_tiled_index) */
+    int dq_tiled; /* acc[0] in the Hopper backward's tiled layout, in blocks of so many columns (0: rows) */
 };
 template <typename E>
 __global__ void flash_bwd_round_kernel(fa_round_jobs jobs, int ld, int B, int H, int D) {
@@ -495,13 +495,13 @@ __global__ void flash_bwd_round_kernel(fa_round_jobs jobs, int ld, int B, int H,
     E *dst = static_cast<E *>(y == 0 ? jobs.dst[0] : y == 1 ? jobs.dst[1] : jobs.dst[2]);
     const float *acc = y == 0 ? jobs.acc[0] : y == 1 ? jobs.acc[1] : jobs.acc[2];
     const int T = y == 0 ? jobs.T[0] : y == 1 ? jobs.T[1] : jobs.T[2];
-    const bool tiled = y == 0 && jobs.dq_tiled;
+    const int tiled = y == 0 ? jobs.dq_tiled : 0;
     const int64_t total = (int64_t)B * H * T * (D / 2);
     for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < total; x += (int64_t)gridDim.x * blockDim.x) {
         const int d = (int)(x % (D / 2)) * 2;
         const int64_t row = x / (D / 2); /* (b*H + h)*T + i */
         const int64_t i = row % T, bh = row / T, h = bh % H, b = bh / H;
-        const int64_t at = tiled ? bh * T * D + tlm_cuda_flash_dq_tiled_index(i, d, D) : row * D + d;
+        const int64_t at = tiled ? bh * T * D + tlm_cuda_flash_dq_tiled_index(i, d, D, tiled) : row * D + d;
         const float2 a = *reinterpret_cast<const float2 *>(acc + at);
         *reinterpret_cast<uint32_t *>(dst + (b * T + i) * ld + h * D + d) = fa_pack<E>::two(a.x, a.y);
     }
@@ -1223,7 +1223,7 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
     float *dkv = NULL; /* split: dK, dV fp32 accumulators (B,H,Tk,D) each, in the backend's split buffer */
     const float scale = 1.0f / sqrtf((float)D), scale_log2 = FA_LOG2E * scale;
     const fa_tile *named = fa_tile_named(FA_BWD, D);
-    bool dq_tiled = false; /* the Hopper kernel's tiled dQ accumulator (tlm_cuda_flash_dq_tiled_index) */
+    int dq_tiled = 0; /* the Hopper kernel's tiled dQ accumulator: its column blocks (tlm_cuda_flash_dq_tiled_index) */
     tlm_cuda_dispatch(dt, op, [&](auto tag) {
         using E = typename decltype(tag)::type;
         if constexpr (!std::is_same<E, float>::value) {

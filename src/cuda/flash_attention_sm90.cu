@@ -58,6 +58,11 @@
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),    \
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),   \
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+/* the 16 of an m64n32 product, %0..%15 */
+#define FA90_ACC16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define FA90_ACC16_OPERANDS                                                                                       \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),   \
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 /* the 64 of an m64n128 product, %0..%63 */
 #define FA90_ACC64                                                                                                \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                      \
@@ -92,7 +97,11 @@
 template <typename E, int N, bool TRANS = false>
 __device__ __forceinline__ void fa90_wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
     constexpr bool bf = std::is_same<E, __nv_bfloat16>::value;
-    if constexpr (N == 64 && !TRANS) {
+    if constexpr (N == 32) {
+        static_assert(TRANS, "m64n32: dQ only");
+        if constexpr (bf) FA90_WGMMA_SS("32", "bf16", FA90_ACC16, FA90_ACC16_OPERANDS, "16", "17", "18", "1, 1");
+        else FA90_WGMMA_SS("32", "f16", FA90_ACC16, FA90_ACC16_OPERANDS, "16", "17", "18", "1, 1");
+    } else if constexpr (N == 64 && !TRANS) {
         if constexpr (bf) FA90_WGMMA_SS("64", "bf16", FA90_ACC32, FA90_ACC32_OPERANDS, "32", "33", "34", "0, 0");
         else FA90_WGMMA_SS("64", "f16", FA90_ACC32, FA90_ACC32_OPERANDS, "32", "33", "34", "0, 0");
     } else if constexpr (N == 64) {
@@ -482,22 +491,25 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
 
 /* The backward on wgmma (FlashAttention-2's Algorithm 2 organized as FlashAttention-3's §3 backward:
  * one block per 128-key tile, K and V resident in shared memory, dK and dV in registers), d_head
- * 64 and 128 (which differ in dQ: SPLIT_DQ below). As in the forward, warpgroup 0 is the producer: K and V once, then each query tile's Q, dO,
- * logsumexp and delta through a ring of FA90_BWD_STAGES slots (mbarriers "full" and "empty").
+ * 64 and 128. As in the forward, warpgroup 0 is the producer: K and V once, then each query
+ * tile's Q, dO, logsumexp and delta through a ring of slots (mbarriers "full" and "empty").
  * The two consumer warpgroups each own 64 of the keys; per query tile of 64 rows, warpgroup w
  * computes with its keys K_w, V_w:
  *   S^T = K_w Q^T, dP^T = V_w dO^T          SS wgmma m64n64 (both operands K-major)
  *   P^T = exp2(S^T scale log2 e - L log2 e)  (0 where masked), dS^T = P^T (dP^T - delta)
  *   dV += P^T dO, dK += dS^T Q               RS wgmma m64n64: P^T, dS^T rounded to E in registers,
  *                                            dO and Q read N-major (transposed B)
- *   dQ_i += scale dS K_w                     dS^T stored to shared memory by the warpgroup, read
- *                                            back M-major (transposed A): SS m64n64 over its 64 keys
- *                                            (d_head 128: its 64 columns over all 128 keys)
- * and adds its dQ partial to the fp32 accumulator in the workspace (the two warpgroups' partials
- * each: no block-wide barrier between the dS^T stores and their reads). Where Tq is a multiple of
- * 64 (TILED_DQ) it does so as FlashAttention-3 does: the partial goes to shared memory in the
- * accumulator's own register order (conflict-free float4 stores) and one thread hands the 16 KiB
- * to the copy engine as a single bulk reduction (cp.reduce.async.bulk .add.f32) into a tile of the
+ *   dQ_i[:, cols_w] += scale dS K[:, cols_w] dS^T stored to shared memory by both warpgroups
+ *                                            (double-buffered, one barrier of the two a tile), read
+ *                                            back M-major (transposed A): SS m64n(D/2) over all 128
+ *                                            keys for the warpgroup's D/2 columns cols_w (half the
+ *                                            accumulator registers of all D columns over its own 64
+ *                                            keys: at d_head 128 dK and dV already take 128; at 64
+ *                                            measured 1% faster)
+ * and adds its dQ partial to the fp32 accumulator in the workspace. Where Tq is a multiple of 64
+ * (TILED_DQ) it does so as FlashAttention-3 does: the partial goes to shared memory in the
+ * accumulator's own register order (conflict-free float4 stores) and one thread hands it (8 or
+ * 16 KiB) to the copy engine as a single bulk reduction (cp.reduce.async.bulk .add.f32) into a tile of the
  * accumulator kept in that same order (tlm_cuda_flash_dq_tiled_index; the rounding pass reads it
  * back), double-buffered so the add of one tile overlaps the next tile's products. Otherwise
  * each warp adds its rows with float4 atomics. The delta pre-pass and the dQ rounding post-pass
@@ -511,11 +523,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
                           int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale, float scale_log2, int causal) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(D == 64 || D == 128, "d_head 64 or 128");
-    /* SPLIT_DQ (d_head 128): each warpgroup's dQ partial is its 64 columns over all 128 keys (both
-     * warpgroups' dS^T, double-buffered, behind a barrier of the two), not all D columns over its
-     * own 64 keys: 32 accumulator registers a thread instead of 64 (dK, dV already take 128) */
-    constexpr bool SPLIT_DQ = D == 128;
-    constexpr int BC = 128, BR = 64, NS = D == 64 ? FA90_BWD_STAGES : 2, DQC = SPLIT_DQ ? 64 : D;
+    /* DQC: the dQ columns of a warpgroup; NS: ring slots (d_head 128: the shared memory allows 2) */
+    constexpr int BC = 128, BR = 64, NS = D == 64 ? FA90_BWD_STAGES : 2, DQC = D / 2;
     constexpr uint32_t KV_BYTES = BC * D * 2, QT_BYTES = BR * D * 2, DS_BYTES = BC * BR * 2;
     extern __shared__ unsigned char fa90_smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(fa90_smem_raw);
@@ -523,8 +532,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     const uint32_t sV = sK + KV_BYTES;
     const uint32_t sQ = sV + KV_BYTES;        /* [NS] query tiles */
     const uint32_t sdO = sQ + NS * QT_BYTES;  /* [NS] */
-    const uint32_t sdS = sdO + NS * QT_BYTES; /* dS^T: BC keys x BR queries, swizzled like a tile ([2]: SPLIT_DQ) */
-    const uint32_t sdQ = sdS + (SPLIT_DQ ? 2 : 1) * DS_BYTES; /* TILED_DQ: [2 warpgroups][2] partials, BR x DQC fp32 */
+    const uint32_t sdS = sdO + NS * QT_BYTES; /* [2] dS^T: BC keys x BR queries, swizzled like a tile */
+    const uint32_t sdQ = sdS + 2 * DS_BYTES;  /* TILED_DQ: [2 warpgroups][2] partials, BR x DQC fp32 */
     const uint32_t sL = sdQ + (TILED_DQ ? 4 * BR * DQC * 4 : 0); /* [NS][BR] fp32 logsumexp of the ring's tiles */
     const uint32_t sDelta = sL + NS * BR * 4; /* [NS][BR] fp32 delta */
     const uint32_t bars = sDelta + NS * BR * 4;
@@ -578,8 +587,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     fa90_setmaxnreg_inc<D == 64 ? 224 : 232>();
     const int wg = wgp - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int kwarp = j0 + wg * 64 + warp * 16; /* the warp's first key */
-    /* the accumulator's slice of this (b, h), and this warpgroup's columns in a tile (SPLIT_DQ) */
-    float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D + (SPLIT_DQ ? wg * BR * 64 : 0);
+    /* the accumulator's slice of this (b, h), and this warpgroup's column block in a tile (tiled) */
+    float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D + (TILED_DQ ? wg * BR * DQC : 0);
     const uint32_t sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128;
     const uint32_t sdQw = sdQ + wg * 2 * BR * DQC * 4;
     const int tw = tid & 127;           /* the thread within its warpgroup */
@@ -592,8 +601,10 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     /* descriptors (fa90_desc) of the fixed operands; a step of k16 moves the start address field
      * (bits 0-13, address / 16) by 2 (32 bytes) in K-major, by 128 (16 rows) in N- or M-major */
     const uint64_t dK0 = fa90_desc(sKw, 16, 1024), dV0 = fa90_desc(sVw, 16, 1024);
-    /* dQ's B: K N-major, this warpgroup's 64 keys (all columns), or all keys of its 64 columns */
-    const uint64_t dKn = SPLIT_DQ ? fa90_desc(sK + wg * BC * 128, BC * 128, 1024) : fa90_desc(sKw, BC * 128, 1024);
+    /* dQ's B: K N-major, all 128 keys */
+    /* (the columns cols_w of K: a 64-column block of the tile at d_head 128, the half of the single
+     * block at 64, 64 bytes into its swizzled rows) */
+    const uint64_t dKn = D == 128 ? fa90_desc(sK + wg * BC * 128, BC * 128, 1024) : fa90_desc(sK + wg * 64, BC * 128, 1024);
 
     for (int mb = m_begin; mb < m_end; mb++) {
         const int it = mb - m_begin, slot = it % NS, i0 = mb * BR;
@@ -672,7 +683,7 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         fa90_commit();
         /* dS^T to shared memory (the warpgroup's 64 key rows, 128-byte swizzled): register kk, r holds
          * row 16 warp + g + 8 (r & 1), queries 16 kk + 8 (r >> 1) + 2 t4 + {0, 1} */
-        const uint32_t sdSb = sdS + (SPLIT_DQ ? (it & 1) * DS_BYTES : 0), sdSw = sdSb + wg * 64 * 128;
+        const uint32_t sdSb = sdS + (it & 1) * DS_BYTES, sdSw = sdSb + wg * 64 * 128;
 #pragma unroll
         for (int kk = 0; kk < BR / 16; kk++)
 #pragma unroll
@@ -683,20 +694,17 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
             }
         fa90_proxy_fence(); /* also publishes the previous tile's dQ partial to the bulk copy */
         if (TILED_DQ && issuer) fa90_bulk_wait_read(); /* the partial two tiles back is read: its buffer is free */
-        if constexpr (SPLIT_DQ) /* both warpgroups' dS^T are complete (the other buffer is free: each
-                                   warpgroup finished reading it before this barrier) */
-            asm volatile("bar.sync 1, 256;\n" ::: "memory");
-        else if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory"); /* the warpgroup's dS^T is complete */
-        else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+        /* both warpgroups' dS^T are complete (the other buffer is free: each warpgroup finished reading
+         * it before this barrier) */
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
         if (TILED_DQ && issuer && it > 0) /* the previous query tile's partial, stored by the whole warpgroup */
             fa90_bulk_reduce_add(dqa + (int64_t)(mb - 1) * BR * D, sdQw + ((it - 1) & 1) * BR * DQC * 4, BR * DQC * 4);
-        /* dQ_i partial (BR queries x DQC) = dS (M-major from dS^T) K (N-major), over the warpgroup's
-         * 64 keys or (SPLIT_DQ) all 128 */
+        /* dQ_i partial (BR queries x DQC) = dS (M-major from dS^T) K (N-major) over the 128 keys */
         float dqp[DQC / 2];
-        const uint64_t dS0 = fa90_desc(SPLIT_DQ ? sdSb : sdSw, 64 * 128, 1024);
+        const uint64_t dS0 = fa90_desc(sdSb, 64 * 128, 1024);
         fa90_fence();
 #pragma unroll
-        for (int kk = 0; kk < (SPLIT_DQ ? BC : 64) / 16; kk++)
+        for (int kk = 0; kk < BC / 16; kk++)
             fa90_wgmma_ss<E, DQC, true>(dqp, dS0 + 128 * kk, dKn + 128 * kk, kk > 0);
         fa90_commit();
         fa90_wait<0>();
@@ -719,16 +727,16 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
                              : "memory");
         } else {
             /* float4 atomics of this warp's 16 rows (dqp is, per warp, the m16n8 C-fragment layout) */
-            tlm_cuda_atomic_add_c_block(dqa - (SPLIT_DQ ? wg * BR * 64 : 0), D, i0 + warp * 16, SPLIT_DQ ? wg * 64 : 0,
+            tlm_cuda_atomic_add_c_block(dqa, D, i0 + warp * 16, wg * DQC,
                                         Tq, *reinterpret_cast<const float(*)[DQC / 8][4]>(dqp), scale);
         }
-        /* dS^T rows are rewritten only after this warpgroup's next wait */
+        /* this dS^T buffer is rewritten two tiles on, after both warpgroups passed the next barrier */
     }
     if (TILED_DQ && m_begin < m_end) { /* the last query tile's partial */
         const int it = m_end - 1 - m_begin;
         fa90_proxy_fence();
-        if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
-        else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+        if (wg == 0) asm volatile("bar.sync 2, 128;\n" ::: "memory"); /* the warpgroup's last partial is stored */
+        else asm volatile("bar.sync 3, 128;\n" ::: "memory");
         if (issuer) {
             fa90_bulk_reduce_add(dqa + (int64_t)(m_end - 1) * BR * D, sdQw + (it & 1) * BR * DQC * 4, BR * DQC * 4);
             fa90_bulk_wait_all();
@@ -857,7 +865,7 @@ static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void 
                                  int ld_out, int B, int Tq, int Tk, int H, bool causal) {
     const char *op = "flash_attention_backward";
     constexpr auto kernel = flash_bwd_sm90_kernel<E, D, TILED_DQ>;
-    constexpr int NS = D == 64 ? FA90_BWD_STAGES : 2, DS_TILES = D == 64 ? 1 : 2, DQC = D == 64 ? D : 64;
+    constexpr int NS = D == 64 ? FA90_BWD_STAGES : 2, DS_TILES = 2, DQC = D / 2;
     /* K, V, the (Q, dO) ring, dS^T, the dQ partials (tiled), alignment, the ring's logsumexp and
      * delta, the mbarriers: 226 KiB at d_head 128 (of the 227 a block may have) */
     const size_t smem = (size_t)(2 * 128 + 2 * NS * 64) * D * sizeof(E) + (size_t)DS_TILES * 128 * 64 * sizeof(E) +
@@ -874,17 +882,17 @@ static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void 
 bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, void *dk, void *dv,
                                   const void *dout, const void *q, const void *k, const void *v, const float *lse,
                                   const float *delta, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
-                                  bool causal, bool *dq_tiled) {
+                                  bool causal, int *dq_tiled) {
     if (!fa90_applies(be, D, dt, (int64_t)B * H * ((Tk + 127) / 128))) return false;
     /* the tiled dQ layout needs whole 64-row tiles: a tile must not reach into the next head's rows */
-    *dq_tiled = Tq % 64 == 0 && fa90_dq_bulk();
+    *dq_tiled = Tq % 64 == 0 && fa90_dq_bulk() ? D / 2 : 0; /* each warpgroup's column block */
 #define FA90_BWD_ARGS be, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B, Tq, Tk, H, causal
 #define FA90_BWD(E)                                                                                                   \
     do {                                                                                                              \
-        if (D == 64 && *dq_tiled) fa90_backward_launch<E, 64, true>(FA90_BWD_ARGS);                                   \
-        else if (D == 64) fa90_backward_launch<E, 64, false>(FA90_BWD_ARGS);                                         \
-        else if (*dq_tiled) fa90_backward_launch<E, 128, true>(FA90_BWD_ARGS);                                        \
-        else fa90_backward_launch<E, 128, false>(FA90_BWD_ARGS);                                                      \
+        if (D == 128 && *dq_tiled) fa90_backward_launch<E, 128, true>(FA90_BWD_ARGS);                                 \
+        else if (D == 128) fa90_backward_launch<E, 128, false>(FA90_BWD_ARGS);                                       \
+        else if (*dq_tiled) fa90_backward_launch<E, 64, true>(FA90_BWD_ARGS);                                        \
+        else fa90_backward_launch<E, 64, false>(FA90_BWD_ARGS);                                                      \
     } while (0)
     if (dt == TLM_DTYPE_BF16) FA90_BWD(__nv_bfloat16);
     else FA90_BWD(__half);
