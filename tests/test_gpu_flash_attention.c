@@ -43,7 +43,9 @@
  *    splits each query tile's key range in the forward, merged by a log-sum-exp combine, and each
  *    key tile's query range in the backward, dK and dV added in fp32): batch 1, 1 head, bf16 (one
  *    case fp16), seq 1999..4096, every d_head, causal and not, Tq != Tk both ways (Tk < Tq causal:
- *    whole query tiles fully masked, so whole splits see no key), against float64 as in 3; then
+ *    whole query tiles fully masked, so whole splits see no key), against float64 as in 3; the
+ *    same in fp32 (the exact kernels of flash_attention_f32.cu) and tf32 (flash_attention_tf32.cu),
+ *    seq 1000..4096, every d_head, on 16-byte rows (what their split needs); then
  *    that the backend holds its split buffer ("cuda.flash_split"): the split path ran (unless
  *    TLM_FLASH_SPLIT=0, which turns it off: then that it does not).
  * 4c. Every tile configuration of the bf16/fp16 kernels: each line of src/cuda/flash_tiles.def
@@ -685,6 +687,19 @@ static void test_split(void) {
     run_case(&(fa_case){1, 1999, 4096, 1, 16, true, bf, true, 8, 8, false}, &rng);   /* Tk > Tq */
     run_case(&(fa_case){1, 1500, 1500, 1, 80, true, bf, false, 8, 0, false}, &rng);
     run_case(&(fa_case){1, 1536, 1536, 1, 64, true, TLM_PRECISION_FP16, true, 0, 0, false}, &rng);
+    /* the exact fp32 kernels (rows 16-byte aligned: ld_out and ld_qkv multiples of 4) and the TF32
+     * ones split too: the CS336 flash-benchmarking shapes (batch 1, 1 head) and odd lengths */
+    const tlm_precision f32 = TLM_PRECISION_FP32, tf = TLM_PRECISION_TF32;
+    run_case(&(fa_case){1, 1000, 1000, 1, 64, true, f32, true, 0, 0, false}, &rng);
+    run_case(&(fa_case){1, 2047, 2047, 1, 32, false, f32, false, 8, 8, false}, &rng);
+    run_case(&(fa_case){1, 2048, 1999, 1, 128, true, f32, true, 0, 8, false}, &rng); /* 49 rows see no key */
+    run_case(&(fa_case){1, 1500, 1500, 1, 80, true, f32, false, 8, 0, false}, &rng);
+    run_case(&(fa_case){1, 1999, 4096, 1, 16, true, f32, true, 8, 8, false}, &rng);   /* Tk > Tq */
+    run_case(&(fa_case){1, 1000, 1000, 1, 64, true, tf, true, 0, 0, false}, &rng_tf32);
+    run_case(&(fa_case){1, 2047, 2047, 1, 128, false, tf, false, 8, 8, false}, &rng_tf32);
+    run_case(&(fa_case){1, 3001, 1200, 1, 32, true, tf, true, 0, 8, false}, &rng_tf32); /* 1801 rows see no key */
+    run_case(&(fa_case){1, 1500, 1500, 1, 80, true, tf, false, 8, 0, false}, &rng_tf32);
+    run_case(&(fa_case){1, 1999, 4096, 1, 16, true, tf, true, 8, 8, false}, &rng_tf32); /* Tk > Tq */
     size_t held = 0;
     tlm_mem_for_each(gpu, add_split_held_, &held);
     const char *env = getenv("TLM_FLASH_SPLIT");

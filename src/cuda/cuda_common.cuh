@@ -161,10 +161,10 @@ template <typename F> static inline void tlm_cuda_flash_dispatch_d(int D, const 
 tlm_status tlm_cuda_flash_attention_check(int D, tlm_dtype dt);
 /* the exact-fp32 kernels (flash_attention_f32.cu), called by the ops above in the fp32 mode (and
  * in the tf32 mode where the TF32 kernels do not apply); same arguments and semantics */
-void tlm_cuda_flash_forward_f32(cudaStream_t st, float *out, float *lse, const float *q, const float *k,
+void tlm_cuda_flash_forward_f32(tlm_backend *be, float *out, float *lse, const float *q, const float *k,
                                 const float *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                 bool causal);
-void tlm_cuda_flash_backward_f32(cudaStream_t st, float *dq, float *dk, float *dv, float *workspace,
+void tlm_cuda_flash_backward_f32(tlm_backend *be, float *dq, float *dk, float *dv, float *workspace,
                                  const float *dout, const float *q, const float *k, const float *v,
                                  const float *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq, int Tk,
                                  int H, int D, bool causal);
@@ -221,7 +221,9 @@ __host__ __device__ __forceinline__ int64_t tlm_cuda_flash_dq_tiled_index(int64_
 }
 
 /* Split-KV (flash_attention.cu; FlashAttention-2's and Flash-Decoding's split of the key range,
- * Dao et al. 2023), for grids of too few (batch x heads x query tiles) blocks to fill the GPU.
+ * Dao et al. 2023), for grids of too few (batch x heads x query tiles) blocks to fill the GPU; used
+ * by the bf16/fp16 kernels (flash_attention.cu), the tf32 ones (flash_attention_tf32.cu) and the
+ * exact fp32 ones (flash_attention_f32.cu).
  * tlm_cuda_flash_split_buffer: the backend's split workspace, TLM_FLASH_SPLIT_FLOATS_PER_SM floats
  * per SM (16.6 MiB on a 132-SM H100: the forward's partials of 2 x SMs tiles of 128 rows at
  * d_head 128, or the backward's dK, dV accumulators of B*H*Tk = SMs x 128 keys at d_head 128),
@@ -240,8 +242,30 @@ __host__ __device__ __forceinline__ int64_t tlm_cuda_flash_dq_tiled_index(int64_
  * gets out 0, lse -inf. Any forward kernel that writes this layout may use it. */
 #define TLM_FLASH_SPLIT_FLOATS_PER_SM ((size_t)2 * 128 * 129)
 float *tlm_cuda_flash_split_buffer(tlm_backend *be, size_t *floats);
+/* dt F32 (the fp32 and tf32 kernels): out written as float, no rounding; rows 16-byte aligned
+ * (ld_out a multiple of 4, out 16-byte aligned); BF16, F16: ld_out a multiple of 8 */
 void tlm_cuda_flash_split_combine(tlm_backend *be, void *out, float *lse, const float *part, int S, int B, int Tq,
                                   int H, int D, int ld_out, tlm_dtype dt);
+/* The split plans, for every FlashAttention kernel family (bf16/fp16 mma.sync, tf32, exact fp32):
+ * the kernel's tiles (BR query rows, BC keys) and resident blocks per SM (occ, of the split
+ * instantiation) in, the split out; splitting only grids under one wave (SMs x occ blocks), and
+ * nothing at all with TLM_FLASH_SPLIT=0.
+ * tlm_cuda_flash_fwd_split: returns keys per piece (a multiple of BC, at least max(2 BC, 256);
+ *   0: unsplit), *S the pieces per query tile, *part the partials in the split buffer (the layout
+ *   of tlm_cuda_flash_split_combine, S*B*H*Tq*(D+1) floats), or NULL (then 0 and *S = 1: run
+ *   unsplit). part NULL: the plan only, nothing allocated.
+ * tlm_cuda_flash_bwd_split: returns query tiles (of BR) per piece (0: unsplit), *S the pieces per
+ *   key tile, *dkv the fp32 dK, dV accumulators (B,H,Tk,D) each, dV at dkv + B*H*Tk*D, in the split
+ *   buffer (NULL: unsplit); the caller zeroes them, the kernels add dK already scaled by
+ *   1/sqrt(D), and tlm_cuda_flash_split_dkv writes them out. A piece has at least 256 queries. */
+int tlm_cuda_flash_fwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal,
+                             int occ, int *S, float **part);
+int tlm_cuda_flash_bwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal,
+                             int occ, int *S, float **dkv);
+/* dk, dv (B,Tk,H*D) dt, row stride ld_qkv (head h at column h*D) = the accumulators dkv (above),
+ * rounded to dt (F32: copied; 8-byte aligned rows: ld_qkv even, dk and dv 8-byte aligned) */
+void tlm_cuda_flash_split_dkv(tlm_backend *be, void *dk, void *dv, const float *dkv, int ld_qkv, int B, int H, int Tk,
+                              int D, tlm_dtype dt);
 /* ---- launch helpers ---------------------------------------------------------------------------- */
 
 static inline bool tlm_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
@@ -253,6 +277,16 @@ template <auto kernel> static inline void tlm_cuda_set_smem(const char *op, size
     if (done) return;
     TLM_CUDA_CHECK_OP(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     done = true;
+}
+
+/* resident blocks per SM of a kernel at (threads, smem), asked once per kernel (after tlm_cuda_set_smem) */
+template <auto kernel> static inline int tlm_cuda_occupancy(const char *op, int threads, size_t smem) {
+    static int occ = 0;
+    if (occ == 0) {
+        TLM_CUDA_CHECK_OP(op, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, threads, smem));
+        if (occ < 1) occ = 1;
+    }
+    return occ;
 }
 
 /* acc_dst[row0 + r][col0 + c] += scale * acc for a warp's 16 x 8N block of accumulators in the

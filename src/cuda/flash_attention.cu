@@ -79,11 +79,15 @@
  * backend's split buffer (tlm_cuda_flash_split_buffer, cuda_common.cuh), not in the op's
  * workspace, so tlm_flash_workspace_floats is unchanged. TLM_FLASH_SPLIT=0 turns splitting off.
  * The split kernels are the same bodies, instantiated with SPLIT = true (registers below), for
- * the LONG lines only.
+ * the LONG lines only. The tf32 and exact-fp32 kernels (flash_attention_tf32.cu, _f32.cu) split
+ * the same way with the same machinery, exported through cuda_common.cuh: the plans
+ * (tlm_cuda_flash_fwd_split, _bwd_split), the split buffer, the combine (which writes float out
+ * as it is for them) and the dK, dV copy out of the accumulators (tlm_cuda_flash_split_dkv: this
+ * file's flash_bwd_round_kernel, a copy for float).
  *
- * Environment: TLM_FLASH_SPLIT=0 (no split-KV), TLM_FLASH_TILES=name[@d_head],... (the named lines
- * of flash_tiles.def, "auto" or unset: the rule), TLM_FLASH_LOG=1 (each pass's choice on stderr);
- * TLM_FLASH_SM90 (flash_attention_sm90.cu).
+ * Environment: TLM_FLASH_SPLIT=0 (no split-KV, in any precision), TLM_FLASH_TILES=name[@d_head],...
+ * (the named lines of flash_tiles.def, "auto" or unset: the rule), TLM_FLASH_LOG=1 (each pass's
+ * choice on stderr); TLM_FLASH_SM90 (flash_attention_sm90.cu).
  *
  * Supported: D in {16, 32, 64, 80, 128}; any Tq, Tk >= 1; causal (bottom-right) or not. */
 #include <math.h>
@@ -438,7 +442,10 @@ __global__ void flash_split_combine_kernel(E *__restrict__ out, float *__restric
     }
     const int64_t i = r % Tq, bh = r / Tq, h = bh % H, b = bh / H;
     E *orow = out + (b * Tq + i) * ld_out + h * D + c;
-    *reinterpret_cast<uint2 *>(orow) = make_uint2(fa_pack<E>::two(acc.x, acc.y), fa_pack<E>::two(acc.z, acc.w));
+    if constexpr (std::is_same<E, float>::value)
+        *reinterpret_cast<float4 *>(orow) = acc; /* fp32 and tf32: no rounding */
+    else
+        *reinterpret_cast<uint2 *>(orow) = make_uint2(fa_pack<E>::two(acc.x, acc.y), fa_pack<E>::two(acc.z, acc.w));
     if (c == 0) lse[r] = L;
 }
 
@@ -481,8 +488,9 @@ __global__ void __launch_bounds__(256)
 }
 
 /* Up to three gradients from their fp32 accumulators, job blockIdx.y of jobs: dst (B,T,H*D) E with
- * row stride ld (head h at column h*D) = round(acc (B,H,T,D)). dQ (T = Tq) always; dK and dV
- * (T = Tk) when the backward was split. */
+ * row stride ld (head h at column h*D) = round(acc (B,H,T,D)) (E = float: a copy). Here dQ (T = Tq)
+ * always, and dK and dV (T = Tk) when the backward was split; tlm_cuda_flash_split_dkv (the fp32
+ * and tf32 backwards, whose dQ has its own kernel) runs dK and dV only, as jobs 0 and 1. */
 struct fa_round_jobs {
     void *dst[3];
     const float *acc[3];
@@ -503,7 +511,10 @@ __global__ void flash_bwd_round_kernel(fa_round_jobs jobs, int ld, int B, int H,
         const int64_t i = row % T, bh = row / T, h = bh % H, b = bh / H;
         const int64_t at = tiled ? bh * T * D + tlm_cuda_flash_dq_tiled_index(i, d, D, tiled) : row * D + d;
         const float2 a = *reinterpret_cast<const float2 *>(acc + at);
-        *reinterpret_cast<uint32_t *>(dst + (b * T + i) * ld + h * D + d) = fa_pack<E>::two(a.x, a.y);
+        if constexpr (std::is_same<E, float>::value)
+            *reinterpret_cast<float2 *>(dst + (b * T + i) * ld + h * D + d) = a; /* fp32: a copy */
+        else
+            *reinterpret_cast<uint32_t *>(dst + (b * T + i) * ld + h * D + d) = fa_pack<E>::two(a.x, a.y);
     }
 }
 
@@ -745,17 +756,6 @@ static void fa_check_args(tlm_backend *be, const char *op, int D, tlm_dtype dt, 
         if (!tlm_aligned16(ptrs[i])) tlm_fatal("%s: tensor %d is not 16-byte aligned", op, i);
 }
 
-/* resident blocks per SM of a kernel at (threads, smem), asked once per kernel (after tlm_cuda_set_smem) */
-template <auto kernel> static int fa_occupancy(int threads, size_t smem) {
-    static int occ = 0;
-    if (occ == 0) {
-        TLM_CUDA_CHECK_OP("flash_attention",
-                          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, threads, smem));
-        if (occ < 1) occ = 1;
-    }
-    return occ;
-}
-
 /* ---- split-KV: plan, workspace, combine ------------------------------------------------------- */
 
 /* TLM_FLASH_SPLIT=0 turns splitting off (side-by-side timing); read once */
@@ -837,8 +837,8 @@ static float *fa_split_take(tlm_backend *be, int *S) {
 /* Forward plan: keys per split (a multiple of BC; 0: unsplit), *S splits, *part the partials'
  * workspace (S * B*H*Tq * (D + 1) floats, the layout of tlm_cuda_flash_split_combine). A piece has
  * at least 256 keys (and 2 key tiles). part NULL: the plan only (nothing allocated). */
-static int fa_fwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal, int occ,
-                        int *S, float **part) {
+int tlm_cuda_flash_fwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal,
+                             int occ, int *S, float **part) {
     *S = 1;
     if (part) *part = NULL;
     const int sms = tlm_cuda_of(be)->num_sms, q_tiles = (Tq + BR - 1) / BR, offset = Tk - Tq;
@@ -858,8 +858,8 @@ static int fa_fwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, in
 /* Backward plan: query tiles per split (0: unsplit), *S splits, *dkv the fp32 dK, dV accumulators
  * (2 * B*H*Tk*D floats, when they fit the split buffer). A piece has at least 256 queries. dkv NULL:
  * the plan only. */
-static int fa_bwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal, int occ,
-                        int *S, float **dkv) {
+int tlm_cuda_flash_bwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal,
+                             int occ, int *S, float **dkv) {
     *S = 1;
     if (dkv) *dkv = NULL;
     const int sms = tlm_cuda_of(be)->num_sms, k_tiles = (Tk + BC - 1) / BC, m_last = (Tq + BR - 1) / BR;
@@ -880,18 +880,30 @@ void tlm_cuda_flash_split_combine(tlm_backend *be, void *out, float *lse, const 
                                   int H, int D, int ld_out, tlm_dtype dt) {
     const char *op = "flash_attention_forward (split-KV combine)";
     const int64_t P = (int64_t)B * H * Tq, threads = P * (D / 4);
-    if (D % 8 || ld_out % 8 || !tlm_aligned16(part) || !tlm_aligned16(out))
-        tlm_fatal("%s: d_head %d and ld_out %d must be multiples of 8, out and the partials 16-byte aligned", op, D,
-                  ld_out);
+    const int vec = dt == TLM_DTYPE_F32 ? 4 : 8; /* out's row alignment: one 16-byte (F32) or 8-byte store */
+    if (D % 8 || ld_out % vec || !tlm_aligned16(part) || !tlm_aligned16(out))
+        tlm_fatal("%s: d_head %d must be a multiple of 8 and ld_out %d of %d, out and the partials 16-byte aligned", op,
+                  D, ld_out, vec);
     tlm_cuda_dispatch(dt, op, [&](auto tag) {
         using E = typename decltype(tag)::type;
-        if constexpr (std::is_same<E, float>::value) {
-            tlm_fatal("%s: fp32 output is not supported", op);
-        } else {
-            flash_split_combine_kernel<E><<<(unsigned)((threads + 255) / 256), 256, 0, tlm_cuda_stream(be)>>>(
-                (E *)out, lse, part, S, H, Tq, D, ld_out, P);
-            TLM_CUDA_CHECK_LAUNCH();
-        }
+        flash_split_combine_kernel<E><<<(unsigned)((threads + 255) / 256), 256, 0, tlm_cuda_stream(be)>>>(
+            (E *)out, lse, part, S, H, Tq, D, ld_out, P);
+        TLM_CUDA_CHECK_LAUNCH();
+    });
+}
+
+void tlm_cuda_flash_split_dkv(tlm_backend *be, void *dk, void *dv, const float *dkv, int ld_qkv, int B, int H, int Tk,
+                              int D, tlm_dtype dt) {
+    const char *op = "flash_attention_backward (split-KV dK, dV)";
+    if (ld_qkv % 2 || ((uintptr_t)dk & 7) || ((uintptr_t)dv & 7) || ((uintptr_t)dkv & 7))
+        tlm_fatal("%s: ld_qkv %d must be even, dk, dv and the accumulators 8-byte aligned", op, ld_qkv);
+    const size_t n = (size_t)B * H * Tk * D;
+    const fa_round_jobs jobs = {{dk, dv, NULL}, {dkv, dkv + n, NULL}, {Tk, Tk, 0}, false};
+    const dim3 grid(tlm_cuda_grid(be, n / 2, 256), 2);
+    tlm_cuda_dispatch(dt, op, [&](auto tag) {
+        using E = typename decltype(tag)::type;
+        flash_bwd_round_kernel<E><<<grid, 256, 0, tlm_cuda_stream(be)>>>(jobs, ld_qkv, B, H, D);
+        TLM_CUDA_CHECK_LAUNCH();
     });
 }
 
@@ -1018,7 +1030,7 @@ static void fa_log(int pass, int B, int H, int Tq, int Tk, int D, bool causal, c
 /* a kernel's shared-memory limit raised to smem (once), and its resident blocks per SM at that size */
 template <auto kernel> static int fa_prepare(int threads, size_t smem) {
     tlm_cuda_set_smem<kernel>("flash_attention", smem);
-    return fa_occupancy<kernel>(threads, smem);
+    return tlm_cuda_occupancy<kernel>("flash_attention", threads, smem);
 }
 
 /* forward configuration: WARPS warps of R x 16 query rows, BC keys per tile; MINB, LONG: its line */
@@ -1084,7 +1096,7 @@ template <int DD, typename F> static bool fa_bwd_with(const fa_tile *t, F &&f) {
  *       resident blocks per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor): SMs idle, or a
  *       second wave that leaves most of them idle (the LM at context 256: small's backward has 96
  *       blocks of 4 warps for 132 SMs, each walking up to 8 query tiles in sequence);
- *   (3) split-KV does not split the LONG grid (fa_fwd_split / fa_bwd_split: batch x heads x tiles
+ *   (3) split-KV does not split the LONG grid (tlm_cuda_flash_fwd_split / _bwd_split: batch x heads x tiles
  *       under one wave with ranges of 512 and more, the flash-benchmarking rows).
  * A function of (B, H, Tq, Tk, D, causal, the SM count) and of the kernels' occupancy on the device;
  * a long sequence (the leaderboard: 16384) always takes LONG. Returns the line. */
@@ -1108,7 +1120,7 @@ static const fa_tile *fa_rule(tlm_backend *be, int pass, int B, int H, int Tq, i
             }
         });
         blocks = (int64_t)B * H * ((Tq + lng->outer - 1) / lng->outer);
-        split = fa_fwd_split(be, B, H, Tq, Tk, DD, lng->outer, lng->inner, causal, occ_split, &S, NULL);
+        split = tlm_cuda_flash_fwd_split(be, B, H, Tq, Tk, DD, lng->outer, lng->inner, causal, occ_split, &S, NULL);
     } else {
         fa_bwd_with<DD>(lng, [&](auto cfg) {
             using C = decltype(cfg);
@@ -1120,7 +1132,7 @@ static const fa_tile *fa_rule(tlm_backend *be, int pass, int B, int H, int Tq, i
             }
         });
         blocks = (int64_t)B * H * ((Tk + lng->outer - 1) / lng->outer);
-        split = fa_bwd_split(be, B, H, Tq, Tk, DD, lng->inner, lng->outer, causal, occ_split, &S, NULL);
+        split = tlm_cuda_flash_bwd_split(be, B, H, Tq, Tk, DD, lng->inner, lng->outer, causal, occ_split, &S, NULL);
     }
     if (blocks >= (int64_t)2 * sms * occ || split > 0) return lng;
     *why = "rule: short";
@@ -1142,7 +1154,7 @@ void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, co
             tlm_cuda_flash_forward_tf32(be, (float *)out, lse, (const float *)q, (const float *)k, (const float *)v,
                                         ld_qkv, ld_out, B, Tq, Tk, H, D, causal))
             return;
-        tlm_cuda_flash_forward_f32(st, (float *)out, lse, (const float *)q, (const float *)k, (const float *)v, ld_qkv,
+        tlm_cuda_flash_forward_f32(be, (float *)out, lse, (const float *)q, (const float *)k, (const float *)v, ld_qkv,
                                    ld_out, B, Tq, Tk, H, D, causal);
         return;
     }
@@ -1168,14 +1180,15 @@ void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, co
                     constexpr auto kernel = flash_fwd_kernel<E, DD, BC, WARPS, R, C::minb, false>;
                     constexpr size_t smem = C::template smem<E, DD>();
                     tlm_cuda_set_smem<kernel>(op, smem);
-                    int S = 1, split_keys = 0; /* split-KV (LONG lines) when the grid is small: fa_fwd_split */
+                    /* split-KV (LONG lines) when the grid is small: tlm_cuda_flash_fwd_split */
+                    int S = 1, split_keys = 0;
                     float *part = NULL;
                     auto chosen = kernel;
                     if constexpr (C::is_long) {
                         constexpr auto split_kernel = flash_fwd_kernel<E, DD, BC, WARPS, R, C::minb, true>;
                         tlm_cuda_set_smem<split_kernel>(op, smem);
-                        split_keys = fa_fwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
-                                                  fa_occupancy<split_kernel>(WARPS * 32, smem), &S, &part);
+                        split_keys = tlm_cuda_flash_fwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
+                                                  tlm_cuda_occupancy<split_kernel>(op, WARPS * 32, smem), &S, &part);
                         if (part) chosen = split_kernel;
                     }
                     char name[32];
@@ -1212,7 +1225,7 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
                                          (const float *)q, (const float *)k, (const float *)v, (const float *)out, lse,
                                          ld_qkv, ld_out, B, Tq, Tk, H, D, causal))
             return;
-        tlm_cuda_flash_backward_f32(st, (float *)dq, (float *)dk, (float *)dv, workspace, (const float *)dout,
+        tlm_cuda_flash_backward_f32(be, (float *)dq, (float *)dk, (float *)dv, workspace, (const float *)dout,
                                     (const float *)q, (const float *)k, (const float *)v, (const float *)out, lse,
                                     ld_qkv, ld_out, B, Tq, Tk, H, D, causal);
         return;
@@ -1251,13 +1264,14 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
                     constexpr auto kernel = flash_bwd_kernel<E, DD, BR, WARPS, RK, C::minb, false>;
                     constexpr size_t smem = C::template smem<E, DD>();
                     tlm_cuda_set_smem<kernel>(op, smem);
-                    int S = 1, split_q = 0; /* split query ranges (LONG lines) when the grid is small: fa_bwd_split */
+                    /* split query ranges (LONG lines) when the grid is small: tlm_cuda_flash_bwd_split */
+                    int S = 1, split_q = 0;
                     auto chosen = kernel;
                     if constexpr (C::is_long) {
                         constexpr auto split_kernel = flash_bwd_kernel<E, DD, BR, WARPS, RK, C::minb, true>;
                         tlm_cuda_set_smem<split_kernel>(op, smem);
-                        split_q = fa_bwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
-                                               fa_occupancy<split_kernel>(WARPS * 32, smem), &S, &dkv);
+                        split_q = tlm_cuda_flash_bwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
+                                               tlm_cuda_occupancy<split_kernel>(op, WARPS * 32, smem), &S, &dkv);
                         if (dkv) {
                             chosen = split_kernel;
                             TLM_CUDA_CHECK(cudaMemsetAsync(dkv, 0, (size_t)2 * B * H * Tk * DD * sizeof(float), st));

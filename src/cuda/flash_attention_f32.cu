@@ -64,7 +64,23 @@
  *   Shared memory: four (64, D+4) operand tiles and P^T, dS^T (64, 68): 166 KiB at D = 128
  *   (one block per SM, 234 registers), 102 KiB at D = 64 (two blocks per SM, 128 registers).
  * The forward, main backward and dq kernels write (=) every row of their tile in the H*D
- * columns, fully masked query rows included (out = 0, lse = -inf, dq = 0). */
+ * columns, fully masked query rows included (out = 0, lse = -inf, dq = 0).
+ *
+ * Split-KV (flash_attention.cu's header: the same plans, buffer and combine, through
+ * cuda_common.cuh), for grids under one wave of the GPU (the CS336 flash-benchmarking rows: batch
+ * 1, 1 head; at seq 4096, 32 forward and 64 backward blocks on 132 SMs, each walking up to 32 and
+ * 64 tiles in sequence): the forward and main backward kernels are instantiated a second time
+ * with SPLIT = true, blockIdx.y the piece. Forward: a piece of a.split keys (a multiple of 64, at
+ * least 256) of the tile's key range, O normalized by the piece's own sum and its lse written as
+ * fp32 partials, merged into out, lse by tlm_cuda_flash_split_combine (float out, as it is).
+ * Backward: a piece of a.split query tiles (at least 256 queries) of the key tile's range, dK /
+ * sqrt(D) and dV added by atomics to fp32 accumulators in the split buffer, zeroed before, copied
+ * into dk, dv after (tlm_cuda_flash_split_dkv): split, dk and dv are no longer bitwise
+ * reproducible (as dq). Only on 16-byte rows (out, ld_out for the forward's combine; dk, dv,
+ * ld_qkv for the backward's copy), and never with TLM_FLASH_SPLIT=0; unsplit grids (those that
+ * fill a wave) run the unsplit instantiations, as before. ptxas (nvcc 13.0, sm_90a): the split
+ * ones at or under the unsplit ones' registers, no spills (the forward's split bookkeeping is
+ * recomputed in the epilogue rather than kept through the loop, which spilled at D 32 and 64). */
 #include <math.h>
 
 #include "cuda/cuda_common.cuh"
@@ -96,6 +112,10 @@ typedef struct {
     float scale, scale_log2;      /* 1/sqrt(D), log2(e)/sqrt(D) */
     bool causal, vec_qkv, vec_out; /* vec_*: rows 16-byte aligned (16-byte copies) */
     bool vec_acc;                  /* dq_acc 16-byte aligned: vector atomics */
+    int split;   /* split-KV (the kernels' SPLIT instantiations; blockIdx.y the piece): forward, keys
+                    per piece (a multiple of FA32_FWD_BC); backward, query tiles per piece */
+    float *part; /* split: forward, the partials (tlm_cuda_flash_split_combine's layout); backward,
+                    the dK, dV accumulators (B,H,Tk,D) each (tlm_cuda_flash_bwd_split), zeroed */
 } fa32_args;
 
 /* a thread's D/16 output columns: groups of VW adjacent columns, group g at (g*16 + tx)*VW */
@@ -125,6 +145,32 @@ __device__ __forceinline__ float fa32_row_sum(float v) {
 #pragma unroll
     for (int o = FA32_TX / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
+}
+
+/* row[col(c)] += scale * v[c] for the thread's PER columns of a row of D floats, by atomics: 16- or
+ * 8-byte ones where the column groups allow and vec (the row 16-byte aligned), else scalar */
+template <int D>
+__device__ __forceinline__ void fa32_atomic_add_row(float *row, const float (&v)[fa32_cols<D>::PER], float scale,
+                                                    int tx, bool vec) {
+    constexpr int PER = fa32_cols<D>::PER, VW = fa32_cols<D>::VW;
+#pragma unroll
+    for (int g = 0; g < PER / VW; g++) {
+        float *dst = row + (g * FA32_TX + tx) * VW;
+        if constexpr (VW == 4) {
+            if (vec) {
+                atomicAdd(reinterpret_cast<float4 *>(dst), make_float4(v[4 * g] * scale, v[4 * g + 1] * scale,
+                                                                       v[4 * g + 2] * scale, v[4 * g + 3] * scale));
+                continue;
+            }
+        } else if constexpr (VW == 2) {
+            if (vec) {
+                atomicAdd(reinterpret_cast<float2 *>(dst), make_float2(v[2 * g] * scale, v[2 * g + 1] * scale));
+                continue;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < VW; u++) atomicAdd(dst + u, v[VW * g + u] * scale);
+    }
 }
 
 /* ---- global -> shared copies (cp.async, sm_80+) ------------------------------------------------ */
@@ -282,7 +328,12 @@ template <int D> constexpr size_t fa32_forward_smem() {
            sizeof(float);
 }
 
-template <int D>
+/* SPLIT: blockIdx.y is the piece; the block's keys are [kv_begin, kv_end), the piece
+ * [split * a.split, +a.split) of the tile's [0, j_end) (whole key tiles, masked as unsplit), and it
+ * writes its O normalized by its own sum and its lse into the partials a.part (the layout of
+ * tlm_cuda_flash_split_combine: row (split*B*H + bh)*Tq + i; lse -inf for a row that saw no key of
+ * it; an empty piece writes only that); SPLIT = false compiles this away. */
+template <int D, bool SPLIT>
 __global__ void __launch_bounds__(FA32_THREADS, D <= 64 ? 2 : 1) fa32_forward_kernel(const fa32_args a) {
     /* block: query tile qt (the last ones first), head h of batch element b */
     constexpr int BR = FA32_FWD_BR, BC = FA32_FWD_BC, RM = BR / FA32_TY, RN = BC / FA32_TX;
@@ -300,10 +351,20 @@ __global__ void __launch_bounds__(FA32_THREADS, D <= 64 ? 2 : 1) fa32_forward_ke
     const int i0 = qt * BR, br = min(BR, a.Tq - i0);
     /* key tiles j0 < j_end: the last visible one is the one holding key i0 + br - 1 + off */
     const int j_end = a.causal ? min(a.Tk, i0 + br + a.off) : a.Tk;
-    const int nkt = j_end > 0 ? (j_end + BC - 1) / BC : 0;
+    const int split = SPLIT ? (int)blockIdx.y : 0;
+    const int kv_begin = SPLIT ? split * a.split : 0, kv_end = SPLIT ? min(j_end, kv_begin + a.split) : j_end;
+    const int nkt = kv_end > kv_begin ? (kv_end - kv_begin + BC - 1) / BC : 0;
     const float *qg = a.q + ((int64_t)b * a.Tq + i0) * a.ld_qkv + h * D;
     const float *kg = a.k + (int64_t)b * a.Tk * a.ld_qkv + h * D;
     const float *vg = a.v + (int64_t)b * a.Tk * a.ld_qkv + h * D;
+    /* split: the partials' rows (split*B*H + bh)*Tq + i, o_part then lse_part (computed where used:
+     * nothing of it lives through the loop, whose registers are at the 128 of two blocks per SM) */
+    auto prow0 = [&]() { return ((int64_t)blockIdx.y * a.BH + bh) * a.Tq + i0; };
+    auto lse_part = [&]() { return a.part + (int64_t)gridDim.y * a.BH * a.Tq * D; };
+    if (SPLIT && nkt == 0) { /* an empty piece: no key for any row */
+        for (int r = (int)threadIdx.x; r < br; r += FA32_THREADS) lse_part()[prow0() + r] = -INFINITY;
+        return;
+    }
 
     float o[RM][PER], m[RM], l[RM]; /* O_i (unnormalised), running max (log2 units), partial sum */
 #pragma unroll
@@ -315,11 +376,11 @@ __global__ void __launch_bounds__(FA32_THREADS, D <= 64 ? 2 : 1) fa32_forward_ke
 
     if (nkt > 0) { /* group: Q_i and K_0 */
         fa32_load_tile<D, BR>(Qs, qg, a.ld_qkv, br, a.vec_qkv);
-        fa32_load_tile<D, BC>(Ks, kg, a.ld_qkv, min(BC, a.Tk), a.vec_qkv);
+        fa32_load_tile<D, BC>(Ks, kg + (int64_t)kv_begin * a.ld_qkv, a.ld_qkv, min(BC, a.Tk - kv_begin), a.vec_qkv);
         fa32_commit();
     }
     for (int t = 0; t < nkt; t++) {
-        const int j0 = t * BC;
+        const int j0 = kv_begin + t * BC;
         fa32_load_tile<D, BC>(Vs, vg + j0 * a.ld_qkv, a.ld_qkv, min(BC, a.Tk - j0), a.vec_qkv);
         fa32_commit();
         fa32_wait<1>(); /* K_j (and Q_i) landed; V_j may be in flight */
@@ -383,11 +444,11 @@ __global__ void __launch_bounds__(FA32_THREADS, D <= 64 ? 2 : 1) fa32_forward_ke
         if (r < br) {
             const int64_t n = (int64_t)b * a.Tq + i0 + r;
             const float inv = lsum > 0.0f ? __frcp_rn(lsum) : 0.0f;
-            float *orow = a.out + n * a.ld_out + h * D;
+            float *orow = SPLIT ? a.part + (prow0() + r) * D : a.out + n * a.ld_out + h * D;
 #pragma unroll
             for (int c = 0; c < PER; c++) orow[fa32_col<D>(c, tx)] = o[i][c] * inv;
             if (tx == 0)
-                a.lse[(int64_t)bh * a.Tq + i0 + r] =
+                *(SPLIT ? lse_part() + prow0() + r : a.lse + (int64_t)bh * a.Tq + i0 + r) =
                     lsum > 0.0f ? (float)((double)m[i] * FA32_LN2 + log((double)lsum)) : -INFINITY;
         }
     }
@@ -432,12 +493,16 @@ template <int D> constexpr size_t fa32_backward_smem() {
            sizeof(float);
 }
 
-template <int D>
+/* SPLIT: blockIdx.y is the piece; the block runs the query tiles [it0, it_end), the piece
+ * [split * a.split, +a.split) of those that see its keys (an empty piece returns at once), and adds
+ * dK / sqrt(D) and dV by atomics to the accumulators a.part (B,H,Tk,D) and a.part + B*H*Tk*D;
+ * SPLIT = false compiles this away and writes dk, dv. */
+template <int D, bool SPLIT>
 __global__ void __launch_bounds__(FA32_THREADS, D <= 64 ? 2 : 1) fa32_backward_kernel(const fa32_args a) {
     /* block: key tile kt (the first ones, which most queries see, first), head h of batch b.
      * Here the thread's "rows" are keys and its "columns" queries (the transposed products). */
     constexpr int BR = FA32_BWD_BR, BC = FA32_BWD_BC, RM = BC / FA32_TY, RN = BR / FA32_TX;
-    constexpr int LD = D + 4, LDP = BR + 4, PER = fa32_cols<D>::PER, VW = fa32_cols<D>::VW;
+    constexpr int LD = D + 4, LDP = BR + 4, PER = fa32_cols<D>::PER;
     static_assert(BR == 4 * FA32_TY, "dQ rows: 4 adjacent query rows a thread");
     extern __shared__ float4 fa32_smem[];
     float *Ks = reinterpret_cast<float *>(fa32_smem); /* (BC, D+4) */
@@ -453,7 +518,10 @@ __global__ void __launch_bounds__(FA32_THREADS, D <= 64 ? 2 : 1) fa32_backward_k
     const int j0 = kt * BC, bc = min(BC, a.Tk - j0);
     const int Tr = (a.Tq + BR - 1) / BR;
     /* query tiles from the one holding the first query that sees key j0 (j0 - off <= Tq - 1) */
-    const int it0 = a.causal ? max(0, j0 - a.off) / BR : 0;
+    const int it_first = a.causal ? max(0, j0 - a.off) / BR : 0;
+    const int it0 = SPLIT ? it_first + (int)blockIdx.y * a.split : it_first;
+    const int it_end = SPLIT ? min(Tr, it0 + a.split) : Tr;
+    if (SPLIT && it0 >= it_end) return;
     const int64_t krow0 = (int64_t)b * a.Tk + j0, qrow0 = (int64_t)b * a.Tq;
     const float *qg = a.q + qrow0 * a.ld_qkv + h * D;
     const float *dog = a.dout + qrow0 * a.ld_out + h * D;
@@ -473,7 +541,7 @@ __global__ void __launch_bounds__(FA32_THREADS, D <= 64 ? 2 : 1) fa32_backward_k
 #pragma unroll
         for (int c = 0; c < PER; c++) dk[i][c] = 0.0f, dv[i][c] = 0.0f;
 
-    for (int it = it0; it < Tr; it++) {
+    for (int it = it0; it < it_end; it++) {
         const int i0 = it * BR;
         /* L' and delta of the thread's query columns (0 past Tq: those columns are masked) */
         float Lq[RN], dl[RN];
@@ -529,14 +597,14 @@ __global__ void __launch_bounds__(FA32_THREADS, D <= 64 ? 2 : 1) fa32_backward_k
         /* dV_j += P^T dO_i, then dO_{i+1} is fetched while dK_j += dS^T Q_i */
         fa32_mma_pv<D, RM, BR>(dv, Pt, dOs, ty, tx);
         __syncthreads(); /* dO_i free */
-        if (it + 1 < Tr) {
+        if (it + 1 < it_end) {
             fa32_load_tile<D, BR>(dOs, dog + (int64_t)(i0 + BR) * a.ld_out, a.ld_out, min(BR, a.Tq - i0 - BR),
                                   a.vec_out);
             fa32_commit();
         }
         fa32_mma_pv<D, RM, BR>(dk, dSt, Qs, ty, tx);
         __syncthreads(); /* Q_i free */
-        if (it + 1 < Tr) {
+        if (it + 1 < it_end) {
             fa32_load_tile<D, BR>(Qs, qg + (int64_t)(i0 + BR) * a.ld_qkv, a.ld_qkv, min(BR, a.Tq - i0 - BR),
                                   a.vec_qkv);
             fa32_commit();
@@ -555,31 +623,25 @@ __global__ void __launch_bounds__(FA32_THREADS, D <= 64 ? 2 : 1) fa32_backward_k
             for (int r = 0; r < 4; r++) {
                 const int qi = i0 + 4 * ty + r;
                 if (qi >= a.Tq) continue;
-                float *row = dqa + (int64_t)qi * D;
-#pragma unroll
-                for (int g = 0; g < PER / VW; g++) {
-                    float *dst = row + (g * FA32_TX + tx) * VW;
-                    if constexpr (VW == 4) {
-                        if (a.vec_acc) {
-                            atomicAdd(reinterpret_cast<float4 *>(dst),
-                                      make_float4(dq[r][4 * g], dq[r][4 * g + 1], dq[r][4 * g + 2], dq[r][4 * g + 3]));
-                            continue;
-                        }
-                    } else if constexpr (VW == 2) {
-                        if (a.vec_acc) {
-                            atomicAdd(reinterpret_cast<float2 *>(dst), make_float2(dq[r][2 * g], dq[r][2 * g + 1]));
-                            continue;
-                        }
-                    }
-#pragma unroll
-                    for (int u = 0; u < VW; u++) atomicAdd(dst + u, dq[r][VW * g + u]);
-                }
+                fa32_atomic_add_row<D>(dqa + (int64_t)qi * D, dq[r], 1.0f, tx, a.vec_acc);
             }
         }
     }
     fa32_wait<0>();
 
-    /* dk = dK_j / sqrt(D), dv = dV_j */
+    /* dk = dK_j / sqrt(D), dv = dV_j: split, added to the accumulators (16-byte aligned rows) */
+    if (float *const acc = SPLIT ? a.part : nullptr) { /* runtime test: see flash_attention_tf32.cu */
+        float *dka = acc + ((int64_t)bh * a.Tk + j0) * D, *dva = dka + (int64_t)a.BH * a.Tk * D;
+#pragma unroll
+        for (int i = 0; i < RM; i++) {
+            const int r = ty + FA32_TY * i;
+            if (r < bc) {
+                fa32_atomic_add_row<D>(dka + (int64_t)r * D, dk[i], a.scale, tx, true);
+                fa32_atomic_add_row<D>(dva + (int64_t)r * D, dv[i], 1.0f, tx, true);
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < RM; i++) {
         const int r = ty + FA32_TY * i;
@@ -625,16 +687,44 @@ template <typename K> static void fa32_smem_attr(K kernel, size_t bytes, const c
         TLM_CUDA_CHECK_OP(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-template <int D> static void fa32_forward_launch(cudaStream_t st, const fa32_args &a, const char *op) {
+/* The launchers split (tlm_cuda_flash_fwd_split / _bwd_split: a grid under one wave) when
+ * can_split: the forward's out rows 16-byte aligned (the combine's float4 stores), the backward's
+ * dk, dv rows too (the accumulators' copy). */
+template <int D>
+static void fa32_forward_launch(tlm_backend *be, fa32_args a, int B, bool can_split, const char *op) {
     constexpr size_t smem = fa32_forward_smem<D>();
-    fa32_smem_attr(fa32_forward_kernel<D>, smem, op);
-    fa32_forward_kernel<D><<<fa32_grid(a.Tq, FA32_FWD_BR, a.BH, op), FA32_THREADS, smem, st>>>(a);
+    constexpr auto split_kernel = fa32_forward_kernel<D, true>;
+    fa32_smem_attr(fa32_forward_kernel<D, false>, smem, op);
+    int S = 1;
+    if (can_split) {
+        fa32_smem_attr(split_kernel, smem, op);
+        a.split = tlm_cuda_flash_fwd_split(be, B, a.H, a.Tq, a.Tk, D, FA32_FWD_BR, FA32_FWD_BC, a.causal,
+                                           tlm_cuda_occupancy<split_kernel>(op, FA32_THREADS, smem), &S, &a.part);
+    }
+    const dim3 grid(fa32_grid(a.Tq, FA32_FWD_BR, a.BH, op), (unsigned)S);
+    (a.part ? split_kernel : fa32_forward_kernel<D, false>)<<<grid, FA32_THREADS, smem, tlm_cuda_stream(be)>>>(a);
+    TLM_CUDA_CHECK_LAUNCH();
+    if (a.part)
+        tlm_cuda_flash_split_combine(be, a.out, a.lse, a.part, S, B, a.Tq, a.H, D, (int)a.ld_out, TLM_DTYPE_F32);
 }
 
-template <int D> static void fa32_backward_launch(cudaStream_t st, const fa32_args &a, const char *op) {
+template <int D>
+static void fa32_backward_launch(tlm_backend *be, fa32_args a, int B, bool can_split, const char *op) {
     constexpr size_t smem = fa32_backward_smem<D>();
-    fa32_smem_attr(fa32_backward_kernel<D>, smem, op);
-    fa32_backward_kernel<D><<<fa32_grid(a.Tk, FA32_BWD_BC, a.BH, op), FA32_THREADS, smem, st>>>(a);
+    constexpr auto split_kernel = fa32_backward_kernel<D, true>;
+    cudaStream_t st = tlm_cuda_stream(be);
+    fa32_smem_attr(fa32_backward_kernel<D, false>, smem, op);
+    int S = 1;
+    if (can_split) {
+        fa32_smem_attr(split_kernel, smem, op);
+        a.split = tlm_cuda_flash_bwd_split(be, B, a.H, a.Tq, a.Tk, D, FA32_BWD_BR, FA32_BWD_BC, a.causal,
+                                           tlm_cuda_occupancy<split_kernel>(op, FA32_THREADS, smem), &S, &a.part);
+        if (a.part) TLM_CUDA_CHECK_OP(op, cudaMemsetAsync(a.part, 0, (size_t)2 * a.BH * a.Tk * D * sizeof(float), st));
+    }
+    const dim3 grid(fa32_grid(a.Tk, FA32_BWD_BC, a.BH, op), (unsigned)S);
+    (a.part ? split_kernel : fa32_backward_kernel<D, false>)<<<grid, FA32_THREADS, smem, st>>>(a);
+    TLM_CUDA_CHECK_LAUNCH();
+    if (a.part) tlm_cuda_flash_split_dkv(be, a.dk, a.dv, a.part, (int)a.ld_qkv, B, a.H, a.Tk, D, TLM_DTYPE_F32);
 }
 
 /* backward kernels 1 and 3 for any caller of this workspace layout (the TF32 backward too):
@@ -666,7 +756,7 @@ void tlm_cuda_flash_backward_f32_dq(cudaStream_t st, float *dq, const float *wor
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
-void tlm_cuda_flash_forward_f32(cudaStream_t st, float *out, float *lse, const float *q, const float *k,
+void tlm_cuda_flash_forward_f32(tlm_backend *be, float *out, float *lse, const float *q, const float *k,
                                 const float *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                 bool causal) {
     /* out (B,Tq,H*D) ld_out; lse (B,H,Tq); q (B,Tq,H,D), k, v (B,Tk,H,D) ld_qkv */
@@ -676,11 +766,12 @@ void tlm_cuda_flash_forward_f32(cudaStream_t st, float *out, float *lse, const f
     fa32_args a = fa32_make_args(ld_qkv, ld_out, B, Tq, Tk, H, D, causal, op);
     a.out = out, a.lse = lse, a.q = q, a.k = k, a.v = v;
     a.vec_qkv = ld_qkv % 4 == 0 && tlm_aligned16(q) && tlm_aligned16(k) && tlm_aligned16(v);
-    tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) { fa32_forward_launch<decltype(dc)::value>(st, a, op); });
-    TLM_CUDA_CHECK_LAUNCH();
+    const bool can_split = ld_out % 4 == 0 && tlm_aligned16(out);
+    tlm_cuda_flash_dispatch_d(D, op,
+                              [&](auto dc) { fa32_forward_launch<decltype(dc)::value>(be, a, B, can_split, op); });
 }
 
-void tlm_cuda_flash_backward_f32(cudaStream_t st, float *dq, float *dk, float *dv, float *workspace,
+void tlm_cuda_flash_backward_f32(tlm_backend *be, float *dq, float *dk, float *dv, float *workspace,
                                  const float *dout, const float *q, const float *k, const float *v,
                                  const float *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq, int Tk,
                                  int H, int D, bool causal) {
@@ -696,8 +787,10 @@ void tlm_cuda_flash_backward_f32(cudaStream_t st, float *dq, float *dk, float *d
     a.vec_qkv = ld_qkv % 4 == 0 && tlm_aligned16(q) && tlm_aligned16(k) && tlm_aligned16(v);
     a.vec_out = ld_out % 4 == 0 && tlm_aligned16(dout);
     a.vec_acc = tlm_aligned16(workspace); /* rows of D floats, D a multiple of 16 */
+    const bool can_split = ld_qkv % 4 == 0 && tlm_aligned16(dk) && tlm_aligned16(dv);
+    cudaStream_t st = tlm_cuda_stream(be);
     tlm_cuda_flash_backward_f32_prep(st, workspace, dout, out, ld_out, B, Tq, H, D);
-    tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) { fa32_backward_launch<decltype(dc)::value>(st, a, op); });
-    TLM_CUDA_CHECK_LAUNCH();
+    tlm_cuda_flash_dispatch_d(D, op,
+                              [&](auto dc) { fa32_backward_launch<decltype(dc)::value>(be, a, B, can_split, op); });
     tlm_cuda_flash_backward_f32_dq(st, dq, workspace, ld_qkv, B, Tq, H, D);
 }

@@ -40,7 +40,8 @@
  *    position p, key 2p+1 at position p+4), so ldmatrix reads it as an A-fragment whose k = t is
  *    key 2t and k = t+4 key 2t+1, matching K's B-fragment read as above (rows 2t, 2t+1).
  *
- * Forward (Algorithm 1): one block per (query tile, head, batch), causal tiles heaviest first;
+ * Forward (Algorithm 1): one block per (query tile, head, batch) (split: per piece too, below),
+ * causal tiles heaviest first;
  * WARPS warps of R x 16 query rows (R = 2: every K and V fragment read from shared memory feeds
  * two products, which is what shared-memory bandwidth asks for: a ldmatrix.x4 of 512 bytes per
  * two m16n8k8 at R = 1 would leave the tensor cores half idle); Q in shared memory, its fragments
@@ -52,7 +53,7 @@
  * Backward (Algorithm 2): a first kernel writes delta = rowsum(dO * O) and zeroes the fp32 dQ
  * accumulator, the last one writes dq = dQacc / sqrt(D): both are flash_attention_f32.cu's, with
  * its workspace layout (tlm_cuda_flash_backward_f32_prep, _dq). Between them, one block per (key
- * tile, head, batch): WARPS warps of RK x 16 keys; K and V in shared memory, dK and dV in
+ * tile, head, batch) (split: per piece too, below): WARPS warps of RK x 16 keys; K and V in shared memory, dK and dV in
  * registers; query tiles of BR double-buffered, from the first that sees the block's keys. Per
  * query tile, transposed so each warp owns its keys' rows: S^T = K Q^T and dP^T = V dO^T,
  * P^T = exp2(S^T scale log2(e) - L log2(e)) (0 where masked), dS^T = P^T (dP^T - delta),
@@ -66,6 +67,22 @@
  * D 128 (an H100 allows 227; a GPU that allows less runs the exact kernels instead).
  * The tiles follow flash_attention.cu's choices for its bf16 kernels and have not been timed on
  * a GPU for tf32 yet.
+ *
+ * Split-KV (flash_attention.cu's header: the same plans, buffer and combine, through
+ * cuda_common.cuh), for grids under one wave of the GPU (the CS336 flash-benchmarking rows: batch
+ * 1, 1 head; at seq 1024, d_head 64, 8 forward and 8 backward blocks on 132 SMs): the kernels are
+ * instantiated a second time with SPLIT = true. Forward: blockIdx.x = split * q_tiles + tile, each
+ * block a piece of split_keys keys (a multiple of BC, at least 256) of its tile's key range,
+ * writing fp32 partials (O normalized by the piece's own sum, and its lse) that
+ * tlm_cuda_flash_split_combine merges into out, lse. Backward: blockIdx.x = split * k_tiles + key
+ * tile, each block a piece of split_q query tiles (at least 256 queries) of its key tile's range,
+ * dK (scaled) and dV added by float4 atomics (tlm_cuda_atomic_add_c_block) to fp32 accumulators
+ * in the split buffer, zeroed before, copied into dk, dv after (tlm_cuda_flash_split_dkv): dk, dv
+ * then vary in their last bits from run to run, as dq does. TLM_FLASH_SPLIT=0 turns it off;
+ * unsplit grids (those that fill a wave) run the unsplit instantiations, as before. ptxas (nvcc
+ * 13.0, sm_90a) registers, unsplit / split, no spills: forward D 16 162 / 165, 32 185 / 189,
+ * 64 243 / 255, 80 178 / 182, 128 226 / 232; backward D 16 164 / 168, 32 202 / 218, 64 250 / 246,
+ * 80 218 / 226, 128 236 / 243.
  *
  * Supported: D in {16, 32, 64, 80, 128} (tlm_cuda_flash_supports_d); q, k, v, out, dout (and
  * dq, dk, dv) and the workspace 16-byte aligned, ld_qkv and ld_out multiples of 4 floats (the
@@ -162,31 +179,55 @@ template <int N> __device__ __forceinline__ void ft_wait() { asm volatile("cp.as
 
 /* ---- forward ----------------------------------------------------------------------------------- */
 
-/* One block per (query tile, head, batch): blockIdx.x the tile (causal: heaviest first), blockIdx.y
- * the head, blockIdx.z the batch element. Shared memory: Q [BR][D+4], K and V [2][BC][D+4]. */
-template <int D, int BC, int WARPS, int R>
-__global__ void __launch_bounds__(WARPS * 32)
+/* One block per (query tile, split, head, batch): blockIdx.x = split * q_tiles + tile (causal:
+ * tiles heaviest first), blockIdx.y the head, blockIdx.z the batch element. The block's keys are
+ * [kv_begin, kv_end): all the tile needs, [0, n_end), unsplit; split (SPLIT), the piece
+ * [split * split_keys, +split_keys) of it (split_keys a multiple of BC: whole tiles, masked as
+ * unsplit). Output: unsplit, out and lse; split, the fp32 partials part in the layout of
+ * tlm_cuda_flash_split_combine (cuda_common.cuh; S = gridDim.x / q_tiles): the piece's O
+ * normalized by its own sum and its lse (-inf for a row that saw no key of it; an empty piece
+ * writes only that), as flash_attention.cu's flash_fwd_kernel. SPLIT = false compiles the split
+ * away (split_keys_arg, part_arg unread). Shared memory: Q [BR][D+4], K and V [2][BC][D+4]. */
+/* Launch bounds: 1 block per SM as the floor (ptxas may use up to 255 registers): left to its own
+ * choice, ptxas held the unsplit d_head 32 instantiation at 168 registers and spilled once the
+ * split parameters were added (it had taken 186 before), as flash_attention.cu's split kernels. */
+template <int D, int BC, int WARPS, int R, bool SPLIT>
+__global__ void __launch_bounds__(WARPS * 32, 1)
     ft_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ q,
                   const float *__restrict__ k, const float *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk,
-                  int H, float scale_log2, int causal) {
+                  int H, float scale_log2, int causal, int split_keys_arg, float *__restrict__ part_arg) {
     constexpr int BR = 16 * R * WARPS, LDS = D + FT_PAD, NT = WARPS * 32, KD = D / 8, NB = BC / 8;
     constexpr bool QREG = D <= 64; /* Q's fragments held in registers (R D / 2 of them) */
+    const int split_keys = SPLIT ? split_keys_arg : 0;
+    float *const part = SPLIT ? part_arg : nullptr;
     extern __shared__ __align__(16) float ft_smem[];
     float *sQ = ft_smem, *sK = sQ + BR * LDS, *sV = sK + 2 * BC * LDS;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    const int m_block = causal ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x;
+    const int q_tiles = SPLIT ? (Tq + BR - 1) / BR : (int)gridDim.x, split = SPLIT ? (int)blockIdx.x / q_tiles : 0;
+    const int x = SPLIT ? (int)blockIdx.x % q_tiles : (int)blockIdx.x;
+    const int m_block = causal ? q_tiles - 1 - x : x;
     const int h = blockIdx.y, b = blockIdx.z;
     const int i0 = m_block * BR, offset = Tk - Tq, w0 = i0 + warp * 16 * R; /* the warp's first row */
-    /* keys this tile needs: j < n_end (causal: its last row sees j <= i0 + BR - 1 + offset) */
+    /* keys this tile needs: j < n_end (causal: its last row sees j <= i0 + BR - 1 + offset); this
+     * block's share: [kv_begin, kv_end) */
     const int n_end = causal ? min(Tk, i0 + BR + offset) : Tk;
-    const int n_tiles = n_end > 0 ? (n_end + BC - 1) / BC : 0;
+    const int kv_begin = SPLIT ? split * split_keys : 0;
+    const int kv_end = SPLIT ? min(n_end, kv_begin + split_keys) : n_end;
+    const int n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + BC - 1) / BC : 0;
     const float *kb = k + (int64_t)b * Tk * ld_qkv + h * D, *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
+    /* partials: row (split*B*H + b*H + h)*Tq + i of o_part [S][B*H*Tq][D], and of lse_part after it */
+    auto part_row = [&](int i) { return ((int64_t)split * gridDim.z * H + b * H + h) * Tq + i; };
+    auto lse_part = [&]() { return part + (int64_t)(gridDim.x / q_tiles) * gridDim.z * H * Tq * D; };
+    if (SPLIT && n_tiles == 0) { /* an empty piece: no key for any row */
+        for (int r = tid; r < BR && i0 + r < Tq; r += NT) lse_part()[part_row(i0 + r)] = -INFINITY;
+        return;
+    }
 
     ft_load_tile<BR, D, NT>(sQ, q + (int64_t)b * Tq * ld_qkv + h * D, ld_qkv, i0, Tq, tid);
     if (n_tiles > 0) {
-        ft_load_tile<BC, D, NT>(sK, kb, ld_qkv, 0, Tk, tid);
-        ft_load_tile<BC, D, NT>(sV, vb, ld_qkv, 0, Tk, tid);
+        ft_load_tile<BC, D, NT>(sK, kb, ld_qkv, kv_begin, Tk, tid);
+        ft_load_tile<BC, D, NT>(sV, vb, ld_qkv, kv_begin, Tk, tid);
     }
     ft_commit();
 
@@ -200,7 +241,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     uint32_t qf[QREG ? R : 1][QREG ? KD : 1][4];
 
     for (int t = 0; t < n_tiles; t++) {
-        const int buf = t & 1, j0 = t * BC;
+        const int buf = t & 1, j0 = kv_begin + t * BC;
         if (t + 1 < n_tiles) { /* the next key/value tile into the other buffer */
             ft_load_tile<BC, D, NT>(sK + (buf ^ 1) * BC * LDS, kb, ld_qkv, j0 + BC, Tk, tid);
             ft_load_tile<BC, D, NT>(sV + (buf ^ 1) * BC * LDS, vb, ld_qkv, j0 + BC, Tk, tid);
@@ -309,6 +350,15 @@ __global__ void __launch_bounds__(WARPS * 32)
             const int row = w0 + 16 * r + g + 8 * h2;
             if (row >= Tq) continue;
             const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* a fully masked row: out = 0 */
+            if (SPLIT) { /* the partials */
+                float *prow = part + part_row(row) * D + 2 * t4;
+#pragma unroll
+                for (int d = 0; d < KD; d++)
+                    *reinterpret_cast<float2 *>(prow + d * 8) =
+                        make_float2(o[r][d][2 * h2] * inv, o[r][d][2 * h2 + 1] * inv);
+                if (t4 == 0) lse_part()[part_row(row)] = sum > 0.0f ? (m[r][h2] + log2f(sum)) * FT_LN2 : -INFINITY;
+                continue;
+            }
             float *orow = out + ((int64_t)b * Tq + row) * ld_out + h * D + 2 * t4;
 #pragma unroll
             for (int d = 0; d < KD; d++)
@@ -320,15 +370,20 @@ __global__ void __launch_bounds__(WARPS * 32)
 
 /* ---- backward: dK, dV and the dQ accumulator ------------------------------------------------------ */
 
-/* One block per (key tile, head, batch). Shared memory: K, V [BC][D+4]; Q, dO [2][BR][D+4]; dS
- * [BR][BC+4] (queries by keys, each 8-key block in the permuted order). dq_acc += dS K unscaled (the
- * dq kernel scales it); dk = scale dS^T Q, dv = P^T dO written. */
-template <int D, int BR, int WARPS, int RK>
+/* One block per (key tile, split, head, batch): blockIdx.x = split * k_tiles + key tile. The block
+ * runs the query tiles that see its keys, unsplit; split (SPLIT), the piece [split * split_q,
+ * +split_q) of them (an empty piece returns at once). Shared memory: K, V [BC][D+4]; Q, dO
+ * [2][BR][D+4]; dS [BR][BC+4] (queries by keys, each 8-key block in the permuted order).
+ * dq_acc += dS K unscaled (the dq kernel scales it); dK = scale dS^T Q, dV = P^T dO: unsplit,
+ * written to dk, dv; split, added with float4 atomics to the zeroed accumulators dkv (B,H,Tk,D)
+ * and dkv + B*H*Tk*D (tlm_cuda_flash_bwd_split), copied out after. */
+template <int D, int BR, int WARPS, int RK, bool SPLIT>
 __global__ void __launch_bounds__(WARPS * 32)
     ft_bwd_kernel(float *__restrict__ dq_acc, float *__restrict__ dk, float *__restrict__ dv,
                   const float *__restrict__ dout, const float *__restrict__ q, const float *__restrict__ k,
                   const float *__restrict__ v, const float *__restrict__ lse, const float *__restrict__ delta,
-                  int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale, float scale_log2, int causal) {
+                  int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale, float scale_log2, int causal,
+                  int split_q_arg, float *__restrict__ dkv_arg) {
     constexpr int BC = 16 * RK * WARPS, LDS = D + FT_PAD, LDP = BC + FT_PAD, NT = WARPS * 32, KD = D / 8;
     constexpr int RG = BR / 16, CG = WARPS / RG, DW = D / CG; /* dQ: warps as RG row groups x CG column groups */
     static_assert(WARPS % RG == 0 && DW % 8 == 0, "dQ partition");
@@ -337,13 +392,19 @@ __global__ void __launch_bounds__(WARPS * 32)
     float *sdS = sdO + 2 * BR * LDS;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    const int h = blockIdx.y, b = blockIdx.z, j0 = (int)blockIdx.x * BC, offset = Tk - Tq;
+    const int split_q = SPLIT ? split_q_arg : 0;
+    const int k_tiles = (Tk + BC - 1) / BC, split = SPLIT ? (int)blockIdx.x / k_tiles : 0;
+    const int h = blockIdx.y, b = blockIdx.z, offset = Tk - Tq;
+    const int j0 = (SPLIT ? (int)blockIdx.x % k_tiles : (int)blockIdx.x) * BC;
     const int kw = warp * 16 * RK; /* the warp's first key in the tile */
     const float *qb = q + (int64_t)b * Tq * ld_qkv + h * D, *dob = dout + (int64_t)b * Tq * ld_out + h * D;
     const float *lse_b = lse + ((int64_t)b * H + h) * Tq, *delta_b = delta + ((int64_t)b * H + h) * Tq;
     float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D;
-    /* query tiles that see any key of this block: i >= j0 - offset (causal) */
-    const int m_begin = causal ? max(0, j0 - offset) / BR : 0, m_end = (Tq + BR - 1) / BR;
+    /* query tiles that see any key of this block: i >= j0 - offset (causal); split, a piece of them */
+    const int m_first = causal ? max(0, j0 - offset) / BR : 0, m_last = (Tq + BR - 1) / BR;
+    const int m_begin = SPLIT ? m_first + split * split_q : m_first;
+    const int m_end = SPLIT ? min(m_last, m_begin + split_q) : m_last;
+    if (SPLIT && m_begin >= m_end) return; /* an empty piece: its accumulators stay as they are */
 
     ft_load_tile<BC, D, NT>(sK, k + (int64_t)b * Tk * ld_qkv + h * D, ld_qkv, j0, Tk, tid);
     ft_load_tile<BC, D, NT>(sV, v + (int64_t)b * Tk * ld_qkv + h * D, ld_qkv, j0, Tk, tid);
@@ -466,6 +527,17 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
     ft_wait<0>(); /* the K, V loads when it ran no tile */
 
+    /* split: dK (scaled), dV added to the accumulators (a runtime test, as flash_attention.cu's: an
+     * `if constexpr` would leave the unsplit stores below unreachable in the split instantiation) */
+    if (float *const dkv = SPLIT ? dkv_arg : nullptr) {
+        float *dka = dkv + ((int64_t)b * H + h) * Tk * D, *dva = dka + (int64_t)gridDim.z * H * Tk * D;
+#pragma unroll
+        for (int rk = 0; rk < RK; rk++) {
+            tlm_cuda_atomic_add_c_block(dka, D, j0 + kw + 16 * rk, 0, Tk, dk_acc[rk], scale);
+            tlm_cuda_atomic_add_c_block(dva, D, j0 + kw + 16 * rk, 0, Tk, dv_acc[rk], 1.0f);
+        }
+        return;
+    }
 #pragma unroll
     for (int rk = 0; rk < RK; rk++)
 #pragma unroll
@@ -531,14 +603,24 @@ bool tlm_cuda_flash_forward_tf32(tlm_backend *be, float *out, float *lse, const 
     tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
         constexpr int DD = decltype(dc)::value;
         using c = ft_fwd_cfg_of<DD>;
-        constexpr auto kernel = ft_fwd_kernel<DD, c::bc, c::warps, c::r>;
+        constexpr auto kernel = ft_fwd_kernel<DD, c::bc, c::warps, c::r, false>;
+        constexpr auto split_kernel = ft_fwd_kernel<DD, c::bc, c::warps, c::r, true>;
         constexpr size_t smem = ft_fwd_smem<DD>();
         if (smem > ft_smem_limit(be)) return;
         tlm_cuda_set_smem<kernel>(op, smem);
-        const dim3 grid((unsigned)((Tq + c::br - 1) / c::br), (unsigned)H, (unsigned)B);
-        kernel<<<grid, c::warps * 32, smem, tlm_cuda_stream(be)>>>(out, lse, q, k, v, ld_qkv, ld_out, Tq, Tk, H,
-                                                                    FT_LOG2E / sqrtf((float)DD), causal ? 1 : 0);
+        tlm_cuda_set_smem<split_kernel>(op, smem);
+        /* split-KV when the grid is under one wave (tlm_cuda_flash_fwd_split) */
+        int S = 1;
+        float *part = NULL;
+        const int split_keys = tlm_cuda_flash_fwd_split(be, B, H, Tq, Tk, DD, c::br, c::bc, causal,
+                                                        tlm_cuda_occupancy<split_kernel>(op, c::warps * 32, smem), &S,
+                                                        &part);
+        const dim3 grid((unsigned)((Tq + c::br - 1) / c::br * S), (unsigned)H, (unsigned)B);
+        (part ? split_kernel : kernel)<<<grid, c::warps * 32, smem, tlm_cuda_stream(be)>>>(
+            out, lse, q, k, v, ld_qkv, ld_out, Tq, Tk, H, FT_LOG2E / sqrtf((float)DD), causal ? 1 : 0, split_keys,
+            part);
         TLM_CUDA_CHECK_OP(op, cudaGetLastError());
+        if (part) tlm_cuda_flash_split_combine(be, out, lse, part, S, B, Tq, H, DD, ld_out, TLM_DTYPE_F32);
         ran = true;
     });
     return ran;
@@ -561,14 +643,25 @@ bool tlm_cuda_flash_backward_tf32(tlm_backend *be, float *dq, float *dk, float *
     tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
         constexpr int DD = decltype(dc)::value;
         using c = ft_bwd_cfg_of<DD>;
-        constexpr auto kernel = ft_bwd_kernel<DD, c::br, c::warps, c::rk>;
+        constexpr auto kernel = ft_bwd_kernel<DD, c::br, c::warps, c::rk, false>;
+        constexpr auto split_kernel = ft_bwd_kernel<DD, c::br, c::warps, c::rk, true>;
         constexpr size_t smem = ft_bwd_smem<DD>();
         tlm_cuda_set_smem<kernel>(op, smem);
+        tlm_cuda_set_smem<split_kernel>(op, smem);
+        /* split query ranges when the grid is under one wave (tlm_cuda_flash_bwd_split) */
+        int S = 1;
+        float *dkv = NULL;
+        const int split_q = tlm_cuda_flash_bwd_split(be, B, H, Tq, Tk, DD, c::br, c::bc, causal,
+                                                     tlm_cuda_occupancy<split_kernel>(op, c::warps * 32, smem), &S,
+                                                     &dkv);
+        if (dkv) TLM_CUDA_CHECK_OP(op, cudaMemsetAsync(dkv, 0, (size_t)2 * B * H * Tk * DD * sizeof(float), st));
         const float scale = 1.0f / sqrtf((float)DD);
-        const dim3 grid((unsigned)((Tk + c::bc - 1) / c::bc), (unsigned)H, (unsigned)B);
-        kernel<<<grid, c::warps * 32, smem, st>>>(workspace, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, Tq, Tk,
-                                                  H, scale, FT_LOG2E * scale, causal ? 1 : 0);
+        const dim3 grid((unsigned)((Tk + c::bc - 1) / c::bc * S), (unsigned)H, (unsigned)B);
+        (dkv ? split_kernel : kernel)<<<grid, c::warps * 32, smem, st>>>(
+            workspace, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, Tq, Tk, H, scale, FT_LOG2E * scale,
+            causal ? 1 : 0, split_q, dkv);
         TLM_CUDA_CHECK_OP(op, cudaGetLastError());
+        if (dkv) tlm_cuda_flash_split_dkv(be, dk, dv, dkv, ld_qkv, B, H, Tk, DD, TLM_DTYPE_F32);
     });
     tlm_cuda_flash_backward_f32_dq(st, dq, workspace, ld_qkv, B, Tq, H, D);
     return true;
