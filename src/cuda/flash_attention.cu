@@ -898,7 +898,7 @@ void tlm_cuda_flash_split_dkv(tlm_backend *be, void *dk, void *dv, const float *
     if (ld_qkv % 2 || ((uintptr_t)dk & 7) || ((uintptr_t)dv & 7) || ((uintptr_t)dkv & 7))
         tlm_fatal("%s: ld_qkv %d must be even, dk, dv and the accumulators 8-byte aligned", op, ld_qkv);
     const size_t n = (size_t)B * H * Tk * D;
-    const fa_round_jobs jobs = {{dk, dv, NULL}, {dkv, dkv + n, NULL}, {Tk, Tk, 0}, false};
+    const fa_round_jobs jobs = {{dk, dv, NULL}, {dkv, dkv + n, NULL}, {Tk, Tk, 0}, 0};
     const dim3 grid(tlm_cuda_grid(be, n / 2, 256), 2);
     tlm_cuda_dispatch(dt, op, [&](auto tag) {
         using E = typename decltype(tag)::type;
