@@ -3,7 +3,7 @@
  * a symlink, a directory or an input of the command is refused as a destination, untouched; a
  * path too long for a temporary beside it is refused; a batch commits all its outputs or none; a
  * write that fails (a file-size limit standing in for a full disk) reports the file and leaves the
- * old one; SIGTERM while a file is open removes the temporary. */
+ * old one; SIGTERM or SIGPIPE while a file is open removes the temporary. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +141,21 @@ int main(void) {
     waitpid(pid, &status, 0);
     check(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM && access(at("sig.txt"), F_OK) != 0 && temporaries() == 0,
           "SIGTERM while a file is open: the process dies of it, no file, no temporary");
+
+    /* SIGPIPE (stdout into a pipe whose reader left) too */
+    pid = fork();
+    if (pid == 0) {
+        tlm_output *w;
+        if (tlm_output_open(&w, at("pipe.txt")) != TLM_OK) _exit(3);
+        fputs("partial", tlm_output_file(w));
+        fflush(tlm_output_file(w));
+        raise(SIGPIPE);
+        _exit(5);
+    }
+    waitpid(pid, &status, 0);
+    check(WIFSIGNALED(status) && WTERMSIG(status) == SIGPIPE && access(at("pipe.txt"), F_OK) != 0 &&
+              temporaries() == 0,
+          "SIGPIPE while a file is open: the process dies of it, no file, no temporary");
 
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

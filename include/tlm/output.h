@@ -9,7 +9,8 @@
  *   input of the same command (declared with tlm_output_input: same device and inode).
  * - A write error (a full disk) is reported when the file is committed (TLM_ERR_IO, the message
  *   says which file and why); the temporary file is removed.
- * - SIGINT and SIGTERM remove every temporary file still open before the process dies.
+ * - SIGINT, SIGTERM, SIGHUP and SIGPIPE (a closed pipe on stdout, `tlm ... --out F | head`) remove
+ *   every temporary file still open before the process dies of the signal.
  * - A command with several outputs commits them together: between tlm_output_batch_begin and
  *   tlm_output_batch_end, a commit only stages the file; batch_end(true) renames them all, batch_end
  *   (false) removes them all, so that a failure leaves every destination as it was.

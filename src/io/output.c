@@ -1,6 +1,6 @@
 /* output.c — the one file writer (output.h): temporary file in the destination's directory,
  * fsync, rename, fsync of the directory; refusals of inputs and non-regular destinations; removal
- * of temporaries on SIGINT/SIGTERM; batches committed together. */
+ * of temporaries on SIGINT, SIGTERM, SIGHUP and SIGPIPE; batches committed together. */
 #define _GNU_SOURCE
 #include "tlm/output.h"
 
@@ -35,8 +35,10 @@ static void install_handlers(void) {
     static int installed;
     if (installed) return;
     installed = 1;
-    const int sigs[2] = {SIGINT, SIGTERM};
-    for (int i = 0; i < 2; i++) {
+    /* SIGPIPE: stdout into a pipe whose reader left (`tlm ... --out F | head`), SIGHUP: the
+     * terminal gone; both end the process as before, without the temporary */
+    const int sigs[4] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+    for (int i = 0; i < 4; i++) {
         struct sigaction old;
         sigaction(sigs[i], NULL, &old);
         if (old.sa_handler == SIG_DFL) signal(sigs[i], on_signal); /* leave a caller's own handler alone */

@@ -141,6 +141,13 @@ check "inf against 1: exit 1, a mismatch named" test $rc -eq 1 -a -n "$(grep 'no
 write_npy_i64 "$TMP/int.npy" 1 3 1 2 3
 expect_fail "dtype I64 is not a float dtype" "$TLM" compare "$TMP/int.npy" "$TMP/int.npy"
 
+# ---- a reader that leaves early (`| head`): the process dies of SIGPIPE, no temporary left ----
+mkdir -p "$TMP/pipe"
+"$TLM" attention --device cpu -c 64,128,256,512 -D 16,32 --impl both -n 1 -w 0 --format json \
+  --out "$TMP/pipe/a.json" 2>/dev/null | head -1 > /dev/null
+check "| head -1 on tlm attention --out: no temporary file left beside the output" \
+  test -z "$(ls -A "$TMP/pipe" | grep -v '^a\.json$')"
+
 # ---- unclear messages made clear ----
 write_npy_i64 "$TMP/empty.npy" 0 17
 expect_fail "got [0, 17]" step --model tiny --inputs "$TMP/empty.npy" --targets "$TMP/empty.npy"
