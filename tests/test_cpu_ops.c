@@ -312,7 +312,7 @@ static void test_rmsnorm(int N, int C) {
     /* backward: dx accumulates onto its previous (random) contents, dw is overwritten */
     float *dx0 = randn(NC, 1.0f), *dx = copy_of(dx0, NC), *dw = alloc_floats(C);
     poison(dw, C);
-    tlm_rmsnorm_backward(be, dx, dw, c.R, c.x, c.w, c.rstd, N, C, F32);
+    tlm_rmsnorm_backward(be, dx, dw, c.R, c.x, c.w, c.rstd, N, C, NULL, F32);
     float *dx_added = alloc_floats(NC);
     for (size_t i = 0; i < NC; i++) dx_added[i] = dx[i] - dx0[i];
     check(all_finite(dw, C), "rmsnorm N=%d C=%d backward writes every dw", N, C);
@@ -1047,12 +1047,22 @@ static void test_rmsnorm_lowp(int N, int C, tlm_dtype dt) {
     float *dx = copy_of(dx0, NC), *dx32 = copy_of(dx0, NC), *dw = alloc_floats(C),
           *dw32 = alloc_floats(C);
     poison(dw, C);
-    tlm_rmsnorm_backward(be, dx, dw, dout, x, w, rstd32, N, C, dt);
-    tlm_rmsnorm_backward(be, dx32, dw32, dout32, x, w, rstd32, N, C, F32);
+    tlm_rmsnorm_backward(be, dx, dw, dout, x, w, rstd32, N, C, NULL, dt);
+    tlm_rmsnorm_backward(be, dx32, dw32, dout32, x, w, rstd32, N, C, NULL, F32);
     snprintf(name, sizeof name, "rmsnorm N=%d C=%d backward dx (+=, dout in dt)", N, C);
     check_lowp_f32(name, dx, dx32, NC, dt);
     snprintf(name, sizeof name, "rmsnorm N=%d C=%d backward dw", N, C);
     check_lowp_f32(name, dw, dw32, C, dt);
+
+    /* with dx_lp: dx and dw the same bits as without, dx_lp = round(dx) bit for bit */
+    float *dx2 = copy_of(dx0, NC), *dw2 = alloc_floats(C);
+    void *dx_lp = alloc_dt(NC, dt);
+    tlm_rmsnorm_backward(be, dx2, dw2, dout, x, w, rstd32, N, C, dx_lp, dt);
+    size_t wrong = 0;
+    for (size_t i = 0; i < NC; i++) wrong += ((uint16_t *)dx_lp)[i] != narrow16(dx2[i], dt);
+    check(memcmp(dx2, dx, NC * sizeof(float)) == 0 && memcmp(dw2, dw, C * sizeof(float)) == 0 && wrong == 0,
+          "%s rmsnorm N=%d C=%d backward with dx_lp: dx, dw the same bits as without; dx_lp = round(dx) bit "
+          "for bit (%zu wrong)", dt_name(dt), N, C, wrong);
 }
 
 static void test_matmul_lowp(int N, int in, int out, tlm_dtype dt) {
@@ -1460,8 +1470,10 @@ static int run_parallel_ops(op_output *o, tlm_dtype dt) {
     o[k] = (op_output){"rmsnorm backward dx", randn((size_t)N * C, 1.0f), (size_t)N * C, F32};
     o[k + 1] = (op_output){"rmsnorm backward dw", alloc_dt(C, F32), C, F32};
     void *dout_dt = randn_dt((size_t)N * C, 1.0f, dt);
-    tlm_rmsnorm_backward(be, o[k].out, o[k + 1].out, dout_dt, x, w, rstd, N, C, dt);
+    void *dx_lp = dt == F32 ? NULL : alloc_dt((size_t)N * C, dt);
+    tlm_rmsnorm_backward(be, o[k].out, o[k + 1].out, dout_dt, x, w, rstd, N, C, dx_lp, dt);
     k += 2;
+    if (dx_lp) o[k++] = (op_output){"rmsnorm backward dx_lp", dx_lp, (size_t)N * C, dt};
 
     float *cos = randn((size_t)T * D / 2, 1.0f), *sin = randn((size_t)T * D / 2, 1.0f);
     size_t nrope = (size_t)B * T * H * D * 2;

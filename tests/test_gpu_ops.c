@@ -350,7 +350,54 @@ static void case_embedding(const tcase *t) {
     ib_free(&tok);
 }
 
-/* out and dout of dtype dt; x, w, rstd, dx, dw float32 */
+/* rmsnorm_backward at (N, C) (the case's shape, or a row longer than one pass of the CUDA kernel's
+ * row group): fresh x, w; rstd from the CPU forward on both; dx accumulates onto random values.
+ * Then again with dx_lp: dx and dw the same bits as without it on each backend, dx_lp against
+ * the CPU's and, on the GPU, = round(dx) bit for bit. */
+static void rmsnorm_backward_one(const tcase *t, int N, int C) {
+    const tlm_dtype dt = t->dt;
+    char base[48], what[96], size[24] = "";
+    if (N != t->s->B * t->s->T || C != t->s->C) snprintf(size, sizeof size, " N=%d C=%d", N, C);
+    snprintf(base, sizeof base, "rmsnorm_backward%s", size);
+    tbuf x = tb_rand((size_t)N * C, 1.0, -0.1, F32), w = tb_rand((size_t)C, 0.1, 1.0, F32);
+    tbuf out = tb_poison((size_t)N * C, dt), r0 = tb_poison((size_t)N, F32);
+    tlm_rmsnorm_forward(cpu, out.c, r0.c, x.c, w.c, N, C, 1e-5f, dt);
+    tbuf rstd = tb_from_cpu(&r0);
+    tbuf dout = tb_rand((size_t)N * C, 1.0, 0.0, dt), dx = tb_rand((size_t)N * C, 1.0, 0.0, F32);
+    tbuf dx2 = tb_from_cpu(&dx), dw = tb_poison((size_t)C, F32), dw2 = tb_poison((size_t)C, F32);
+    tbuf dx_lp = tb_poison((size_t)N * C, dt);
+    ON_BOTH(base, t->tag, tlm_rmsnorm_backward(be_, FP(dx), FP(dw), P(dout), FP(x), FP(w), FP(rstd), N, C, NULL, dt));
+    snprintf(what, sizeof what, "%s (dx +=)", base);
+    compare(what, t->tag, &dx, t->tol);
+    snprintf(what, sizeof what, "%s (dw)", base);
+    compare(what, t->tag, &dw, t->tol);
+    snprintf(base, sizeof base, "rmsnorm_backward%s +dx_lp", size);
+    ON_BOTH(base, t->tag,
+            tlm_rmsnorm_backward(be_, FP(dx2), FP(dw2), P(dout), FP(x), FP(w), FP(rstd), N, C, P(dx_lp), dt));
+    snprintf(what, sizeof what, "%s (dx_lp)", base);
+    compare(what, t->tag, &dx_lp, t->tol);
+    if (!perf_mode) {
+        tb_fetch(&dx2);
+        tb_fetch(&dw2);
+        size_t wrong = 0;
+        for (size_t i = 0; i < dx_lp.n; i++) {
+            const float want = dt == F32 ? dx2.host[i]
+                               : dt == TLM_DTYPE_BF16 ? from_bf16(to_bf16(dx2.host[i]))
+                                                      : from_f16(to_f16(dx2.host[i]));
+            wrong += f32_bits(dx_lp.host[i]) != f32_bits(want);
+        }
+        const bool same = memcmp(dx2.host, dx.host, dx.n * sizeof(float)) == 0 &&
+                          memcmp(dw2.host, dw.host, dw.n * sizeof(float)) == 0 &&
+                          memcmp(FC(dx2), FC(dx), dx.n * sizeof(float)) == 0 &&
+                          memcmp(FC(dw2), FC(dw), dw.n * sizeof(float)) == 0;
+        snprintf(what, sizeof what, "%s (dx, dw; cuda dx_lp)", base);
+        check(same && wrong == 0, "%-36s %-33s dx, dw the same bits as without dx_lp; cuda dx_lp = round(dx): %zu wrong",
+              what, t->tag, wrong);
+    }
+    TB_FREE(&x, &w, &out, &r0, &rstd, &dout, &dx, &dx2, &dw, &dw2, &dx_lp);
+}
+
+/* out and dout of dtype dt; x, w, rstd, dx, dw float32; dx_lp of dtype dt */
 static void case_rmsnorm(const tcase *t) {
     const int N = t->s->B * t->s->T, C = t->s->C;
     const tlm_dtype dt = t->dt;
@@ -362,20 +409,12 @@ static void case_rmsnorm(const tcase *t) {
     compare("rmsnorm_forward (rstd)", t->tag, &rstd, t->tol);
     TB_FREE(&x, &w, &out, &rstd);
 
-    /* backward: fresh x, w; rstd from the CPU forward on both; dx accumulates onto random values */
-    x = tb_rand((size_t)N * C, 1.0, -0.1, F32);
-    w = tb_rand((size_t)C, 0.1, 1.0, F32);
-    out = tb_poison((size_t)N * C, dt);
-    tbuf r0 = tb_poison((size_t)N, F32);
-    tlm_rmsnorm_forward(cpu, out.c, r0.c, x.c, w.c, N, C, eps, dt);
-    rstd = tb_from_cpu(&r0);
-    tbuf dout = tb_rand((size_t)N * C, 1.0, 0.0, dt), dx = tb_rand((size_t)N * C, 1.0, 0.0, F32);
-    tbuf dw = tb_poison((size_t)C, F32);
-    ON_BOTH("rmsnorm_backward", t->tag,
-            tlm_rmsnorm_backward(be_, FP(dx), FP(dw), P(dout), FP(x), FP(w), FP(rstd), N, C, dt));
-    compare("rmsnorm_backward (dx +=)", t->tag, &dx, t->tol);
-    compare("rmsnorm_backward (dw)", t->tag, &dw, t->tol);
-    TB_FREE(&x, &w, &out, &r0, &rstd, &dout, &dx, &dw);
+    rmsnorm_backward_one(t, N, C);
+    if (strcmp(t->s->name, "small") == 0) {
+        rmsnorm_backward_one(t, 1024, 2560); /* the 2.7B model's rows at batch 4 x context 256 */
+        rmsnorm_backward_one(t, 40, 8200);   /* rows of two passes of a row group, fewer rows than SMs */
+        rmsnorm_backward_one(t, 40, 8195);   /* the same on the scalar path */
+    }
 }
 
 static void case_matmul(const tcase *t) {

@@ -1,8 +1,8 @@
 /* rmsnorm.c — RMSNorm on the CPU (Zhang & Sennrich 2019, "Root Mean Square Layer
  * Normalization", eq. 4): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps), in fp32,
  * and its backward. Sums over d_model are accumulated in double. x, w, rstd, dx, dw are
- * float32; out and dout are dt (a GEMM operand and its gradient): out is computed in fp32 and
- * rounded to dt, dout is read as fp32. */
+ * float32; out and dout are dt (a GEMM operand and its gradient), and so is dx_lp (dx's GEMM
+ * copy): out and dx_lp are computed in fp32 and rounded to dt, dout is read as fp32. */
 #include "cpu/cpu_ops.h"
 
 #include <math.h>
@@ -32,11 +32,12 @@ void tlm_cpu_rmsnorm_forward(tlm_backend *be, void *out, float *rstd, const floa
 }
 
 /* With r = rstd[n], xhat = x r and g = dout w (per element of row n):
- *   dx += r (g - xhat mean(g xhat)),    dw = sum_n dout xhat. */
+ *   dx += r (g - xhat mean(g xhat)),    dw = sum_n dout xhat,
+ * and dx_lp = round(dx) to dt when given. */
 void tlm_cpu_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void *dout,
                               const float *x, const float *w, const float *rstd, int N, int C,
-                              tlm_dtype dt) {
-    /* dx (N,C) +=; dw (C) =; dout (N,C) dt; x (N,C); w (C); rstd (N) */
+                              void *dx_lp, tlm_dtype dt) {
+    /* dx (N,C) +=; dw (C) =; dout (N,C) dt; x (N,C); w (C); rstd (N); dx_lp (N,C) dt = or NULL */
     tlm_cpu_thread_scratch rows =
         tlm_cpu_scratch_per_thread(be, dt == TLM_DTYPE_F32 ? 0 : (size_t)C, "rmsnorm_backward");
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= TLM_CPU_GRAIN)
@@ -57,6 +58,7 @@ void tlm_cpu_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void 
             float xhat = xn[c] * r;
             dxn[c] += r * (g - xhat * mean_g_xhat);
         }
+        if (dx_lp) tlm_cpu_narrow(dx_lp, (size_t)n * C, dxn, C, dt);
     }
 
     /* dw[c] = sum_n dout[n,c] x[n,c] rstd[n]: each work item sums whole columns, in row order */

@@ -5,10 +5,14 @@
  * warp-shuffle reductions.
  *
  * Backward, with r = rstd[n], xhat = x r, g = dout w:  dx += r (g - xhat mean(g xhat)),
- * dw = sum_n dout xhat. Each block of the backward walks a few rows, adding its rows' dout xhat
- * into per-column sums in shared memory, and writes them as one row of partial sums (scratch);
- * a second kernel sums the partials of each column in a fixed order (in double), so dw is
- * deterministic and x, dout are read once. */
+ * dw = sum_n dout xhat, and dx_lp = round(dx) when asked (the GEMM copy, in the same pass). A
+ * group of one or a few warps walks a row: it loads the row's x, dout and dx into registers at
+ * once, sums g xhat (warp shuffles, then the group's warps through shared memory), and writes dx
+ * from the registers: each of x, dout, dx read once, no block-wide barrier per row. A block holds
+ * several groups (several rows in flight per SM), one wave of blocks covers the rows, and each
+ * group adds its rows' dout xhat into per-column sums in shared memory; the block writes its
+ * groups' sums as one row of partial sums (scratch), and a second kernel sums the partials of each
+ * column in a fixed order (in double): dw is deterministic. */
 #include "cuda/cuda_common.cuh"
 
 template <int VEC, typename T>
@@ -30,45 +34,116 @@ __global__ void rmsnorm_forward_kernel(T *out, float *rstd, const float *x, cons
     if (threadIdx.x == 0) rstd[n] = r;
 }
 
-template <int VEC, typename T>
-__global__ void rmsnorm_backward_kernel(float *dx, float *dw_partial, const T *dout, const float *x,
-                                        const float *w, const float *rstd, int N, int C, int rows_per_block) {
-    /* dx (N,C) +=; dw_partial (gridDim.x, C) =; dout (N,C) T; x (N,C); w (C); rstd (N) */
-    extern __shared__ float dw_acc[]; /* (C): this block's sum over its rows of dout * xhat */
-    /* each thread owns the columns c = threadIdx.x*VEC + j*blockDim.x*VEC: no sharing, no barriers */
-    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC)
-#pragma unroll
-        for (int i = 0; i < VEC; i++) dw_acc[c + i] = 0.0f;
+/* The backward's row groups: tg threads (a multiple of 32) walk a row together, each holding
+ * RMSNORM_BWD_ELEMS columns of x, dout and dx in registers per pass over the row (one pass for
+ * C <= 512 * RMSNORM_BWD_ELEMS); a block holds up to RMSNORM_BWD_GROUPS groups (named barriers
+ * 1..15), RMSNORM_BWD_THREADS threads in all. */
+#define RMSNORM_BWD_ELEMS 16
+#define RMSNORM_BWD_THREADS 512
+#define RMSNORM_BWD_GROUPS 15
 
-    const int n0 = blockIdx.x * rows_per_block;
-    const int n1 = min(N, n0 + rows_per_block);
-    for (int n = n0; n < n1; n++) {
+/* The sum of v over the tg threads of row group g (named barrier g + 1); every thread of the
+ * group gets it. Warp sums, then (tg > 32) the warps' sums in warp order through buf (tg / 32
+ * floats, the group's; callers alternate two, so one barrier a call suffices). */
+__device__ __forceinline__ float rmsnorm_group_sum(float v, float *buf, int g, int tg, int t) {
+    v = tlm_warp_sum(v);
+    if (tg == 32) return v;
+    if ((t & 31) == 0) buf[t >> 5] = v;
+    asm volatile("bar.sync %0, %1;" ::"r"(g + 1), "r"(tg) : "memory");
+    float s = 0.0f;
+    for (int k = 0; k < tg >> 5; k++) s += buf[k];
+    return s;
+}
+
+template <int VEC, typename T>
+__global__ void __launch_bounds__(RMSNORM_BWD_THREADS)
+    rmsnorm_backward_kernel(float *dx, T *dx_lp, float *dw_partial, const T *dout, const float *x, const float *w,
+                            const float *rstd, int N, int C, int groups) {
+    /* dx (N,C) +=; dx_lp (N,C) = round(dx), or NULL; dw_partial (gridDim.x, C) =; dout (N,C) T;
+     * x (N,C); w (C); rstd (N). Group g of block b does rows n = b groups + g + k gridDim.x groups. */
+    constexpr int ITEMS = RMSNORM_BWD_ELEMS / VEC; /* VEC-wide pieces a thread holds per pass */
+    extern __shared__ float dw_acc[]; /* (groups, C): each group's sum over its rows of dout * xhat */
+    __shared__ float warp_sums[2][RMSNORM_BWD_GROUPS][RMSNORM_BWD_THREADS / 32];
+    const int tg = blockDim.x / groups, g = threadIdx.x / tg, t = threadIdx.x - g * tg;
+    const int span = tg * ITEMS * VEC;        /* columns per pass */
+    const int last = (C - 1) / span * span; /* the last pass's first column */
+    float *acc = dw_acc + (size_t)g * C;
+    /* thread t's columns: c0 + (j tg + t) VEC + i for the passes c0 and j < ITEMS, i < VEC, in
+     * every row: its accumulators are its own, no barriers */
+    for (int c0 = 0; c0 < C; c0 += span)
+#pragma unroll
+        for (int j = 0; j < ITEMS; j++) {
+            const int c = c0 + (j * tg + t) * VEC;
+            if (c < C)
+#pragma unroll
+                for (int i = 0; i < VEC; i++) acc[c + i] = 0.0f;
+        }
+
+    int parity = 0;
+    for (int n = blockIdx.x * groups + g; n < N; n += gridDim.x * groups, parity ^= 1) {
         const float *xn = x + (size_t)n * C;
         const T *dn = dout + (size_t)n * C;
         float *dxn = dx + (size_t)n * C;
         const float r = rstd[n];
-        float sum_g_xhat = 0.0f;
-        tlm_row_for_each<VEC>(xn, dn, w, C, [&](int c, const float *xv, const float *dv, const float *wv) {
+        float xv[ITEMS][VEC], dv[ITEMS][VEC], dxv[ITEMS][VEC];
+        /* pass c0's x, dout and dx into registers: every load of the pass in flight at once */
+        auto load = [&](int c0) {
 #pragma unroll
-            for (int i = 0; i < VEC; i++) sum_g_xhat += dv[i] * wv[i] * (xv[i] * r);
-        });
-        const float mean_g_xhat = tlm_block_sum(sum_g_xhat) / (float)C;
-        tlm_row_for_each<VEC>(xn, dn, w, C, [&](int c, const float *xv, const float *dv, const float *wv) { /* L1 hits */
-            float dxv[VEC];
-            tlm_load<VEC>(dxv, dxn + c);
-#pragma unroll
-            for (int i = 0; i < VEC; i++) {
-                const float g = dv[i] * wv[i], xhat = xv[i] * r;
-                dxv[i] += r * (g - xhat * mean_g_xhat);
-                dw_acc[c + i] += dv[i] * xhat;
+            for (int j = 0; j < ITEMS; j++) {
+                const int c = c0 + (j * tg + t) * VEC;
+                if (c < C) {
+                    tlm_load<VEC>(xv[j], xn + c);
+                    tlm_load<VEC>(dv[j], dn + c);
+                    tlm_load<VEC>(dxv[j], dxn + c);
+                }
             }
-            tlm_store<VEC>(dxn + c, dxv);
-        });
-    }
-    float *part = dw_partial + (size_t)blockIdx.x * C;
-    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC)
+        };
+        float sum_g_xhat = 0.0f;
+        for (int c0 = 0; c0 < C; c0 += span) {
+            load(c0);
 #pragma unroll
-        for (int i = 0; i < VEC; i++) part[c + i] = dw_acc[c + i];
+            for (int j = 0; j < ITEMS; j++) {
+                const int c = c0 + (j * tg + t) * VEC;
+                if (c < C) {
+                    float wv[VEC];
+                    tlm_load<VEC>(wv, w + c);
+#pragma unroll
+                    for (int i = 0; i < VEC; i++) sum_g_xhat += dv[j][i] * wv[i] * (xv[j][i] * r);
+                }
+            }
+        }
+        const float mean_g_xhat = rmsnorm_group_sum(sum_g_xhat, warp_sums[parity][g], g, tg, t) / (float)C;
+        /* the last pass is still in registers; a row of several passes loads the others again */
+        for (int c0 = last; c0 >= 0; c0 -= span) {
+            if (c0 != last) load(c0);
+#pragma unroll
+            for (int j = 0; j < ITEMS; j++) {
+                const int c = c0 + (j * tg + t) * VEC;
+                if (c < C) {
+                    float wv[VEC], av[VEC];
+                    tlm_load<VEC>(wv, w + c);
+                    tlm_load<VEC>(av, acc + c);
+#pragma unroll
+                    for (int i = 0; i < VEC; i++) {
+                        const float gi = dv[j][i] * wv[i], xhat = xv[j][i] * r;
+                        dxv[j][i] += r * (gi - xhat * mean_g_xhat);
+                        av[i] += dv[j][i] * xhat;
+                    }
+                    tlm_store<VEC>(acc + c, av);
+                    tlm_store<VEC>(dxn + c, dxv[j]);
+                    if (dx_lp) tlm_store<VEC>(dx_lp + (size_t)n * C + c, dxv[j]);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    /* the block's row of partial sums: its groups' sums, in group order */
+    float *part = dw_partial + (size_t)blockIdx.x * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < groups; k++) s += dw_acc[(size_t)k * C + c];
+        part[c] = s;
+    }
 }
 
 /* out[c] = sum over rows r < nrows of partial[r*C + c], in double; block (32, 32): 32 columns,
@@ -101,31 +176,61 @@ void tlm_cuda_rmsnorm_forward(tlm_backend *be, void *out, float *rstd, const flo
     }, out, x, w);
 }
 
+/* resident blocks per SM of rmsnorm_backward_kernel<V, T> at (threads, smem) bytes of dynamic
+ * shared memory (after its limit is raised), asked again only when they change */
+template <int V, typename T> static int backward_occupancy(int threads, size_t smem) {
+    static int last_threads = 0, occ = 1;
+    static size_t last_smem = 0;
+    if (threads != last_threads || smem != last_smem) {
+        TLM_CUDA_CHECK_OP("rmsnorm_backward", cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                                                  &occ, rmsnorm_backward_kernel<V, T>, threads, smem));
+        if (occ < 1) occ = 1;
+        last_threads = threads;
+        last_smem = smem;
+    }
+    return occ;
+}
+
 void tlm_cuda_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void *dout, const float *x,
-                               const float *w, const float *rstd, int N, int C, tlm_dtype dt) {
+                               const float *w, const float *rstd, int N, int C, void *dx_lp, tlm_dtype dt) {
+    /* C up to the shared memory one block may have, in floats (one group's accumulators: 58K on an H100) */
     tlm_cuda *cu = tlm_cuda_of(be);
     cudaStream_t st = cu->stream;
+    if (C <= 0) return;
     if (N <= 0) {
         TLM_CUDA_CHECK(cudaMemsetAsync(dw, 0, (size_t)C * sizeof(float), st));
         return;
     }
-    /* about 4 blocks per SM, each a few rows; partial sums (blocks, C) must fit the scratch */
-    int blocks = 4 * cu->num_sms;
-    if ((size_t)blocks * C > cu->scratch_floats) blocks = (int)(cu->scratch_floats / (size_t)C);
-    if (blocks < 1) tlm_fatal("rmsnorm_backward: d_model %d exceeds the scratch buffer", C);
-    if (blocks > N) blocks = N;
-    const int rows_per_block = (N + blocks - 1) / blocks;
-    blocks = (N + rows_per_block - 1) / rows_per_block;
-    const size_t smem = (size_t)C * sizeof(float);
+    int blocks = 0;
     tlm_cuda_launch_vec(dt, __func__, C, [&](auto tag, auto vec) {
         using T = typename decltype(tag)::type;
         constexpr int V = decltype(vec)::value;
+        constexpr int ITEMS = RMSNORM_BWD_ELEMS / V;
+        /* a row group: the fewest warps that hold a row in one pass, at most a block */
+        int warps = (C / V + 32 * ITEMS - 1) / (32 * ITEMS);
+        if (warps > RMSNORM_BWD_THREADS / 32) warps = RMSNORM_BWD_THREADS / 32;
+        const int tg = 32 * warps;
+        /* groups per block: as many as fit, with 48 KiB of accumulators, but no more than the rows
+         * of one block per SM need (small N: more blocks, fewer groups each) */
+        int groups = RMSNORM_BWD_THREADS / tg;
+        if (groups > RMSNORM_BWD_GROUPS) groups = RMSNORM_BWD_GROUPS;
+        if (groups > (N + cu->num_sms - 1) / cu->num_sms) groups = (N + cu->num_sms - 1) / cu->num_sms;
+        if ((size_t)groups * C * sizeof(float) > 48 * 1024) groups = (int)(48 * 1024 / ((size_t)C * sizeof(float)));
+        if (groups < 1) groups = 1;
+        const size_t smem = (size_t)groups * C * sizeof(float);
         if (smem > 48 * 1024)
             TLM_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<V, T>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        rmsnorm_backward_kernel<V, T><<<blocks, tlm_cuda_row_threads(C / V, 512), smem, st>>>(
-            dx, cu->scratch, static_cast<const T *>(dout), x, w, rstd, N, C, rows_per_block);
-    }, dx, dout, x, w);
+        /* one wave of resident blocks, each writing a row of partial sums, which must fit the scratch */
+        const int threads = groups * tg;
+        const int resident = cu->num_sms * backward_occupancy<V, T>(threads, smem);
+        blocks = (N + groups - 1) / groups;
+        if (blocks > resident) blocks = resident;
+        if ((size_t)blocks * C > cu->scratch_floats) blocks = (int)(cu->scratch_floats / (size_t)C);
+        if (blocks < 1) tlm_fatal("rmsnorm_backward: d_model %d exceeds the scratch buffer", C);
+        rmsnorm_backward_kernel<V, T><<<blocks, threads, smem, st>>>(
+            dx, static_cast<T *>(dx_lp), cu->scratch, static_cast<const T *>(dout), x, w, rstd, N, C, groups);
+    }, dx, dout, x, w, dx_lp);
     column_sum_kernel<<<(C + 31) / 32, dim3(32, 32), 0, st>>>(dw, cu->scratch, blocks, C);
     TLM_CUDA_CHECK_LAUNCH();
 }

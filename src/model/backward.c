@@ -46,10 +46,13 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
     tlm_cross_entropy_backward(be, a->logits, a->logits, a->lse, a->targets, n, V, scale / (float)n, dt);
     tlm_matmul_backward(be, a->d_tmp, m->g.lm_head, a->logits, a->ln_f, tlm_gemm_w(m, m->w.lm_head), n, C, V, pm);
     tlm_memset_zero(be, a->d_resid, N * C * sizeof(float));
-    tlm_rmsnorm_backward(be, a->d_resid, m->g.ln_final, a->d_tmp, a->x_final, m->w.ln_final, a->ln_f_rstd, n, C, dt);
+    tlm_rmsnorm_backward(be, a->d_resid, m->g.ln_final, a->d_tmp, a->x_final, m->w.ln_final, a->ln_f_rstd, n, C, NULL,
+                         dt);
     grads_ready(m, group++); /* ln_final, lm_head */
     /* d_resid (float32) holds the gradient of the current block's output, walking down the layers;
-     * d_resid_lp is its GEMM-operand copy */
+     * d_resid_lp is its GEMM-operand copy: written with it by the blocks' rmsnorm backwards (dx_lp),
+     * cast once after the head's (d_resid_lp is backward scratch of the blocks, activations.c: its
+     * bytes are not its own before the last block's stage) */
     for (int l = L - 1; l >= 0; l--) {
         const tlm_layer_acts *x = &a->layers[l];
         const tlm_layer_weights *w = &m->w.layers[l];
@@ -59,13 +62,13 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
         group_begins(m, group);
         if (m->run.recompute == TLM_RECOMPUTE_BLOCK) tlm_block_forward(m, l, false); /* from the kept input */
         /* feed-forward branch */
-        if (lowp) tlm_cast(be, a->d_resid_lp, a->d_resid, N * C, dt);
+        if (lowp && l == L - 1) tlm_cast(be, a->d_resid_lp, a->d_resid, N * C, dt);
         tlm_matmul_backward(be, a->d_g, g->w2, a->d_resid_lp, x->g, tlm_gemm_w(m, w->w2), n, F, C, pm);
         tlm_swiglu_backward(be, a->d_ab, a->d_g, x->ab, n, F, dt);
         tlm_matmul_backward(be, a->d_tmp, g->w13, a->d_ab, x->ln2, tlm_gemm_w(m, w->w13), n, C, 2 * F, pm);
-        tlm_rmsnorm_backward(be, a->d_resid, g->ln2, a->d_tmp, x->h, w->ln2, x->ln2_rstd, n, C, dt);
+        tlm_rmsnorm_backward(be, a->d_resid, g->ln2, a->d_tmp, x->h, w->ln2, x->ln2_rstd, n, C,
+                             lowp ? a->d_resid_lp : NULL, dt);
         /* attention branch */
-        if (lowp) tlm_cast(be, a->d_resid_lp, a->d_resid, N * C, dt);
         tlm_matmul_backward(be, a->d_tmp, g->out_proj, a->d_resid_lp, x->att, tlm_gemm_w(m, w->out_proj), n, C, C, pm);
         if (m->run.attention == TLM_ATTENTION_FLASH) { /* recomputes P from the forward's out and lse */
             tlm_flash_attention_backward(be, a->d_qkv, tlm_at(a->d_qkv, C, dt), tlm_at(a->d_qkv, 2 * C, dt),
@@ -83,7 +86,8 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
         }
         tlm_rope_backward(be, a->d_qkv, m->rope_cos, m->rope_sin, B, T, 2 * H, D, 3 * C, dt);
         tlm_matmul_backward(be, a->d_tmp, g->qkv, a->d_qkv, x->ln1, tlm_gemm_w(m, w->qkv), n, C, 3 * C, pm);
-        tlm_rmsnorm_backward(be, a->d_resid, g->ln1, a->d_tmp, x->x, w->ln1, x->ln1_rstd, n, C, dt);
+        tlm_rmsnorm_backward(be, a->d_resid, g->ln1, a->d_tmp, x->x, w->ln1, x->ln1_rstd, n, C,
+                             lowp && l > 0 ? a->d_resid_lp : NULL, dt); /* block l - 1's operand */
         tlm_layer_end(be);
         grads_ready(m, group++); /* layer l */
     }
