@@ -202,10 +202,39 @@ template <int N> __device__ __forceinline__ void fa90_setmaxnreg_dec() {
 }
 
 /* rows [row0, row0 + ROWS) of a (rows, D) slice with row stride ld (elements) into the swizzled
- * tile at shared address s (see the header); rows >= nrows are zero-filled */
+ * tile at shared address s (see the header); rows >= nrows are zero-filled. Thread tid < NT copies
+ * the same 16-byte piece p of rows r0, r0 + RSTEP, ...: RSTEP is a multiple of 8, so the piece's
+ * swizzled column is the same in every row it copies and each copy's addresses are the previous
+ * one's plus a constant (the producer's address arithmetic had been half of the d_head-128
+ * forward's executed instructions: ncu, H100) */
 template <int ROWS, int D, int NT, typename E>
 __device__ __forceinline__ void fa90_load_tile(uint32_t s, const E *g, int64_t ld, int row0, int nrows, int tid) {
-    constexpr int PIECES = D / 8; /* 16-byte pieces a row; NT threads copy them, tid < NT */
+    constexpr int PIECES = D / 8, RSTEP = NT / PIECES; /* 16-byte pieces a row; rows a round */
+    static_assert(NT % PIECES == 0 && RSTEP % 8 == 0 && ROWS % RSTEP == 0, "whole rounds of 8-row groups");
+    const int p = tid % PIECES, r0 = tid / PIECES;
+    const uint32_t dst = s + (uint32_t)((p >> 3) * ROWS * 128 + r0 * 128 + (((p & 7) ^ (r0 & 7)) << 4));
+    const E *src = g + (int64_t)(row0 + r0) * ld + p * 8;
+    const int64_t step = RSTEP * ld;
+    if (row0 + ROWS <= nrows) { /* every row inside */
+#pragma unroll
+        for (int i = 0; i < ROWS / RSTEP; i++, src += step) fa90_cp16(dst + i * RSTEP * 128, src, true);
+    } else {
+#pragma unroll
+        for (int i = 0; i < ROWS / RSTEP; i++, src += step) {
+            const bool valid = row0 + r0 + i * RSTEP < nrows;
+            fa90_cp16(dst + i * RSTEP * 128, valid ? src : g, valid);
+        }
+    }
+}
+
+/* The same copy with each piece's addresses worked out from its index (c = tid + i NT). The
+ * backward's producer uses this one: with fa90_load_tile its leaderboard pass took 3-5% longer at
+ * d_head 64 and 128 (H100, alternating processes of one call); its copies are a small share of
+ * what the block executes. */
+template <int ROWS, int D, int NT, typename E>
+__device__ __forceinline__ void fa90_load_tile_indexed(uint32_t s, const E *g, int64_t ld, int row0, int nrows,
+                                                       int tid) {
+    constexpr int PIECES = D / 8;
     static_assert(ROWS * PIECES % NT == 0, "whole rounds of pieces");
 #pragma unroll 4
     for (int i = 0; i < ROWS * PIECES / NT; i++) {
@@ -325,6 +354,24 @@ template <int D> __device__ __forceinline__ void fa90_rescale(float (&o)[D / 2],
     }
 }
 
+/* Which (tile, head, batch) block `blockIdx.x` of a 1-D grid of n_tiles x H x B computes. Work
+ * grows with the query tile in a causal forward and shrinks with the key tile in a causal backward
+ * (reversed: the tiles that do the most work are the last ones). The (head, batch) pairs go in
+ * groups of `group`; a group's blocks go out tile by tile in order of decreasing work, the pairs of
+ * a tile consecutive. group 1 keeps each head's tiles together: a sawtooth of long and short blocks
+ * whose last wave can hold long ones (a list schedule of the leaderboard's d_head-64 forward, 86
+ * tiles of 192 rows x 16 heads on 132 SMs, ends 7% later than longest first); larger groups
+ * approach longest first but read more heads' keys and values at once (L2). */
+__device__ __forceinline__ void fa90_block_of(int n_tiles, int H, int group, bool reversed, int &tile, int &h,
+                                              int &b) {
+    const int hb_count = (int)gridDim.x / n_tiles, L = (int)blockIdx.x;
+    const int g0 = L / (group * n_tiles) * group, rem = L - g0 * n_tiles, gs = min(group, hb_count - g0);
+    const int level = rem / gs, hb = g0 + rem % gs;
+    tile = reversed ? n_tiles - 1 - level : level;
+    h = hb % H;
+    b = hb / H;
+}
+
 template <int R, int C> __device__ __forceinline__ void fa90_pin_regs(uint32_t (&p)[R][C]) {
 #pragma unroll
     for (int i = 0; i < R; i++)
@@ -354,7 +401,7 @@ template <typename E, int D, int NC>
 __global__ void __launch_bounds__(128 * (NC + 1), 1)
     flash_fwd_sm90_kernel(E *__restrict__ out, float *__restrict__ lse, const E *__restrict__ q,
                           const E *__restrict__ k, const E *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk,
-                          int H, float scale_log2, int causal) {
+                          int H, float scale_log2, int causal, int group) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BR = 64 * NC, BC = FA90_BC, NS = FA90_STAGES;
     constexpr uint32_t Q_BYTES = BR * D * 2, KV_BYTES = BC * D * 2;
@@ -369,8 +416,8 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
                    v_empty = v_full + 8 * NS; /* 8 bytes each */
 
     const int tid = threadIdx.x, wg = tid >> 7;
-    const int m_block = causal ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x;
-    const int h = blockIdx.y, b = blockIdx.z;
+    int m_block, h, b;
+    fa90_block_of((Tq + BR - 1) / BR, H, group, causal, m_block, h, b);
     const int i0 = m_block * BR, offset = Tk - Tq;
     const int n_end = causal ? min(Tk, i0 + BR + offset) : Tk;
     const int n_tiles = n_end > 0 ? (n_end + BC - 1) / BC : 0;
@@ -520,7 +567,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     flash_bwd_sm90_kernel(float *__restrict__ dq_acc, E *__restrict__ dk, E *__restrict__ dv,
                           const E *__restrict__ dout, const E *__restrict__ q, const E *__restrict__ k,
                           const E *__restrict__ v, const float *__restrict__ lse, const float *__restrict__ delta,
-                          int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale, float scale_log2, int causal) {
+                          int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale, float scale_log2, int causal,
+                          int group) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(D == 64 || D == 128, "d_head 64 or 128");
     /* DQC: the dQ columns of a warpgroup; NS: ring slots (d_head 128: the shared memory allows 2) */
@@ -540,8 +588,9 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     const uint32_t kv_full = bars, q_full = bars + 8, q_empty = q_full + 8 * NS; /* 8 bytes each */
 
     const int tid = threadIdx.x, wgp = tid >> 7;
-    const int h = blockIdx.y, b = blockIdx.z;
-    const int j0 = blockIdx.x * BC, offset = Tk - Tq;
+    int n_block, h, b;
+    fa90_block_of((Tk + BC - 1) / BC, H, group, false, n_block, h, b);
+    const int j0 = n_block * BC, offset = Tk - Tq;
     const int m_begin = causal ? max(0, j0 - offset) / BR : 0; /* query tiles that see any key here */
     const int m_end = (Tq + BR - 1) / BR;
     const float *lse_b = lse + ((int64_t)b * H + h) * Tq;
@@ -563,14 +612,14 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
         const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
         const E *dob = dout + (int64_t)b * Tq * ld_out + h * D;
-        fa90_load_tile<BC, D, 128>(sK, kb, ld_qkv, j0, Tk, tid);
-        fa90_load_tile<BC, D, 128>(sV, vb, ld_qkv, j0, Tk, tid);
+        fa90_load_tile_indexed<BC, D, 128>(sK, kb, ld_qkv, j0, Tk, tid);
+        fa90_load_tile_indexed<BC, D, 128>(sV, vb, ld_qkv, j0, Tk, tid);
         fa90_mbar_cp_arrive(kv_full);
         for (int mb = m_begin; mb < m_end; mb++) {
             const int it = mb - m_begin, st = it % NS;
             if (it >= NS) fa90_mbar_wait(q_empty + 8 * st, ((it / NS) & 1) ^ 1);
-            fa90_load_tile<BR, D, 128>(sQ + st * QT_BYTES, qb, ld_qkv, mb * BR, Tq, tid);
-            fa90_load_tile<BR, D, 128>(sdO + st * QT_BYTES, dob, ld_out, mb * BR, Tq, tid);
+            fa90_load_tile_indexed<BR, D, 128>(sQ + st * QT_BYTES, qb, ld_qkv, mb * BR, Tq, tid);
+            fa90_load_tile_indexed<BR, D, 128>(sdO + st * QT_BYTES, dob, ld_out, mb * BR, Tq, tid);
             { /* the tile's logsumexp and delta, 4 bytes a thread (rows past Tq zero-filled) */
                 const int row = mb * BR + (tid & 63);
                 const bool valid = row < Tq;
@@ -786,16 +835,29 @@ static int fa90_mode(void) {
     return mode;
 }
 
+/* fa90_block_of's group of (head, batch) pairs for a pass: `dflt` (0: all), or TLM_FLASH_GROUP
+ * (timing); read once */
+static int fa90_group(int dflt, int pairs) {
+    static int forced = -2;
+    if (forced == -2) {
+        const char *env = getenv("TLM_FLASH_GROUP");
+        forced = env ? atoi(env) : -1;
+    }
+    const int g = forced >= 0 ? forced : dflt;
+    return g <= 0 || g > pairs ? pairs : g;
+}
+
 /* whether the Hopper kernels take a pass of `blocks` blocks (one an SM) */
 static bool fa90_applies(tlm_backend *be, int D, tlm_dtype dt, int64_t blocks) {
     if (D != 64 && D != 128) return false;
     if (dt != TLM_DTYPE_BF16 && dt != TLM_DTYPE_F16) return false;
     const int mode = fa90_mode();
     if (mode == 0 || fa90_cc_major() != 9) return false;
-    /* smaller grids: flash_attention.cu's split-KV path. From three quarters of a wave on, these
-     * kernels with a few SMs idle beat the split mma.sync ones (H100, flash-benchmarking d_head 128,
-     * seq 16384: 128 blocks on 132 SMs, split took 0.51 / 1.60 ms against cuDNN's 0.36 / 0.83) */
-    return mode == 2 || 4 * blocks >= 3 * (int64_t)tlm_cuda_of(be)->num_sms;
+    /* smaller grids: flash_attention.cu's split-KV path. From two thirds of a wave on, these
+     * kernels with some SMs idle beat the split mma.sync ones (H100, flash-benchmarking d_head 128,
+     * seq 16384: 128 blocks on 132 SMs, split took 0.51 / 1.60 ms against cuDNN's 0.36 / 0.83; the
+     * LM's small model, 96 blocks at context 256: fwd+bwd 2.82 against 2.88 ms) */
+    return mode == 2 || 3 * blocks >= 2 * (int64_t)tlm_cuda_of(be)->num_sms;
 }
 
 template <typename E, int D, int NC>
@@ -807,10 +869,14 @@ static void fa90_forward_launch(tlm_backend *be, void *out, float *lse, const vo
     /* Q, the key and value rings, alignment, the mbarriers */
     const size_t smem = (size_t)(BR + 2 * FA90_STAGES * FA90_BC) * D * sizeof(E) + 1024 + 8 * (1 + 4 * FA90_STAGES);
     tlm_cuda_set_smem<kernel>(op, smem);
-    const dim3 grid((unsigned)((Tq + BR - 1) / BR), (unsigned)H, (unsigned)B);
+    /* longest first over all heads at d_head 64 (leaderboard forward 1.28-1.30 ms against 1.37-1.38
+     * head by head); head by head at 128, whose keys and values of all heads at once overflow the
+     * L2 (2.42 against 2.50-2.51 ms longest first); H100, alternating processes of one call */
+    const unsigned grid = (unsigned)((Tq + BR - 1) / BR) * (unsigned)H * (unsigned)B;
     kernel<<<grid, 128 * (NC + 1), smem, tlm_cuda_stream(be)>>>((E *)out, lse, (const E *)q, (const E *)k,
                                                               (const E *)v, ld_qkv, ld_out, Tq, Tk, H,
-                                                              FA90_LOG2E / sqrtf((float)D), causal ? 1 : 0);
+                                                              FA90_LOG2E / sqrtf((float)D), causal ? 1 : 0,
+                                                              fa90_group(D == 64 ? 0 : 1, H * B));
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
@@ -835,15 +901,15 @@ bool tlm_cuda_flash_forward_sm90(tlm_backend *be, tlm_dtype dt, void *out, float
     const int BR = 64 * fa90_fwd_consumers(D, Tq);
     if (!fa90_applies(be, D, dt, (int64_t)B * H * ((Tq + BR - 1) / BR))) return false;
 #define FA90_FWD_ARGS be, out, lse, q, k, v, ld_qkv, ld_out, B, Tq, Tk, H, causal
-    if (dt == TLM_DTYPE_BF16) {
-        if (D == 128) fa90_forward_launch<__nv_bfloat16, 128, 2>(FA90_FWD_ARGS);
-        else if (BR == 192) fa90_forward_launch<__nv_bfloat16, 64, 3>(FA90_FWD_ARGS);
-        else fa90_forward_launch<__nv_bfloat16, 64, 2>(FA90_FWD_ARGS);
-    } else {
-        if (D == 128) fa90_forward_launch<__half, 128, 2>(FA90_FWD_ARGS);
-        else if (BR == 192) fa90_forward_launch<__half, 64, 3>(FA90_FWD_ARGS);
-        else fa90_forward_launch<__half, 64, 2>(FA90_FWD_ARGS);
-    }
+#define FA90_FWD(E)                                                                                                   \
+    do {                                                                                                              \
+        if (D == 128) fa90_forward_launch<E, 128, 2>(FA90_FWD_ARGS);                                                  \
+        else if (BR == 192) fa90_forward_launch<E, 64, 3>(FA90_FWD_ARGS);                                             \
+        else fa90_forward_launch<E, 64, 2>(FA90_FWD_ARGS);                                                            \
+    } while (0)
+    if (dt == TLM_DTYPE_BF16) FA90_FWD(__nv_bfloat16);
+    else FA90_FWD(__half);
+#undef FA90_FWD
 #undef FA90_FWD_ARGS
     return true;
 }
@@ -872,10 +938,11 @@ static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void 
                         (TILED_DQ ? 4 * 64 * DQC * 4 : 0) + 1024 + 2 * NS * 64 * 4 + 8 * (1 + 2 * NS);
     tlm_cuda_set_smem<kernel>(op, smem);
     const float scale = 1.0f / sqrtf((float)D);
-    const dim3 grid((unsigned)((Tk + 127) / 128), (unsigned)H, (unsigned)B);
+    const unsigned grid = (unsigned)((Tk + 127) / 128) * (unsigned)H * (unsigned)B;
     kernel<<<grid, FA90_THREADS, smem, tlm_cuda_stream(be)>>>(dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q,
                                                               (const E *)k, (const E *)v, lse, delta, ld_qkv, ld_out,
-                                                              Tq, Tk, H, scale, FA90_LOG2E * scale, causal ? 1 : 0);
+                                                              Tq, Tk, H, scale, FA90_LOG2E * scale, causal ? 1 : 0,
+                                                              fa90_group(1, H * B));
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
