@@ -681,12 +681,6 @@ static unsigned fa32_grid(int T, int tile, int BH, const char *op) {
     return (unsigned)blocks;
 }
 
-/* the kernel's dynamic shared memory above the default 48 KiB */
-template <typename K> static void fa32_smem_attr(K kernel, size_t bytes, const char *op) {
-    if (bytes > 48 * 1024)
-        TLM_CUDA_CHECK_OP(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-}
-
 /* The launchers split (tlm_cuda_flash_fwd_split / _bwd_split: a grid under one wave) when
  * can_split: the forward's out rows 16-byte aligned (the combine's float4 stores), the backward's
  * dk, dv rows too (the accumulators' copy). */
@@ -694,10 +688,10 @@ template <int D>
 static void fa32_forward_launch(tlm_backend *be, fa32_args a, int B, bool can_split, const char *op) {
     constexpr size_t smem = fa32_forward_smem<D>();
     constexpr auto split_kernel = fa32_forward_kernel<D, true>;
-    fa32_smem_attr(fa32_forward_kernel<D, false>, smem, op);
+    tlm_cuda_set_smem<fa32_forward_kernel<D, false>>(op, smem);
     int S = 1;
     if (can_split) {
-        fa32_smem_attr(split_kernel, smem, op);
+        tlm_cuda_set_smem<split_kernel>(op, smem);
         a.split = tlm_cuda_flash_fwd_split(be, B, a.H, a.Tq, a.Tk, D, FA32_FWD_BR, FA32_FWD_BC, a.causal,
                                            tlm_cuda_occupancy<split_kernel>(op, FA32_THREADS, smem), &S, &a.part);
     }
@@ -713,10 +707,10 @@ static void fa32_backward_launch(tlm_backend *be, fa32_args a, int B, bool can_s
     constexpr size_t smem = fa32_backward_smem<D>();
     constexpr auto split_kernel = fa32_backward_kernel<D, true>;
     cudaStream_t st = tlm_cuda_stream(be);
-    fa32_smem_attr(fa32_backward_kernel<D, false>, smem, op);
+    tlm_cuda_set_smem<fa32_backward_kernel<D, false>>(op, smem);
     int S = 1;
     if (can_split) {
-        fa32_smem_attr(split_kernel, smem, op);
+        tlm_cuda_set_smem<split_kernel>(op, smem);
         a.split = tlm_cuda_flash_bwd_split(be, B, a.H, a.Tq, a.Tk, D, FA32_BWD_BR, FA32_BWD_BC, a.causal,
                                            tlm_cuda_occupancy<split_kernel>(op, FA32_THREADS, smem), &S, &a.part);
         if (a.part) TLM_CUDA_CHECK_OP(op, cudaMemsetAsync(a.part, 0, (size_t)2 * a.BH * a.Tk * D * sizeof(float), st));
