@@ -67,8 +67,8 @@
  * the GPU (batch 1, 1 head, seq 4096: 32 forward blocks, 32 backward blocks on 132 SMs, each
  * pass as long as its longest block). fa_split_chunk picks, from (B, H, Tq, Tk, the SM count and
  * the kernel's resident blocks per SM), the most blocks that still fit one wave, each piece at
- * least 256 keys (queries) long. Forward: each query tile's key range [0, n_end) is cut into
- * pieces of split_keys (a multiple of BC), one block each (blockIdx.x = split * q_tiles + tile),
+ * least min_rows keys (queries) long (256 here). Forward: each query tile's key range [0, n_end)
+ * is cut into pieces of split_keys (a multiple of BC), one block each (blockIdx.x = split * q_tiles + tile),
  * writing its O normalized by its own sum, and its lse, as fp32 partials; then
  * flash_split_combine_kernel merges them: lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse)
  * O_s (a piece that saw no key of a row has lse_s = -inf and is skipped; a row no piece saw gets
@@ -768,6 +768,17 @@ static bool fa_split_enabled(void) {
     return on != 0;
 }
 
+/* a split piece's least length in keys (forward) or queries (backward): the caller's, or
+ * TLM_FLASH_SPLIT_MIN (timing; read once) */
+static int fa_split_min(int min_rows) {
+    static int forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("TLM_FLASH_SPLIT_MIN");
+        forced = e && atoi(e) > 0 ? atoi(e) : 0;
+    }
+    return forced ? forced : min_rows;
+}
+
 float *tlm_cuda_flash_split_buffer(tlm_backend *be, size_t *floats) {
     tlm_cuda *cu = tlm_cuda_of(be);
     *floats = 0;
@@ -812,7 +823,7 @@ static int fa_split_chunk(int n_outer, int64_t BH, int sms, int occ, int min_chu
     int longest = 0;
     for (int o = 0; o < n_outer; o++) longest = max(longest, inner(o));
     int best = 0;
-    for (int s = 2;; s++) {
+    for (int s = 2; s <= longest; s++) { /* s = longest: chunks of one tile */
         const int chunk = (longest + s - 1) / s, splits = chunk > 0 ? (longest + chunk - 1) / chunk : 0;
         if (chunk < min_chunk || splits > max_splits) break;
         int64_t blocks = 0;
@@ -836,9 +847,9 @@ static float *fa_split_take(tlm_backend *be, int *S) {
 
 /* Forward plan: keys per split (a multiple of BC; 0: unsplit), *S splits, *part the partials'
  * workspace (S * B*H*Tq * (D + 1) floats, the layout of tlm_cuda_flash_split_combine). A piece has
- * at least 256 keys (and 2 key tiles). part NULL: the plan only (nothing allocated). */
+ * at least min_rows keys (and one key tile). part NULL: the plan only (nothing allocated). */
 int tlm_cuda_flash_fwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal,
-                             int occ, int *S, float **part) {
+                             int min_rows, int occ, int *S, float **part) {
     *S = 1;
     if (part) *part = NULL;
     const int sms = tlm_cuda_of(be)->num_sms, q_tiles = (Tq + BR - 1) / BR, offset = Tk - Tq;
@@ -849,17 +860,17 @@ int tlm_cuda_flash_fwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int 
         const int n_end = causal ? min(Tk, (m + 1) * BR + offset) : Tk;
         return n_end > 0 ? (n_end + BC - 1) / BC : 0;
     };
-    const int chunk = fa_split_chunk(q_tiles, BH, sms, occ, max(2, 256 / BC), (int)min(max_splits, (int64_t)1024),
-                                     key_tiles, S);
+    const int chunk = fa_split_chunk(q_tiles, BH, sms, occ, max(1, fa_split_min(min_rows) / BC),
+                                     (int)min(max_splits, (int64_t)1024), key_tiles, S);
     if (!chunk || (part && !(*part = fa_split_take(be, S)))) return 0;
     return chunk * BC;
 }
 
 /* Backward plan: query tiles per split (0: unsplit), *S splits, *dkv the fp32 dK, dV accumulators
- * (2 * B*H*Tk*D floats, when they fit the split buffer). A piece has at least 256 queries. dkv NULL:
+ * (2 * B*H*Tk*D floats, when they fit the split buffer). A piece has at least min_rows queries. dkv NULL:
  * the plan only. */
 int tlm_cuda_flash_bwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal,
-                             int occ, int *S, float **dkv) {
+                             int min_rows, int occ, int *S, float **dkv) {
     *S = 1;
     if (dkv) *dkv = NULL;
     const int sms = tlm_cuda_of(be)->num_sms, k_tiles = (Tk + BC - 1) / BC, m_last = (Tq + BR - 1) / BR;
@@ -871,7 +882,7 @@ int tlm_cuda_flash_bwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int 
     auto query_tiles = [&](int j) { /* query tiles that see key tile j */
         return m_last - (causal ? max(0, j * BC - offset) / BR : 0);
     };
-    const int chunk = fa_split_chunk(k_tiles, BH, sms, occ, max(2, 256 / BR), 1024, query_tiles, S);
+    const int chunk = fa_split_chunk(k_tiles, BH, sms, occ, max(1, fa_split_min(min_rows) / BR), 1024, query_tiles, S);
     if (!chunk || (dkv && !(*dkv = fa_split_take(be, S)))) return 0;
     return chunk;
 }
@@ -1120,7 +1131,8 @@ static const fa_tile *fa_rule(tlm_backend *be, int pass, int B, int H, int Tq, i
             }
         });
         blocks = (int64_t)B * H * ((Tq + lng->outer - 1) / lng->outer);
-        split = tlm_cuda_flash_fwd_split(be, B, H, Tq, Tk, DD, lng->outer, lng->inner, causal, occ_split, &S, NULL);
+        split = tlm_cuda_flash_fwd_split(be, B, H, Tq, Tk, DD, lng->outer, lng->inner, causal,
+                                         TLM_FLASH_SPLIT_MIN_16, occ_split, &S, NULL);
     } else {
         fa_bwd_with<DD>(lng, [&](auto cfg) {
             using C = decltype(cfg);
@@ -1132,7 +1144,8 @@ static const fa_tile *fa_rule(tlm_backend *be, int pass, int B, int H, int Tq, i
             }
         });
         blocks = (int64_t)B * H * ((Tk + lng->outer - 1) / lng->outer);
-        split = tlm_cuda_flash_bwd_split(be, B, H, Tq, Tk, DD, lng->inner, lng->outer, causal, occ_split, &S, NULL);
+        split = tlm_cuda_flash_bwd_split(be, B, H, Tq, Tk, DD, lng->inner, lng->outer, causal,
+                                         TLM_FLASH_SPLIT_MIN_16, occ_split, &S, NULL);
     }
     if (blocks >= (int64_t)2 * sms * occ || split > 0) return lng;
     *why = "rule: short";
@@ -1188,6 +1201,7 @@ void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, co
                         constexpr auto split_kernel = flash_fwd_kernel<E, DD, BC, WARPS, R, C::minb, true>;
                         tlm_cuda_set_smem<split_kernel>(op, smem);
                         split_keys = tlm_cuda_flash_fwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
+                                                  TLM_FLASH_SPLIT_MIN_16,
                                                   tlm_cuda_occupancy<split_kernel>(op, WARPS * 32, smem), &S, &part);
                         if (part) chosen = split_kernel;
                     }
@@ -1271,6 +1285,7 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
                         constexpr auto split_kernel = flash_bwd_kernel<E, DD, BR, WARPS, RK, C::minb, true>;
                         tlm_cuda_set_smem<split_kernel>(op, smem);
                         split_q = tlm_cuda_flash_bwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
+                                               TLM_FLASH_SPLIT_MIN_16,
                                                tlm_cuda_occupancy<split_kernel>(op, WARPS * 32, smem), &S, &dkv);
                         if (dkv) {
                             chosen = split_kernel;

@@ -395,13 +395,21 @@ __device__ __forceinline__ void fa90_pin_vals(float (&a)[2], float (&b)[2]) {
  * the consumers drift apart and one's softmax runs beside the other's products.
  * Each consumer overlaps its softmax with its own tensor-core work (§3.2): at tile t it issues
  * S_t = Q K_t and O += P_{t-1} V_{t-1} together, waits for S_t only (and frees K_t's slot),
- * computes P_t while the PV product runs, then waits for it (freeing V_{t-1}'s slot) and rescales O. */
+ * computes P_t while the PV product runs, then waits for it (freeing V_{t-1}'s slot) and rescales O.
+ * With `pingpong` the consumers also take turns to issue their products (FlashAttention-3 §3.1's
+ * ping-pong scheduling): consumer c waits at named barrier 1 + c for its turn, issues, and hands
+ * the turn to consumer c + 1 (cyclically), so that one consumer's products run while the others
+ * compute their softmax. Each consumer takes n_tiles turns (one per tile, the last PV product
+ * outside); the last consumer starts the cycle and does not pass its last turn on, so every
+ * barrier's arrivals match its waits. */
 #define FA90_STAGES 2
+__device__ __forceinline__ void fa90_turn_wait(int bar) { asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory"); }
+__device__ __forceinline__ void fa90_turn_pass(int bar) { asm volatile("bar.arrive %0, 256;\n" ::"r"(bar) : "memory"); }
 template <typename E, int D, int NC>
 __global__ void __launch_bounds__(128 * (NC + 1), 1)
     flash_fwd_sm90_kernel(E *__restrict__ out, float *__restrict__ lse, const E *__restrict__ q,
                           const E *__restrict__ k, const E *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk,
-                          int H, float scale_log2, int causal, int group) {
+                          int H, float scale_log2, int causal, int group, int pingpong) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BR = 64 * NC, BC = FA90_BC, NS = FA90_STAGES;
     constexpr uint32_t Q_BYTES = BR * D * 2, KV_BYTES = BC * D * 2;
@@ -466,12 +474,17 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
     float s[BC / 2];
     uint32_t p[BC / 16][4], p_next[BC / 16][4];
+    /* ping-pong: this consumer's barrier, the next one's; the last consumer starts the cycle */
+    const int my_turn = 1 + cw, next_turn = 1 + (cw + 1) % NC;
+    if (pingpong && n_tiles > 0 && cw == NC - 1) fa90_turn_pass(next_turn);
 
     if (n_tiles > 0) {
         fa90_mbar_wait(q_full, 0);
         fa90_mbar_wait(k_full, 0);
         fa90_proxy_fence();
+        if (pingpong) fa90_turn_wait(my_turn);
         fa90_issue_qk<E, D, BR>(s, sQw, sK);
+        if (pingpong && !(cw == NC - 1 && n_tiles == 1)) fa90_turn_pass(next_turn);
         fa90_wait<0>();
         fa90_pin<BC / 2>(s);
         fa90_mbar_arrive(k_empty);
@@ -483,8 +496,10 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
         fa90_mbar_wait(k_full + 8 * st, (t / NS) & 1);
         fa90_mbar_wait(v_full + 8 * sp, ((t - 1) / NS) & 1);
         fa90_proxy_fence();
+        if (pingpong) fa90_turn_wait(my_turn);
         fa90_issue_qk<E, D, BR>(s, sQw, sK + st * KV_BYTES);
         fa90_issue_pv<E, D>(o, p, sV + sp * KV_BYTES);
+        if (pingpong && !(cw == NC - 1 && t == n_tiles - 1)) fa90_turn_pass(next_turn);
         fa90_wait<1>(); /* S_t */
         fa90_pin<BC / 2>(s);
         fa90_mbar_arrive(k_empty + 8 * st);
@@ -882,6 +897,16 @@ static bool fa90_applies(tlm_backend *be, int D, tlm_dtype dt, int64_t blocks) {
     return mode == 2 || 3 * blocks >= 2 * (int64_t)tlm_cuda_of(be)->num_sms;
 }
 
+/* the forward's ping-pong scheduling: TLM_FLASH_PINGPONG=0 off, 1 on (timing); read once */
+static int fa90_pingpong(void) {
+    static int mode = -1;
+    if (mode < 0) {
+        const char *env = getenv("TLM_FLASH_PINGPONG");
+        mode = env && *env ? atoi(env) != 0 : 1;
+    }
+    return mode;
+}
+
 template <typename E, int D, int NC>
 static void fa90_forward_launch(tlm_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
                                 int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, bool causal) {
@@ -898,7 +923,7 @@ static void fa90_forward_launch(tlm_backend *be, void *out, float *lse, const vo
     kernel<<<grid, 128 * (NC + 1), smem, tlm_cuda_stream(be)>>>((E *)out, lse, (const E *)q, (const E *)k,
                                                               (const E *)v, ld_qkv, ld_out, Tq, Tk, H,
                                                               FA90_LOG2E / sqrtf((float)D), causal ? 1 : 0,
-                                                              fa90_group(D == 64 ? 0 : 1, H * B));
+                                                              fa90_group(D == 64 ? 0 : 1, H * B), fa90_pingpong());
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
