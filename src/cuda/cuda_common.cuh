@@ -250,12 +250,14 @@ void tlm_cuda_flash_split_combine(tlm_backend *be, void *out, float *lse, const 
  * the kernel's tiles (BR query rows, BC keys) and resident blocks per SM (occ, of the split
  * instantiation) in, the split out; splitting only grids under one wave (SMs x occ blocks), and
  * nothing at all with TLM_FLASH_SPLIT=0.
- * min_rows: a piece's least length in keys (forward) or queries (backward), at least one tile:
- * TLM_FLASH_SPLIT_MIN_16 for the bf16/fp16 kernels, TLM_FLASH_SPLIT_MIN_32 for the tf32 and
- * exact-fp32 ones, whose tiles cost more per key (flash-benchmarking on the H100, batch 1, 1 head,
- * seq 256-2048: fwd+bwd 0.61-0.95x the time at 256, bench/results/h100-2026-11-24-pingpong);
- * TLM_FLASH_SPLIT_MIN=rows overrides both (timing).
- * tlm_cuda_flash_fwd_split: returns keys per piece (a multiple of BC, at least min_rows;
+ * family: TLM_FLASH_SPLIT_16BIT for the bf16/fp16 kernels, TLM_FLASH_SPLIT_32BIT for the tf32 and
+ * exact-fp32 ones, whose tiles cost more per key. It sets a piece's least length in keys (forward)
+ * or queries (backward): 256 and 64 (flash-benchmarking on the H100, batch 1, 1 head, seq 128-1024:
+ * 32-bit fwd+bwd 0.65-0.95x the time with 128, itself 0.61-0.95x the time with 256 at 256-2048;
+ * bench/results/h100-2026-11-24-pingpong; TLM_FLASH_SPLIT_MIN=rows overrides both, timing), and
+ * whether a grid no split fits in one wave is split by the estimate (32-bit only:
+ * flash_attention.cu's fa_split_chunk).
+ * tlm_cuda_flash_fwd_split: returns keys per piece (a multiple of BC, at least the family's;
  *   0: unsplit), *S the pieces per query tile, *part the partials in the split buffer (the layout
  *   of tlm_cuda_flash_split_combine, S*B*H*Tq*(D+1) floats), or NULL (then 0 and *S = 1: run
  *   unsplit). part NULL: the plan only, nothing allocated.
@@ -263,12 +265,11 @@ void tlm_cuda_flash_split_combine(tlm_backend *be, void *out, float *lse, const 
  *   key tile, *dkv the fp32 dK, dV accumulators (B,H,Tk,D) each, dV at dkv + B*H*Tk*D, in the split
  *   buffer (NULL: unsplit); the caller zeroes them, the kernels add dK already scaled by
  *   1/sqrt(D), and tlm_cuda_flash_split_dkv writes them out. */
-#define TLM_FLASH_SPLIT_MIN_16 256
-#define TLM_FLASH_SPLIT_MIN_32 128
+typedef enum { TLM_FLASH_SPLIT_16BIT, TLM_FLASH_SPLIT_32BIT } tlm_flash_split_family;
 int tlm_cuda_flash_fwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal,
-                             int min_rows, int occ, int *S, float **part);
+                             tlm_flash_split_family family, int occ, int *S, float **part);
 int tlm_cuda_flash_bwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal,
-                             int min_rows, int occ, int *S, float **dkv);
+                             tlm_flash_split_family family, int occ, int *S, float **dkv);
 /* dk, dv (B,Tk,H*D) dt, row stride ld_qkv (head h at column h*D) = the accumulators dkv (above),
  * rounded to dt (F32: copied; 8-byte aligned rows: ld_qkv even, dk and dv 8-byte aligned) */
 void tlm_cuda_flash_split_dkv(tlm_backend *be, void *dk, void *dv, const float *dkv, int ld_qkv, int B, int H, int Tk,

@@ -67,7 +67,7 @@
  * the GPU (batch 1, 1 head, seq 4096: 32 forward blocks, 32 backward blocks on 132 SMs, each
  * pass as long as its longest block). fa_split_chunk picks, from (B, H, Tq, Tk, the SM count and
  * the kernel's resident blocks per SM), the most blocks that still fit one wave, each piece at
- * least min_rows keys (queries) long (256 here). Forward: each query tile's key range [0, n_end)
+ * least 256 keys (queries) long here. Forward: each query tile's key range [0, n_end)
  * is cut into pieces of split_keys (a multiple of BC), one block each (blockIdx.x = split * q_tiles + tile),
  * writing its O normalized by its own sum, and its lse, as fp32 partials; then
  * flash_split_combine_kernel merges them: lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse)
@@ -768,15 +768,15 @@ static bool fa_split_enabled(void) {
     return on != 0;
 }
 
-/* a split piece's least length in keys (forward) or queries (backward): the caller's, or
- * TLM_FLASH_SPLIT_MIN (timing; read once) */
-static int fa_split_min(int min_rows) {
+/* a split piece's least length in keys (forward) or queries (backward) for a kernel family
+ * (cuda_common.cuh), or TLM_FLASH_SPLIT_MIN (timing; read once) */
+static int fa_split_min(tlm_flash_split_family family) {
     static int forced = -1;
     if (forced < 0) {
         const char *e = getenv("TLM_FLASH_SPLIT_MIN");
         forced = e && atoi(e) > 0 ? atoi(e) : 0;
     }
-    return forced ? forced : min_rows;
+    return forced ? forced : family == TLM_FLASH_SPLIT_32BIT ? 64 : 256;
 }
 
 float *tlm_cuda_flash_split_buffer(tlm_backend *be, size_t *floats) {
@@ -803,36 +803,69 @@ float *tlm_cuda_flash_split_buffer(tlm_backend *be, size_t *floats) {
  * n_outer tiles per (batch, head), BH of those, tile o looping over inner(o) tiles (forward: query
  * tiles over key tiles; backward: key tiles over query tiles). Unsplit, the grid has n_outer * BH
  * blocks and a pass lasts as long as its longest block; a grid smaller than the GPU leaves SMs idle
- * (batch 1, 1 head, seq 4096: 32 forward blocks on 132 SMs). Split, tile o's inner range is cut
- * into ceil(inner(o) / chunk) pieces of at most chunk tiles, one block each (the other of its
+ * (batch 1, 1 head, seq 4096: 32 forward blocks on 132 SMs), and a causal grid of about one wave
+ * waits for its longest tile, twice the mean. Split, tile o's inner range is cut into
+ * ceil(inner(o) / chunk) pieces of at most chunk tiles, one block each (the other of its
  * S = ceil(max_o inner(o) / chunk) slots are empty blocks that return at once): every block does
- * at most chunk tiles, causal or not. chunk is the smallest (the most blocks) such that
- *   - the blocks with work are at most one wave, SMs x occ (resident blocks per SM): all run at
- *     once, and the pass takes about one piece's time;
- *   - chunk >= min_chunk tiles: a piece amortizes its fixed costs (its Q tile (forward) or K, V
- *     tile (backward) loaded, a pipeline with nothing to overlap its first load, BR x (D + 1)
- *     fp32 partials written or BC x 2D fp32 atomics added);
- *   - S <= max_splits (what the workspace holds).
+ * at most chunk tiles, causal or not. chunk >= min_chunk tiles, S <= max_splits (what the
+ * workspace holds), and chunk is
+ *   1. the smallest whose blocks with work fit one wave, SMs x occ (resident blocks per SM): all
+ *      run at once, and the pass takes about one piece's time;
+ *   2. for the tf32 and exact-fp32 kernels (rebalance), where no chunk fits one wave (a causal
+ *      grid of nearly a wave), the one that minimizes the
+ *      pass's estimated length in tiles, max(chunk, W / slots) + F x ceil(blocks / slots) (W the
+ *      grid's tiles, slots = SMs x occ, F = FA_SPLIT_PIECE_COST: what a piece costs besides its
+ *      tiles, its Q tile (forward) or K, V tile (backward) loaded with nothing to overlap, BR x
+ *      (D + 1) fp32 partials written or BC x 2D fp32 atomics added), the longest among equals;
+ *      the unsplit grid is one of the candidates. On the H100 (exact fp32, d_head 128, batch 1,
+ *      1 head, seq 8192: 128 backward blocks of 1 to 128 query tiles) fwd+bwd took 2.07 ms
+ *      against 3.26-3.27 unsplit; tf32 d_head 128 at 16384 2.89 against 4.69. In place of 1 it
+ *      was 1.2-2.5x slower at seq 4096-32768, d_head 16-64 (bf16, tf32), and for the bf16 kernels
+ *      at 32768, d_head 16 and 32, 1.4-1.5x slower than unsplit: pieces cost more than F there,
+ *      and so do the partials' merge and the empty blocks (bench/results/h100-2026-11-24-pingpong).
  * Returns chunk and *S; 0 and *S = 1: no split (a grid that fills a wave already, a range too short
- * to cut, no room). O(wave / BH) steps. */
+ * to cut, no room). O(longest x n_outer) steps, n_outer x BH under one wave. */
+#define FA_SPLIT_PIECE_COST 1
 template <typename F>
-static int fa_split_chunk(int n_outer, int64_t BH, int sms, int occ, int min_chunk, int max_splits, F inner, int *S) {
+static int fa_split_chunk(int n_outer, int64_t BH, int sms, int occ, int min_chunk, int max_splits, bool rebalance,
+                          F inner, int *S) {
     *S = 1;
     const int64_t wave = (int64_t)sms * occ;
     if ((int64_t)n_outer * BH >= wave || max_splits < 2) return 0;
     int longest = 0;
-    for (int o = 0; o < n_outer; o++) longest = max(longest, inner(o));
-    int best = 0;
-    for (int s = 2; s <= longest; s++) { /* s = longest: chunks of one tile */
-        const int chunk = (longest + s - 1) / s, splits = chunk > 0 ? (longest + chunk - 1) / chunk : 0;
-        if (chunk < min_chunk || splits > max_splits) break;
+    int64_t work = 0;
+    for (int o = 0; o < n_outer; o++) {
+        longest = max(longest, inner(o));
+        work += inner(o);
+    }
+    work *= BH;
+    auto blocks_of = [&](int chunk) {
         int64_t blocks = 0;
         for (int o = 0; o < n_outer; o++) blocks += (inner(o) + chunk - 1) / chunk;
-        if (blocks * BH > wave) break;
+        return blocks * BH;
+    };
+    int best = 0;
+    for (int s = 2; s <= longest; s++) { /* 1: s = longest gives chunks of one tile */
+        const int chunk = (longest + s - 1) / s, splits = (longest + chunk - 1) / chunk;
+        if (chunk < min_chunk || splits > max_splits || blocks_of(chunk) > wave) break;
         best = chunk;
         *S = splits;
     }
-    if (!best) *S = 1;
+    if (best || !rebalance) return best;
+    /* 2: chunk = longest is the unsplit grid; shorter chunks replace it only when strictly better */
+    const int64_t balanced = (work + wave - 1) / wave;
+    int64_t best_cost = -1;
+    for (int chunk = longest; chunk >= max(1, min_chunk); chunk--) {
+        const int splits = (longest + chunk - 1) / chunk;
+        if (splits > max_splits) break;
+        const int64_t waves = (blocks_of(chunk) + wave - 1) / wave;
+        const int64_t cost = max((int64_t)chunk, balanced) + FA_SPLIT_PIECE_COST * waves;
+        if (best_cost < 0 || cost < best_cost) {
+            best_cost = cost;
+            best = splits > 1 ? chunk : 0;
+            *S = splits > 1 ? splits : 1;
+        }
+    }
     return best;
 }
 
@@ -847,9 +880,9 @@ static float *fa_split_take(tlm_backend *be, int *S) {
 
 /* Forward plan: keys per split (a multiple of BC; 0: unsplit), *S splits, *part the partials'
  * workspace (S * B*H*Tq * (D + 1) floats, the layout of tlm_cuda_flash_split_combine). A piece has
- * at least min_rows keys (and one key tile). part NULL: the plan only (nothing allocated). */
+ * at least the family's least keys (and one key tile). part NULL: the plan only (nothing allocated). */
 int tlm_cuda_flash_fwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal,
-                             int min_rows, int occ, int *S, float **part) {
+                             tlm_flash_split_family family, int occ, int *S, float **part) {
     *S = 1;
     if (part) *part = NULL;
     const int sms = tlm_cuda_of(be)->num_sms, q_tiles = (Tq + BR - 1) / BR, offset = Tk - Tq;
@@ -860,17 +893,18 @@ int tlm_cuda_flash_fwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int 
         const int n_end = causal ? min(Tk, (m + 1) * BR + offset) : Tk;
         return n_end > 0 ? (n_end + BC - 1) / BC : 0;
     };
-    const int chunk = fa_split_chunk(q_tiles, BH, sms, occ, max(1, fa_split_min(min_rows) / BC),
-                                     (int)min(max_splits, (int64_t)1024), key_tiles, S);
+    const int chunk = fa_split_chunk(q_tiles, BH, sms, occ, max(1, fa_split_min(family) / BC),
+                                     (int)min(max_splits, (int64_t)1024), family == TLM_FLASH_SPLIT_32BIT, key_tiles,
+                                     S);
     if (!chunk || (part && !(*part = fa_split_take(be, S)))) return 0;
     return chunk * BC;
 }
 
 /* Backward plan: query tiles per split (0: unsplit), *S splits, *dkv the fp32 dK, dV accumulators
- * (2 * B*H*Tk*D floats, when they fit the split buffer). A piece has at least min_rows queries. dkv NULL:
+ * (2 * B*H*Tk*D floats, when they fit the split buffer). A piece has at least the family's least queries. dkv NULL:
  * the plan only. */
 int tlm_cuda_flash_bwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal,
-                             int min_rows, int occ, int *S, float **dkv) {
+                             tlm_flash_split_family family, int occ, int *S, float **dkv) {
     *S = 1;
     if (dkv) *dkv = NULL;
     const int sms = tlm_cuda_of(be)->num_sms, k_tiles = (Tk + BC - 1) / BC, m_last = (Tq + BR - 1) / BR;
@@ -882,7 +916,8 @@ int tlm_cuda_flash_bwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int 
     auto query_tiles = [&](int j) { /* query tiles that see key tile j */
         return m_last - (causal ? max(0, j * BC - offset) / BR : 0);
     };
-    const int chunk = fa_split_chunk(k_tiles, BH, sms, occ, max(1, fa_split_min(min_rows) / BR), 1024, query_tiles, S);
+    const int chunk = fa_split_chunk(k_tiles, BH, sms, occ, max(1, fa_split_min(family) / BR), 1024,
+                                     family == TLM_FLASH_SPLIT_32BIT, query_tiles, S);
     if (!chunk || (dkv && !(*dkv = fa_split_take(be, S)))) return 0;
     return chunk;
 }
@@ -1132,7 +1167,7 @@ static const fa_tile *fa_rule(tlm_backend *be, int pass, int B, int H, int Tq, i
         });
         blocks = (int64_t)B * H * ((Tq + lng->outer - 1) / lng->outer);
         split = tlm_cuda_flash_fwd_split(be, B, H, Tq, Tk, DD, lng->outer, lng->inner, causal,
-                                         TLM_FLASH_SPLIT_MIN_16, occ_split, &S, NULL);
+                                         TLM_FLASH_SPLIT_16BIT, occ_split, &S, NULL);
     } else {
         fa_bwd_with<DD>(lng, [&](auto cfg) {
             using C = decltype(cfg);
@@ -1145,7 +1180,7 @@ static const fa_tile *fa_rule(tlm_backend *be, int pass, int B, int H, int Tq, i
         });
         blocks = (int64_t)B * H * ((Tk + lng->outer - 1) / lng->outer);
         split = tlm_cuda_flash_bwd_split(be, B, H, Tq, Tk, DD, lng->inner, lng->outer, causal,
-                                         TLM_FLASH_SPLIT_MIN_16, occ_split, &S, NULL);
+                                         TLM_FLASH_SPLIT_16BIT, occ_split, &S, NULL);
     }
     if (blocks >= (int64_t)2 * sms * occ || split > 0) return lng;
     *why = "rule: short";
@@ -1201,7 +1236,7 @@ void tlm_cuda_flash_attention_forward(tlm_backend *be, void *out, float *lse, co
                         constexpr auto split_kernel = flash_fwd_kernel<E, DD, BC, WARPS, R, C::minb, true>;
                         tlm_cuda_set_smem<split_kernel>(op, smem);
                         split_keys = tlm_cuda_flash_fwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
-                                                  TLM_FLASH_SPLIT_MIN_16,
+                                                  TLM_FLASH_SPLIT_16BIT,
                                                   tlm_cuda_occupancy<split_kernel>(op, WARPS * 32, smem), &S, &part);
                         if (part) chosen = split_kernel;
                     }
@@ -1285,7 +1320,7 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
                         constexpr auto split_kernel = flash_bwd_kernel<E, DD, BR, WARPS, RK, C::minb, true>;
                         tlm_cuda_set_smem<split_kernel>(op, smem);
                         split_q = tlm_cuda_flash_bwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
-                                               TLM_FLASH_SPLIT_MIN_16,
+                                               TLM_FLASH_SPLIT_16BIT,
                                                tlm_cuda_occupancy<split_kernel>(op, WARPS * 32, smem), &S, &dkv);
                         if (dkv) {
                             chosen = split_kernel;

@@ -67,13 +67,14 @@
  * columns, fully masked query rows included (out = 0, lse = -inf, dq = 0).
  *
  * Split-KV (flash_attention.cu's header: the same plans, buffer and combine, through
- * cuda_common.cuh), for grids under one wave of the GPU (the CS336 flash-benchmarking rows: batch
- * 1, 1 head; at seq 4096, 32 forward and 64 backward blocks on 132 SMs, each walking up to 32 and
- * 64 tiles in sequence): the forward and main backward kernels are instantiated a second time
- * with SPLIT = true, blockIdx.y the piece. Forward: a piece of a.split keys (a multiple of 64, at
- * least TLM_FLASH_SPLIT_MIN_32) of the tile's key range, O normalized by the piece's own sum and its lse written as
- * fp32 partials, merged into out, lse by tlm_cuda_flash_split_combine (float out, as it is).
- * Backward: a piece of a.split query tiles (at least TLM_FLASH_SPLIT_MIN_32 queries) of the key tile's range, dK /
+ * cuda_common.cuh), for grids under one wave of the GPU (flash_attention.cu's fa_split_chunk;
+ * the CS336 flash-benchmarking rows: batch 1, 1 head; at seq 4096, 32 forward and 64 backward
+ * blocks on 132 SMs, each walking up to 32 and 64 tiles in sequence): the forward and main
+ * backward kernels are instantiated a second time with SPLIT = true, blockIdx.y the piece.
+ * Forward: a piece of a.split keys (a multiple of 64, at least 64) of the tile's key range, O
+ * normalized by the piece's own sum and its lse written as fp32 partials, merged into out, lse by
+ * tlm_cuda_flash_split_combine (float out, as it is).
+ * Backward: a piece of a.split query tiles (at least 64 queries) of the key tile's range, dK /
  * sqrt(D) and dV added by atomics to fp32 accumulators in the split buffer, zeroed before, copied
  * into dk, dv after (tlm_cuda_flash_split_dkv): split, dk and dv are no longer bitwise
  * reproducible (as dq). Only on 16-byte rows (out, ld_out for the forward's combine; dk, dv,
@@ -693,7 +694,7 @@ static void fa32_forward_launch(tlm_backend *be, fa32_args a, int B, bool can_sp
     if (can_split) {
         tlm_cuda_set_smem<split_kernel>(op, smem);
         a.split = tlm_cuda_flash_fwd_split(be, B, a.H, a.Tq, a.Tk, D, FA32_FWD_BR, FA32_FWD_BC, a.causal,
-                                           TLM_FLASH_SPLIT_MIN_32,
+                                           TLM_FLASH_SPLIT_32BIT,
                                            tlm_cuda_occupancy<split_kernel>(op, FA32_THREADS, smem), &S, &a.part);
     }
     const dim3 grid(fa32_grid(a.Tq, FA32_FWD_BR, a.BH, op), (unsigned)S);
@@ -713,7 +714,7 @@ static void fa32_backward_launch(tlm_backend *be, fa32_args a, int B, bool can_s
     if (can_split) {
         tlm_cuda_set_smem<split_kernel>(op, smem);
         a.split = tlm_cuda_flash_bwd_split(be, B, a.H, a.Tq, a.Tk, D, FA32_BWD_BR, FA32_BWD_BC, a.causal,
-                                           TLM_FLASH_SPLIT_MIN_32,
+                                           TLM_FLASH_SPLIT_32BIT,
                                            tlm_cuda_occupancy<split_kernel>(op, FA32_THREADS, smem), &S, &a.part);
         if (a.part) TLM_CUDA_CHECK_OP(op, cudaMemsetAsync(a.part, 0, (size_t)2 * a.BH * a.Tk * D * sizeof(float), st));
     }

@@ -72,10 +72,10 @@
  * cuda_common.cuh), for grids under one wave of the GPU (the CS336 flash-benchmarking rows: batch
  * 1, 1 head; at seq 1024, d_head 64, 8 forward and 8 backward blocks on 132 SMs): the kernels are
  * instantiated a second time with SPLIT = true. Forward: blockIdx.x = split * q_tiles + tile, each
- * block a piece of split_keys keys (a multiple of BC, at least TLM_FLASH_SPLIT_MIN_32) of its tile's key range,
+ * block a piece of split_keys keys (a multiple of BC, at least 64) of its tile's key range,
  * writing fp32 partials (O normalized by the piece's own sum, and its lse) that
  * tlm_cuda_flash_split_combine merges into out, lse. Backward: blockIdx.x = split * k_tiles + key
- * tile, each block a piece of split_q query tiles (at least TLM_FLASH_SPLIT_MIN_32 queries) of its key tile's range,
+ * tile, each block a piece of split_q query tiles (at least 64 queries) of its key tile's range,
  * dK (scaled) and dV added by float4 atomics (tlm_cuda_atomic_add_c_block) to fp32 accumulators
  * in the split buffer, zeroed before, copied into dk, dv after (tlm_cuda_flash_split_dkv): dk, dv
  * then vary in their last bits from run to run, as dq does. TLM_FLASH_SPLIT=0 turns it off;
@@ -613,7 +613,7 @@ bool tlm_cuda_flash_forward_tf32(tlm_backend *be, float *out, float *lse, const 
         int S = 1;
         float *part = NULL;
         const int split_keys = tlm_cuda_flash_fwd_split(be, B, H, Tq, Tk, DD, c::br, c::bc, causal,
-                                                        TLM_FLASH_SPLIT_MIN_32,
+                                                        TLM_FLASH_SPLIT_32BIT,
                                                         tlm_cuda_occupancy<split_kernel>(op, c::warps * 32, smem), &S,
                                                         &part);
         const dim3 grid((unsigned)((Tq + c::br - 1) / c::br * S), (unsigned)H, (unsigned)B);
@@ -653,7 +653,7 @@ bool tlm_cuda_flash_backward_tf32(tlm_backend *be, float *dq, float *dk, float *
         int S = 1;
         float *dkv = NULL;
         const int split_q = tlm_cuda_flash_bwd_split(be, B, H, Tq, Tk, DD, c::br, c::bc, causal,
-                                                     TLM_FLASH_SPLIT_MIN_32,
+                                                     TLM_FLASH_SPLIT_32BIT,
                                                      tlm_cuda_occupancy<split_kernel>(op, c::warps * 32, smem), &S,
                                                      &dkv);
         if (dkv) TLM_CUDA_CHECK_OP(op, cudaMemsetAsync(dkv, 0, (size_t)2 * B * H * Tk * DD * sizeof(float), st));
