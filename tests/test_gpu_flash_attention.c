@@ -36,6 +36,14 @@
  *    whose out and dq are exactly 0; the padding and unused rows of out, dq, dk, dv still the
  *    poison bytes; the inputs (q, k, v, dout, padding included) bitwise unchanged by both passes
  *    and out, lse unchanged by the backward.
+ * 3b. d_head 80 in bf16 and fp16 at the shapes that reach every path of the Hopper kernels'
+ *    d_head-80 layout (flash_attention_sm90.cu: tiles of two 64-column blocks, the second 16 wide;
+ *    the backward's dQ split 64 + 16 between its warpgroups): Tq a multiple of 64 (the tiled dQ
+ *    accumulator and its bulk adds) with several key and query tiles, heads and batch, causal and
+ *    not, Tk > Tq and Tk < Tq (whole query tiles fully masked), the LM's fused layout (B = 2,
+ *    T = 256, H = 8), and Tq odd (the float4-atomic dQ); inputs from a stream of their own (the
+ *    other cases' inputs are what they were before it existed); against float64 as in 3. The
+ *    sm90 twin runs them on the wgmma kernels, the others on whatever their rules pick.
  * 4. A large case exercising many tiles: B = 1, H = 16, T = 4096, D = 64, bf16, causal, fused
  *    ld = 3*C, against the CUDA naive attention op on the same inputs (normalized error of out,
  *    dq, dk, dv), and a sample of rows (out, lse, dq) against float64.
@@ -125,6 +133,7 @@
 static tlm_backend *gpu;
 static uint64_t rng = 0xF1A54A77u;
 static uint64_t rng_tf32 = 0x7F3254A7u; /* the tf32 cases' inputs */
+static uint64_t rng_d80 = 0xD80D80D8u;  /* 3b's inputs */
 
 static const char *dt_name(tlm_dtype dt) {
     if (dt == TLM_DTYPE_BF16) return "bf16";
@@ -667,6 +676,28 @@ static void test_large(void) {
     db_free(&nout), db_free(&ngrad);
 }
 
+/* ---- 3b. d_head 80 (the Hopper kernels' two-block layout) ------------------------------------------- */
+
+static void test_d80(const char *only) {
+    const double t0 = now_s();
+    const tlm_precision bf = TLM_PRECISION_BF16, f16 = TLM_PRECISION_FP16;
+    const bool run_bf = !only || strstr(only, tlm_precision_name(bf));
+    const bool run_f16 = !only || strstr(only, tlm_precision_name(f16));
+    /* B, Tq, Tk, H, D, causal, mode, fused, pad_qkv, pad_out, cs336 */
+    if (run_bf) {
+        run_case(&(fa_case){2, 256, 256, 8, 80, true, bf, true, 0, 0, false}, &rng_d80);  /* the LM's layout */
+        run_case(&(fa_case){2, 384, 384, 3, 80, false, bf, true, 0, 8, false}, &rng_d80); /* 3 key, 6 query tiles */
+        run_case(&(fa_case){1, 192, 320, 2, 80, true, bf, false, 8, 8, false}, &rng_d80); /* Tk > Tq */
+        run_case(&(fa_case){2, 320, 192, 2, 80, true, bf, true, 8, 0, false}, &rng_d80);  /* 128 rows see no key */
+    }
+    if (run_f16) {
+        run_case(&(fa_case){2, 256, 256, 2, 80, true, f16, false, 0, 8, false}, &rng_d80);
+        run_case(&(fa_case){1, 448, 200, 2, 80, false, f16, true, 8, 8, false}, &rng_d80); /* a partial key tile */
+        run_case(&(fa_case){2, 97, 300, 3, 80, true, f16, false, 8, 0, false}, &rng_d80);  /* dQ by atomics */
+    }
+    printf("# d_head 80 cases: %.1f s\n", now_s() - t0);
+}
+
 /* ---- 4b. shapes that take the split-KV path --------------------------------------------------------- */
 
 static void add_split_held_(void *user, const void *ptr, size_t bytes, tlm_mem_tag tag, const char *name) {
@@ -823,6 +854,9 @@ int main(void) {
         run_case(&(fa_case){1, 300, 129, 2, supported_d[(t + 0) % 5], true, mode, false, 8, 8, false}, st);
         printf("# %s cases: %.1f s\n", tlm_precision_name(mode), now_s() - t0);
     }
+
+    /* 3b */
+    test_d80(only);
 
     /* 4 */
     const double t_large = now_s();

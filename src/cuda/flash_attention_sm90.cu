@@ -1,5 +1,5 @@
 /* flash_attention_sm90.cu — FlashAttention on Hopper's warpgroup tensor cores (wgmma, sm_90a),
- * bf16 and fp16: the forward and the backward for d_head 64 and 128, which flash_attention.cu's
+ * bf16 and fp16: the forward and the backward for d_head 64, 80 and 128, which flash_attention.cu's
  * ops run on a compute-capability 9.x device (tlm_cuda_flash_forward_sm90, _backward_sm90); the
  * mma.sync kernels of flash_attention.cu stay for the other d_head, for grids under three quarters
  * of a wave (split-KV, short-context tiles), and other GPUs.
@@ -13,16 +13,22 @@
  * producer warpgroup copying tiles in, two or three consumer warpgroups of 64 query rows each
  * (three at d_head 64 from 1024 queries: fa90_fwd_consumers; the kernel's comment says how they
  * meet). Per key/value tile of BC = 128 rows:
- *   S = Q K^T        wgmma m64n128k16, A = Q and B = K both from shared memory (K-major);
+ *   S = Q K^T        wgmma m64n128k16 (D / 16 k-steps), A = Q and B = K both from shared memory
+ *                    (K-major);
  *   online softmax   in registers, in the log2 domain, as flash_attention.cu;
  *   O += P V         wgmma m64nDk16, A = P from registers (the accumulator fragment of S is,
  *                    rounded to bf16/fp16, the register A-fragment), B = V from shared memory
  *                    read N-major (the transposed-B mode of 16-bit wgmma: no transpose pass).
  * Shared memory holds every tile in the 128-byte-swizzled layout wgmma reads: a tile of R rows
- * by D columns is D/64 column blocks of R x 64 elements (128-byte rows), and the 16-byte piece c
- * of row r sits at piece (c ^ (r % 8)) of that row (bank-conflict free for the tensor cores and
- * for the 16-byte cp.async writes). The blocks of a causal launch run heaviest first. Where the
- * grid would be under three quarters of a wave, flash_attention.cu's kernels run instead.
+ * by D columns is ceil(D/64) column blocks of R x 64 elements (128-byte rows), and the 16-byte
+ * piece c of row r sits at piece (c ^ (r % 8)) of that row (bank-conflict free for the tensor
+ * cores and for the 16-byte cp.async writes). At d_head 80 a tile is laid out as at 128, two
+ * blocks, of which the second holds columns 64-79 in its pieces 0-1 (swizzled as any piece) and
+ * its other 48 columns are never written nor read: the k-steps 0-3 of S = Q K^T read block 0, step
+ * 4 block 1; the m64n80 P V reads block 0 and block 1's first 16 columns (fa90_wgmma_rs_cols).
+ * The blocks of a causal launch run heaviest first. Where the grid would be under three quarters
+ * of a wave, flash_attention.cu's kernels run instead. The d_head-80 kernels have been compiled
+ * (no spills, no serialized wgmma) but not yet run or timed on a GPU.
  *
  * Descriptors (PTX ISA, "Matrix Descriptor Format" of wgmma): start address >> 4 (bits 0-13),
  * leading byte offset >> 4 (16-29), stride byte offset >> 4 (32-45), swizzle mode (62-63; 1 =
@@ -34,7 +40,9 @@
  * 1024 bytes of address).
  *
  * Environment: TLM_FLASH_SM90=0 sends every pass to the mma.sync kernels (side-by-side timing and
- * testing), TLM_FLASH_SM90=2 every pass they can take to these, whatever the grid (tests). */
+ * testing), TLM_FLASH_SM90=2 every pass they can take to these, whatever the grid (tests).
+ * Compile time: FA90_N80_SPLIT=1 issues d_head 80's m64n80 products as m64n64 + m64n16
+ * (fa90_wgmma_rs_cols). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +54,10 @@
 #define FA90_BR 128  /* the backward's query rows a block (the forward's: 64 per consumer warpgroup) */
 #define FA90_BC 128  /* key rows a tile */
 #define FA90_THREADS 384 /* a producer warpgroup and two consumer warpgroups */
+
+/* the columns a shared-memory tile of d_head D is laid out for: whole 64-column blocks (128-byte
+ * rows), ceil(D / 64) of them; at D = 80 the second block's columns 16-63 are never written or read */
+__host__ __device__ constexpr int fa90_tile_cols(int D) { return (D + 63) / 64 * 64; }
 
 /* ---- wgmma, descriptors, copies ----------------------------------------------------------------- */
 
@@ -63,6 +75,17 @@
 #define FA90_ACC16_OPERANDS                                                                                       \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),   \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+/* the 8 of an m64n16 product, %0..%7 */
+#define FA90_ACC8 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define FA90_ACC8_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+/* the 40 of an m64n80 product, %0..%39 */
+#define FA90_ACC40                                                                                                \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                      \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                            \
+    "%32, %33, %34, %35, %36, %37, %38, %39"
+#define FA90_ACC40_OPERANDS                                                                                       \
+    FA90_ACC32_OPERANDS, "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),            \
+        "+f"(d[38]), "+f"(d[39])
 /* the 64 of an m64n128 product, %0..%63 */
 #define FA90_ACC64                                                                                                \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                      \
@@ -97,7 +120,11 @@
 template <typename E, int N, bool TRANS = false>
 __device__ __forceinline__ void fa90_wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
     constexpr bool bf = std::is_same<E, __nv_bfloat16>::value;
-    if constexpr (N == 32) {
+    if constexpr (N == 16) {
+        static_assert(TRANS, "m64n16: dQ only (d_head 80's columns 64-79)");
+        if constexpr (bf) FA90_WGMMA_SS("16", "bf16", FA90_ACC8, FA90_ACC8_OPERANDS, "8", "9", "10", "1, 1");
+        else FA90_WGMMA_SS("16", "f16", FA90_ACC8, FA90_ACC8_OPERANDS, "8", "9", "10", "1, 1");
+    } else if constexpr (N == 32) {
         static_assert(TRANS, "m64n32: dQ only");
         if constexpr (bf) FA90_WGMMA_SS("32", "bf16", FA90_ACC16, FA90_ACC16_OPERANDS, "16", "17", "18", "1, 1");
         else FA90_WGMMA_SS("32", "f16", FA90_ACC16, FA90_ACC16_OPERANDS, "16", "17", "18", "1, 1");
@@ -117,13 +144,40 @@ __device__ __forceinline__ void fa90_wgmma_ss(float (&d)[N / 2], uint64_t da, ui
 template <typename E, int N>
 __device__ __forceinline__ void fa90_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db) {
     constexpr bool bf = std::is_same<E, __nv_bfloat16>::value;
-    if constexpr (N == 64) {
+    if constexpr (N == 16) {
+        if constexpr (bf) FA90_WGMMA_RS("16", "bf16", FA90_ACC8, FA90_ACC8_OPERANDS, "8", "9", "10", "11", "12", "13");
+        else FA90_WGMMA_RS("16", "f16", FA90_ACC8, FA90_ACC8_OPERANDS, "8", "9", "10", "11", "12", "13");
+    } else if constexpr (N == 64) {
         if constexpr (bf) FA90_WGMMA_RS("64", "bf16", FA90_ACC32, FA90_ACC32_OPERANDS, "32", "33", "34", "35", "36", "37");
         else FA90_WGMMA_RS("64", "f16", FA90_ACC32, FA90_ACC32_OPERANDS, "32", "33", "34", "35", "36", "37");
+    } else if constexpr (N == 80) {
+        if constexpr (bf) FA90_WGMMA_RS("80", "bf16", FA90_ACC40, FA90_ACC40_OPERANDS, "40", "41", "42", "43", "44", "45");
+        else FA90_WGMMA_RS("80", "f16", FA90_ACC40, FA90_ACC40_OPERANDS, "40", "41", "42", "43", "44", "45");
     } else {
-        static_assert(N == 128, "m64n64 or m64n128");
+        static_assert(N == 128, "m64n16, m64n64, m64n80 or m64n128");
         if constexpr (bf) FA90_WGMMA_RS("128", "bf16", FA90_ACC64, FA90_ACC64_OPERANDS, "64", "65", "66", "67", "68", "69");
         else FA90_WGMMA_RS("128", "f16", FA90_ACC64, FA90_ACC64_OPERANDS, "64", "65", "66", "67", "68", "69");
+    }
+}
+
+/* d (64 x D fp32) += A B over all D columns of an N-major B in 64-column blocks (descriptor db, its
+ * leading byte offset the distance between the blocks): one m64nDk16 product. At D = 80 it spans
+ * block 0 and the first 16 columns of block 1 (columns 64-79 addressed through the leading byte
+ * offset as at D = 128; not yet run on a GPU). FA90_N80_SPLIT=1 at compile time issues it as
+ * m64n64 on block 0 and m64n16 on block 1 instead (each inside one block, as the d_head-64 dQ's
+ * m64n32 at 64 bytes into its rows), should the single product read the wrong columns. */
+#ifndef FA90_N80_SPLIT
+#define FA90_N80_SPLIT 0
+#endif
+template <typename E, int D>
+__device__ __forceinline__ void fa90_wgmma_rs_cols(float (&d)[D / 2], const uint32_t (&a)[4], uint64_t db) {
+    if constexpr (D == 80 && FA90_N80_SPLIT) {
+        /* accumulator registers 0-31: columns 0-63, 32-39: columns 64-79 (4 a block of 8 columns);
+         * block 1 starts the leading byte offset (bits 16-29, in 16 bytes) after block 0 */
+        fa90_wgmma_rs<E, 64>(*reinterpret_cast<float(*)[32]>(&d[0]), a, db);
+        fa90_wgmma_rs<E, 16>(*reinterpret_cast<float(*)[8]>(&d[32]), a, db + ((db >> 16) & 0x3FFF));
+    } else {
+        fa90_wgmma_rs<E, D>(d, a, db);
     }
 }
 
@@ -202,16 +256,17 @@ template <int N> __device__ __forceinline__ void fa90_setmaxnreg_dec() {
 }
 
 /* rows [row0, row0 + ROWS) of a (rows, D) slice with row stride ld (elements) into the swizzled
- * tile at shared address s (see the header); rows >= nrows are zero-filled. Thread tid < NT copies
- * the same 16-byte piece p of rows r0, r0 + RSTEP, ...: RSTEP is a multiple of 8, so the piece's
+ * tile at shared address s (see the header); rows >= nrows are zero-filled. The 16-byte pieces
+ * [P0, P0 + NP) of each row (piece p: columns 8p .. 8p + 7, in column block p / 8): thread tid < NT
+ * copies the same piece p of rows r0, r0 + RSTEP, ...: RSTEP is a multiple of 8, so the piece's
  * swizzled column is the same in every row it copies and each copy's addresses are the previous
  * one's plus a constant (the producer's address arithmetic had been half of the d_head-128
  * forward's executed instructions: ncu, H100) */
-template <int ROWS, int D, int NT, typename E>
-__device__ __forceinline__ void fa90_load_tile(uint32_t s, const E *g, int64_t ld, int row0, int nrows, int tid) {
-    constexpr int PIECES = D / 8, RSTEP = NT / PIECES; /* 16-byte pieces a row; rows a round */
-    static_assert(NT % PIECES == 0 && RSTEP % 8 == 0 && ROWS % RSTEP == 0, "whole rounds of 8-row groups");
-    const int p = tid % PIECES, r0 = tid / PIECES;
+template <int ROWS, int P0, int NP, int NT, typename E>
+__device__ __forceinline__ void fa90_load_pieces(uint32_t s, const E *g, int64_t ld, int row0, int nrows, int tid) {
+    constexpr int RSTEP = NT / NP; /* rows a round */
+    static_assert(NT % NP == 0 && RSTEP % 8 == 0 && ROWS % RSTEP == 0, "whole rounds of 8-row groups");
+    const int p = P0 + tid % NP, r0 = tid / NP;
     const uint32_t dst = s + (uint32_t)((p >> 3) * ROWS * 128 + r0 * 128 + (((p & 7) ^ (r0 & 7)) << 4));
     const E *src = g + (int64_t)(row0 + r0) * ld + p * 8;
     const int64_t step = RSTEP * ld;
@@ -224,6 +279,19 @@ __device__ __forceinline__ void fa90_load_tile(uint32_t s, const E *g, int64_t l
             const bool valid = row0 + r0 + i * RSTEP < nrows;
             fa90_cp16(dst + i * RSTEP * 128, valid ? src : g, valid);
         }
+    }
+}
+/* the whole tile: all D / 8 pieces of a row at once where NT threads make whole rounds of 8-row
+ * groups of them (d_head 64, 128); at d_head 80 (10 pieces a row) column block 0's 8 pieces
+ * (16 rows a round of 128 threads), then block 1's 2 (64 rows a round) */
+template <int ROWS, int D, int NT, typename E>
+__device__ __forceinline__ void fa90_load_tile(uint32_t s, const E *g, int64_t ld, int row0, int nrows, int tid) {
+    if constexpr (D % 64 == 0) {
+        fa90_load_pieces<ROWS, 0, D / 8, NT>(s, g, ld, row0, nrows, tid);
+    } else {
+        static_assert(D > 64 && D % 8 == 0, "d_head 80");
+        fa90_load_pieces<ROWS, 0, D / 64 * 8, NT>(s, g, ld, row0, nrows, tid);
+        fa90_load_pieces<ROWS, D / 64 * 8, D % 64 / 8, NT>(s, g, ld, row0, nrows, tid);
     }
 }
 
@@ -293,7 +361,7 @@ __device__ __forceinline__ void fa90_issue_pv(float (&o)[D / 2], const uint32_t 
     fa90_fence();
 #pragma unroll
     for (int kk = 0; kk < FA90_BC / 16; kk++) /* 16 rows a step; as in fa90_issue_qk by d_head */
-        fa90_wgmma_rs<E, D>(o, p[kk], D == 64 ? db0 + 128 * kk : fa90_desc(sVb + kk * 16 * 128, FA90_BC * 128, 1024));
+        fa90_wgmma_rs_cols<E, D>(o, p[kk], D == 64 ? db0 + 128 * kk : fa90_desc(sVb + kk * 16 * 128, FA90_BC * 128, 1024));
     fa90_commit();
 }
 
@@ -411,8 +479,9 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
                           const E *__restrict__ k, const E *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk,
                           int H, float scale_log2, int causal, int group, int pingpong) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(D == 64 || D == 80 || D == 128, "d_head 64, 80 or 128");
     constexpr int BR = 64 * NC, BC = FA90_BC, NS = FA90_STAGES;
-    constexpr uint32_t Q_BYTES = BR * D * 2, KV_BYTES = BC * D * 2;
+    constexpr uint32_t Q_BYTES = BR * fa90_tile_cols(D) * 2, KV_BYTES = BC * fa90_tile_cols(D) * 2;
     extern __shared__ unsigned char fa90_smem_raw[];
     /* 1024-byte aligned tiles (the launch asks for 1 KiB more), then the mbarriers */
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(fa90_smem_raw);
@@ -553,13 +622,13 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
 
 /* The backward on wgmma (FlashAttention-2's Algorithm 2 organized as FlashAttention-3's §3 backward:
  * one block per 128-key tile, K and V resident in shared memory, dK and dV in registers), d_head
- * 64 and 128. As in the forward, warpgroup 0 is the producer: K and V once, then each query
+ * 64, 80 and 128. As in the forward, warpgroup 0 is the producer: K and V once, then each query
  * tile's Q, dO, logsumexp and delta through a ring of slots (mbarriers "full" and "empty").
  * The two consumer warpgroups each own 64 of the keys; per query tile of 64 rows, warpgroup w
  * computes with its keys K_w, V_w:
  *   S^T = K_w Q^T, dP^T = V_w dO^T          SS wgmma m64n64 (both operands K-major)
  *   P^T = exp2(S^T scale log2 e - L log2 e)  (0 where masked), dS^T = P^T (dP^T - delta)
- *   dV += P^T dO, dK += dS^T Q               RS wgmma m64n64: P^T, dS^T rounded to E in registers,
+ *   dV += P^T dO, dK += dS^T Q               RS wgmma m64nD: P^T, dS^T rounded to E in registers,
  *                                            dO and Q read N-major (transposed B)
  *   dQ_i[:, cols_w] += scale dS K[:, cols_w] dS^T stored to shared memory by both warpgroups
  *                                            (double-buffered, one barrier of the two a tile), read
@@ -567,14 +636,19 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
  *                                            keys for the warpgroup's D/2 columns cols_w (half the
  *                                            accumulator registers of all D columns over its own 64
  *                                            keys: at d_head 128 dK and dV already take 128; at 64
- *                                            measured 1% faster)
+ *                                            measured 1% faster); at d_head 80 cols_0 = 0-63
+ *                                            (m64n64) and cols_1 = 64-79 (m64n16): a descriptor
+ *                                            cannot start at column 40 (80 bytes into a swizzled
+ *                                            row, its 5 pieces would run past the row's end).
+ *                                            The tensor cores do the same work either way;
+ *                                            warpgroup 0's products take longer (not measured)
  * and adds its dQ partial to the fp32 accumulator in the workspace. Where Tq is a multiple of 64
  * (TILED_DQ) it does so as FlashAttention-3 does: the partial goes to shared memory in the
- * accumulator's own register order (conflict-free float4 stores) and one thread hands it (8 or
+ * accumulator's own register order (conflict-free float4 stores) and one thread hands it (4, 8 or
  * 16 KiB) to the copy engine as a single bulk reduction (cp.reduce.async.bulk .add.f32) into a tile of the
- * accumulator kept in that same order (tlm_cuda_flash_dq_tiled_index; the rounding pass reads it
- * back), double-buffered so the add of one tile overlaps the next tile's products. Otherwise
- * each warp adds its rows with float4 atomics. The delta pre-pass and the dQ rounding post-pass
+ * accumulator kept in that same order (tlm_cuda_flash_dq_tiled_index, column blocks of D/2, at
+ * d_head 80 of 64 and 16; the rounding pass reads it back), double-buffered so the add of one
+ * tile overlaps the next tile's products. Otherwise each warp adds its rows with float4 atomics. The delta pre-pass and the dQ rounding post-pass
  * are flash_attention.cu's. TLM_FLASH_DQ_BULK=0 keeps the atomics everywhere (timing). */
 #define FA90_BWD_STAGES 3
 template <typename E, int D, bool TILED_DQ>
@@ -585,10 +659,14 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
                           int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale, float scale_log2, int causal,
                           int group) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(D == 64 || D == 128, "d_head 64 or 128");
-    /* DQC: the dQ columns of a warpgroup; NS: ring slots (d_head 128: the shared memory allows 2) */
-    constexpr int BC = 128, BR = 64, NS = D == 64 ? FA90_BWD_STAGES : 2, DQC = D / 2;
-    constexpr uint32_t KV_BYTES = BC * D * 2, QT_BYTES = BR * D * 2, DS_BYTES = BC * BR * 2;
+    static_assert(D == 64 || D == 80 || D == 128, "d_head 64, 80 or 128");
+    /* DQ0, DQ1: the dQ columns of warpgroups 0 and 1 (D / 2 each; at d_head 80 64 and 16: a
+     * descriptor cannot start at column 40, 80 bytes into a 128-byte swizzled row, and the operand
+     * must not cross a row's end); NS: ring slots (d_head 80, 128: the shared memory allows 2) */
+    constexpr int BC = 128, BR = 64, NS = D == 64 ? FA90_BWD_STAGES : 2;
+    constexpr int DQ0 = D == 80 ? 64 : D / 2, DQ1 = D - DQ0;
+    constexpr uint32_t KV_BYTES = BC * fa90_tile_cols(D) * 2, QT_BYTES = BR * fa90_tile_cols(D) * 2,
+                       DS_BYTES = BC * BR * 2;
     extern __shared__ unsigned char fa90_smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(fa90_smem_raw);
     const uint32_t sK = (raw + 1023) & ~1023u;
@@ -596,8 +674,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     const uint32_t sQ = sV + KV_BYTES;        /* [NS] query tiles */
     const uint32_t sdO = sQ + NS * QT_BYTES;  /* [NS] */
     const uint32_t sdS = sdO + NS * QT_BYTES; /* [2] dS^T: BC keys x BR queries, swizzled like a tile */
-    const uint32_t sdQ = sdS + 2 * DS_BYTES;  /* TILED_DQ: [2 warpgroups][2] partials, BR x DQC fp32 */
-    const uint32_t sL = sdQ + (TILED_DQ ? 4 * BR * DQC * 4 : 0); /* [NS][BR] fp32 logsumexp of the ring's tiles */
+    const uint32_t sdQ = sdS + 2 * DS_BYTES;  /* TILED_DQ: [2] partials BR x DQ0 fp32, then [2] BR x DQ1 */
+    const uint32_t sL = sdQ + (TILED_DQ ? 2 * BR * D * 4 : 0); /* [NS][BR] fp32 logsumexp of the ring's tiles */
     const uint32_t sDelta = sL + NS * BR * 4; /* [NS][BR] fp32 delta */
     const uint32_t bars = sDelta + NS * BR * 4;
     const uint32_t kv_full = bars, q_full = bars + 8, q_empty = q_full + 8 * NS; /* 8 bytes each */
@@ -652,9 +730,15 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     const int wg = wgp - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int kwarp = j0 + wg * 64 + warp * 16; /* the warp's first key */
     /* the accumulator's slice of this (b, h), and this warpgroup's column block in a tile (tiled) */
-    float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D + (TILED_DQ ? wg * BR * DQC : 0);
+    const int dqc = wg == 0 ? DQ0 : DQ1; /* this warpgroup's dQ columns: wg DQ0 .. + dqc */
+    /* whether this warpgroup computes DQ0 columns (the m64n64 product at d_head 80, warpgroup 1 the
+     * m64n16): read from lane 0, which shows ptxas the branch is the same for the whole warp (with
+     * wg == 0 it serialized every wgmma: C7520, "compiler-inserted WG.AR in divergent path") */
+    bool dq_wide = true;
+    if constexpr (DQ0 != DQ1) dq_wide = __shfl_sync(0xffffffffu, wg, 0) == 0;
+    float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D + (TILED_DQ ? wg * BR * DQ0 : 0);
     const uint32_t sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128;
-    const uint32_t sdQw = sdQ + wg * 2 * BR * DQC * 4;
+    const uint32_t sdQw = sdQ + wg * 2 * BR * DQ0 * 4; /* TILED_DQ: [2] partials BR x dqc */
     const int tw = tid & 127;           /* the thread within its warpgroup */
     const bool issuer = tw == 0;        /* TILED_DQ: the thread that issues the warpgroup's bulk adds */
 
@@ -665,10 +749,10 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     /* descriptors (fa90_desc) of the fixed operands; a step of k16 moves the start address field
      * (bits 0-13, address / 16) by 2 (32 bytes) in K-major, by 128 (16 rows) in N- or M-major */
     const uint64_t dK0 = fa90_desc(sKw, 16, 1024), dV0 = fa90_desc(sVw, 16, 1024);
-    /* dQ's B: K N-major, all 128 keys */
-    /* (the columns cols_w of K: a 64-column block of the tile at d_head 128, the half of the single
-     * block at 64, 64 bytes into its swizzled rows) */
-    const uint64_t dKn = D == 128 ? fa90_desc(sK + wg * BC * 128, BC * 128, 1024) : fa90_desc(sK + wg * 64, BC * 128, 1024);
+    /* dQ's B: K N-major, all 128 keys, from column wg DQ0 (d_head 128: a 64-column block of the
+     * tile; 64: the half of the single block, 64 bytes into its swizzled rows; 80: block 0 whole,
+     * block 1's first 16 columns) */
+    const uint64_t dKn = D == 64 ? fa90_desc(sK + wg * 64, BC * 128, 1024) : fa90_desc(sK + wg * BC * 128, BC * 128, 1024);
 
     /* S^T = K_w Q^T and dP^T = V_w dO^T of query tile it_ (once its Q and dO are in the ring), issued
      * and committed */
@@ -690,7 +774,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     /* PIPE (d_head 64): a tile's dQ product is followed on the tensor cores by the next tile's S^T and
      * dP^T, issued before the wait for it, so they run while the dQ partial is stored (leaderboard
      * backward 3.54-3.60 ms against 3.62-3.72 without; H100, alternating processes of one call). At
-     * d_head 128 the registers do not allow S^T and dP^T beside dK, dV, dQ and the operands P^T, dS^T. */
+     * d_head 128 the registers do not allow S^T and dP^T beside dK, dV, dQ and the operands P^T, dS^T;
+     * nor at 80 (ptxas then serializes the products for want of registers: C7512). */
     constexpr bool PIPE = D == 64;
 
     for (int mb = m_begin; mb < m_end; mb++) {
@@ -752,8 +837,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         fa90_fence();
 #pragma unroll
         for (int kk = 0; kk < BR / 16; kk++) {
-            fa90_wgmma_rs<E, D>(dv_acc, pa[kk], dOn + 128 * kk);
-            fa90_wgmma_rs<E, D>(dk_acc, dsa[kk], dQn + 128 * kk);
+            fa90_wgmma_rs_cols<E, D>(dv_acc, pa[kk], dOn + 128 * kk);
+            fa90_wgmma_rs_cols<E, D>(dk_acc, dsa[kk], dQn + 128 * kk);
         }
         fa90_commit();
         /* dS^T to shared memory (the warpgroup's 64 key rows, 128-byte swizzled): register kk, r holds
@@ -773,22 +858,32 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
          * it before this barrier) */
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
         if (TILED_DQ && issuer && it > 0) /* the previous query tile's partial, stored by the whole warpgroup */
-            fa90_bulk_reduce_add(dqa + (int64_t)(mb - 1) * BR * D, sdQw + ((it - 1) & 1) * BR * DQC * 4, BR * DQC * 4);
-        /* dQ_i partial (BR queries x DQC) = dS (M-major from dS^T) K (N-major) over the 128 keys */
-        float dqp[DQC / 2];
+            fa90_bulk_reduce_add(dqa + (int64_t)(mb - 1) * BR * D, sdQw + ((it - 1) & 1) * BR * dqc * 4, BR * dqc * 4);
+        /* dQ_i partial (BR queries x dqc: the warpgroup's columns) = dS (M-major from dS^T) K (N-major)
+         * over the 128 keys; at d_head 80 warpgroup 1's m64n16 product writes dqp[0..7] only */
+        float dqp[DQ0 / 2];
         const uint64_t dS0 = fa90_desc(sdSb, 64 * 128, 1024);
-        fa90_fence();
+        if (dq_wide) {
+            fa90_fence();
 #pragma unroll
-        for (int kk = 0; kk < BC / 16; kk++)
-            fa90_wgmma_ss<E, DQC, true>(dqp, dS0 + 128 * kk, dKn + 128 * kk, kk > 0);
-        fa90_commit();
+            for (int kk = 0; kk < BC / 16; kk++)
+                fa90_wgmma_ss<E, DQ0, true>(dqp, dS0 + 128 * kk, dKn + 128 * kk, kk > 0);
+            fa90_commit();
+        } else { /* fence and commit in each branch: outside, ptxas injects a fence of its own (C7519) */
+            fa90_fence();
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++)
+                fa90_wgmma_ss<E, DQ1, true>(*reinterpret_cast<float(*)[DQ1 / 2]>(dqp), dS0 + 128 * kk,
+                                            dKn + 128 * kk, kk > 0);
+            fa90_commit();
+        }
         if (PIPE && mb + 1 < m_end) {
             issue_sdp(it + 1);
             fa90_wait<1>(); /* dV, dK, dQ of this tile */
         } else {
             fa90_wait<0>();
         }
-        fa90_pin<DQC / 2>(dqp);
+        fa90_pin<DQ0 / 2>(dqp);
         fa90_pin<D / 2>(dv_acc);
         fa90_pin<D / 2>(dk_acc);
         fa90_pin_regs(pa);
@@ -798,17 +893,21 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
             /* the partial to shared memory in the tiled layout (tlm_cuda_flash_dq_tiled_index):
              * float4 c of thread tw at (c * 128 + tw) * 16 bytes, conflict-free; added to the
              * accumulator by one bulk copy after the next barrier */
-            const uint32_t dst = sdQw + (it & 1) * BR * DQC * 4 + tw * 16;
+            const uint32_t dst = sdQw + (it & 1) * BR * dqc * 4 + tw * 16;
 #pragma unroll
-            for (int c = 0; c < DQC / 8; c++)
-                asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + c * 128 * 16),
-                             "f"(dqp[4 * c] * scale), "f"(dqp[4 * c + 1] * scale), "f"(dqp[4 * c + 2] * scale),
-                             "f"(dqp[4 * c + 3] * scale)
-                             : "memory");
-        } else {
+            for (int c = 0; c < DQ0 / 8; c++)
+                if (dq_wide || c < DQ1 / 8)
+                    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + c * 128 * 16),
+                                 "f"(dqp[4 * c] * scale), "f"(dqp[4 * c + 1] * scale), "f"(dqp[4 * c + 2] * scale),
+                                 "f"(dqp[4 * c + 3] * scale)
+                                 : "memory");
+        } else if (dq_wide) {
             /* float4 atomics of this warp's 16 rows (dqp is, per warp, the m16n8 C-fragment layout) */
-            tlm_cuda_atomic_add_c_block(dqa, D, i0 + warp * 16, wg * DQC,
-                                        Tq, *reinterpret_cast<const float(*)[DQC / 8][4]>(dqp), scale);
+            tlm_cuda_atomic_add_c_block(dqa, D, i0 + warp * 16, wg * DQ0, Tq,
+                                        *reinterpret_cast<const float(*)[DQ0 / 8][4]>(dqp), scale);
+        } else {
+            tlm_cuda_atomic_add_c_block(dqa, D, i0 + warp * 16, DQ0, Tq,
+                                        *reinterpret_cast<const float(*)[DQ1 / 8][4]>(dqp), scale);
         }
         /* this dS^T buffer is rewritten two tiles on, after both warpgroups passed the next barrier */
         if constexpr (PIPE) { /* the next tile's S^T, dP^T complete before the loop turns (ptxas then
@@ -824,7 +923,7 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         if (wg == 0) asm volatile("bar.sync 2, 128;\n" ::: "memory"); /* the warpgroup's last partial is stored */
         else asm volatile("bar.sync 3, 128;\n" ::: "memory");
         if (issuer) {
-            fa90_bulk_reduce_add(dqa + (int64_t)(m_end - 1) * BR * D, sdQw + (it & 1) * BR * DQC * 4, BR * DQC * 4);
+            fa90_bulk_reduce_add(dqa + (int64_t)(m_end - 1) * BR * D, sdQw + (it & 1) * BR * dqc * 4, BR * dqc * 4);
             fa90_bulk_wait_all();
         }
     }
@@ -886,7 +985,7 @@ static int fa90_group(int dflt, int pairs) {
 
 /* whether the Hopper kernels take a pass of `blocks` blocks (one an SM) */
 static bool fa90_applies(tlm_backend *be, int D, tlm_dtype dt, int64_t blocks) {
-    if (D != 64 && D != 128) return false;
+    if (D != 64 && D != 80 && D != 128) return false;
     if (dt != TLM_DTYPE_BF16 && dt != TLM_DTYPE_F16) return false;
     const int mode = fa90_mode();
     if (mode == 0 || fa90_cc_major() != 9) return false;
@@ -913,12 +1012,15 @@ static void fa90_forward_launch(tlm_backend *be, void *out, float *lse, const vo
     const char *op = "flash_attention_forward";
     constexpr auto kernel = flash_fwd_sm90_kernel<E, D, NC>;
     constexpr int BR = 64 * NC;
-    /* Q, the key and value rings, alignment, the mbarriers */
-    const size_t smem = (size_t)(BR + 2 * FA90_STAGES * FA90_BC) * D * sizeof(E) + 1024 + 8 * (1 + 4 * FA90_STAGES);
+    /* Q, the key and value rings (tiles of fa90_tile_cols(D) columns: 160 KiB at d_head 80 and 128,
+     * two consumers), alignment, the mbarriers */
+    const size_t smem = (size_t)(BR + 2 * FA90_STAGES * FA90_BC) * fa90_tile_cols(D) * sizeof(E) + 1024 +
+                        8 * (1 + 4 * FA90_STAGES);
     tlm_cuda_set_smem<kernel>(op, smem);
     /* longest first over all heads at d_head 64 (leaderboard forward 1.28-1.30 ms against 1.37-1.38
      * head by head); head by head at 128, whose keys and values of all heads at once overflow the
-     * L2 (2.42 against 2.50-2.51 ms longest first); H100, alternating processes of one call */
+     * L2 (2.42 against 2.50-2.51 ms longest first); H100, alternating processes of one call. At 80
+     * head by head as at 128 (not measured) */
     const unsigned grid = (unsigned)((Tq + BR - 1) / BR) * (unsigned)H * (unsigned)B;
     kernel<<<grid, 128 * (NC + 1), smem, tlm_cuda_stream(be)>>>((E *)out, lse, (const E *)q, (const E *)k,
                                                               (const E *)v, ld_qkv, ld_out, Tq, Tk, H,
@@ -929,9 +1031,11 @@ static void fa90_forward_launch(tlm_backend *be, void *out, float *lse, const vo
 
 /* consumer warpgroups of the forward: 3 at d_head 64 from 1024 queries on (192 query rows a block:
  * K and V are read from L2 once per 192 rows instead of 128; FlashAttention-3's tile for d_head 64),
- * else 2 (d_head 128: the accumulator of 128 columns needs the registers; short sequences: a last
- * tile of 192 rows is mostly empty at 256 queries, and the H100 measured 0.0225 ms against 0.0191
- * for the LM's large model at context 256, bench/results/h100-2026-11-24-flash-hopper);
+ * else 2 (d_head 80 and 128: the accumulator of 80 or 128 columns beside S and P does not fit
+ * three consumers' 160 registers a thread: at 80 ptxas spills 40 bytes and serializes the
+ * products, C7512; short sequences: a last tile of 192 rows is mostly
+ * empty at 256 queries, and the H100 measured 0.0225 ms against 0.0191 for the LM's large model
+ * at context 256, bench/results/h100-2026-11-24-flash-hopper);
  * TLM_FLASH_FWD_WG=2 forces 2 (timing); read once */
 static int fa90_fwd_consumers(int D, int Tq) {
     static int forced = -1;
@@ -951,6 +1055,7 @@ bool tlm_cuda_flash_forward_sm90(tlm_backend *be, tlm_dtype dt, void *out, float
 #define FA90_FWD(E)                                                                                                   \
     do {                                                                                                              \
         if (D == 128) fa90_forward_launch<E, 128, 2>(FA90_FWD_ARGS);                                                  \
+        else if (D == 80) fa90_forward_launch<E, 80, 2>(FA90_FWD_ARGS);                                               \
         else if (BR == 192) fa90_forward_launch<E, 64, 3>(FA90_FWD_ARGS);                                             \
         else fa90_forward_launch<E, 64, 2>(FA90_FWD_ARGS);                                                            \
     } while (0)
@@ -978,11 +1083,13 @@ static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void 
                                  int ld_out, int B, int Tq, int Tk, int H, bool causal) {
     const char *op = "flash_attention_backward";
     constexpr auto kernel = flash_bwd_sm90_kernel<E, D, TILED_DQ>;
-    constexpr int NS = D == 64 ? FA90_BWD_STAGES : 2, DS_TILES = 2, DQC = D / 2;
-    /* K, V, the (Q, dO) ring, dS^T, the dQ partials (tiled), alignment, the ring's logsumexp and
-     * delta, the mbarriers: 226 KiB at d_head 128 (of the 227 a block may have) */
-    const size_t smem = (size_t)(2 * 128 + 2 * NS * 64) * D * sizeof(E) + (size_t)DS_TILES * 128 * 64 * sizeof(E) +
-                        (TILED_DQ ? 4 * 64 * DQC * 4 : 0) + 1024 + 2 * NS * 64 * 4 + 8 * (1 + 2 * NS);
+    constexpr int NS = D == 64 ? FA90_BWD_STAGES : 2, DS_TILES = 2;
+    /* K, V, the (Q, dO) ring (tiles of fa90_tile_cols(D) columns), dS^T, the dQ partials (tiled:
+     * two of 64 x D fp32 a warpgroup pair), alignment, the ring's logsumexp and delta, the
+     * mbarriers: 226 KiB at d_head 128 (of the 227 a block may have), 202 KiB at 80 */
+    const size_t smem = (size_t)(2 * 128 + 2 * NS * 64) * fa90_tile_cols(D) * sizeof(E) +
+                        (size_t)DS_TILES * 128 * 64 * sizeof(E) + (TILED_DQ ? 2 * 64 * D * 4 : 0) + 1024 +
+                        2 * NS * 64 * 4 + 8 * (1 + 2 * NS);
     tlm_cuda_set_smem<kernel>(op, smem);
     const float scale = 1.0f / sqrtf((float)D);
     const unsigned grid = (unsigned)((Tk + 127) / 128) * (unsigned)H * (unsigned)B;
@@ -999,12 +1106,15 @@ bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, 
                                   bool causal, int *dq_tiled) {
     if (!fa90_applies(be, D, dt, (int64_t)B * H * ((Tk + 127) / 128))) return false;
     /* the tiled dQ layout needs whole 64-row tiles: a tile must not reach into the next head's rows */
-    *dq_tiled = Tq % 64 == 0 && fa90_dq_bulk() ? D / 2 : 0; /* each warpgroup's column block */
+    /* each warpgroup's column block (d_head 80: 64, then the other 16) */
+    *dq_tiled = Tq % 64 == 0 && fa90_dq_bulk() ? (D == 80 ? 64 : D / 2) : 0;
 #define FA90_BWD_ARGS be, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B, Tq, Tk, H, causal
 #define FA90_BWD(E)                                                                                                   \
     do {                                                                                                              \
         if (D == 128 && *dq_tiled) fa90_backward_launch<E, 128, true>(FA90_BWD_ARGS);                                 \
         else if (D == 128) fa90_backward_launch<E, 128, false>(FA90_BWD_ARGS);                                       \
+        else if (D == 80 && *dq_tiled) fa90_backward_launch<E, 80, true>(FA90_BWD_ARGS);                              \
+        else if (D == 80) fa90_backward_launch<E, 80, false>(FA90_BWD_ARGS);                                         \
         else if (*dq_tiled) fa90_backward_launch<E, 64, true>(FA90_BWD_ARGS);                                        \
         else fa90_backward_launch<E, 64, false>(FA90_BWD_ARGS);                                                      \
     } while (0)
