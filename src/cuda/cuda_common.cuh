@@ -254,7 +254,7 @@ void tlm_cuda_flash_split_combine(tlm_backend *be, void *out, float *lse, const 
  * family: TLM_FLASH_SPLIT_16BIT for the bf16/fp16 kernels, TLM_FLASH_SPLIT_32BIT for the tf32 and
  * exact-fp32 ones, whose tiles cost more per key. It sets a piece's least length in keys (forward)
  * or queries (backward): 256 and 64 (flash-benchmarking on the H100, batch 1, 1 head, seq 128-1024:
- * 32-bit fwd+bwd 0.65-0.95x the time with 128, itself 0.61-0.95x the time with 256 at 256-2048;
+ * 32-bit fwd+bwd 0.69-1.01x the time with 128, itself 0.61-0.95x the time with 256 at 256-2048;
  * bench/results/h100-2026-11-24-pingpong; TLM_FLASH_SPLIT_MIN=rows overrides both, timing), and
  * whether a grid no split fits in one wave is split by the estimate (32-bit only:
  * flash_attention.cu's fa_split_chunk).
