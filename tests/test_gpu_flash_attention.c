@@ -44,6 +44,11 @@
  *    T = 256, H = 8), and Tq odd (the float4-atomic dQ); inputs from a stream of their own (the
  *    other cases' inputs are what they were before it existed); against float64 as in 3. The
  *    sm90 twin runs them on the wgmma kernels, the others on whatever their rules pick.
+ * 3c. d_head 32 in bf16 and fp16 likewise (flash_attention_sm90.cu: tiles of one 64-column block
+ *    of which only the first 32 columns are used; the backward's dQ all by warpgroup 0): Tq a
+ *    multiple of 64 (tiled dQ, bulk adds by one warpgroup) and not (97, 1500: float4 atomics),
+ *    several key and query tiles, causal and not, Tk > Tq and Tk < Tq, Tq >= 1024 (the forward's
+ *    three consumer warpgroups, 1500 causal and 1024 not); inputs from a stream of their own.
  * 4. A large case exercising many tiles: B = 1, H = 16, T = 4096, D = 64, bf16, causal, fused
  *    ld = 3*C, against the CUDA naive attention op on the same inputs (normalized error of out,
  *    dq, dk, dv), and a sample of rows (out, lse, dq) against float64.
@@ -134,6 +139,7 @@ static tlm_backend *gpu;
 static uint64_t rng = 0xF1A54A77u;
 static uint64_t rng_tf32 = 0x7F3254A7u; /* the tf32 cases' inputs */
 static uint64_t rng_d80 = 0xD80D80D8u;  /* 3b's inputs */
+static uint64_t rng_d32 = 0xD32D32D3u;  /* 3c's inputs */
 
 static const char *dt_name(tlm_dtype dt) {
     if (dt == TLM_DTYPE_BF16) return "bf16";
@@ -698,6 +704,28 @@ static void test_d80(const char *only) {
     printf("# d_head 80 cases: %.1f s\n", now_s() - t0);
 }
 
+/* ---- 3c. d_head 32 (the Hopper kernels' half-used block) --------------------------------------------- */
+
+static void test_d32(const char *only) {
+    const double t0 = now_s();
+    const tlm_precision bf = TLM_PRECISION_BF16, f16 = TLM_PRECISION_FP16;
+    const bool run_bf = !only || strstr(only, tlm_precision_name(bf));
+    const bool run_f16 = !only || strstr(only, tlm_precision_name(f16));
+    /* B, Tq, Tk, H, D, causal, mode, fused, pad_qkv, pad_out, cs336 */
+    if (run_bf) {
+        run_case(&(fa_case){2, 256, 256, 4, 32, true, bf, true, 0, 0, false}, &rng_d32);  /* tiled dQ */
+        run_case(&(fa_case){2, 384, 384, 3, 32, false, bf, true, 0, 8, false}, &rng_d32); /* 3 key, 6 query tiles */
+        run_case(&(fa_case){2, 320, 192, 2, 32, true, bf, true, 8, 0, false}, &rng_d32);  /* 128 rows see no key */
+        run_case(&(fa_case){1, 1500, 1500, 2, 32, true, bf, false, 8, 8, false}, &rng_d32); /* 3 consumers, atomic dQ */
+    }
+    if (run_f16) {
+        run_case(&(fa_case){1, 192, 320, 2, 32, true, f16, false, 8, 8, false}, &rng_d32); /* Tk > Tq */
+        run_case(&(fa_case){2, 97, 300, 3, 32, false, f16, false, 8, 0, false}, &rng_d32); /* dQ by atomics */
+        run_case(&(fa_case){1, 1024, 1024, 2, 32, false, f16, true, 0, 8, false}, &rng_d32); /* 3 consumers, tiled dQ */
+    }
+    printf("# d_head 32 cases: %.1f s\n", now_s() - t0);
+}
+
 /* ---- 4b. shapes that take the split-KV path --------------------------------------------------------- */
 
 static void add_split_held_(void *user, const void *ptr, size_t bytes, tlm_mem_tag tag, const char *name) {
@@ -855,8 +883,9 @@ int main(void) {
         printf("# %s cases: %.1f s\n", tlm_precision_name(mode), now_s() - t0);
     }
 
-    /* 3b */
+    /* 3b, 3c */
     test_d80(only);
+    test_d32(only);
 
     /* 4 */
     const double t_large = now_s();

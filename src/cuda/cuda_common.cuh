@@ -190,30 +190,32 @@ bool tlm_cuda_flash_backward_tf32(tlm_backend *be, float *dq, float *dk, float *
                                   const float *dout, const float *q, const float *k, const float *v,
                                   const float *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq, int Tk,
                                   int H, int D, bool causal);
-/* the Hopper forward (flash_attention_sm90.cu: wgmma, bf16/fp16, d_head 64, 80 and 128): runs the
- * forward op's work and returns true when it applies (a compute-capability 9.x device, D 64, 80
- * or 128, dt BF16 or F16, B*H*ceil(Tq/BR) blocks at least 3/4 of the SM count, BR 192 or 128, or
- * TLM_FLASH_SM90=2; never with TLM_FLASH_SM90=0); false, doing nothing, otherwise. Same arguments and semantics as the
- * op; the caller has checked them. */
+/* the Hopper forward (flash_attention_sm90.cu: wgmma, bf16/fp16, d_head 32, 64, 80 and 128; 32 not
+ * yet run on a GPU): runs the forward op's work and returns true when it applies (a
+ * compute-capability 9.x device, D 32, 64, 80 or 128, dt BF16 or F16, B*H*ceil(Tq/BR) blocks at
+ * least 2/3 of the SM count (fa90_applies), BR 192 or 128, or TLM_FLASH_SM90=2; never with
+ * TLM_FLASH_SM90=0); false, doing nothing, otherwise. Same arguments and semantics as the op; the
+ * caller has checked them. */
 bool tlm_cuda_flash_forward_sm90(tlm_backend *be, tlm_dtype dt, void *out, float *lse, const void *q, const void *k,
                                  const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                  bool causal);
-/* the Hopper backward's main kernel (d_head 64, 80 and 128): dQ added to the zeroed dq_acc, dk, dv written;
- * delta (B,H,Tq) from the caller's pre-pass; true when it ran (the forward's conditions with
- * B*H*ceil(Tk/128) blocks), false, doing nothing, otherwise. *dq_tiled says dq_acc's layout:
- * 0: (B,H,Tq,D) rows; else (when Tq % 64 == 0): per (b, h), tiles of 64 query rows of 64 x D
- * floats each, in the wgmma accumulator's order, in blocks of *dq_tiled columns
- * (tlm_cuda_flash_dq_tiled_index) */
+/* the Hopper backward's main kernel (d_head 32, 64, 80 and 128): dQ
+ * added to the zeroed dq_acc, dk, dv written; delta (B,H,Tq) from the caller's pre-pass; true when
+ * it ran (the forward's conditions with B*H*ceil(Tk/128) blocks), false, doing nothing, otherwise.
+ * *dq_tiled says dq_acc's layout: 0: (B,H,Tq,D) rows; else (when Tq % 64 == 0): per (b, h), tiles
+ * of 64 query rows of 64 x D floats each, in the wgmma accumulator's order, in blocks of
+ * *dq_tiled columns (tlm_cuda_flash_dq_tiled_index) */
 bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, void *dk, void *dv,
                                   const void *dout, const void *q, const void *k, const void *v, const float *lse,
                                   const float *delta, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                   bool causal, int *dq_tiled);
 /* where row i, column d (d even: d and d + 1 are adjacent) of a (b, h) slice sits in the tiled dQ
  * layout with column blocks of `cols` (32 or 64: the columns one warpgroup computes; the last
- * block may be narrower, D % cols columns: 16 at D = 80, cols 64), from the slice's start: tile
- * i / 64 of 64 x D floats; inside it, block d / cols (64 x cols floats, the last 64 x its width), in
- * which thread tw = 32 warp + 4 g + t4 of the warpgroup that computed it (row i % 64 = 16 warp +
- * 8 hi + g, column d % cols = 8 c + 2 t4 + (d & 1)) stored its accumulator registers 4c .. 4c + 3
+ * block may be narrower, D % cols columns: 16 at D = 80, cols 64; at D = 32, cols 32, one block,
+ * all of warpgroup 0), from the slice's start: tile i / 64 of 64 x D floats; inside it, block
+ * d / cols (64 x cols floats, the last 64 x its width), in which thread tw = 32 warp + 4 g + t4
+ * of the warpgroup that computed it (row i % 64 = 16 warp + 8 hi + g, column d % cols =
+ * 8 c + 2 t4 + (d & 1)) stored its accumulator registers 4c .. 4c + 3
  * (rows g, g + 8 of column pair c) as one float4 at float offset (c * 128 + tw) * 4 */
 __host__ __device__ __forceinline__ int64_t tlm_cuda_flash_dq_tiled_index(int64_t i, int d, int D, int cols) {
     const int r = (int)(i & 63), warp = r >> 4, hi = (r >> 3) & 1, g = r & 7, c = (d % cols) >> 3, t4 = (d & 7) >> 1;

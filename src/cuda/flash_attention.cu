@@ -4,7 +4,7 @@
  * tensor-core kernels. The tf32 mode goes to the TF32 tensor-core kernels of
  * flash_attention_tf32.cu where they apply, the fp32 mode (and tf32 where they do not) to the
  * exact-fp32 kernels of flash_attention_f32.cu; on a Hopper
- * GPU the bf16/fp16 forward and backward of d_head 64, 80 and 128 go to the wgmma kernels of
+ * GPU the bf16/fp16 forward and backward of d_head 32, 64, 80 and 128 go to the wgmma kernels of
  * flash_attention_sm90.cu where their grid nearly fills the GPU (tlm_cuda_flash_*_sm90 say when).
  * The spec, layout and masking rules are those of tlm/flash_attention.h (the CPU reference).
  *
@@ -1133,7 +1133,7 @@ template <int DD, typename F> static bool fa_bwd_with(const fa_tile *t, F &&f) {
 }
 
 /* The rule, for a pass no TLM_FLASH_TILES name covers, after the Hopper kernels declined it (on a
- * Hopper GPU, d_head 64, 80 and 128 forward and backward with grids of 128-row tiles of at least one
+ * Hopper GPU, d_head 32, 64, 80 and 128 forward and backward with grids of 128-row tiles of at least one
  * block per SM run there). The LONG line, but the SHORT one (where the pass and d_head have one)
  * when all three hold:
  *   (1) a short context: max(Tq, Tk) <= FA_SHORT_MAX_CONTEXT (1024): a block walks few tiles, and

@@ -1,7 +1,7 @@
 /* flash_attention_sm90.cu — FlashAttention on Hopper's warpgroup tensor cores (wgmma, sm_90a),
- * bf16 and fp16: the forward and the backward for d_head 64, 80 and 128, which flash_attention.cu's
+ * bf16 and fp16: the forward and the backward for d_head 32, 64, 80 and 128, which flash_attention.cu's
  * ops run on a compute-capability 9.x device (tlm_cuda_flash_forward_sm90, _backward_sm90); the
- * mma.sync kernels of flash_attention.cu stay for the other d_head, for grids under three quarters
+ * mma.sync kernels of flash_attention.cu stay for the other d_head, for grids under two thirds
  * of a wave (split-KV, short-context tiles), and other GPUs.
  * Semantics, layout and masking are those of tlm/flash_attention.h (the CPU reference):
  * out (B,Tq,H*D) and the fp32 logsumexp lse (B,H,Tq); causal masking bottom-right aligned;
@@ -11,7 +11,7 @@
  * as FlashAttention-3 does them (Shah et al. 2024, "FlashAttention-3: Fast and Accurate
  * Attention with Asynchrony and Low-precision", §3): one block per (query tile, head, batch): a
  * producer warpgroup copying tiles in, two or three consumer warpgroups of 64 query rows each
- * (three at d_head 64 from 1024 queries: fa90_fwd_consumers; the kernel's comment says how they
+ * (three at d_head 32 and 64 from 1024 queries: fa90_fwd_consumers; the kernel's comment says how they
  * meet). Per key/value tile of BC = 128 rows:
  *   S = Q K^T        wgmma m64n128k16 (D / 16 k-steps), A = Q and B = K both from shared memory
  *                    (K-major);
@@ -26,9 +26,11 @@
  * blocks, of which the second holds columns 64-79 in its pieces 0-1 (swizzled as any piece) and
  * its other 48 columns are never written nor read: the k-steps 0-3 of S = Q K^T read block 0, step
  * 4 block 1; the m64n80 P V reads block 0 and block 1's first 16 columns (fa90_wgmma_rs_cols).
- * The blocks of a causal launch run heaviest first. Where the grid would be under three quarters
- * of a wave, flash_attention.cu's kernels run instead. The d_head-80 kernels have been compiled
- * (no spills, no serialized wgmma) but not yet run or timed on a GPU.
+ * At d_head 32 a tile is laid out as at 64, one block, of which only columns 0-31 (pieces 0-3)
+ * are written and read (the other 64 bytes of each row never): S = Q K^T takes k-steps 0-1, P V
+ * is one m64n32 product a k-step. The blocks of a causal launch run heaviest first. Where the grid
+ * would be under two thirds of a wave (fa90_applies), flash_attention.cu's kernels run instead.
+ * The GPU tests' sm90 twin runs every d_head through these kernels (H100, 2026-11-24: all pass).
  *
  * Descriptors (PTX ISA, "Matrix Descriptor Format" of wgmma): start address >> 4 (bits 0-13),
  * leading byte offset >> 4 (16-29), stride byte offset >> 4 (32-45), swizzle mode (62-63; 1 =
@@ -56,7 +58,8 @@
 #define FA90_THREADS 384 /* a producer warpgroup and two consumer warpgroups */
 
 /* the columns a shared-memory tile of d_head D is laid out for: whole 64-column blocks (128-byte
- * rows), ceil(D / 64) of them; at D = 80 the second block's columns 16-63 are never written or read */
+ * rows), ceil(D / 64) of them; at D = 80 the second block's columns 16-63 are never written or read,
+ * at D = 32 the single block's columns 32-63 */
 __host__ __device__ constexpr int fa90_tile_cols(int D) { return (D + 63) / 64 * 64; }
 
 /* ---- wgmma, descriptors, copies ----------------------------------------------------------------- */
@@ -147,6 +150,9 @@ __device__ __forceinline__ void fa90_wgmma_rs(float (&d)[N / 2], const uint32_t 
     if constexpr (N == 16) {
         if constexpr (bf) FA90_WGMMA_RS("16", "bf16", FA90_ACC8, FA90_ACC8_OPERANDS, "8", "9", "10", "11", "12", "13");
         else FA90_WGMMA_RS("16", "f16", FA90_ACC8, FA90_ACC8_OPERANDS, "8", "9", "10", "11", "12", "13");
+    } else if constexpr (N == 32) {
+        if constexpr (bf) FA90_WGMMA_RS("32", "bf16", FA90_ACC16, FA90_ACC16_OPERANDS, "16", "17", "18", "19", "20", "21");
+        else FA90_WGMMA_RS("32", "f16", FA90_ACC16, FA90_ACC16_OPERANDS, "16", "17", "18", "19", "20", "21");
     } else if constexpr (N == 64) {
         if constexpr (bf) FA90_WGMMA_RS("64", "bf16", FA90_ACC32, FA90_ACC32_OPERANDS, "32", "33", "34", "35", "36", "37");
         else FA90_WGMMA_RS("64", "f16", FA90_ACC32, FA90_ACC32_OPERANDS, "32", "33", "34", "35", "36", "37");
@@ -154,7 +160,7 @@ __device__ __forceinline__ void fa90_wgmma_rs(float (&d)[N / 2], const uint32_t 
         if constexpr (bf) FA90_WGMMA_RS("80", "bf16", FA90_ACC40, FA90_ACC40_OPERANDS, "40", "41", "42", "43", "44", "45");
         else FA90_WGMMA_RS("80", "f16", FA90_ACC40, FA90_ACC40_OPERANDS, "40", "41", "42", "43", "44", "45");
     } else {
-        static_assert(N == 128, "m64n16, m64n64, m64n80 or m64n128");
+        static_assert(N == 128, "m64n16, m64n32, m64n64, m64n80 or m64n128");
         if constexpr (bf) FA90_WGMMA_RS("128", "bf16", FA90_ACC64, FA90_ACC64_OPERANDS, "64", "65", "66", "67", "68", "69");
         else FA90_WGMMA_RS("128", "f16", FA90_ACC64, FA90_ACC64_OPERANDS, "64", "65", "66", "67", "68", "69");
     }
@@ -163,7 +169,7 @@ __device__ __forceinline__ void fa90_wgmma_rs(float (&d)[N / 2], const uint32_t 
 /* d (64 x D fp32) += A B over all D columns of an N-major B in 64-column blocks (descriptor db, its
  * leading byte offset the distance between the blocks): one m64nDk16 product. At D = 80 it spans
  * block 0 and the first 16 columns of block 1 (columns 64-79 addressed through the leading byte
- * offset as at D = 128; not yet run on a GPU). FA90_N80_SPLIT=1 at compile time issues it as
+ * offset as at D = 128; the GPU tests pass so on an H100). FA90_N80_SPLIT=1 at compile time issues it as
  * m64n64 on block 0 and m64n16 on block 1 instead (each inside one block, as the d_head-64 dQ's
  * m64n32 at 64 bytes into its rows), should the single product read the wrong columns. */
 #ifndef FA90_N80_SPLIT
@@ -282,11 +288,12 @@ __device__ __forceinline__ void fa90_load_pieces(uint32_t s, const E *g, int64_t
     }
 }
 /* the whole tile: all D / 8 pieces of a row at once where NT threads make whole rounds of 8-row
- * groups of them (d_head 64, 128); at d_head 80 (10 pieces a row) column block 0's 8 pieces
+ * groups of them (d_head 64, 128; 32: pieces 0-3 of the single block, 32 rows a round of 128
+ * threads); at d_head 80 (10 pieces a row) column block 0's 8 pieces
  * (16 rows a round of 128 threads), then block 1's 2 (64 rows a round) */
 template <int ROWS, int D, int NT, typename E>
 __device__ __forceinline__ void fa90_load_tile(uint32_t s, const E *g, int64_t ld, int row0, int nrows, int tid) {
-    if constexpr (D % 64 == 0) {
+    if constexpr (D % 64 == 0 || D < 64) {
         fa90_load_pieces<ROWS, 0, D / 8, NT>(s, g, ld, row0, nrows, tid);
     } else {
         static_assert(D > 64 && D % 8 == 0, "d_head 80");
@@ -337,13 +344,13 @@ __device__ __forceinline__ float fa90_exp2(float x) {
 template <typename E, int D, int BR>
 __device__ __forceinline__ void fa90_issue_qk(float (&s)[FA90_BC / 2], uint32_t sQw, uint32_t sKb) {
     /* the descriptors' start-address field (address / 16, bits 0-13) moves by 2 a k16 step (32 bytes)
-     * and by R x 8 a 64-column block (R rows of 128 bytes): added, not rebuilt, at d_head 64 (at 128
-     * the H100 measured the forward 2-8% slower so: built at each step there) */
+     * and by R x 8 a 64-column block (R rows of 128 bytes): added, not rebuilt, at d_head 64 and 32 (at
+     * 128 the H100 measured the forward 2-8% slower so: built at each step there) */
     const uint64_t da0 = fa90_desc(sQw, 16, 1024), db0 = fa90_desc(sKb, 16, 1024);
     fa90_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
-        if constexpr (D == 64)
+        if constexpr (D <= 64)
             fa90_wgmma_ss<E, FA90_BC>(s, da0 + (kk & 3) * 2 + (kk >> 2) * BR * 8,
                                       db0 + (kk & 3) * 2 + (kk >> 2) * FA90_BC * 8, kk > 0 ? 1 : 0);
         else
@@ -361,7 +368,7 @@ __device__ __forceinline__ void fa90_issue_pv(float (&o)[D / 2], const uint32_t 
     fa90_fence();
 #pragma unroll
     for (int kk = 0; kk < FA90_BC / 16; kk++) /* 16 rows a step; as in fa90_issue_qk by d_head */
-        fa90_wgmma_rs_cols<E, D>(o, p[kk], D == 64 ? db0 + 128 * kk : fa90_desc(sVb + kk * 16 * 128, FA90_BC * 128, 1024));
+        fa90_wgmma_rs_cols<E, D>(o, p[kk], D <= 64 ? db0 + 128 * kk : fa90_desc(sVb + kk * 16 * 128, FA90_BC * 128, 1024));
     fa90_commit();
 }
 
@@ -479,7 +486,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
                           const E *__restrict__ k, const E *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk,
                           int H, float scale_log2, int causal, int group, int pingpong) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(D == 64 || D == 80 || D == 128, "d_head 64, 80 or 128");
+    static_assert(D == 32 || D == 64 || D == 80 || D == 128, "d_head 32, 64, 80 or 128");
     constexpr int BR = 64 * NC, BC = FA90_BC, NS = FA90_STAGES;
     constexpr uint32_t Q_BYTES = BR * fa90_tile_cols(D) * 2, KV_BYTES = BC * fa90_tile_cols(D) * 2;
     extern __shared__ unsigned char fa90_smem_raw[];
@@ -622,7 +629,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
 
 /* The backward on wgmma (FlashAttention-2's Algorithm 2 organized as FlashAttention-3's §3 backward:
  * one block per 128-key tile, K and V resident in shared memory, dK and dV in registers), d_head
- * 64, 80 and 128. As in the forward, warpgroup 0 is the producer: K and V once, then each query
+ * 32, 64, 80 and 128. As in the forward, warpgroup 0 is the producer: K and V once, then each query
  * tile's Q, dO, logsumexp and delta through a ring of slots (mbarriers "full" and "empty").
  * The two consumer warpgroups each own 64 of the keys; per query tile of 64 rows, warpgroup w
  * computes with its keys K_w, V_w:
@@ -641,15 +648,19 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
  *                                            cannot start at column 40 (80 bytes into a swizzled
  *                                            row, its 5 pieces would run past the row's end).
  *                                            The tensor cores do the same work either way;
- *                                            warpgroup 0's products take longer (not measured)
+ *                                            warpgroup 0's products take longer (not measured);
+ *                                            at d_head 32 cols_0 = 0-31 (m64n32, as warpgroup 0
+ *                                            at 64) and warpgroup 1 none (an m64n16 from 32 bytes
+ *                                            into the rows has not been run)
  * and adds its dQ partial to the fp32 accumulator in the workspace. Where Tq is a multiple of 64
  * (TILED_DQ) it does so as FlashAttention-3 does: the partial goes to shared memory in the
  * accumulator's own register order (conflict-free float4 stores) and one thread hands it (4, 8 or
  * 16 KiB) to the copy engine as a single bulk reduction (cp.reduce.async.bulk .add.f32) into a tile of the
  * accumulator kept in that same order (tlm_cuda_flash_dq_tiled_index, column blocks of D/2, at
- * d_head 80 of 64 and 16; the rounding pass reads it back), double-buffered so the add of one
- * tile overlaps the next tile's products. Otherwise each warp adds its rows with float4 atomics. The delta pre-pass and the dQ rounding post-pass
- * are flash_attention.cu's. TLM_FLASH_DQ_BULK=0 keeps the atomics everywhere (timing). */
+ * d_head 80 of 64 and 16, at 32 one of 32; the rounding pass reads it back), double-buffered so
+ * the add of one tile overlaps the next tile's products. Otherwise each warp adds its rows with
+ * float4 atomics. The delta pre-pass and the dQ rounding post-pass are flash_attention.cu's.
+ * TLM_FLASH_DQ_BULK=0 keeps the atomics everywhere (timing). */
 #define FA90_BWD_STAGES 3
 template <typename E, int D, bool TILED_DQ>
 __global__ void __launch_bounds__(FA90_THREADS, 1)
@@ -659,12 +670,15 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
                           int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale, float scale_log2, int causal,
                           int group) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(D == 64 || D == 80 || D == 128, "d_head 64, 80 or 128");
+    static_assert(D == 32 || D == 64 || D == 80 || D == 128, "d_head 32, 64, 80 or 128");
     /* DQ0, DQ1: the dQ columns of warpgroups 0 and 1 (D / 2 each; at d_head 80 64 and 16: a
      * descriptor cannot start at column 40, 80 bytes into a 128-byte swizzled row, and the operand
-     * must not cross a row's end); NS: ring slots (d_head 80, 128: the shared memory allows 2) */
-    constexpr int BC = 128, BR = 64, NS = D == 64 ? FA90_BWD_STAGES : 2;
-    constexpr int DQ0 = D == 80 ? 64 : D / 2, DQ1 = D - DQ0;
+     * must not cross a row's end; at d_head 32 32 and 0: warpgroup 0's m64n32 from column 0, as at
+     * d_head 64, rather than an m64n16 starting 32 bytes into the row, a descriptor offset not yet
+     * run; warpgroup 1 issues no dQ product and no bulk add); NS: ring slots (d_head 80, 128: the
+     * shared memory allows 2) */
+    constexpr int BC = 128, BR = 64, NS = D <= 64 ? FA90_BWD_STAGES : 2;
+    constexpr int DQ0 = D == 80 ? 64 : D == 32 ? 32 : D / 2, DQ1 = D - DQ0;
     constexpr uint32_t KV_BYTES = BC * fa90_tile_cols(D) * 2, QT_BYTES = BR * fa90_tile_cols(D) * 2,
                        DS_BYTES = BC * BR * 2;
     extern __shared__ unsigned char fa90_smem_raw[];
@@ -700,7 +714,7 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     __syncthreads();
 
     if (wgp == 0) { /* ---- producer: K, V once, then the query tiles (Q, dO) through the ring ---- */
-        fa90_setmaxnreg_dec<D == 64 ? 56 : 40>();
+        fa90_setmaxnreg_dec<D <= 64 ? 56 : 40>();
         const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
         const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
         const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
@@ -726,21 +740,25 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     }
     /* ---- consumers: warpgroup wg owns keys j0 + 64 wg .. ---- */
     /* 65536 registers less the launch's rounding (168 a thread): 128 x 56 + 256 x 224, 128 x 40 + 256 x 232 */
-    fa90_setmaxnreg_inc<D == 64 ? 224 : 232>();
+    fa90_setmaxnreg_inc<D <= 64 ? 224 : 232>();
     const int wg = wgp - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int kwarp = j0 + wg * 64 + warp * 16; /* the warp's first key */
     /* the accumulator's slice of this (b, h), and this warpgroup's column block in a tile (tiled) */
     const int dqc = wg == 0 ? DQ0 : DQ1; /* this warpgroup's dQ columns: wg DQ0 .. + dqc */
     /* whether this warpgroup computes DQ0 columns (the m64n64 product at d_head 80, warpgroup 1 the
-     * m64n16): read from lane 0, which shows ptxas the branch is the same for the whole warp (with
-     * wg == 0 it serialized every wgmma: C7520, "compiler-inserted WG.AR in divergent path") */
+     * m64n16; at 32 warpgroup 0 the m64n32, warpgroup 1 nothing): read from lane 0, which shows
+     * ptxas the branch is the same for the whole warp (with wg == 0 it serialized every wgmma:
+     * C7520, "compiler-inserted WG.AR in divergent path") */
     bool dq_wide = true;
     if constexpr (DQ0 != DQ1) dq_wide = __shfl_sync(0xffffffffu, wg, 0) == 0;
     float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D + (TILED_DQ ? wg * BR * DQ0 : 0);
     const uint32_t sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128;
-    const uint32_t sdQw = sdQ + wg * 2 * BR * DQ0 * 4; /* TILED_DQ: [2] partials BR x dqc */
+    /* TILED_DQ: [2] partials BR x dqc (warpgroup 1 at d_head 32: none; its address, past the region,
+     * is never used) */
+    const uint32_t sdQw = sdQ + wg * 2 * BR * DQ0 * 4;
     const int tw = tid & 127;           /* the thread within its warpgroup */
-    const bool issuer = tw == 0;        /* TILED_DQ: the thread that issues the warpgroup's bulk adds */
+    /* TILED_DQ: the thread that issues the warpgroup's bulk adds (none in warpgroup 1 at d_head 32) */
+    const bool issuer = tw == 0 && (DQ1 > 0 || wg == 0);
 
     float dk_acc[D / 2], dv_acc[D / 2];
 #pragma unroll
@@ -751,8 +769,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     const uint64_t dK0 = fa90_desc(sKw, 16, 1024), dV0 = fa90_desc(sVw, 16, 1024);
     /* dQ's B: K N-major, all 128 keys, from column wg DQ0 (d_head 128: a 64-column block of the
      * tile; 64: the half of the single block, 64 bytes into its swizzled rows; 80: block 0 whole,
-     * block 1's first 16 columns) */
-    const uint64_t dKn = D == 64 ? fa90_desc(sK + wg * 64, BC * 128, 1024) : fa90_desc(sK + wg * BC * 128, BC * 128, 1024);
+     * block 1's first 16 columns; 32: warpgroup 0 only, from the rows' start) */
+    const uint64_t dKn = D <= 64 ? fa90_desc(sK + wg * 64, BC * 128, 1024) : fa90_desc(sK + wg * BC * 128, BC * 128, 1024);
 
     /* S^T = K_w Q^T and dP^T = V_w dO^T of query tile it_ (once its Q and dO are in the ring), issued
      * and committed */
@@ -771,28 +789,29 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         }
         fa90_commit();
     };
-    /* PIPE (d_head 64): a tile's dQ product is followed on the tensor cores by the next tile's S^T and
-     * dP^T, issued before the wait for it, so they run while the dQ partial is stored (leaderboard
-     * backward 3.54-3.60 ms against 3.62-3.72 without; H100, alternating processes of one call). At
-     * d_head 128 the registers do not allow S^T and dP^T beside dK, dV, dQ and the operands P^T, dS^T;
-     * nor at 80 (ptxas then serializes the products for want of registers: C7512). */
-    constexpr bool PIPE = D == 64;
+    /* PIPE (d_head 64; at 32 by analogy, not measured): a tile's dQ product is followed on the
+     * tensor cores by the next tile's S^T and dP^T, issued before the wait for it, so they run while
+     * the dQ partial is stored (leaderboard backward 3.54-3.60 ms against 3.62-3.72 without; H100,
+     * alternating processes of one call). At d_head 128 the registers do not allow S^T and dP^T
+     * beside dK, dV, dQ and the operands P^T, dS^T; nor at 80 (ptxas then serializes the products
+     * for want of registers: C7512). */
+    constexpr bool PIPE = D <= 64;
 
     for (int mb = m_begin; mb < m_end; mb++) {
         const int it = mb - m_begin, slot = it % NS, i0 = mb * BR;
         const uint32_t sQb = sQ + slot * QT_BYTES, sdOb = sdO + slot * QT_BYTES;
         if (!PIPE || it == 0) issue_sdp(it); /* PIPE: issued by the previous tile */
         /* L (log2 domain) and delta of the query columns this thread holds (8n + 2 t4 + e of the
-         * tile), from the copies the producer made with Q and dO; at d_head 128 read where used
-         * (the registers are short) */
-        float lc[D == 64 ? BR / 8 : 1][2], dc[D == 64 ? BR / 8 : 1][2];
+         * tile), from the copies the producer made with Q and dO; at d_head 80 and 128 read where
+         * used (the registers are short) */
+        float lc[D <= 64 ? BR / 8 : 1][2], dc[D <= 64 ? BR / 8 : 1][2];
         auto l_delta = [&](int n, float(&l2)[2], float(&d2)[2]) {
             const uint32_t at = (uint32_t)(slot * BR + n * 8 + 2 * t4) * 4;
             const float2 lv = fa90_lds2(sL + at), dv2 = fa90_lds2(sDelta + at);
             l2[0] = lv.x * FA90_LOG2E, l2[1] = lv.y * FA90_LOG2E;
             d2[0] = dv2.x, d2[1] = dv2.y;
         };
-        if constexpr (D == 64) {
+        if constexpr (D <= 64) {
 #pragma unroll
             for (int n = 0; n < BR / 8; n++) l_delta(n, lc[n], dc[n]);
         }
@@ -805,9 +824,9 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         auto p_ds = [&](auto masked) {
 #pragma unroll
             for (int n = 0; n < BR / 8; n++) {
-                if constexpr (D != 64) l_delta(n, lc[0], dc[0]);
-                const float(&ln)[2] = lc[D == 64 ? n : 0];
-                const float(&dn)[2] = dc[D == 64 ? n : 0];
+                if constexpr (D > 64) l_delta(n, lc[0], dc[0]);
+                const float(&ln)[2] = lc[D <= 64 ? n : 0];
+                const float(&dn)[2] = dc[D <= 64 ? n : 0];
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     float p = fa90_exp2(fmaf(st[4 * n + e], scale_log2, -ln[e & 1]));
@@ -860,7 +879,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         if (TILED_DQ && issuer && it > 0) /* the previous query tile's partial, stored by the whole warpgroup */
             fa90_bulk_reduce_add(dqa + (int64_t)(mb - 1) * BR * D, sdQw + ((it - 1) & 1) * BR * dqc * 4, BR * dqc * 4);
         /* dQ_i partial (BR queries x dqc: the warpgroup's columns) = dS (M-major from dS^T) K (N-major)
-         * over the 128 keys; at d_head 80 warpgroup 1's m64n16 product writes dqp[0..7] only */
+         * over the 128 keys; at d_head 80 warpgroup 1's m64n16 product writes dqp[0..7] only, at 32
+         * warpgroup 1 issues none (no wgmma group: its waits below count the others only) */
         float dqp[DQ0 / 2];
         const uint64_t dS0 = fa90_desc(sdSb, 64 * 128, 1024);
         if (dq_wide) {
@@ -869,7 +889,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
             for (int kk = 0; kk < BC / 16; kk++)
                 fa90_wgmma_ss<E, DQ0, true>(dqp, dS0 + 128 * kk, dKn + 128 * kk, kk > 0);
             fa90_commit();
-        } else { /* fence and commit in each branch: outside, ptxas injects a fence of its own (C7519) */
+        } else if constexpr (DQ1 > 0) { /* fence and commit in each branch: outside, ptxas injects a
+                                            fence of its own (C7519) */
             fa90_fence();
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++)
@@ -905,7 +926,7 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
             /* float4 atomics of this warp's 16 rows (dqp is, per warp, the m16n8 C-fragment layout) */
             tlm_cuda_atomic_add_c_block(dqa, D, i0 + warp * 16, wg * DQ0, Tq,
                                         *reinterpret_cast<const float(*)[DQ0 / 8][4]>(dqp), scale);
-        } else {
+        } else if constexpr (DQ1 > 0) {
             tlm_cuda_atomic_add_c_block(dqa, D, i0 + warp * 16, DQ0, Tq,
                                         *reinterpret_cast<const float(*)[DQ1 / 8][4]>(dqp), scale);
         }
@@ -985,7 +1006,7 @@ static int fa90_group(int dflt, int pairs) {
 
 /* whether the Hopper kernels take a pass of `blocks` blocks (one an SM) */
 static bool fa90_applies(tlm_backend *be, int D, tlm_dtype dt, int64_t blocks) {
-    if (D != 64 && D != 80 && D != 128) return false;
+    if (D != 32 && D != 64 && D != 80 && D != 128) return false;
     if (dt != TLM_DTYPE_BF16 && dt != TLM_DTYPE_F16) return false;
     const int mode = fa90_mode();
     if (mode == 0 || fa90_cc_major() != 9) return false;
@@ -1013,24 +1034,25 @@ static void fa90_forward_launch(tlm_backend *be, void *out, float *lse, const vo
     constexpr auto kernel = flash_fwd_sm90_kernel<E, D, NC>;
     constexpr int BR = 64 * NC;
     /* Q, the key and value rings (tiles of fa90_tile_cols(D) columns: 160 KiB at d_head 80 and 128,
-     * two consumers), alignment, the mbarriers */
+     * two consumers; at 32 as at 64, 80 or 88 KiB), alignment, the mbarriers */
     const size_t smem = (size_t)(BR + 2 * FA90_STAGES * FA90_BC) * fa90_tile_cols(D) * sizeof(E) + 1024 +
                         8 * (1 + 4 * FA90_STAGES);
     tlm_cuda_set_smem<kernel>(op, smem);
     /* longest first over all heads at d_head 64 (leaderboard forward 1.28-1.30 ms against 1.37-1.38
      * head by head); head by head at 128, whose keys and values of all heads at once overflow the
      * L2 (2.42 against 2.50-2.51 ms longest first); H100, alternating processes of one call. At 80
-     * head by head as at 128 (not measured) */
+     * head by head as at 128, at 32 longest first as at 64 (neither measured) */
     const unsigned grid = (unsigned)((Tq + BR - 1) / BR) * (unsigned)H * (unsigned)B;
     kernel<<<grid, 128 * (NC + 1), smem, tlm_cuda_stream(be)>>>((E *)out, lse, (const E *)q, (const E *)k,
                                                               (const E *)v, ld_qkv, ld_out, Tq, Tk, H,
                                                               FA90_LOG2E / sqrtf((float)D), causal ? 1 : 0,
-                                                              fa90_group(D == 64 ? 0 : 1, H * B), fa90_pingpong());
+                                                              fa90_group(D <= 64 ? 0 : 1, H * B), fa90_pingpong());
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
-/* consumer warpgroups of the forward: 3 at d_head 64 from 1024 queries on (192 query rows a block:
- * K and V are read from L2 once per 192 rows instead of 128; FlashAttention-3's tile for d_head 64),
+/* consumer warpgroups of the forward: 3 at d_head 64 and 32 from 1024 queries on (192 query rows a
+ * block: K and V are read from L2 once per 192 rows instead of 128; FlashAttention-3's tile for
+ * d_head 64; at 32 by analogy, not measured: ptxas fits it in the 160 registers without spills),
  * else 2 (d_head 80 and 128: the accumulator of 80 or 128 columns beside S and P does not fit
  * three consumers' 160 registers a thread: at 80 ptxas spills 40 bytes and serializes the
  * products, C7512; short sequences: a last tile of 192 rows is mostly
@@ -1043,7 +1065,7 @@ static int fa90_fwd_consumers(int D, int Tq) {
         const char *env = getenv("TLM_FLASH_FWD_WG");
         forced = env && strcmp(env, "2") == 0 ? 2 : 0;
     }
-    return D == 64 && Tq >= 1024 && forced != 2 ? 3 : 2;
+    return D <= 64 && Tq >= 1024 && forced != 2 ? 3 : 2;
 }
 
 bool tlm_cuda_flash_forward_sm90(tlm_backend *be, tlm_dtype dt, void *out, float *lse, const void *q, const void *k,
@@ -1056,6 +1078,8 @@ bool tlm_cuda_flash_forward_sm90(tlm_backend *be, tlm_dtype dt, void *out, float
     do {                                                                                                              \
         if (D == 128) fa90_forward_launch<E, 128, 2>(FA90_FWD_ARGS);                                                  \
         else if (D == 80) fa90_forward_launch<E, 80, 2>(FA90_FWD_ARGS);                                               \
+        else if (D == 32 && BR == 192) fa90_forward_launch<E, 32, 3>(FA90_FWD_ARGS);                                  \
+        else if (D == 32) fa90_forward_launch<E, 32, 2>(FA90_FWD_ARGS);                                               \
         else if (BR == 192) fa90_forward_launch<E, 64, 3>(FA90_FWD_ARGS);                                             \
         else fa90_forward_launch<E, 64, 2>(FA90_FWD_ARGS);                                                            \
     } while (0)
@@ -1083,10 +1107,11 @@ static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void 
                                  int ld_out, int B, int Tq, int Tk, int H, bool causal) {
     const char *op = "flash_attention_backward";
     constexpr auto kernel = flash_bwd_sm90_kernel<E, D, TILED_DQ>;
-    constexpr int NS = D == 64 ? FA90_BWD_STAGES : 2, DS_TILES = 2;
+    constexpr int NS = D <= 64 ? FA90_BWD_STAGES : 2, DS_TILES = 2;
     /* K, V, the (Q, dO) ring (tiles of fa90_tile_cols(D) columns), dS^T, the dQ partials (tiled:
      * two of 64 x D fp32 a warpgroup pair), alignment, the ring's logsumexp and delta, the
-     * mbarriers: 226 KiB at d_head 128 (of the 227 a block may have), 202 KiB at 80 */
+     * mbarriers: 226 KiB at d_head 128 (of the 227 a block may have), 202 KiB at 80, 131 KiB at 32
+     * (tiled; the ring's 3 slots as at 64) */
     const size_t smem = (size_t)(2 * 128 + 2 * NS * 64) * fa90_tile_cols(D) * sizeof(E) +
                         (size_t)DS_TILES * 128 * 64 * sizeof(E) + (TILED_DQ ? 2 * 64 * D * 4 : 0) + 1024 +
                         2 * NS * 64 * 4 + 8 * (1 + 2 * NS);
@@ -1106,8 +1131,9 @@ bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, 
                                   bool causal, int *dq_tiled) {
     if (!fa90_applies(be, D, dt, (int64_t)B * H * ((Tk + 127) / 128))) return false;
     /* the tiled dQ layout needs whole 64-row tiles: a tile must not reach into the next head's rows */
-    /* each warpgroup's column block (d_head 80: 64, then the other 16) */
-    *dq_tiled = Tq % 64 == 0 && fa90_dq_bulk() ? (D == 80 ? 64 : D / 2) : 0;
+    /* each warpgroup's column block (d_head 80: 64, then the other 16; 32: one block of all 32,
+     * warpgroup 0's) */
+    *dq_tiled = Tq % 64 == 0 && fa90_dq_bulk() ? (D == 80 ? 64 : D == 32 ? 32 : D / 2) : 0;
 #define FA90_BWD_ARGS be, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B, Tq, Tk, H, causal
 #define FA90_BWD(E)                                                                                                   \
     do {                                                                                                              \
@@ -1115,6 +1141,8 @@ bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, 
         else if (D == 128) fa90_backward_launch<E, 128, false>(FA90_BWD_ARGS);                                       \
         else if (D == 80 && *dq_tiled) fa90_backward_launch<E, 80, true>(FA90_BWD_ARGS);                              \
         else if (D == 80) fa90_backward_launch<E, 80, false>(FA90_BWD_ARGS);                                         \
+        else if (D == 32 && *dq_tiled) fa90_backward_launch<E, 32, true>(FA90_BWD_ARGS);                              \
+        else if (D == 32) fa90_backward_launch<E, 32, false>(FA90_BWD_ARGS);                                         \
         else if (*dq_tiled) fa90_backward_launch<E, 64, true>(FA90_BWD_ARGS);                                        \
         else fa90_backward_launch<E, 64, false>(FA90_BWD_ARGS);                                                      \
     } while (0)
