@@ -682,48 +682,39 @@ static void test_large(void) {
     db_free(&nout), db_free(&ngrad);
 }
 
-/* ---- 3b. d_head 80 (the Hopper kernels' two-block layout) ------------------------------------------- */
+/* ---- 3b, 3c. d_head 80 and 32 (the Hopper kernels' two-block and half-used-block layouts) --------- */
 
-static void test_d80(const char *only) {
+/* B, Tq, Tk, H, D, causal, mode, fused, pad_qkv, pad_out, cs336; each d_head's cases draw their
+ * inputs from their own stream (rng_d80, rng_d32), in this order */
+#define BF TLM_PRECISION_BF16
+#define F16 TLM_PRECISION_FP16
+static const fa_case layout_cases[] = {
+    {2, 256, 256, 8, 80, true, BF, true, 0, 0, false},    /* the LM's layout */
+    {2, 384, 384, 3, 80, false, BF, true, 0, 8, false},   /* 3 key, 6 query tiles */
+    {1, 192, 320, 2, 80, true, BF, false, 8, 8, false},   /* Tk > Tq */
+    {2, 320, 192, 2, 80, true, BF, true, 8, 0, false},    /* 128 rows see no key */
+    {2, 256, 256, 2, 80, true, F16, false, 0, 8, false},
+    {1, 448, 200, 2, 80, false, F16, true, 8, 8, false},  /* a partial key tile */
+    {2, 97, 300, 3, 80, true, F16, false, 8, 0, false},   /* dQ by atomics */
+    {2, 256, 256, 4, 32, true, BF, true, 0, 0, false},    /* tiled dQ */
+    {2, 384, 384, 3, 32, false, BF, true, 0, 8, false},   /* 3 key, 6 query tiles */
+    {2, 320, 192, 2, 32, true, BF, true, 8, 0, false},    /* 128 rows see no key */
+    {1, 1500, 1500, 2, 32, true, BF, false, 8, 8, false}, /* 3 consumers, atomic dQ */
+    {1, 192, 320, 2, 32, true, F16, false, 8, 8, false},  /* Tk > Tq */
+    {2, 97, 300, 3, 32, false, F16, false, 8, 0, false},  /* dQ by atomics */
+    {1, 1024, 1024, 2, 32, false, F16, true, 0, 8, false}, /* 3 consumers, tiled dQ */
+};
+#undef BF
+#undef F16
+
+static void test_layouts(const char *only, int D) {
     const double t0 = now_s();
-    const tlm_precision bf = TLM_PRECISION_BF16, f16 = TLM_PRECISION_FP16;
-    const bool run_bf = !only || strstr(only, tlm_precision_name(bf));
-    const bool run_f16 = !only || strstr(only, tlm_precision_name(f16));
-    /* B, Tq, Tk, H, D, causal, mode, fused, pad_qkv, pad_out, cs336 */
-    if (run_bf) {
-        run_case(&(fa_case){2, 256, 256, 8, 80, true, bf, true, 0, 0, false}, &rng_d80);  /* the LM's layout */
-        run_case(&(fa_case){2, 384, 384, 3, 80, false, bf, true, 0, 8, false}, &rng_d80); /* 3 key, 6 query tiles */
-        run_case(&(fa_case){1, 192, 320, 2, 80, true, bf, false, 8, 8, false}, &rng_d80); /* Tk > Tq */
-        run_case(&(fa_case){2, 320, 192, 2, 80, true, bf, true, 8, 0, false}, &rng_d80);  /* 128 rows see no key */
+    for (size_t i = 0; i < sizeof layout_cases / sizeof layout_cases[0]; i++) {
+        const fa_case *c = &layout_cases[i];
+        if (c->D != D || (only && !strstr(only, tlm_precision_name(c->p)))) continue;
+        run_case(c, D == 80 ? &rng_d80 : &rng_d32);
     }
-    if (run_f16) {
-        run_case(&(fa_case){2, 256, 256, 2, 80, true, f16, false, 0, 8, false}, &rng_d80);
-        run_case(&(fa_case){1, 448, 200, 2, 80, false, f16, true, 8, 8, false}, &rng_d80); /* a partial key tile */
-        run_case(&(fa_case){2, 97, 300, 3, 80, true, f16, false, 8, 0, false}, &rng_d80);  /* dQ by atomics */
-    }
-    printf("# d_head 80 cases: %.1f s\n", now_s() - t0);
-}
-
-/* ---- 3c. d_head 32 (the Hopper kernels' half-used block) --------------------------------------------- */
-
-static void test_d32(const char *only) {
-    const double t0 = now_s();
-    const tlm_precision bf = TLM_PRECISION_BF16, f16 = TLM_PRECISION_FP16;
-    const bool run_bf = !only || strstr(only, tlm_precision_name(bf));
-    const bool run_f16 = !only || strstr(only, tlm_precision_name(f16));
-    /* B, Tq, Tk, H, D, causal, mode, fused, pad_qkv, pad_out, cs336 */
-    if (run_bf) {
-        run_case(&(fa_case){2, 256, 256, 4, 32, true, bf, true, 0, 0, false}, &rng_d32);  /* tiled dQ */
-        run_case(&(fa_case){2, 384, 384, 3, 32, false, bf, true, 0, 8, false}, &rng_d32); /* 3 key, 6 query tiles */
-        run_case(&(fa_case){2, 320, 192, 2, 32, true, bf, true, 8, 0, false}, &rng_d32);  /* 128 rows see no key */
-        run_case(&(fa_case){1, 1500, 1500, 2, 32, true, bf, false, 8, 8, false}, &rng_d32); /* 3 consumers, atomic dQ */
-    }
-    if (run_f16) {
-        run_case(&(fa_case){1, 192, 320, 2, 32, true, f16, false, 8, 8, false}, &rng_d32); /* Tk > Tq */
-        run_case(&(fa_case){2, 97, 300, 3, 32, false, f16, false, 8, 0, false}, &rng_d32); /* dQ by atomics */
-        run_case(&(fa_case){1, 1024, 1024, 2, 32, false, f16, true, 0, 8, false}, &rng_d32); /* 3 consumers, tiled dQ */
-    }
-    printf("# d_head 32 cases: %.1f s\n", now_s() - t0);
+    printf("# d_head %d cases: %.1f s\n", D, now_s() - t0);
 }
 
 /* ---- 4b. shapes that take the split-KV path --------------------------------------------------------- */
@@ -884,8 +875,8 @@ int main(void) {
     }
 
     /* 3b, 3c */
-    test_d80(only);
-    test_d32(only);
+    test_layouts(only, 80);
+    test_layouts(only, 32);
 
     /* 4 */
     const double t_large = now_s();
