@@ -66,9 +66,10 @@
  * Sizov 2023, "Flash-Decoding for long-context inference"), for grids of too few blocks to fill
  * the GPU (batch 1, 1 head, seq 4096: 32 forward blocks, 32 backward blocks on 132 SMs, each
  * pass as long as its longest block). fa_split_chunk picks, from (B, H, Tq, Tk, the SM count and
- * the kernel's resident blocks per SM), the most blocks that still fit one wave, each piece at
- * least 256 keys (queries) long here. Forward: each query tile's key range [0, n_end)
- * is cut into pieces of split_keys (a multiple of BC), one block each (blockIdx.x = split * q_tiles + tile),
+ * the kernel's resident blocks per SM), the most blocks that still fit one wave (or, for the
+ * 32-bit kernels, an estimated best split: fa_split_chunk), each piece at least 256 keys (queries)
+ * long here (64 for the 32-bit kernels). Forward: each query tile's key range [0, n_end) is cut into
+ * pieces of split_keys (a multiple of BC), one block each (blockIdx.x = split * q_tiles + tile),
  * writing its O normalized by its own sum, and its lse, as fp32 partials; then
  * flash_split_combine_kernel merges them: lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse)
  * O_s (a piece that saw no key of a row has lse_s = -inf and is skipped; a row no piece saw gets
@@ -811,18 +812,18 @@ float *tlm_cuda_flash_split_buffer(tlm_backend *be, size_t *floats) {
  * workspace holds), and chunk is
  *   1. the smallest whose blocks with work fit one wave, SMs x occ (resident blocks per SM): all
  *      run at once, and the pass takes about one piece's time;
- *   2. for the tf32 and exact-fp32 kernels (rebalance), where no chunk fits one wave (a causal
- *      grid of nearly a wave), the one that minimizes the
- *      pass's estimated length in tiles, max(chunk, W / slots) + F x ceil(blocks / slots) (W the
- *      grid's tiles, slots = SMs x occ, F = FA_SPLIT_PIECE_COST: what a piece costs besides its
- *      tiles, its Q tile (forward) or K, V tile (backward) loaded with nothing to overlap, BR x
- *      (D + 1) fp32 partials written or BC x 2D fp32 atomics added), the longest among equals;
- *      the unsplit grid is one of the candidates. On the H100 (exact fp32, d_head 128, batch 1,
- *      1 head, seq 8192: 128 backward blocks of 1 to 128 query tiles) fwd+bwd took 2.07 ms
- *      against 3.26-3.27 unsplit; tf32 d_head 128 at 16384 2.89 against 4.69. In place of 1 it
- *      was 1.2-2.5x slower at seq 4096-32768, d_head 16-64 (bf16, tf32), and for the bf16 kernels
- *      at 32768, d_head 16 and 32, 1.4-1.5x slower than unsplit: pieces cost more than F there,
- *      and so do the partials' merge and the empty blocks (bench/results/h100-2026-11-24-pingpong).
+ *   2. for the tf32 and exact-fp32 kernels (rebalance), where no chunk fits one wave (a causal grid of
+ *      nearly a wave), the one that minimizes the pass's estimated length in tiles, max(chunk, W /
+ *      slots) + F x ceil(blocks / slots) (W the grid's tiles, slots = SMs x occ, F =
+ *      FA_SPLIT_PIECE_COST: what a piece costs besides its tiles, its Q tile (forward) or K, V tile
+ *      (backward) loaded with nothing to overlap, BR x (D + 1) fp32 partials written or BC x 2D fp32
+ *      atomics added), the longest among equals; the unsplit grid is one of the candidates. On the
+ *      H100 (exact fp32, d_head 128, batch 1, 1 head, seq 8192: 128 backward blocks of 1 to 128 query
+ *      tiles) fwd+bwd took 2.07 ms against 3.26-3.27 unsplit; tf32 d_head 128 at 16384 2.89 against
+ *      4.69. In place of 1 it was 1.2-2.5x slower at seq 4096-32768, d_head 16-64 (bf16, tf32), and
+ *      for the bf16 kernels at 32768, d_head 16 and 32, 1.4-1.5x slower than unsplit: pieces cost more
+ *      than F there, and so do the partials' merge and the empty blocks
+ *      (bench/results/h100-2026-11-24-pingpong).
  * Returns chunk and *S; 0 and *S = 1: no split (a grid that fills a wave already, a range too short
  * to cut, no room). O(longest x n_outer) steps, n_outer x BH under one wave. */
 #define FA_SPLIT_PIECE_COST 1
@@ -901,8 +902,8 @@ int tlm_cuda_flash_fwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int 
 }
 
 /* Backward plan: query tiles per split (0: unsplit), *S splits, *dkv the fp32 dK, dV accumulators
- * (2 * B*H*Tk*D floats, when they fit the split buffer). A piece has at least the family's least queries. dkv NULL:
- * the plan only. */
+ * (2 * B*H*Tk*D floats, when they fit the split buffer). A piece has at least the family's least
+ * queries. dkv NULL: the plan only. */
 int tlm_cuda_flash_bwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal,
                              tlm_flash_split_family family, int occ, int *S, float **dkv) {
     *S = 1;
@@ -1133,9 +1134,9 @@ template <int DD, typename F> static bool fa_bwd_with(const fa_tile *t, F &&f) {
 }
 
 /* The rule, for a pass no TLM_FLASH_TILES name covers, after the Hopper kernels declined it (on a
- * Hopper GPU, d_head 32, 64, 80 and 128 forward and backward with grids of 128-row tiles of at least one
- * block per SM run there). The LONG line, but the SHORT one (where the pass and d_head have one)
- * when all three hold:
+ * Hopper GPU, d_head 32, 64, 80 and 128 forward and backward with grids of at least two thirds of
+ * a wave run there: tlm_cuda_flash_*_sm90). The LONG line, but the SHORT one (where the pass and
+ * d_head have one) when all three hold:
  *   (1) a short context: max(Tq, Tk) <= FA_SHORT_MAX_CONTEXT (1024): a block walks few tiles, and
  *       its fixed costs (its own tile loaded, the pipeline's first wait, the epilogue) weigh;
  *   (2) the LONG grid is under two waves: B*H*ceil(T / outer) blocks < 2 x SMs x the LONG kernel's

@@ -25,7 +25,8 @@
  * cores and for the 16-byte cp.async writes). At d_head 80 a tile is laid out as at 128, two
  * blocks, of which the second holds columns 64-79 in its pieces 0-1 (swizzled as any piece) and
  * its other 48 columns are never written nor read: the k-steps 0-3 of S = Q K^T read block 0, step
- * 4 block 1; the m64n80 P V reads block 0 and block 1's first 16 columns (fa90_wgmma_rs_cols).
+ * 4 block 1; the m64n80 P V reads block 0 and block 1's first 16 columns (its descriptor's leading
+ * byte offset the distance between the blocks, as at 128).
  * At d_head 32 a tile is laid out as at 64, one block, of which only columns 0-31 (pieces 0-3)
  * are written and read (the other 64 bytes of each row never): S = Q K^T takes k-steps 0-1, P V
  * is one m64n32 product a k-step. The blocks of a causal launch run heaviest first. Where the grid
@@ -42,9 +43,7 @@
  * 1024 bytes of address).
  *
  * Environment: TLM_FLASH_SM90=0 sends every pass to the mma.sync kernels (side-by-side timing and
- * testing), TLM_FLASH_SM90=2 every pass they can take to these, whatever the grid (tests).
- * Compile time: FA90_N80_SPLIT=1 issues d_head 80's m64n80 products as m64n64 + m64n16
- * (fa90_wgmma_rs_cols). */
+ * testing), TLM_FLASH_SM90=2 every pass they can take to these, whatever the grid (tests). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,10 +146,7 @@ __device__ __forceinline__ void fa90_wgmma_ss(float (&d)[N / 2], uint64_t da, ui
 template <typename E, int N>
 __device__ __forceinline__ void fa90_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db) {
     constexpr bool bf = std::is_same<E, __nv_bfloat16>::value;
-    if constexpr (N == 16) {
-        if constexpr (bf) FA90_WGMMA_RS("16", "bf16", FA90_ACC8, FA90_ACC8_OPERANDS, "8", "9", "10", "11", "12", "13");
-        else FA90_WGMMA_RS("16", "f16", FA90_ACC8, FA90_ACC8_OPERANDS, "8", "9", "10", "11", "12", "13");
-    } else if constexpr (N == 32) {
+    if constexpr (N == 32) {
         if constexpr (bf) FA90_WGMMA_RS("32", "bf16", FA90_ACC16, FA90_ACC16_OPERANDS, "16", "17", "18", "19", "20", "21");
         else FA90_WGMMA_RS("32", "f16", FA90_ACC16, FA90_ACC16_OPERANDS, "16", "17", "18", "19", "20", "21");
     } else if constexpr (N == 64) {
@@ -160,30 +156,9 @@ __device__ __forceinline__ void fa90_wgmma_rs(float (&d)[N / 2], const uint32_t 
         if constexpr (bf) FA90_WGMMA_RS("80", "bf16", FA90_ACC40, FA90_ACC40_OPERANDS, "40", "41", "42", "43", "44", "45");
         else FA90_WGMMA_RS("80", "f16", FA90_ACC40, FA90_ACC40_OPERANDS, "40", "41", "42", "43", "44", "45");
     } else {
-        static_assert(N == 128, "m64n16, m64n32, m64n64, m64n80 or m64n128");
+        static_assert(N == 128, "m64n32, m64n64, m64n80 or m64n128");
         if constexpr (bf) FA90_WGMMA_RS("128", "bf16", FA90_ACC64, FA90_ACC64_OPERANDS, "64", "65", "66", "67", "68", "69");
         else FA90_WGMMA_RS("128", "f16", FA90_ACC64, FA90_ACC64_OPERANDS, "64", "65", "66", "67", "68", "69");
-    }
-}
-
-/* d (64 x D fp32) += A B over all D columns of an N-major B in 64-column blocks (descriptor db, its
- * leading byte offset the distance between the blocks): one m64nDk16 product. At D = 80 it spans
- * block 0 and the first 16 columns of block 1 (columns 64-79 addressed through the leading byte
- * offset as at D = 128; the GPU tests pass so on an H100). FA90_N80_SPLIT=1 at compile time issues it as
- * m64n64 on block 0 and m64n16 on block 1 instead (each inside one block, as the d_head-64 dQ's
- * m64n32 at 64 bytes into its rows), should the single product read the wrong columns. */
-#ifndef FA90_N80_SPLIT
-#define FA90_N80_SPLIT 0
-#endif
-template <typename E, int D>
-__device__ __forceinline__ void fa90_wgmma_rs_cols(float (&d)[D / 2], const uint32_t (&a)[4], uint64_t db) {
-    if constexpr (D == 80 && FA90_N80_SPLIT) {
-        /* accumulator registers 0-31: columns 0-63, 32-39: columns 64-79 (4 a block of 8 columns);
-         * block 1 starts the leading byte offset (bits 16-29, in 16 bytes) after block 0 */
-        fa90_wgmma_rs<E, 64>(*reinterpret_cast<float(*)[32]>(&d[0]), a, db);
-        fa90_wgmma_rs<E, 16>(*reinterpret_cast<float(*)[8]>(&d[32]), a, db + ((db >> 16) & 0x3FFF));
-    } else {
-        fa90_wgmma_rs<E, D>(d, a, db);
     }
 }
 
@@ -368,7 +343,7 @@ __device__ __forceinline__ void fa90_issue_pv(float (&o)[D / 2], const uint32_t 
     fa90_fence();
 #pragma unroll
     for (int kk = 0; kk < FA90_BC / 16; kk++) /* 16 rows a step; as in fa90_issue_qk by d_head */
-        fa90_wgmma_rs_cols<E, D>(o, p[kk], D <= 64 ? db0 + 128 * kk : fa90_desc(sVb + kk * 16 * 128, FA90_BC * 128, 1024));
+        fa90_wgmma_rs<E, D>(o, p[kk], D <= 64 ? db0 + 128 * kk : fa90_desc(sVb + kk * 16 * 128, FA90_BC * 128, 1024));
     fa90_commit();
 }
 
@@ -856,8 +831,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         fa90_fence();
 #pragma unroll
         for (int kk = 0; kk < BR / 16; kk++) {
-            fa90_wgmma_rs_cols<E, D>(dv_acc, pa[kk], dOn + 128 * kk);
-            fa90_wgmma_rs_cols<E, D>(dk_acc, dsa[kk], dQn + 128 * kk);
+            fa90_wgmma_rs<E, D>(dv_acc, pa[kk], dOn + 128 * kk);
+            fa90_wgmma_rs<E, D>(dk_acc, dsa[kk], dQn + 128 * kk);
         }
         fa90_commit();
         /* dS^T to shared memory (the warpgroup's 64 key rows, 128-byte swizzled): register kk, r holds
