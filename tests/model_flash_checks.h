@@ -85,16 +85,16 @@ static inline void mf_free(mf_out *o) {
 }
 
 
-/* `passes` forward+backward passes (no AdamW: every pass computes the same) of a fresh model
- * (init seed 1234, tokens seed 99) in mode p with attention a; the last pass's loss, logits and
- * gradients. With graphs, pass 1 is eager, pass 2 captured, pass 3 on replays (model.h). */
-static inline mf_out mf_run(tlm_backend *be, const mf_shape *s, tlm_precision p, tlm_attention a, bool graphs,
-                            int passes) {
+/* `passes` forward+backward passes of a fresh model (init seed 1234, tokens seed 99) run as `run`
+ * says; the last pass's loss, logits and gradients. Without AdamW every pass computes the same;
+ * with run->optimizer_in_backward each pass updates the weights, and `grads` holds the fp32
+ * weights after the last (there is no gradient buffer). With graphs, pass 1 is eager, pass 2
+ * captured, pass 3 on replays (model.h). */
+static inline mf_out mf_run_with(tlm_backend *be, const mf_shape *s, const tlm_run_config *run, int passes) {
     mf_out o;
     memset(&o, 0, sizeof o);
-    const tlm_run_config run = {.precision = p, .attention = a, .cuda_graphs = graphs};
     tlm_model *m;
-    die_on(tlm_model_create(&m, &s->cfg, &run, be), s->name);
+    die_on(tlm_model_create(&m, &s->cfg, run, be), s->name);
     die_on(tlm_model_init_random(m, 1234), "init");
     const size_t N = (size_t)s->B * s->T, V = (size_t)s->cfg.vocab_size;
     int32_t *x = malloc(N * sizeof(int32_t)), *y = malloc(N * sizeof(int32_t));
@@ -111,9 +111,11 @@ static inline mf_out mf_run(tlm_backend *be, const mf_shape *s, tlm_precision p,
         if (i == passes - 1) die_on(tlm_model_copy_logits(m, o.logits), "logits");
         die_on(tlm_model_backward(m), "backward");
     }
-    tlm_copy_to_host(be, o.grads, m->grads, m->layout.flat_numel * sizeof(float));
+    tlm_copy_to_host(be, o.grads, run->optimizer_in_backward ? m->params : m->grads,
+                     m->layout.flat_numel * sizeof(float));
     tlm_synchronize(be);
-    for (size_t i = 0; i < m->layout.flat_numel; i++) o.grads[i] /= m->grads_scale;
+    if (!run->optimizer_in_backward)
+        for (size_t i = 0; i < m->layout.flat_numel; i++) o.grads[i] /= m->grads_scale;
     o.act_bytes = tlm_activations_bytes(m->acts, TLM_MEM_ACTIVATIONS);
     o.num_tensors = m->layout.num_tensors;
     o.tensors = malloc((size_t)m->layout.num_tensors * sizeof *o.tensors);
@@ -122,6 +124,13 @@ static inline mf_out mf_run(tlm_backend *be, const mf_shape *s, tlm_precision p,
     free(x);
     free(y);
     return o;
+}
+
+/* mf_run_with in mode p with attention a, graphs on or off, no recompute, no AdamW */
+static inline mf_out mf_run(tlm_backend *be, const mf_shape *s, tlm_precision p, tlm_attention a, bool graphs,
+                            int passes) {
+    const tlm_run_config run = {.precision = p, .attention = a, .cuda_graphs = graphs};
+    return mf_run_with(be, s, &run, passes);
 }
 
 /* a's distance to the reference b: loss (relative), logits (normalized), gradients (normalized,

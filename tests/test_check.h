@@ -60,10 +60,11 @@ static inline void die_on(tlm_status s, const char *what) {
 }
 
 /* tracked bytes held other than the backend's own workspaces (the CPU ops' scratch, cuBLASLt's
- * workspace, the CUDA column-sum scratch, FlashAttention's split-KV buffer): what a test's buffers
+ * workspaces, the CUDA column-sum scratch, FlashAttention's split-KV buffer): what a test's buffers
  * left behind */
 static inline void test_add_held_(void *user, const void *ptr, size_t bytes, tlm_mem_tag tag, const char *name) {
-    static const char *const own[] = {"cpu.scratch", "cublaslt.workspace", "cuda.scratch", "cuda.flash_split"};
+    static const char *const own[] = {"cpu.scratch", "cublaslt.workspace", "cublaslt.side_workspace", "cuda.scratch",
+                                      "cuda.flash_split"};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
         if (strcmp(name, own[i]) == 0) return;
     *(size_t *)user += bytes;

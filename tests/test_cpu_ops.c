@@ -373,6 +373,11 @@ static void test_matmul(int N, int in, int out) {
     tlm_matmul_backward(be, NULL, dw2, c.R, c.x, c.w, N, in, out, tlm_precision_of_dtype(F32));
     check(max_abs_diff(dw, dw2, (size_t)out * in) == 0.0,
           "matmul N=%d in=%d out=%d backward with dx == NULL: same dW", N, in, out);
+    float *dx2 = alloc_floats((size_t)N * in);
+    poison(dx2, (size_t)N * in);
+    tlm_matmul_backward(be, dx2, NULL, c.R, c.x, c.w, N, in, out, tlm_precision_of_dtype(F32));
+    check(max_abs_diff(dx, dx2, (size_t)N * in) == 0.0,
+          "matmul N=%d in=%d out=%d backward with dw == NULL: same dx", N, in, out);
     free(want);
 }
 
@@ -1108,6 +1113,10 @@ static void test_matmul_lowp(int N, int in, int out, tlm_dtype dt) {
     tlm_matmul_backward(be, NULL, dw2, dy, x, w, N, in, out, tlm_precision_of_dtype(dt));
     check(max_abs_diff(dw, dw2, nw) == 0.0,
           "%s matmul N=%d in=%d out=%d backward with dx == NULL: same dW", dt_name(dt), N, in, out);
+    void *dx2 = alloc_dt(nx, dt);
+    tlm_matmul_backward(be, dx2, NULL, dy, x, w, N, in, out, tlm_precision_of_dtype(dt));
+    check(memcmp(dx, dx2, nx * tlm_dtype_size(dt)) == 0,
+          "%s matmul N=%d in=%d out=%d backward with dw == NULL: same dx", dt_name(dt), N, in, out);
 }
 
 static void test_rope_lowp(int B, int T, int nheads, int D, int extra_columns, tlm_dtype dt) {

@@ -473,6 +473,11 @@ static void case_matmul(const tcase *t) {
             ON_BOTH(what, t->tag, tlm_matmul_backward(be_, NULL, FP(dw2), P(dy), P(x), P(w), N, in, out, pm));
             compare(what, t->tag, &dw2, t->tol);
             tb_free(&dw2);
+            tbuf dx2 = tb_poison((size_t)N * in, dt); /* dw == NULL: only dx (the side stream's split) */
+            snprintf(what, sizeof what, "matmul_backward %dx%d (dw NULL)", in, out);
+            ON_BOTH(what, t->tag, tlm_matmul_backward(be_, P(dx2), NULL, P(dy), P(x), P(w), N, in, out, pm));
+            compare(what, t->tag, &dx2, t->tol);
+            tb_free(&dx2);
         }
         TB_FREE(&x, &w, &y, &dy, &dx, &dw);
     }

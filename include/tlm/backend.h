@@ -48,6 +48,10 @@ typedef struct tlm_event {
     double host_ms;
 } tlm_event;
 
+/* A point in the side stream's work (tlm_side_end); TLM_SIDE_ALL: all of it so far. */
+typedef int tlm_side_mark;
+#define TLM_SIDE_ALL (-1)
+
 /* What a backend implements. Memory: raw allocation for the tracked allocator (never called by
  * anyone else). Streams and events may be NULL where the backend has one synchronous queue (the
  * generic code then gives host-clock events). Graphs NULL: no graphs. */
@@ -77,6 +81,12 @@ typedef struct tlm_backend_iface {
     void *(*graph_end)(tlm_backend *be);
     void (*graph_launch)(tlm_backend *be, void *graph);
     void (*graph_destroy)(tlm_backend *be, void *graph);
+
+    /* the side stream (below); all NULL: none, the side's ops run in place */
+    bool (*side_available)(tlm_backend *be);
+    bool (*side_begin)(tlm_backend *be);     /* false: not now (the ops then run in place) */
+    tlm_side_mark (*side_end)(tlm_backend *be);
+    void (*side_join)(tlm_backend *be, tlm_side_mark mark);
 
     void (*destroy)(tlm_backend *be); /* frees impl; the generic part frees the rest */
 } tlm_backend_iface;
@@ -164,6 +174,29 @@ void tlm_event_record(tlm_backend *be, tlm_event *e, tlm_stream *s);
 void tlm_stream_wait_event(tlm_backend *be, tlm_stream *s, tlm_event *e);
 /* Milliseconds between two recorded events; waits for `end` to complete. */
 double tlm_event_elapsed_ms(tlm_backend *be, tlm_event *start, tlm_event *end);
+
+/* ---- the side stream: work off the critical path ----------------------------------------------
+ * Ops issued between tlm_side_begin and tlm_side_end run on a second stream beside the compute
+ * stream, after everything issued on the compute stream before tlm_side_begin; nothing on the
+ * compute stream waits for them until tlm_side_join. The backward issues its weight-gradient GEMMs
+ * there (backward.c): nothing on the critical path needs them, and they fill the SMs that its small
+ * kernels leave idle. Only GEMMs may run there: every other kernel shares the backend's scratch
+ * (CUDA: the side stream has a cuBLASLt workspace of its own, 32 MiB, allocated at its first use and
+ * counted as TLM_MEM_WORKSPACE "cublaslt.side_workspace").
+ * The caller joins the side's work before anything overwrites what it reads, before its outputs are
+ * read, and before a captured pass ends (a CUDA graph's side branch must rejoin the compute stream).
+ *   tlm_side_available: whether the backend runs side work concurrently: false on the CPU (one
+ *     synchronous queue), with TLM_SIDE_STREAM=0 at the backend's creation, or after the side stream
+ *     could not be set up; then begin, end and join do nothing and the ops run in place.
+ *   tlm_side_begin: nesting is a programming error (fatal).
+ *   tlm_side_end: the ops go back to the compute stream; returns a mark of the side's work so far
+ *     (0 where nothing ran on the side).
+ *   tlm_side_join(be, mark): the compute stream waits for the side's work up to `mark` (TLM_SIDE_ALL:
+ *     all of it). Marks are joined in any order; joining one joins every earlier one. */
+bool tlm_side_available(tlm_backend *be);
+void tlm_side_begin(tlm_backend *be);
+tlm_side_mark tlm_side_end(tlm_backend *be);
+void tlm_side_join(tlm_backend *be, tlm_side_mark mark);
 
 /* ---- CUDA graphs ---------------------------------------------------------------------------------
  * A pass as a CUDA graph: the first run with a key runs eagerly (it warms the GEMM plan cache),

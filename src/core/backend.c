@@ -135,6 +135,30 @@ double tlm_event_elapsed_ms(tlm_backend *be, tlm_event *start, tlm_event *end) {
     return end->host_ms - start->host_ms;
 }
 
+/* ---- the side stream ------------------------------------------------------------------------------------ */
+
+bool tlm_side_available(tlm_backend *be) { return be->iface->side_available && be->iface->side_available(be); }
+
+/* side_active: a side section is open and its ops go to the side stream (false: they run in place) */
+void tlm_side_begin(tlm_backend *be) {
+    if (be->state->side_open) tlm_fatal("tlm_side_begin: a side section is already open");
+    be->state->side_open = true;
+    be->state->side_active = be->iface->side_begin && be->iface->side_begin(be);
+}
+
+tlm_side_mark tlm_side_end(tlm_backend *be) {
+    if (!be->state->side_open) tlm_fatal("tlm_side_end: no side section is open");
+    be->state->side_open = false;
+    if (!be->state->side_active) return 0;
+    be->state->side_active = false;
+    return be->iface->side_end(be);
+}
+
+void tlm_side_join(tlm_backend *be, tlm_side_mark mark) {
+    if (be->state->side_open) tlm_fatal("tlm_side_join: inside a side section");
+    if (be->iface->side_join) be->iface->side_join(be, mark);
+}
+
 /* ---- CUDA graphs ---------------------------------------------------------------------------------------- */
 
 bool tlm_backend_has_graphs(const tlm_backend *be) { return be->iface->graph_begin != NULL; }

@@ -39,6 +39,9 @@ struct tlm_backend_state {
     int num_hooks;
     tlm_scope scope;
     char step_name[32], layer_name[32];
+
+    /* the side stream (backend.c): a section is open; its ops go to the side stream */
+    bool side_open, side_active;
 };
 
 double tlm_host_clock_us(void);               /* backend.c: CLOCK_MONOTONIC in microseconds */

@@ -49,7 +49,7 @@ void tlm_cpu_matmul_backward(tlm_backend *be, void *dx, float *dw, const void *d
         float *s = tlm_cpu_scratch(be, (ny + nx + (dx ? nw : 0)) * sizeof(float),
                                    "matmul_backward");
         tlm_cpu_to_f32(s, dy, ny, dt);
-        tlm_cpu_to_f32(s + ny, x, nx, dt);
+        if (dw) tlm_cpu_to_f32(s + ny, x, nx, dt);
         if (dx) tlm_cpu_to_f32(s + ny + nx, w, nw, dt);
         dyf = s;
         xf = s + ny;
@@ -57,8 +57,9 @@ void tlm_cpu_matmul_backward(tlm_backend *be, void *dx, float *dw, const void *d
         dxf = s + ny;
     }
     /* dW (out,in) float32 = dy^T (out,N) . x (N,in) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N,
-                1.0f, dyf, out, xf, in, 0.0f, dw, in);
+    if (dw)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N,
+                    1.0f, dyf, out, xf, in, 0.0f, dw, in);
     /* dx (N,in) = dy (N,out) . W (out,in) */
     if (dx) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out,

@@ -1,7 +1,7 @@
 /* backend_cuda.cu — the CUDA backend: the device (which ops, dtypes and d_heads it has kernels
  * for), stream-ordered device memory (cudaMallocAsync / cudaFreeAsync on the compute stream: a free
- * never synchronizes), the compute stream every op and copy runs on, more streams and CUDA events
- * for timing and ordering, CUDA graph capture, a cuBLASLt handle with a 32 MiB workspace, and the
+ * never synchronizes), the compute stream every op and copy runs on, the side stream for work off
+ * the critical path, more streams and CUDA events for timing and ordering, CUDA graph capture, a cuBLASLt handle with a 32 MiB workspace, and the
  * table of ops (kernels in src/cuda/<op>.cu, GEMMs through cuBLASLt in matmul.cu). NVTX ranges come
  * from the hook in nvtx.cu, installed here. */
 #include <stdio.h>
@@ -109,9 +109,11 @@ static tlm_status create_handle(Obj **out, const char *what, Create &&create) {
     return TLM_OK;
 }
 
+/* at the compute stream's priority */
 static tlm_status cuda_stream_create(tlm_backend *be, tlm_stream **out) {
-    return create_handle(out, "a CUDA stream", [](void **h) {
-        return cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t *>(h), cudaStreamNonBlocking);
+    const int priority = tlm_cuda_of(be)->priority_high;
+    return create_handle(out, "a CUDA stream", [priority](void **h) {
+        return cudaStreamCreateWithPriority(reinterpret_cast<cudaStream_t *>(h), cudaStreamNonBlocking, priority);
     });
 }
 
@@ -155,7 +157,8 @@ static void *cuda_graph_end(tlm_backend *be) {
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
     cudaError_t e = cudaStreamEndCapture(tlm_cuda_stream(be), &graph);
-    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+    /* the kernels keep the priority of the stream they were captured on (the side stream's lower) */
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
     if (graph) cudaGraphDestroy(graph);
     if (e != cudaSuccess) {
         cudaGetLastError(); /* clear it: the ops run uncaptured instead */
@@ -173,13 +176,77 @@ static void cuda_graph_destroy(tlm_backend *be, void *graph) {
     if (graph) TLM_CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
 }
 
+/* ---- the side stream (backend.h): the compute stream's work forks to it and joins back by events -------- */
+
+static bool cuda_side_available(tlm_backend *be) { return tlm_cuda_of(be)->side_state >= 0; }
+
+/* the side stream, its events and its cuBLASLt workspace, at the first side section (never while
+ * a graph is being captured: the allocation would become part of it; that section runs in place) */
+static bool side_setup(tlm_backend *be) {
+    tlm_cuda *cu = tlm_cuda_of(be);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    TLM_CUDA_CHECK(cudaStreamIsCapturing(cu->compute_stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return false;
+    cudaError_t e = cudaStreamCreateWithPriority(&cu->side_stream, cudaStreamNonBlocking, cu->priority_low);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&cu->side_fork, cudaEventDisableTiming);
+    for (int i = 0; i < TLM_CUDA_SIDE_MARKS && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&cu->side_marks[i], cudaEventDisableTiming);
+    if (e == cudaSuccess)
+        cu->side_workspace = tlm_alloc(be, TLM_CUDA_WORKSPACE_BYTES, TLM_MEM_WORKSPACE, "cublaslt.side_workspace");
+    if (e != cudaSuccess || !cu->side_workspace) { /* the side's ops run in place from now on */
+        (void)cudaGetLastError();
+        fprintf(stderr, "tlm: the side stream could not be set up (%s): the weight-gradient GEMMs stay on the "
+                        "compute stream\n", e != cudaSuccess ? cudaGetErrorString(e) : tlm_last_error());
+        cu->side_state = -1;
+        return false;
+    }
+    cu->side_state = 1;
+    return true;
+}
+
+static bool cuda_side_begin(tlm_backend *be) {
+    tlm_cuda *cu = tlm_cuda_of(be);
+    if (cu->side_state < 0 || (cu->side_state == 0 && !side_setup(be))) return false;
+    TLM_CUDA_CHECK(cudaEventRecord(cu->side_fork, cu->compute_stream));
+    TLM_CUDA_CHECK(cudaStreamWaitEvent(cu->side_stream, cu->side_fork, 0));
+    cu->stream = cu->side_stream;
+    cu->workspace = cu->side_workspace;
+    return true;
+}
+
+static void cuda_side_join(tlm_backend *be, tlm_side_mark mark) {
+    tlm_cuda *cu = tlm_cuda_of(be);
+    if (cu->side_state <= 0) return;
+    if (mark == TLM_SIDE_ALL || mark > cu->side_last) mark = cu->side_last;
+    if (mark <= cu->side_joined) return;
+    TLM_CUDA_CHECK(cudaStreamWaitEvent(cu->compute_stream, cu->side_marks[mark % TLM_CUDA_SIDE_MARKS], 0));
+    cu->side_joined = mark;
+}
+
+static tlm_side_mark cuda_side_end(tlm_backend *be) {
+    tlm_cuda *cu = tlm_cuda_of(be);
+    const int mark = cu->side_last + 1;
+    /* the slot's earlier mark must be waited for before its event is recorded again */
+    if (mark - cu->side_joined > TLM_CUDA_SIDE_MARKS) cuda_side_join(be, mark - TLM_CUDA_SIDE_MARKS);
+    TLM_CUDA_CHECK(cudaEventRecord(cu->side_marks[mark % TLM_CUDA_SIDE_MARKS], cu->side_stream));
+    cu->side_last = mark;
+    cu->stream = cu->compute_stream;
+    cu->workspace = cu->compute_workspace;
+    return mark;
+}
+
 static void cuda_destroy(tlm_backend *be) {
     tlm_cuda *cu = tlm_cuda_of(be);
     if (!cu) return;
-    if (cu->stream) TLM_CUDA_CHECK(cudaStreamSynchronize(cu->stream));
+    if (cu->side_stream) TLM_CUDA_CHECK(cudaStreamSynchronize(cu->side_stream));
+    if (cu->compute_stream) TLM_CUDA_CHECK(cudaStreamSynchronize(cu->compute_stream));
     tlm_cuda_matmul_cache_destroy(cu);
     if (cu->lt) TLM_CUBLAS_CHECK(cublasLtDestroy(cu->lt));
-    if (cu->stream) TLM_CUDA_CHECK(cudaStreamDestroy(cu->stream));
+    if (cu->side_fork) TLM_CUDA_CHECK(cudaEventDestroy(cu->side_fork));
+    for (int i = 0; i < TLM_CUDA_SIDE_MARKS; i++)
+        if (cu->side_marks[i]) TLM_CUDA_CHECK(cudaEventDestroy(cu->side_marks[i]));
+    if (cu->side_stream) TLM_CUDA_CHECK(cudaStreamDestroy(cu->side_stream));
+    if (cu->compute_stream) TLM_CUDA_CHECK(cudaStreamDestroy(cu->compute_stream));
     free(cu);
     be->impl = NULL;
 }
@@ -206,6 +273,10 @@ static const tlm_backend_iface cuda_iface = {
     cuda_graph_end,
     cuda_graph_launch,
     cuda_graph_destroy,
+    cuda_side_available,
+    cuda_side_begin,
+    cuda_side_end,
+    cuda_side_join,
     cuda_destroy,
 };
 
@@ -265,7 +336,17 @@ extern "C" tlm_status tlm_backend_cuda_create(tlm_backend **out, int gpu) {
                      cu->device_name);
         goto fail;
     }
-    CREATE_TRY(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking));
+    { /* TLM_SIDE_STREAM=0: the backward's weight-gradient GEMMs stay on the compute stream */
+        const char *side = getenv("TLM_SIDE_STREAM");
+        cu->side_state = side && side[0] == '0' && side[1] == 0 ? -1 : 0;
+    }
+    /* with a side stream, the compute stream (and the communication streams) take the device's
+     * highest priority and the side stream its lowest: where both have blocks waiting for an SM,
+     * the critical path's go first; without one, every stream has the default priority */
+    CREATE_TRY(cudaDeviceGetStreamPriorityRange(&cu->priority_low, &cu->priority_high));
+    if (cu->side_state < 0) cu->priority_high = cu->priority_low = 0;
+    CREATE_TRY(cudaStreamCreateWithPriority(&cu->compute_stream, cudaStreamNonBlocking, cu->priority_high));
+    cu->stream = cu->compute_stream;
     bs = cublasLtCreate(&cu->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         cu->lt = NULL;
@@ -275,6 +356,7 @@ extern "C" tlm_status tlm_backend_cuda_create(tlm_backend **out, int gpu) {
     /* through the tracked allocator, now that the stream exists */
     cu->workspace = tlm_alloc(be, TLM_CUDA_WORKSPACE_BYTES, TLM_MEM_WORKSPACE, "cublaslt.workspace");
     cu->workspace_bytes = TLM_CUDA_WORKSPACE_BYTES;
+    cu->compute_workspace = cu->workspace;
     cu->scratch = (float *)tlm_alloc(be, TLM_CUDA_SCRATCH_BYTES, TLM_MEM_WORKSPACE, "cuda.scratch");
     cu->scratch_floats = TLM_CUDA_SCRATCH_BYTES / sizeof(float);
     if (!cu->workspace || !cu->scratch) {

@@ -51,6 +51,7 @@ static inline void tlm_cublas_check_(cublasStatus_t s, const char *what, const c
 /* ---- backend-private state ---------------------------------------------------------------- */
 
 #define TLM_CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace: 32 MiB */
+#define TLM_CUDA_SIDE_MARKS 16 /* side-stream marks in flight (not yet joined) */
 #define TLM_CUDA_SCRATCH_BYTES ((size_t)8 << 20)    /* partial sums of column reductions: 8 MiB */
 
 struct tlm_cuda_matmul_cache; /* matmul.cu: descriptors, layouts and algorithms per GEMM shape */
@@ -59,10 +60,21 @@ typedef struct tlm_cuda {
     int device;
     int num_sms;
     char device_name[192];           /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" */
-    cudaStream_t stream;             /* every op and copy runs on it, in order */
+    cudaStream_t stream;             /* where ops run now: the compute stream, or inside a side
+                                        section (backend.h) the side stream */
+    cudaStream_t compute_stream;     /* every op and copy runs on it, in order */
     cublasLtHandle_t lt;
-    void *workspace;                 /* (TLM_CUDA_WORKSPACE_BYTES) cuBLASLt's; tlm_alloc'd */
+    void *workspace;                 /* (TLM_CUDA_WORKSPACE_BYTES) cuBLASLt's, of the stream ops run on */
     size_t workspace_bytes;
+    void *compute_workspace;         /* the compute stream's; tlm_alloc'd at creation */
+    /* the side stream (backend.h, backend_cuda.cu): set up at its first use */
+    int side_state;                  /* 0 not yet set up, 1 ready, -1 off (TLM_SIDE_STREAM=0 or setup failed) */
+    cudaStream_t side_stream;
+    void *side_workspace;            /* (TLM_CUDA_WORKSPACE_BYTES) tlm_alloc'd */
+    cudaEvent_t side_fork;           /* the compute stream's point a side section starts after */
+    cudaEvent_t side_marks[TLM_CUDA_SIDE_MARKS]; /* mark m is side_marks[m % TLM_CUDA_SIDE_MARKS] */
+    int side_last, side_joined;      /* the last mark made, the last the compute stream waits for */
+    int priority_high, priority_low; /* the compute and side streams' priorities (0, 0 without a side stream) */
     float *scratch;                  /* (TLM_CUDA_SCRATCH_BYTES / 4) per-block partial sums */
     size_t scratch_floats;
     float *flash_split;              /* (flash_split_floats) FlashAttention's split-KV partials, made by

@@ -490,6 +490,7 @@ void tlm_cuda_matmul_backward(tlm_backend *be, void *dx, float *dw, const void *
         tlm_cuda_gemm(be, "matmul_backward", false, false, N, in, out, 1.0f, dy, out, 0, w, in, 0, dt, 0.0f, NULL, dx,
                       in, 0, dt, 1, tf32);
     /* dW (out,in) float32 = dy^T (out,N) . x (N,in) */
-    tlm_cuda_gemm(be, "matmul_backward", true, false, out, in, N, 1.0f, dy, out, 0, x, in, 0, dt, 0.0f, NULL, dw, in,
-                  0, TLM_DTYPE_F32, 1, tf32);
+    if (dw)
+        tlm_cuda_gemm(be, "matmul_backward", true, false, out, in, N, 1.0f, dy, out, 0, x, in, 0, dt, 0.0f, NULL, dw,
+                      in, 0, TLM_DTYPE_F32, 1, tf32);
 }

@@ -1,14 +1,32 @@
 /* backward.c — the backward pass of the CS336 model, written once for every backend: from the
  * gradient of the mean loss to every parameter gradient, each line one op through the dispatch
- * (ops.h). Where a layer's gradients become ready: after the last op that writes them, the pass
- * announces the group (layout.h) to the model's grads_ready callback (model.h), then, with
- * optimizer-in-backward, takes the group's AdamW update. With recompute, a block's backward first
- * re-runs what its forward did not keep. */
+ * (ops.h). The weight gradients' GEMMs run on the side stream where the backend has one (backend.h:
+ * linear_backward, joined before their inputs are overwritten). Where a layer's gradients become
+ * ready: after the last op that writes them (and the side's work joined), the pass announces the
+ * group (layout.h) to the model's grads_ready callback (model.h), then, with optimizer-in-backward,
+ * takes the group's AdamW update. With recompute, a block's backward first re-runs what its
+ * forward did not keep. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/activations.h"
 #include "model/model_internal.h"
+
+/* A linear layer's backward: dx = dy W on the compute stream, then, where the backend has a side
+ * stream (backend.h), dW = dy^T x on it, off the critical path. Returns the mark the caller joins
+ * before anything overwrites dy or x and before dW's group is announced (0: dW already done in place,
+ * one op as before). */
+static tlm_side_mark linear_backward(tlm_backend *be, void *dx, float *dw, const void *dy, const void *x,
+                                     const void *w, int N, int in, int out, tlm_precision p) {
+    if (!tlm_side_available(be)) {
+        tlm_matmul_backward(be, dx, dw, dy, x, w, N, in, out, p);
+        return 0;
+    }
+    tlm_matmul_backward(be, dx, NULL, dy, x, w, N, in, out, p);
+    tlm_side_begin(be);
+    tlm_matmul_backward(be, NULL, dw, dy, x, w, N, in, out, p);
+    return tlm_side_end(be);
+}
 
 /* group i of m->layout.groups (in completion order) is complete */
 static void grads_ready(tlm_model *m, int i) {
@@ -44,10 +62,11 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
     group_begins(m, group);
     /* loss = mean over N positions: dlogits = scale * (softmax - onehot) / N, in place */
     tlm_cross_entropy_backward(be, a->logits, a->logits, a->lse, a->targets, n, V, scale / (float)n, dt);
-    tlm_matmul_backward(be, a->d_tmp, m->g.lm_head, a->logits, a->ln_f, tlm_gemm_w(m, m->w.lm_head), n, C, V, pm);
+    linear_backward(be, a->d_tmp, m->g.lm_head, a->logits, a->ln_f, tlm_gemm_w(m, m->w.lm_head), n, C, V, pm);
     tlm_memset_zero(be, a->d_resid, N * C * sizeof(float));
     tlm_rmsnorm_backward(be, a->d_resid, m->g.ln_final, a->d_tmp, a->x_final, m->w.ln_final, a->ln_f_rstd, n, C, NULL,
                          dt);
+    tlm_side_join(be, TLM_SIDE_ALL);
     grads_ready(m, group++); /* ln_final, lm_head */
     /* d_resid (float32) holds the gradient of the current block's output, walking down the layers;
      * d_resid_lp is its GEMM-operand copy: written with it by the blocks' rmsnorm backwards (dx_lp),
@@ -62,14 +81,23 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
         group_begins(m, group);
         if (m->run.recompute == TLM_RECOMPUTE_BLOCK) tlm_block_forward(m, l, false); /* from the kept input */
         /* feed-forward branch */
+        /* the weight gradients' GEMMs run on the side stream (linear_backward), each joined before its dy
+         * is overwritten: w2's and out_proj's (d_resid_lp) by the rmsnorm backwards, w13's (d_w13_out) by
+         * the attention backward (d_qkv shares its bytes, activations.c); qkv's before the group is
+         * announced */
         if (lowp && l == L - 1) tlm_cast(be, a->d_resid_lp, a->d_resid, N * C, dt);
-        tlm_matmul_backward(be, a->d_g, g->w2, a->d_resid_lp, x->g, tlm_gemm_w(m, w->w2), n, F, C, pm);
+        const tlm_side_mark w2_done = linear_backward(be, a->d_g, g->w2, a->d_resid_lp, x->g, tlm_gemm_w(m, w->w2),
+                                                      n, F, C, pm);
         tlm_swiglu_backward(be, a->d_ab, a->d_g, x->ab, n, F, dt);
-        tlm_matmul_backward(be, a->d_tmp, g->w13, a->d_ab, x->ln2, tlm_gemm_w(m, w->w13), n, C, 2 * F, pm);
+        const tlm_side_mark w13_done = linear_backward(be, a->d_tmp, g->w13, a->d_ab, x->ln2, tlm_gemm_w(m, w->w13),
+                                                       n, C, 2 * F, pm);
+        tlm_side_join(be, w2_done);
         tlm_rmsnorm_backward(be, a->d_resid, g->ln2, a->d_tmp, x->h, w->ln2, x->ln2_rstd, n, C,
                              lowp ? a->d_resid_lp : NULL, dt);
         /* attention branch */
-        tlm_matmul_backward(be, a->d_tmp, g->out_proj, a->d_resid_lp, x->att, tlm_gemm_w(m, w->out_proj), n, C, C, pm);
+        const tlm_side_mark out_done = linear_backward(be, a->d_tmp, g->out_proj, a->d_resid_lp, x->att,
+                                                       tlm_gemm_w(m, w->out_proj), n, C, C, pm);
+        tlm_side_join(be, w13_done);
         if (m->run.attention == TLM_ATTENTION_FLASH) { /* recomputes P from the forward's out and lse */
             tlm_flash_attention_backward(be, a->d_qkv, tlm_at(a->d_qkv, C, dt), tlm_at(a->d_qkv, 2 * C, dt),
                                          a->flash_workspace, a->d_tmp, x->qkv, tlm_at(x->qkv, C, dt),
@@ -85,9 +113,11 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
                                    B, T, H, D, pm);
         }
         tlm_rope_backward(be, a->d_qkv, m->rope_cos, m->rope_sin, B, T, 2 * H, D, 3 * C, dt);
-        tlm_matmul_backward(be, a->d_tmp, g->qkv, a->d_qkv, x->ln1, tlm_gemm_w(m, w->qkv), n, C, 3 * C, pm);
+        linear_backward(be, a->d_tmp, g->qkv, a->d_qkv, x->ln1, tlm_gemm_w(m, w->qkv), n, C, 3 * C, pm);
+        tlm_side_join(be, out_done);
         tlm_rmsnorm_backward(be, a->d_resid, g->ln1, a->d_tmp, x->x, w->ln1, x->ln1_rstd, n, C,
                              lowp && l > 0 ? a->d_resid_lp : NULL, dt); /* block l - 1's operand */
+        tlm_side_join(be, TLM_SIDE_ALL);
         tlm_layer_end(be);
         grads_ready(m, group++); /* layer l */
     }
