@@ -276,6 +276,7 @@ static void test_resolve_foreign(void) {
  * kernels), the naive attention (scores 20 us, softmax 50 us, final 20 us), an rmsnorm (30 us);
  * backward: gemm_big 6 x 100 us and `bwd_other` us of elementwise work; optimizer: adamw 200 us.
  * The warm-up step has a 1 s kernel that would lead everything if it were counted. */
+static bool synthetic_overlap; /* bwd_other runs beside the backward's GEMMs (a side stream) */
 static tlm_profile *synthetic(int64_t bwd_other) {
     tlm_profile *p;
     die_on(tlm_profile_create(&p), "profile");
@@ -307,9 +308,11 @@ static tlm_profile *synthetic(int64_t bwd_other) {
         add_act(p, "attn_final_gemm", TLM_PROF_KERNEL, t + 90000, 20, attn, fm, TLM_PHASE_FORWARD, 0, st, false, 0, 0);
         add_act(p, "rmsnorm_k", TLM_PROF_KERNEL, t + 120000, 30, norm, -1, TLM_PHASE_FORWARD, -1, st, false, 0, 0);
         t += 1000000;
+        const int64_t bwd_start = t;
         for (int k = 0; k < 6; k++, t += 200000)
             add_act(p, "gemm_big", TLM_PROF_KERNEL, t, 100, bwd, -1, TLM_PHASE_BACKWARD, 1, st, false, 0, 0);
-        add_act(p, "bwd_other", TLM_PROF_KERNEL, t, bwd_other, -1, -1, TLM_PHASE_BACKWARD, 1, st, false, 0, 0);
+        add_act(p, "bwd_other", TLM_PROF_KERNEL, synthetic_overlap ? bwd_start : t, bwd_other, -1, -1,
+                TLM_PHASE_BACKWARD, 1, st, false, 0, 0);
         t += bwd_other * 1000 + 1000;
         add_act(p, "adamw", TLM_PROF_KERNEL, t, 200, upd, -1, TLM_PHASE_OPTIMIZER, -1, st, false, 0, 0);
     }
@@ -403,6 +406,21 @@ static void test_synthetic_findings(void) {
     check(!s.findings.same_leader && s.findings.fb_leader && strcmp(s.findings.fb_leader, "bwd_other") == 0 &&
               says(&s.findings, "another kernel leads forward + backward: bwd_other"),
           "finding: with 2 ms of backward elementwise work, bwd_other leads forward + backward");
+    check(!says(&s.findings, "overlap"), "finding: no overlap said where the backward's kernels run one after another");
+    tlm_prof_summary_free(&s);
+    tlm_profile_free(p);
+
+    /* the same 1 ms beside the backward's GEMMs (a side stream): 1.6 ms of kernels in a 1.1 ms span */
+    synthetic_overlap = true;
+    p = synthetic(1000);
+    synthetic_overlap = false;
+    die_on(tlm_profile_summarize(p, &ctx, &s), "summarize");
+    check(near(s.phase[TLM_PHASE_BACKWARD].busy_us, 1600) && near(s.phase[TLM_PHASE_BACKWARD].span_us, 1100) &&
+              says(&s.findings, "backward: kernels overlap on more than one stream: 1.600 ms of kernel time per step "
+                                "within 1.100 ms") &&
+              !says(&s.findings, "forward: kernels overlap"),
+          "finding: overlapping backward kernels (%.0f us in a %.0f us span) are said to overlap, the forward not",
+          s.phase[TLM_PHASE_BACKWARD].busy_us, s.phase[TLM_PHASE_BACKWARD].span_us);
     tlm_prof_summary_free(&s);
     tlm_profile_free(p);
 }

@@ -382,6 +382,16 @@ static void findings(const tlm_profile *p, const filter *flt, const size_t *ix, 
     } else {
         say(f, "no backward pass profiled: forward + backward not compared");
     }
+    /* kernels that overlap (the backward's side stream, backend.h): say so, since a phase's shares are
+     * of its summed kernel time, which then exceeds the span */
+    for (int ph = TLM_PHASE_FORWARD; ph < TLM_PHASE_COUNT; ph++) {
+        const tlm_prof_phase_stats *st = &s->phase[ph];
+        if (st->kernels > 0 && st->span_us > 0 && st->busy_us > 1.01 * st->span_us)
+            say(f, "%s: %s overlap on more than one stream: %.3f ms of %s time per step within %.3f ms from first "
+                   "start to last end (%.2fx); its shares are of the summed %s time",
+                tlm_phase_name((tlm_phase)ph), units, st->busy_us * 1e-3, unit, st->span_us * 1e-3,
+                st->busy_us / st->span_us, unit);
+    }
     /* 4. the non-GEMM kernels that matter, over every profiled phase */
     const unsigned all = F | B | O;
     double total = 0, gemm = 0;
