@@ -1076,6 +1076,11 @@ static bool fa90_dq_bulk(void) {
     return mode == 1;
 }
 
+/* the backward's (head, batch) groups (fa90_block_of): 4 at d_head 64 (leaderboard backward, H100,
+ * alternating processes: 3.43-3.54 ms, mean 3.48, against 3.45-3.56, mean 3.52, with 1; faster in 5
+ * of 6 rounds: bench/results/h100-2026-11-24-issue17-final, calls 9 and 10), 1 (head by head) at the
+ * others (d_head 128: 5.53-5.65 with 4 against 5.49-5.58 with 1, call 9) */
+#define FA90_BWD_GROUP(D) ((D) == 64 ? 4 : 1)
 template <typename E, int D, bool TILED_DQ>
 static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void *dv, const void *dout, const void *q,
                                  const void *k, const void *v, const float *lse, const float *delta, int ld_qkv,
@@ -1096,7 +1101,7 @@ static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void 
     kernel<<<grid, FA90_THREADS, smem, tlm_cuda_stream(be)>>>(dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q,
                                                               (const E *)k, (const E *)v, lse, delta, ld_qkv, ld_out,
                                                               Tq, Tk, H, scale, FA90_LOG2E * scale, causal ? 1 : 0,
-                                                              fa90_group(1, H * B));
+                                                              fa90_group(FA90_BWD_GROUP(D), H * B));
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
