@@ -1,9 +1,9 @@
 /* backend_cuda.cu — the CUDA backend: the device (which ops, dtypes and d_heads it has kernels
  * for), stream-ordered device memory (cudaMallocAsync / cudaFreeAsync on the compute stream: a free
  * never synchronizes), the compute stream every op and copy runs on, the side stream for work off
- * the critical path, more streams and CUDA events for timing and ordering, CUDA graph capture, a cuBLASLt handle with a 32 MiB workspace, and the
- * table of ops (kernels in src/cuda/<op>.cu, GEMMs through cuBLASLt in matmul.cu). NVTX ranges come
- * from the hook in nvtx.cu, installed here. */
+ * the critical path, more streams and CUDA events for timing and ordering, CUDA graph capture, a
+ * cuBLASLt handle with a 32 MiB workspace, and the table of ops (kernels in src/cuda/<op>.cu, GEMMs
+ * through cuBLASLt in matmul.cu). NVTX ranges come from the hook in nvtx.cu, installed here. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -202,8 +202,8 @@ bool tlm_cuda_flash_backward_tf32(tlm_backend *be, float *dq, float *dk, float *
                                   const float *dout, const float *q, const float *k, const float *v,
                                   const float *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq, int Tk,
                                   int H, int D, bool causal);
-/* the Hopper forward (flash_attention_sm90.cu: wgmma, bf16/fp16, d_head 32, 64, 80 and 128; 32 not
- * yet run on a GPU): runs the forward op's work and returns true when it applies (a
+/* the Hopper forward (flash_attention_sm90.cu: wgmma, bf16/fp16, d_head 32, 64, 80 and 128): runs
+ * the forward op's work and returns true when it applies (a
  * compute-capability 9.x device, D 32, 64, 80 or 128, dt BF16 or F16, B*H*ceil(Tq/BR) blocks at
  * least 2/3 of the SM count (fa90_applies), BR 192 or 128, or TLM_FLASH_SM90=2; never with
  * TLM_FLASH_SM90=0); false, doing nothing, otherwise. Same arguments and semantics as the op; the
