@@ -339,7 +339,7 @@ class AdamW(torch.optim.Optimizer):
 
 FIELDS = ["impl", "model", "context_length", "batch_size", "precision", "pass",
           "fwd_ms_mean", "fwd_ms_std", "bwd_ms_mean", "bwd_ms_std", "opt_ms_mean", "opt_ms_std",
-          "tokens_per_s", "params", "peak_bytes", "reserved_bytes", "attention", "status"]
+          "tokens_per_s", "params", "peak_bytes", "reserved_bytes", "attention", "status", "profiled_kernels"]
 PASSES = ("forward", "forward-backward", "train")
 PRECISIONS = ("fp32", "tf32", "bf16")
 
@@ -373,12 +373,13 @@ def snapshot_path(args, name: str, T: int, precision: str, pass_: str) -> str:
 def run_config(args, name: str, T: int, precision: str, pass_: str) -> dict:
     dev = args.device
     cfg = make_config(name, context_length=T)
-    row = dict(impl="pytorch-compile" if args.compile else "pytorch-eager", model=name,
+    impl = "pytorch-compile" if args.compile else "pytorch-eager"
+    row = dict(impl=impl + ("+torch.profiler" if args.torch_profiler else ""), model=name,
                context_length=T, batch_size=args.batch_size, precision=precision, pass_=pass_,
                params=cfg.num_params(), attention=args.attention)
     set_precision(precision, dev)
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
-    model = fwd_model = opt = x = y = loss = None
+    model = fwd_model = opt = x = y = loss = prof = None
     try:
         if dev == "cuda":
             gc.collect()
@@ -395,6 +396,12 @@ def run_config(args, name: str, T: int, precision: str, pass_: str) -> dict:
         amp = (torch.autocast(device_type=dev, dtype=torch.bfloat16) if precision == "bf16"
                else torch.autocast(device_type=dev, enabled=False))
         times = {"fwd": [], "bwd": [], "opt": []}
+        if args.torch_profiler:  # the peer of `tlm profile --overhead`: every step traced (CPU ops, CUPTI)
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if dev == "cuda":
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            prof = torch.profiler.profile(activities=acts)
+            prof.__enter__()
         for i in range(args.warmup + args.steps):
             step = annotate(f"warmup step {i}" if i < args.warmup else f"step {i - args.warmup}")
             step.__enter__()
@@ -425,6 +432,10 @@ def run_config(args, name: str, T: int, precision: str, pass_: str) -> dict:
                 times["fwd"].append((t1 - t0) * 1e3)
                 times["bwd"].append((t2 - t1) * 1e3)
                 times["opt"].append((t3 - t2) * 1e3)
+        if prof is not None:  # the trace is collected here, after the timed steps
+            prof.__exit__(None, None, None)
+            row["profiled_kernels"] = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+            prof = None
         ran = {"fwd": True, "bwd": pass_ != "forward", "opt": pass_ == "train"}
         step_ms = 0.0
         for k in ("fwd", "bwd", "opt"):
@@ -446,7 +457,9 @@ def run_config(args, name: str, T: int, precision: str, pass_: str) -> dict:
     finally:
         if args.memory_snapshot and dev == "cuda":
             torch.cuda.memory._record_memory_history(enabled=None)
-        model = fwd_model = opt = x = y = loss = None  # drop the graph too (OOM in backward)
+        if prof is not None:
+            prof.__exit__(None, None, None)
+        model = fwd_model = opt = x = y = loss = prof = None  # drop the graph too (OOM in backward)
         gc.collect()
         if dev == "cuda":
             torch.cuda.empty_cache()
@@ -476,7 +489,9 @@ def header_lines(args) -> list:
         f"device {args.device} ({dev_name}), threads {torch.get_num_threads()}, date {now}",
         f"config: models {args.model}, context {args.context_length}, batch {args.batch_size}, "
         f"warmup {args.warmup}, steps {args.steps}, pass {args.pass_}, precision {args.precision}, "
-        f"compile {args.compile}, attention {args.attention}, seed {args.seed}",
+        f"compile {args.compile}, attention {args.attention}, seed {args.seed}"
+        + (", torch.profiler on (CPU and CUDA activities) from the first warm-up step to the last timed one"
+           if args.torch_profiler else ""),
         "times in ms per step, mean and population std (numpy ddof=0) over the timed steps; "
         "fwd = model(x) + loss, bwd = loss.backward(), opt = AdamW step + zero_grad; "
         "forward pass runs under no_grad; tokens/s = batch*context / (sum of the timed phases); "
@@ -560,6 +575,9 @@ def main(argv=None):
                    help="CUDA: record the memory history of each configuration and write its snapshot "
                         "(torch.cuda.memory._dump_snapshot; pytorch.org/memory_viz opens it) to FILE, the "
                         "configuration put before the extension when several run")
+    p.add_argument("--torch-profiler", action="store_true",
+                   help="run every step under torch.profiler (CPU and CUDA activities: Kineto on CUPTI), "
+                        "to measure its overhead beside an unprofiled run (the peer of `tlm profile --overhead`)")
     p.add_argument("--nvtx", action="store_true",
                    help="the seeds' NVTX (and torch.profiler) ranges: steps, phases, layers, attention stages "
                         "(for `tlm profile --exec` or nsys; eager mode)")

@@ -635,9 +635,19 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
  * d_head 80 of 64 and 16, at 32 one of 32; the rounding pass reads it back), double-buffered so
  * the add of one tile overlaps the next tile's products. Otherwise each warp adds its rows with
  * float4 atomics. The delta pre-pass and the dQ rounding post-pass are flash_attention.cu's.
- * TLM_FLASH_DQ_BULK=0 keeps the atomics everywhere (timing). */
+ * TLM_FLASH_DQ_BULK=0 keeps the atomics everywhere (timing).
+ * OWN (d_head 64 with the tiled dQ, the default there): each warpgroup computes the dQ partial of
+ * all D columns over its own 64 keys instead, dQ_i += scale dS[:, keys_w] K_w (SS m64n64 over 64
+ * keys: the same tensor work in half the instructions), so it reads only its own dS^T and the two
+ * warpgroups never wait for each other within a tile (a barrier of the warpgroup's 128 threads
+ * instead of the 256); the price is twice the bulk adds into the accumulator (16 KiB a warpgroup a
+ * tile), in one column block of 64. H100, alternating processes (bench/results/
+ * h100-2026-11-24-dq-own): leaderboard backward 3.35-3.46 ms against 3.44-3.57 without (6 rounds,
+ * two calls); flash-benchmarking's single head at seq 16384-65536, 4-8% faster. At d_head 32 (an
+ * m64n32 a warpgroup) it was 15-20% slower there, so d_head 32 keeps warpgroup 0's shared product.
+ * TLM_FLASH_DQ_OWN=0 turns it off (timing). */
 #define FA90_BWD_STAGES 3
-template <typename E, int D, bool TILED_DQ>
+template <typename E, int D, bool TILED_DQ, bool OWN>
 __global__ void __launch_bounds__(FA90_THREADS, 1)
     flash_bwd_sm90_kernel(float *__restrict__ dq_acc, E *__restrict__ dk, E *__restrict__ dv,
                           const E *__restrict__ dout, const E *__restrict__ q, const E *__restrict__ k,
@@ -653,7 +663,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
      * run; warpgroup 1 issues no dQ product and no bulk add); NS: ring slots (d_head 80, 128: the
      * shared memory allows 2) */
     constexpr int BC = 128, BR = 64, NS = D <= 64 ? FA90_BWD_STAGES : 2;
-    constexpr int DQ0 = D == 80 ? 64 : D == 32 ? 32 : D / 2, DQ1 = D - DQ0;
+    static_assert(!OWN || (TILED_DQ && D == 64), "OWN: d_head 64, tiled dQ");
+    constexpr int DQ0 = OWN ? D : D == 80 ? 64 : D == 32 ? 32 : D / 2, DQ1 = OWN ? D : D - DQ0;
     constexpr uint32_t KV_BYTES = BC * fa90_tile_cols(D) * 2, QT_BYTES = BR * fa90_tile_cols(D) * 2,
                        DS_BYTES = BC * BR * 2;
     extern __shared__ unsigned char fa90_smem_raw[];
@@ -664,7 +675,8 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     const uint32_t sdO = sQ + NS * QT_BYTES;  /* [NS] */
     const uint32_t sdS = sdO + NS * QT_BYTES; /* [2] dS^T: BC keys x BR queries, swizzled like a tile */
     const uint32_t sdQ = sdS + 2 * DS_BYTES;  /* TILED_DQ: [2] partials BR x DQ0 fp32, then [2] BR x DQ1 */
-    const uint32_t sL = sdQ + (TILED_DQ ? 2 * BR * D * 4 : 0); /* [NS][BR] fp32 logsumexp of the ring's tiles */
+    /* [NS][BR] fp32 logsumexp of the ring's tiles */
+    const uint32_t sL = sdQ + (TILED_DQ ? 2 * BR * (DQ0 + DQ1) * 4 : 0);
     const uint32_t sDelta = sL + NS * BR * 4; /* [NS][BR] fp32 delta */
     const uint32_t bars = sDelta + NS * BR * 4;
     const uint32_t kv_full = bars, q_full = bars + 8, q_empty = q_full + 8 * NS; /* 8 bytes each */
@@ -726,7 +738,7 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
      * C7520, "compiler-inserted WG.AR in divergent path") */
     bool dq_wide = true;
     if constexpr (DQ0 != DQ1) dq_wide = __shfl_sync(0xffffffffu, wg, 0) == 0;
-    float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D + (TILED_DQ ? wg * BR * DQ0 : 0);
+    float *dqa = dq_acc + ((int64_t)b * H + h) * Tq * D + (TILED_DQ && !OWN ? wg * BR * DQ0 : 0);
     const uint32_t sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128;
     /* TILED_DQ: [2] partials BR x dqc (warpgroup 1 at d_head 32: none; its address, past the region,
      * is never used) */
@@ -744,8 +756,11 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     const uint64_t dK0 = fa90_desc(sKw, 16, 1024), dV0 = fa90_desc(sVw, 16, 1024);
     /* dQ's B: K N-major, all 128 keys, from column wg DQ0 (d_head 128: a 64-column block of the
      * tile; 64: the half of the single block, 64 bytes into its swizzled rows; 80: block 0 whole,
-     * block 1's first 16 columns; 32: warpgroup 0 only, from the rows' start) */
-    const uint64_t dKn = D <= 64 ? fa90_desc(sK + wg * 64, BC * 128, 1024) : fa90_desc(sK + wg * BC * 128, BC * 128, 1024);
+     * block 1's first 16 columns; 32: warpgroup 0 only, from the rows' start); OWN: the warpgroup's
+     * own 64 keys, all columns */
+    const uint64_t dKn = OWN       ? fa90_desc(sKw, BC * 128, 1024)
+                         : D <= 64 ? fa90_desc(sK + wg * 64, BC * 128, 1024)
+                                   : fa90_desc(sK + wg * BC * 128, BC * 128, 1024);
 
     /* S^T = K_w Q^T and dP^T = V_w dO^T of query tile it_ (once its Q and dO are in the ring), issued
      * and committed */
@@ -850,18 +865,24 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         if (TILED_DQ && issuer) fa90_bulk_wait_read(); /* the partial two tiles back is read: its buffer is free */
         /* both warpgroups' dS^T are complete (the other buffer is free: each warpgroup finished reading
          * it before this barrier) */
-        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        if constexpr (OWN) { /* OWN: this warpgroup's dS^T is complete (it reads no other) */
+            if (wg == 0) asm volatile("bar.sync 2, 128;\n" ::: "memory");
+            else asm volatile("bar.sync 3, 128;\n" ::: "memory");
+        } else {
+            asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        }
         if (TILED_DQ && issuer && it > 0) /* the previous query tile's partial, stored by the whole warpgroup */
             fa90_bulk_reduce_add(dqa + (int64_t)(mb - 1) * BR * D, sdQw + ((it - 1) & 1) * BR * dqc * 4, BR * dqc * 4);
         /* dQ_i partial (BR queries x dqc: the warpgroup's columns) = dS (M-major from dS^T) K (N-major)
-         * over the 128 keys; at d_head 80 warpgroup 1's m64n16 product writes dqp[0..7] only, at 32
-         * warpgroup 1 issues none (no wgmma group: its waits below count the others only) */
+         * over the 128 keys (OWN: all columns over the warpgroup's 64 keys); at d_head 80 warpgroup 1's
+         * m64n16 product writes dqp[0..7] only, at 32 warpgroup 1 issues none (no wgmma group: its
+         * waits below count the others only) */
         float dqp[DQ0 / 2];
-        const uint64_t dS0 = fa90_desc(sdSb, 64 * 128, 1024);
+        const uint64_t dS0 = fa90_desc(OWN ? sdSw : sdSb, 64 * 128, 1024);
         if (dq_wide) {
             fa90_fence();
 #pragma unroll
-            for (int kk = 0; kk < BC / 16; kk++)
+            for (int kk = 0; kk < (OWN ? 64 : BC) / 16; kk++)
                 fa90_wgmma_ss<E, DQ0, true>(dqp, dS0 + 128 * kk, dKn + 128 * kk, kk > 0);
             fa90_commit();
         } else if constexpr (DQ1 > 0) { /* fence and commit in each branch: outside, ptxas injects a
@@ -1076,24 +1097,35 @@ static bool fa90_dq_bulk(void) {
     return mode == 1;
 }
 
+/* TLM_FLASH_DQ_OWN=0: the d_head-64 backward's warpgroups share their dQ products as at the other
+ * d_head (the kernel's OWN; side-by-side timing); read once */
+static bool fa90_dq_own(void) {
+    static int mode = -1;
+    if (mode < 0) {
+        const char *env = getenv("TLM_FLASH_DQ_OWN");
+        mode = !(env && strcmp(env, "0") == 0);
+    }
+    return mode == 1;
+}
+
 /* the backward's (head, batch) groups (fa90_block_of): 4 at d_head 64 (leaderboard backward, H100,
  * alternating processes: 3.43-3.54 ms, mean 3.48, against 3.45-3.56, mean 3.52, with 1; faster in 5
  * of 6 rounds: bench/results/h100-2026-11-24-issue17-final, calls 9 and 10), 1 (head by head) at the
  * others (d_head 128: 5.53-5.65 with 4 against 5.49-5.58 with 1, call 9) */
 #define FA90_BWD_GROUP(D) ((D) == 64 ? 4 : 1)
-template <typename E, int D, bool TILED_DQ>
+template <typename E, int D, bool TILED_DQ, bool OWN = false>
 static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void *dv, const void *dout, const void *q,
                                  const void *k, const void *v, const float *lse, const float *delta, int ld_qkv,
                                  int ld_out, int B, int Tq, int Tk, int H, bool causal) {
     const char *op = "flash_attention_backward";
-    constexpr auto kernel = flash_bwd_sm90_kernel<E, D, TILED_DQ>;
+    constexpr auto kernel = flash_bwd_sm90_kernel<E, D, TILED_DQ, OWN>;
     constexpr int NS = D <= 64 ? FA90_BWD_STAGES : 2, DS_TILES = 2;
     /* K, V, the (Q, dO) ring (tiles of fa90_tile_cols(D) columns), dS^T, the dQ partials (tiled:
-     * two of 64 x D fp32 a warpgroup pair), alignment, the ring's logsumexp and delta, the
-     * mbarriers: 226 KiB at d_head 128 (of the 227 a block may have), 202 KiB at 80, 131 KiB at 32
-     * (tiled; the ring's 3 slots as at 64) */
+     * two of 64 x D fp32 a warpgroup pair; OWN: two of 64 x D a warpgroup), alignment, the ring's
+     * logsumexp and delta, the mbarriers: 226 KiB at d_head 128 (of the 227 a block may have), 202
+     * KiB at 80, 179 KiB at 64 (OWN), 131 KiB at 32 (tiled; the ring's 3 slots as at 64) */
     const size_t smem = (size_t)(2 * 128 + 2 * NS * 64) * fa90_tile_cols(D) * sizeof(E) +
-                        (size_t)DS_TILES * 128 * 64 * sizeof(E) + (TILED_DQ ? 2 * 64 * D * 4 : 0) + 1024 +
+                        (size_t)DS_TILES * 128 * 64 * sizeof(E) + (TILED_DQ ? (OWN ? 4 : 2) * 64 * D * 4 : 0) + 1024 +
                         2 * NS * 64 * 4 + 8 * (1 + 2 * NS);
     tlm_cuda_set_smem<kernel>(op, smem);
     const float scale = 1.0f / sqrtf((float)D);
@@ -1113,7 +1145,9 @@ bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, 
     /* the tiled dQ layout needs whole 64-row tiles: a tile must not reach into the next head's rows */
     /* each warpgroup's column block (d_head 80: 64, then the other 16; 32: one block of all 32,
      * warpgroup 0's) */
-    *dq_tiled = Tq % 64 == 0 && fa90_dq_bulk() ? (D == 80 ? 64 : D == 32 ? 32 : D / 2) : 0;
+    /* (OWN, d_head 64: one block of all 64 columns, both warpgroups') */
+    const bool own = D == 64 && fa90_dq_own();
+    *dq_tiled = Tq % 64 == 0 && fa90_dq_bulk() ? (own ? D : D == 80 ? 64 : D == 32 ? 32 : D / 2) : 0;
 #define FA90_BWD_ARGS be, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B, Tq, Tk, H, causal
 #define FA90_BWD(E)                                                                                                   \
     do {                                                                                                              \
@@ -1123,6 +1157,7 @@ bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, 
         else if (D == 80) fa90_backward_launch<E, 80, false>(FA90_BWD_ARGS);                                         \
         else if (D == 32 && *dq_tiled) fa90_backward_launch<E, 32, true>(FA90_BWD_ARGS);                              \
         else if (D == 32) fa90_backward_launch<E, 32, false>(FA90_BWD_ARGS);                                         \
+        else if (*dq_tiled && own) fa90_backward_launch<E, 64, true, true>(FA90_BWD_ARGS);                           \
         else if (*dq_tiled) fa90_backward_launch<E, 64, true>(FA90_BWD_ARGS);                                        \
         else fa90_backward_launch<E, 64, false>(FA90_BWD_ARGS);                                                      \
     } while (0)
