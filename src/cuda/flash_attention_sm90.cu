@@ -1086,26 +1086,28 @@ bool tlm_cuda_flash_forward_sm90(tlm_backend *be, tlm_dtype dt, void *out, float
     return true;
 }
 
+/* a timing switch of the backward, on unless the environment sets `name` to "0"; read once into
+ * *cached (-1 until then) */
+static bool fa90_switch(const char *name, int *cached) {
+    if (*cached < 0) {
+        const char *env = getenv(name);
+        *cached = !(env && strcmp(env, "0") == 0);
+    }
+    return *cached == 1;
+}
+
 /* TLM_FLASH_DQ_BULK=0: the backward adds dQ by float4 atomics even where the tiled layout applies
- * (side-by-side timing); read once */
+ * (side-by-side timing) */
 static bool fa90_dq_bulk(void) {
     static int mode = -1;
-    if (mode < 0) {
-        const char *env = getenv("TLM_FLASH_DQ_BULK");
-        mode = !(env && strcmp(env, "0") == 0);
-    }
-    return mode == 1;
+    return fa90_switch("TLM_FLASH_DQ_BULK", &mode);
 }
 
 /* TLM_FLASH_DQ_OWN=0: the d_head-64 backward's warpgroups share their dQ products as at the other
- * d_head (the kernel's OWN; side-by-side timing); read once */
+ * d_head (the kernel's OWN; side-by-side timing) */
 static bool fa90_dq_own(void) {
     static int mode = -1;
-    if (mode < 0) {
-        const char *env = getenv("TLM_FLASH_DQ_OWN");
-        mode = !(env && strcmp(env, "0") == 0);
-    }
-    return mode == 1;
+    return fa90_switch("TLM_FLASH_DQ_OWN", &mode);
 }
 
 /* the backward's (head, batch) groups (fa90_block_of): 4 at d_head 64 (leaderboard backward, H100,
