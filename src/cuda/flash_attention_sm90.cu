@@ -642,10 +642,10 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
  * warpgroups never wait for each other within a tile (a barrier of the warpgroup's 128 threads
  * instead of the 256); the price is twice the bulk adds into the accumulator (16 KiB a warpgroup a
  * tile), in one column block of 64. H100, alternating processes (bench/results/
- * h100-2026-11-24-dq-own): leaderboard backward 3.35-3.46 ms against 3.44-3.57 without (6 rounds,
- * two calls); flash-benchmarking's single head at seq 16384-65536, 4-8% faster. At d_head 32 (an
- * m64n32 a warpgroup) it was 15-20% slower there, so d_head 32 keeps warpgroup 0's shared product.
- * TLM_FLASH_DQ_OWN=0 turns it off (timing). */
+ * h100-2026-11-24-dq-own): leaderboard backward faster in 8 of 8 rounds in three calls, by 0.8-5.4%
+ * (3.35-3.50 ms against 3.44-3.65); flash-benchmarking's single head at seq 16384-65536, 4-8%
+ * faster. At d_head 32 (an m64n32 a warpgroup) it was 15-20% slower there, so d_head 32 keeps
+ * warpgroup 0's shared product. TLM_FLASH_DQ_OWN=0 turns it off (timing). */
 #define FA90_BWD_STAGES 3
 template <typename E, int D, bool TILED_DQ, bool OWN>
 __global__ void __launch_bounds__(FA90_THREADS, 1)
