@@ -9,6 +9,8 @@
 # table, last.
 # Usage (on the GPU machine, from the repository root; carry [".devdeps"]):
 #   OUT=/some/dir bench/run-allreduce-device.sh
+# The device tool brings back at most 8 files of its $OUT: give OUT=/tmp/some/dir and tar that folder
+# into the tool's $OUT.
 # Files under $OUT: info.txt, build.log, tests.log, tlm-nccl-1.json (world size 1), tlm-nccl.json (2+
 #   GPUs), tlm-nccl-net.json (2+ GPUs, NCCL's network transport), tlm-mpi.json, torch-gloo.json,
 #   torch-nccl.json, tlm-mpi-alg-*.json, nccl-tests.txt, allreduce-side-by-side.md (the table)

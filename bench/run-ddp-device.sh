@@ -24,6 +24,8 @@
 #   OUT=/some/dir STAGES=modes bench/run-ddp-device.sh               # second call, and so on:
 #   OUT=/some/dir STAGES=zero,scale bench/run-ddp-device.sh; STAGES=torch ...; STAGES=table ...
 # (the build stays in build-gpu while the machine is held; a fresh machine needs `build` again).
+# The device tool brings back at most 8 files of its $OUT: give this script OUT=/tmp/some/dir and tar that
+# folder into the tool's $OUT (on 2026-11-24 a call that did not lost every DDP file).
 # Files under $OUT: info.txt, build.log, tests.log, tlm-1gpu.json, tlm-1gpu-graphs.json, tlm-modes-N.json,
 #   tlm-zero-N.json, tlm-scale-N.json, torch-ddp.json, ddp-side-by-side.md
 # env: MODEL (xl) CTX (256) BATCH (4: rows per rank) PRECISIONS (fp32,bf16) BUCKETS (1,10,100,1000,25)
@@ -67,6 +69,8 @@ tests_rc=0
 if stage test; then
   echo "== tests" | tee "$OUT/tests.log"
   run_test() { echo "-- $*" >> "$OUT/tests.log"; "$@" >> "$OUT/tests.log" 2>&1 || tests_rc=1; }
+  # a build tree made by another script (run-allreduce-device.sh builds only its own targets) may lack them
+  run_test cmake --build "$BUILD" -j "$(nproc)" --target test_gpu_ddp test_ddp
   for n in "${nprocs[@]}"; do run_test bash tests/test_comm_mpirun.sh "$n" "$BUILD/tests/test_gpu_ddp"; done
   run_test bash tests/test_comm_mpirun.sh 2 "$BUILD/tests/test_ddp"
   run_test bash tests/test_comm_mpirun.sh 4 "$BUILD/tests/test_ddp"
