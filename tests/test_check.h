@@ -59,15 +59,20 @@ static inline void die_on(tlm_status s, const char *what) {
     }
 }
 
-/* tracked bytes held other than the backend's own workspaces (the CPU ops' scratch, cuBLASLt's
- * workspaces, the CUDA column-sum scratch, FlashAttention's split-KV buffer): what a test's buffers
- * left behind */
-static inline void test_add_held_(void *user, const void *ptr, size_t bytes, tlm_mem_tag tag, const char *name) {
+/* whether a tracked allocation of this name is one of the backend's own workspaces, kept for the
+ * backend's life (some made at their first use): the CPU ops' scratch, cuBLASLt's workspaces, the
+ * CUDA column-sum scratch, FlashAttention's split-KV buffer */
+static inline bool test_backend_owns(const char *name) {
     static const char *const own[] = {"cpu.scratch", "cublaslt.workspace", "cublaslt.side_workspace", "cuda.scratch",
                                       "cuda.flash_split"};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
-        if (strcmp(name, own[i]) == 0) return;
-    *(size_t *)user += bytes;
+        if (strcmp(name, own[i]) == 0) return true;
+    return false;
+}
+
+/* tracked bytes held other than the backend's own workspaces: what a test's buffers left behind */
+static inline void test_add_held_(void *user, const void *ptr, size_t bytes, tlm_mem_tag tag, const char *name) {
+    if (!test_backend_owns(name)) *(size_t *)user += bytes;
 }
 static inline size_t test_bytes_held(const tlm_backend *be) {
     size_t n = 0;

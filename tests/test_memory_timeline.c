@@ -92,10 +92,8 @@ static void test_balance(void) {
     for (int i = 0; i < na; i++) {
         if (al[i].before) continue;
         /* the backend's own buffers made at first use stay: the CPU ops' scratch (it grows by
-         * reallocation), the CUDA side stream's cuBLASLt workspace (backend.h) */
-        if (al[i].free_event < 0 && strcmp(al[i].name, "cpu.scratch") != 0 &&
-            strcmp(al[i].name, "cublaslt.side_workspace") != 0)
-            unfreed++;
+         * reallocation), the CUDA side stream's cuBLASLt workspace (backend.h), ... */
+        if (al[i].free_event < 0 && !test_backend_owns(al[i].name)) unfreed++;
         if (al[i].free_event >= 0 && al[i].free_event <= al[i].alloc_event) order++;
     }
     check(ne > 100 && negative == 0 && bad_sum == 0,

@@ -1146,8 +1146,7 @@ bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, 
     if (!fa90_applies(be, D, dt, (int64_t)B * H * ((Tk + 127) / 128))) return false;
     /* the tiled dQ layout needs whole 64-row tiles: a tile must not reach into the next head's rows */
     /* each warpgroup's column block (d_head 80: 64, then the other 16; 32: one block of all 32,
-     * warpgroup 0's) */
-    /* (OWN, d_head 64: one block of all 64 columns, both warpgroups') */
+     * warpgroup 0's; OWN, d_head 64: one block of all 64 columns, both warpgroups') */
     const bool own = D == 64 && fa90_dq_own();
     *dq_tiled = Tq % 64 == 0 && fa90_dq_bulk() ? (own ? D : D == 80 ? 64 : D == 32 ? 32 : D / 2) : 0;
 #define FA90_BWD_ARGS be, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B, Tq, Tk, H, causal
