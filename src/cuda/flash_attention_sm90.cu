@@ -43,10 +43,14 @@
  * 1024 bytes of address).
  *
  * Environment: TLM_FLASH_SM90=0 sends every pass to the mma.sync kernels (side-by-side timing and
- * testing), TLM_FLASH_SM90=2 every pass they can take to these, whatever the grid (tests). */
+ * testing), TLM_FLASH_SM90=2 every pass they can take to these, whatever the grid (tests);
+ * TLM_FLASH_TMA=0 copies by cp.async where TMA would (timing, tests). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cuda.h> /* CUtensorMap; the encoder comes through the runtime (no link to libcuda) */
+#include <cudaTypedefs.h>
 
 #include "cuda/cuda_common.cuh"
 
@@ -162,6 +166,33 @@ __device__ __forceinline__ void fa90_wgmma_rs(float (&d)[N / 2], const uint32_t 
     }
 }
 
+/* d (64 x 64 fp32) = (scale_d ? d : 0) + A B; A (64 x 16) in registers as in fa90_wgmma_rs, B (64
+ * x 16 stored, K-major) in shared memory (imm-trans-b = 0) */
+template <typename E>
+__device__ __forceinline__ void fa90_wgmma_rs_kmajor(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+    if constexpr (std::is_same<E, __nv_bfloat16>::value)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" FA90_ACC32 "}, {%32, %33, %34, %35}, %36, "
+                     "p, 1, 1, 0;\n}\n"
+                     : FA90_ACC32_OPERANDS
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" FA90_ACC32 "}, {%32, %33, %34, %35}, %36, "
+                     "p, 1, 1, 0;\n}\n"
+                     : FA90_ACC32_OPERANDS
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+/* the A-fragments (fa90_wgmma_rs) of k-step kk of this warp's 16 rows of a swizzled tile block at
+ * s (128-byte rows): ldmatrix x4, lane l giving row 16 warp + l % 16, piece 2 kk + l / 16 */
+__device__ __forceinline__ void fa90_ldsm_a(uint32_t (&r)[4], uint32_t s, int warp, int lane, int kk) {
+    const int row = warp * 16 + (lane & 15), piece = 2 * kk + (lane >> 4);
+    const uint32_t addr = s + row * 128 + ((piece ^ (row & 7)) << 4);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
 __device__ __forceinline__ void fa90_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void fa90_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void fa90_wait() {
@@ -234,6 +265,41 @@ template <int N> __device__ __forceinline__ void fa90_setmaxnreg_inc() {
 }
 template <int N> __device__ __forceinline__ void fa90_setmaxnreg_dec() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+/* TMA (PTX ISA "cp.async.bulk.tensor", CUDA programming guide "Tensor Memory Access"): the tensor
+ * maps of a pass (fa90_map: each a (B, T, H D) array read in boxes of 64 columns by a tile's rows,
+ * written to shared memory 128-byte swizzled, rows past T zero-filled), passed by value as a
+ * __grid_constant__ parameter. d_head 64 and 128 only (whole 64-column blocks); the others, and
+ * arrays TMA cannot describe, keep the cp.async copies. H100, leaderboard, alternating processes
+ * (bench/results/h100-2026-11-24-tma, call 1): forward d_head 64 1.085-1.101 ms against 1.169-1.183
+ * with cp.async, d_head 128 1.681-1.793 against 1.915-1.974; backward d_head 128 5.09-5.28
+ * against 5.49-5.53, d_head 64 unchanged (3.36-3.41 against 3.33-3.38). TLM_FLASH_TMA=0 turns it
+ * off (timing; the GPU tests run the flash cases both ways). */
+struct fa90_maps {
+    CUtensorMap q, k, v, dout; /* the forward leaves dout unused */
+};
+/* one thread declares `bytes` more to land on bar and arrives on it (the phase completes when the
+ * arrivals are in and the bytes have landed) */
+__device__ __forceinline__ void fa90_mbar_expect(uint32_t bar, uint32_t bytes) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
+/* the box of map at (column c, row r, batch b) into shared address dst, completing on bar */
+__device__ __forceinline__ void fa90_tma_load(uint32_t dst, const CUtensorMap *map, int c, int r, int b, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
+                 "%4}], [%5];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(r), "r"(b), "r"(bar)
+                 : "memory");
+}
+/* a tile of ROWS rows from row0, d_head D (64 or 128: D / 64 column blocks of ROWS x 128 bytes), of
+ * head h and batch b, into the swizzled tile at s; one thread; bar must expect ROWS x D x 2 bytes */
+template <int ROWS, int D>
+__device__ __forceinline__ void fa90_tma_tile(uint32_t s, const CUtensorMap *map, int h, int row0, int b, uint32_t bar) {
+    static_assert(D % 64 == 0, "whole 64-column blocks");
+#pragma unroll
+    for (int blk = 0; blk < D / 64; blk++) fa90_tma_load(s + blk * ROWS * 128, map, h * D + 64 * blk, row0, b, bar);
 }
 
 /* rows [row0, row0 + ROWS) of a (rows, D) slice with row stride ld (elements) into the swizzled
@@ -438,8 +504,9 @@ __device__ __forceinline__ void fa90_pin_vals(float (&a)[2], float (&b)[2]) {
  * block n: d[4n + 0, 1] = row 16w + g, columns 8n + 2 t4 + {0, 1}; d[4n + 2, 3] = row 16w + g + 8.
  *
  * Warp specialization (FlashAttention-3 §3.1): warpgroup 0 is the producer (it copies Q and the
- * key and value tiles into shared memory with cp.async; most of its registers go to the others by
- * setmaxnreg), warpgroups 1 and 2 the consumers (64 query rows each). Keys and values
+ * key and value tiles into shared memory: at d_head 64 and 128 its thread 0 by TMA, fa90_maps, else
+ * all 128 threads by cp.async; most of its registers go to the others by setmaxnreg), warpgroups
+ * 1 and 2 the consumers (64 query rows each). Keys and values
  * go through rings of FA90_STAGES tiles each, with a "full" mbarrier per slot (the producer's
  * copies landed) and an "empty" one (both consumers are done with it): no block-wide barrier, so
  * the consumers drift apart and one's softmax runs beside the other's products.
@@ -459,7 +526,8 @@ template <typename E, int D, int NC>
 __global__ void __launch_bounds__(128 * (NC + 1), 1)
     flash_fwd_sm90_kernel(E *__restrict__ out, float *__restrict__ lse, const E *__restrict__ q,
                           const E *__restrict__ k, const E *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk,
-                          int H, float scale_log2, int causal, int group, int pingpong) {
+                          int H, float scale_log2, int causal, int group, int pingpong,
+                          const __grid_constant__ fa90_maps maps, int tma) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(D == 32 || D == 64 || D == 80 || D == 128, "d_head 32, 64, 80 or 128");
     constexpr int BR = 64 * NC, BC = FA90_BC, NS = FA90_STAGES;
@@ -482,10 +550,11 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
     const int n_tiles = n_end > 0 ? (n_end + BC - 1) / BC : 0;
 
     if (tid == 0) {
-        fa90_mbar_init(q_full, 128); /* the producer's threads */
+        const int producers = D % 64 == 0 && tma ? 1 : 128; /* the producer's copying threads */
+        fa90_mbar_init(q_full, producers);
         for (int st = 0; st < NS; st++) {
-            fa90_mbar_init(k_full + 8 * st, 128);
-            fa90_mbar_init(v_full + 8 * st, 128);
+            fa90_mbar_init(k_full + 8 * st, producers);
+            fa90_mbar_init(v_full + 8 * st, producers);
             fa90_mbar_init(k_empty + 8 * st, 128 * NC); /* the consumer threads */
             fa90_mbar_init(v_empty + 8 * st, 128 * NC);
         }
@@ -495,6 +564,25 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
 
     if (wg == 0) { /* ---- producer ---- */
         fa90_setmaxnreg_dec<NC == 3 ? 24 : 40>();
+        if constexpr (D % 64 == 0) {
+            if (tma) { /* one thread issues every copy; the tiles are whole boxes (rows past the end zero) */
+                if (tid == 0) {
+                    fa90_mbar_expect(q_full, Q_BYTES);
+                    fa90_tma_tile<BR, D>(sQ, &maps.q, h, i0, b, q_full);
+                    for (int t = 0; t < n_tiles; t++) {
+                        const int st = t % NS;
+                        const uint32_t par = ((t / NS) & 1) ^ 1;
+                        if (t >= NS) fa90_mbar_wait(k_empty + 8 * st, par);
+                        fa90_mbar_expect(k_full + 8 * st, KV_BYTES);
+                        fa90_tma_tile<BC, D>(sK + st * KV_BYTES, &maps.k, h, t * BC, b, k_full + 8 * st);
+                        if (t >= NS) fa90_mbar_wait(v_empty + 8 * st, par);
+                        fa90_mbar_expect(v_full + 8 * st, KV_BYTES);
+                        fa90_tma_tile<BC, D>(sV + st * KV_BYTES, &maps.v, h, t * BC, b, v_full + 8 * st);
+                    }
+                }
+                return;
+            }
+        }
         const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
         const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
         const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
@@ -532,7 +620,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
     if (n_tiles > 0) {
         fa90_mbar_wait(q_full, 0);
         fa90_mbar_wait(k_full, 0);
-        fa90_proxy_fence();
+        if (D % 64 != 0 || !tma) fa90_proxy_fence(); /* cp.async wrote through the generic proxy (TMA: the async one) */
         if (pingpong) fa90_turn_wait(my_turn);
         fa90_issue_qk<E, D, BR>(s, sQw, sK);
         if (pingpong && !(cw == NC - 1 && n_tiles == 1)) fa90_turn_pass(next_turn);
@@ -546,7 +634,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
         const int st = t % NS, sp = (t - 1) % NS;
         fa90_mbar_wait(k_full + 8 * st, (t / NS) & 1);
         fa90_mbar_wait(v_full + 8 * sp, ((t - 1) / NS) & 1);
-        fa90_proxy_fence();
+        if (D % 64 != 0 || !tma) fa90_proxy_fence();
         if (pingpong) fa90_turn_wait(my_turn);
         fa90_issue_qk<E, D, BR>(s, sQw, sK + st * KV_BYTES);
         fa90_issue_pv<E, D>(o, p, sV + sp * KV_BYTES);
@@ -575,7 +663,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
     if (n_tiles > 0) {
         const int sp = (n_tiles - 1) % NS;
         fa90_mbar_wait(v_full + 8 * sp, ((n_tiles - 1) / NS) & 1);
-        fa90_proxy_fence();
+        if (D % 64 != 0 || !tma) fa90_proxy_fence();
         fa90_issue_pv<E, D>(o, p, sV + sp * KV_BYTES);
         fa90_wait<0>();
         fa90_pin<D / 2>(o);
@@ -645,15 +733,26 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
  * h100-2026-11-24-dq-own): leaderboard backward faster in 8 of 8 rounds in three calls, by 0.8-5.4%
  * (3.35-3.50 ms against 3.44-3.65); flash-benchmarking's single head at seq 16384-65536, 4-8%
  * faster. At d_head 32 (an m64n32 a warpgroup) it was 15-20% slower there, so d_head 32 keeps
- * warpgroup 0's shared product. TLM_FLASH_DQ_OWN=0 turns it off (timing). */
+ * warpgroup 0's shared product. TLM_FLASH_DQ_OWN=0 turns it off (timing).
+ * RSKV (with OWN, the default at d_head 64): the warpgroup's K_w and V_w are loaded once into
+ * registers as A-fragments (ldmatrix; 32 registers a thread), so S^T and dP^T are RS products that
+ * read only Q and dO from shared memory (K-major B). The registers this takes leave none for PIPE
+ * (ptxas serializes the products, C7512), so S^T and dP^T are issued at the top of each tile.
+ * H100, alternating processes (bench/results/h100-2026-11-24-tma, calls 2 and 3): leaderboard
+ * backward 3.15-3.21 ms against 3.33-3.43 with PIPE, in 6 of 6 rounds. Issuing S^T and dP^T as two
+ * groups and computing P^T while dP^T runs was slower (3.20-3.22 ms; d_head 128 5.28-5.47 against
+ * 5.14-5.31), so one group. TLM_FLASH_BWD_RSKV=0 turns it off (timing).
+ * With TMA (fa90_maps: d_head 64 and 128) the producer's warp 0 alone copies: its lane 0 issues K
+ * and V and each query tile's Q and dO as tensor copies that complete on the mbarriers' byte counts,
+ * its 32 lanes copy the tile's logsumexp and delta by cp.async; the other producer warps exit. */
 #define FA90_BWD_STAGES 3
-template <typename E, int D, bool TILED_DQ, bool OWN>
+template <typename E, int D, bool TILED_DQ, bool OWN, bool RSKV>
 __global__ void __launch_bounds__(FA90_THREADS, 1)
     flash_bwd_sm90_kernel(float *__restrict__ dq_acc, E *__restrict__ dk, E *__restrict__ dv,
                           const E *__restrict__ dout, const E *__restrict__ q, const E *__restrict__ k,
                           const E *__restrict__ v, const float *__restrict__ lse, const float *__restrict__ delta,
                           int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale, float scale_log2, int causal,
-                          int group) {
+                          int group, const __grid_constant__ fa90_maps maps, int tma) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(D == 32 || D == 64 || D == 80 || D == 128, "d_head 32, 64, 80 or 128");
     /* DQ0, DQ1: the dQ columns of warpgroups 0 and 1 (D / 2 each; at d_head 80 64 and 16: a
@@ -664,6 +763,7 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
      * shared memory allows 2) */
     constexpr int BC = 128, BR = 64, NS = D <= 64 ? FA90_BWD_STAGES : 2;
     static_assert(!OWN || (TILED_DQ && D == 64), "OWN: d_head 64, tiled dQ");
+    static_assert(!RSKV || OWN, "RSKV: with OWN (d_head 64)");
     constexpr int DQ0 = OWN ? D : D == 80 ? 64 : D == 32 ? 32 : D / 2, DQ1 = OWN ? D : D - DQ0;
     constexpr uint32_t KV_BYTES = BC * fa90_tile_cols(D) * 2, QT_BYTES = BR * fa90_tile_cols(D) * 2,
                        DS_BYTES = BC * BR * 2;
@@ -691,9 +791,12 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     const float *delta_b = delta + ((int64_t)b * H + h) * Tq;
 
     if (tid == 0) {
-        fa90_mbar_init(kv_full, 128); /* the producer's threads */
+        /* the producer's copying threads: all 128, or with TMA the one issuing K and V, and warp 0
+         * (its lane 0 issuing Q and dO, every lane copying logsumexp and delta) */
+        const bool by_tma = D % 64 == 0 && tma;
+        fa90_mbar_init(kv_full, by_tma ? 1 : 128);
         for (int st = 0; st < NS; st++) {
-            fa90_mbar_init(q_full + 8 * st, 128);
+            fa90_mbar_init(q_full + 8 * st, by_tma ? 33 : 128);
             fa90_mbar_init(q_empty + 8 * st, 256); /* the consumer threads */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -702,6 +805,36 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
 
     if (wgp == 0) { /* ---- producer: K, V once, then the query tiles (Q, dO) through the ring ---- */
         fa90_setmaxnreg_dec<D <= 64 ? 56 : 40>();
+        if constexpr (D % 64 == 0) {
+            if (tma) {
+                if (tid >= 32) return;
+                if (tid == 0) {
+                    fa90_mbar_expect(kv_full, 2 * KV_BYTES);
+                    fa90_tma_tile<BC, D>(sK, &maps.k, h, j0, b, kv_full);
+                    fa90_tma_tile<BC, D>(sV, &maps.v, h, j0, b, kv_full);
+                }
+                for (int mb = m_begin; mb < m_end; mb++) {
+                    const int it = mb - m_begin, st = it % NS;
+                    if (it >= NS) fa90_mbar_wait(q_empty + 8 * st, ((it / NS) & 1) ^ 1);
+                    if (tid == 0) {
+                        fa90_mbar_expect(q_full + 8 * st, 2 * QT_BYTES);
+                        fa90_tma_tile<BR, D>(sQ + st * QT_BYTES, &maps.q, h, mb * BR, b, q_full + 8 * st);
+                        fa90_tma_tile<BR, D>(sdO + st * QT_BYTES, &maps.dout, h, mb * BR, b, q_full + 8 * st);
+                    }
+#pragma unroll
+                    for (int r = 0; r < 4; r++) { /* logsumexp rows tid, tid + 32, then delta's */
+                        const int row = mb * BR + tid + 32 * (r & 1);
+                        const bool valid = row < Tq;
+                        const float *src = (r < 2 ? lse_b : delta_b) + (valid ? row : 0);
+                        const uint32_t dst = (r < 2 ? sL : sDelta) + (uint32_t)(st * BR + tid + 32 * (r & 1)) * 4;
+                        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                                     "r"(valid ? 4 : 0));
+                    }
+                    fa90_mbar_cp_arrive(q_full + 8 * st);
+                }
+                return;
+            }
+        }
         const E *qb = q + (int64_t)b * Tq * ld_qkv + h * D;
         const E *kb = k + (int64_t)b * Tk * ld_qkv + h * D;
         const E *vb = v + (int64_t)b * Tk * ld_qkv + h * D;
@@ -750,7 +883,20 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     float dk_acc[D / 2], dv_acc[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dk_acc[i] = dv_acc[i] = 0.0f;
-    if (m_begin < m_end) fa90_mbar_wait(kv_full, 0);
+    /* RSKV: the warpgroup's K_w and V_w as register A-fragments, loaded once (after the copies
+     * landed: through the async proxy, or by cp.async and then fenced) */
+    uint32_t kfr[RSKV ? D / 16 : 1][4], vfr[RSKV ? D / 16 : 1][4];
+    if (m_begin < m_end) {
+        fa90_mbar_wait(kv_full, 0);
+        if constexpr (RSKV) {
+            if (!tma) fa90_proxy_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                fa90_ldsm_a(kfr[kk], sKw, warp, lane, kk);
+                fa90_ldsm_a(vfr[kk], sVw, warp, lane, kk);
+            }
+        }
+    }
     /* descriptors (fa90_desc) of the fixed operands; a step of k16 moves the start address field
      * (bits 0-13, address / 16) by 2 (32 bytes) in K-major, by 128 (16 rows) in N- or M-major */
     const uint64_t dK0 = fa90_desc(sKw, 16, 1024), dV0 = fa90_desc(sVw, 16, 1024);
@@ -768,24 +914,29 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
     auto issue_sdp = [&](int it_) {
         const int slot_ = it_ % NS;
         fa90_mbar_wait(q_full + 8 * slot_, (it_ / NS) & 1);
-        fa90_proxy_fence();
+        if (D % 64 != 0 || !tma) fa90_proxy_fence();
         const uint64_t dQ0 = fa90_desc(sQ + slot_ * QT_BYTES, 16, 1024), dO0 = fa90_desc(sdO + slot_ * QT_BYTES, 16, 1024);
         fa90_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) { /* k16 steps: 2 a step, 64-column blocks (R rows) R x 8 apart */
             const int ka = (kk & 3) * 2 + (kk >> 2) * BC * 8, kb = (kk & 3) * 2 + (kk >> 2) * BR * 8;
-            fa90_wgmma_ss<E, BR>(st, dK0 + ka, dQ0 + kb, kk > 0);
-            fa90_wgmma_ss<E, BR>(dpt, dV0 + ka, dO0 + kb, kk > 0);
+            if constexpr (RSKV) {
+                fa90_wgmma_rs_kmajor<E>(st, kfr[kk], dQ0 + kb, kk > 0);
+                fa90_wgmma_rs_kmajor<E>(dpt, vfr[kk], dO0 + kb, kk > 0);
+            } else {
+                fa90_wgmma_ss<E, BR>(st, dK0 + ka, dQ0 + kb, kk > 0);
+                fa90_wgmma_ss<E, BR>(dpt, dV0 + ka, dO0 + kb, kk > 0);
+            }
         }
         fa90_commit();
     };
-    /* PIPE (d_head 64; at 32 by analogy, not measured): a tile's dQ product is followed on the
-     * tensor cores by the next tile's S^T and dP^T, issued before the wait for it, so they run while
-     * the dQ partial is stored (leaderboard backward 3.54-3.60 ms against 3.62-3.72 without; H100,
-     * alternating processes of one call). At d_head 128 the registers do not allow S^T and dP^T
-     * beside dK, dV, dQ and the operands P^T, dS^T; nor at 80 (ptxas then serializes the products
-     * for want of registers: C7512). */
-    constexpr bool PIPE = D <= 64;
+    /* PIPE (d_head 64 without RSKV; at 32 by analogy, not measured): a tile's dQ product is
+     * followed on the tensor cores by the next tile's S^T and dP^T, issued before the wait for it, so
+     * they run while the dQ partial is stored (leaderboard backward 3.54-3.60 ms against 3.62-3.72
+     * without; H100, alternating processes of one call). At d_head 128 the registers do not allow
+     * S^T and dP^T beside dK, dV, dQ and the operands P^T, dS^T; nor at 80, nor beside RSKV's K_w and
+     * V_w (ptxas then serializes the products for want of registers: C7512). */
+    constexpr bool PIPE = D <= 64 && !RSKV;
 
     for (int mb = m_begin; mb < m_end; mb++) {
         const int it = mb - m_begin, slot = it % NS, i0 = mb * BR;
@@ -794,14 +945,15 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         /* L (log2 domain) and delta of the query columns this thread holds (8n + 2 t4 + e of the
          * tile), from the copies the producer made with Q and dO; at d_head 80 and 128 read where
          * used (the registers are short) */
-        float lc[D <= 64 ? BR / 8 : 1][2], dc[D <= 64 ? BR / 8 : 1][2];
+        constexpr bool PRE = D <= 64; /* L and delta read ahead (else where used) */
+        float lc[PRE ? BR / 8 : 1][2], dc[PRE ? BR / 8 : 1][2];
         auto l_delta = [&](int n, float(&l2)[2], float(&d2)[2]) {
             const uint32_t at = (uint32_t)(slot * BR + n * 8 + 2 * t4) * 4;
             const float2 lv = fa90_lds2(sL + at), dv2 = fa90_lds2(sDelta + at);
             l2[0] = lv.x * FA90_LOG2E, l2[1] = lv.y * FA90_LOG2E;
             d2[0] = dv2.x, d2[1] = dv2.y;
         };
-        if constexpr (D <= 64) {
+        if constexpr (PRE) {
 #pragma unroll
             for (int n = 0; n < BR / 8; n++) l_delta(n, lc[n], dc[n]);
         }
@@ -814,9 +966,9 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
         auto p_ds = [&](auto masked) {
 #pragma unroll
             for (int n = 0; n < BR / 8; n++) {
-                if constexpr (D > 64) l_delta(n, lc[0], dc[0]);
-                const float(&ln)[2] = lc[D <= 64 ? n : 0];
-                const float(&dn)[2] = dc[D <= 64 ? n : 0];
+                if constexpr (!PRE) l_delta(n, lc[0], dc[0]);
+                const float(&ln)[2] = lc[PRE ? n : 0];
+                const float(&dn)[2] = dc[PRE ? n : 0];
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     float p = fa90_exp2(fmaf(st[4 * n + e], scale_log2, -ln[e & 1]));
@@ -1023,6 +1175,57 @@ static int fa90_pingpong(void) {
     return mode;
 }
 
+/* a timing switch, on unless the environment sets `name` to "0"; read once into *cached (-1 until
+ * then) */
+static bool fa90_switch(const char *name, int *cached) {
+    if (*cached < 0) {
+        const char *env = getenv(name);
+        *cached = !(env && strcmp(env, "0") == 0);
+    }
+    return *cached == 1;
+}
+
+/* cuTensorMapEncodeTiled through the runtime's driver entry point (no link to libcuda); NULL where
+ * the driver lacks it; looked up once */
+static PFN_cuTensorMapEncodeTiled_v12000 fa90_encoder(void) {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn;
+    static int looked;
+    if (!looked) {
+        looked = 1;
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult found;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found) ==
+                cudaSuccess &&
+            found == cudaDriverEntryPointSuccess)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+        else
+            (void)cudaGetLastError();
+    }
+    return fn;
+}
+
+/* the tensor map of a (B, T, cols) bf16 or fp16 array at base (row stride ld elements) read in
+ * boxes of 64 columns x `rows` rows of one batch, into the kernels' 128-byte-swizzled tile layout,
+ * rows past T zero-filled; false where TMA cannot describe the array (base not 16-byte aligned, a
+ * row stride not a multiple of 16 bytes) or the driver has no encoder */
+static bool fa90_map(CUtensorMap *map, tlm_dtype dt, const void *base, int ld, int T, int B, int cols, int rows) {
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = fa90_encoder();
+    if (!encode || (uintptr_t)base % 16 != 0 || (int64_t)ld * 2 % 16 != 0) return false;
+    const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[2] = {(cuuint64_t)ld * 2, (cuuint64_t)T * ld * 2}; /* bytes, of dims 1 and 2 */
+    const cuuint32_t box[3] = {64, (cuuint32_t)rows, 1}, elem_strides[3] = {1, 1, 1};
+    return encode(map, dt == TLM_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+                  (void *)base, dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* TLM_FLASH_TMA=0: the producers copy with cp.async even where TMA applies (timing, testing) */
+static bool fa90_tma_on(void) {
+    static int mode = -1;
+    return fa90_switch("TLM_FLASH_TMA", &mode);
+}
+
 template <typename E, int D, int NC>
 static void fa90_forward_launch(tlm_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
                                 int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, bool causal) {
@@ -1039,10 +1242,16 @@ static void fa90_forward_launch(tlm_backend *be, void *out, float *lse, const vo
      * L2 (2.42 against 2.50-2.51 ms longest first); H100, alternating processes of one call. At 80
      * head by head as at 128, at 32 longest first as at 64 (neither measured) */
     const unsigned grid = (unsigned)((Tq + BR - 1) / BR) * (unsigned)H * (unsigned)B;
-    kernel<<<grid, 128 * (NC + 1), smem, tlm_cuda_stream(be)>>>((E *)out, lse, (const E *)q, (const E *)k,
-                                                              (const E *)v, ld_qkv, ld_out, Tq, Tk, H,
-                                                              FA90_LOG2E / sqrtf((float)D), causal ? 1 : 0,
-                                                              fa90_group(D <= 64 ? 0 : 1, H * B), fa90_pingpong());
+    /* TMA at d_head 64 and 128 where the maps encode (else the cp.async copies) */
+    const tlm_dtype dt = std::is_same<E, __nv_bfloat16>::value ? TLM_DTYPE_BF16 : TLM_DTYPE_F16;
+    fa90_maps maps;
+    memset(&maps, 0, sizeof maps);
+    const bool tma = D % 64 == 0 && fa90_tma_on() && fa90_map(&maps.q, dt, q, ld_qkv, Tq, B, H * D, BR) &&
+                     fa90_map(&maps.k, dt, k, ld_qkv, Tk, B, H * D, FA90_BC) &&
+                     fa90_map(&maps.v, dt, v, ld_qkv, Tk, B, H * D, FA90_BC);
+    kernel<<<grid, 128 * (NC + 1), smem, tlm_cuda_stream(be)>>>(
+        (E *)out, lse, (const E *)q, (const E *)k, (const E *)v, ld_qkv, ld_out, Tq, Tk, H, FA90_LOG2E / sqrtf((float)D),
+        causal ? 1 : 0, fa90_group(D <= 64 ? 0 : 1, H * B), fa90_pingpong(), maps, tma ? 1 : 0);
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
@@ -1086,16 +1295,6 @@ bool tlm_cuda_flash_forward_sm90(tlm_backend *be, tlm_dtype dt, void *out, float
     return true;
 }
 
-/* a timing switch of the backward, on unless the environment sets `name` to "0"; read once into
- * *cached (-1 until then) */
-static bool fa90_switch(const char *name, int *cached) {
-    if (*cached < 0) {
-        const char *env = getenv(name);
-        *cached = !(env && strcmp(env, "0") == 0);
-    }
-    return *cached == 1;
-}
-
 /* TLM_FLASH_DQ_BULK=0: the backward adds dQ by float4 atomics even where the tiled layout applies
  * (side-by-side timing) */
 static bool fa90_dq_bulk(void) {
@@ -1110,17 +1309,24 @@ static bool fa90_dq_own(void) {
     return fa90_switch("TLM_FLASH_DQ_OWN", &mode);
 }
 
+/* TLM_FLASH_BWD_RSKV=0: the d_head-64 backward reads K_w and V_w from shared memory (SS products
+ * S^T and dP^T, and PIPE) instead of registers (the kernel's RSKV; side-by-side timing) */
+static bool fa90_rskv(void) {
+    static int mode = -1;
+    return fa90_switch("TLM_FLASH_BWD_RSKV", &mode);
+}
+
 /* the backward's (head, batch) groups (fa90_block_of): 4 at d_head 64 (leaderboard backward, H100,
  * alternating processes: 3.43-3.54 ms, mean 3.48, against 3.45-3.56, mean 3.52, with 1; faster in 5
  * of 6 rounds: bench/results/h100-2026-11-24-issue17-final, calls 9 and 10), 1 (head by head) at the
  * others (d_head 128: 5.53-5.65 with 4 against 5.49-5.58 with 1, call 9) */
 #define FA90_BWD_GROUP(D) ((D) == 64 ? 4 : 1)
-template <typename E, int D, bool TILED_DQ, bool OWN = false>
+template <typename E, int D, bool TILED_DQ, bool OWN = false, bool RSKV = false>
 static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void *dv, const void *dout, const void *q,
                                  const void *k, const void *v, const float *lse, const float *delta, int ld_qkv,
                                  int ld_out, int B, int Tq, int Tk, int H, bool causal) {
     const char *op = "flash_attention_backward";
-    constexpr auto kernel = flash_bwd_sm90_kernel<E, D, TILED_DQ, OWN>;
+    constexpr auto kernel = flash_bwd_sm90_kernel<E, D, TILED_DQ, OWN, RSKV>;
     constexpr int NS = D <= 64 ? FA90_BWD_STAGES : 2, DS_TILES = 2;
     /* K, V, the (Q, dO) ring (tiles of fa90_tile_cols(D) columns), dS^T, the dQ partials (tiled:
      * two of 64 x D fp32 a warpgroup pair; OWN: two of 64 x D a warpgroup), alignment, the ring's
@@ -1132,10 +1338,15 @@ static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void 
     tlm_cuda_set_smem<kernel>(op, smem);
     const float scale = 1.0f / sqrtf((float)D);
     const unsigned grid = (unsigned)((Tk + 127) / 128) * (unsigned)H * (unsigned)B;
-    kernel<<<grid, FA90_THREADS, smem, tlm_cuda_stream(be)>>>(dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q,
-                                                              (const E *)k, (const E *)v, lse, delta, ld_qkv, ld_out,
-                                                              Tq, Tk, H, scale, FA90_LOG2E * scale, causal ? 1 : 0,
-                                                              fa90_group(FA90_BWD_GROUP(D), H * B));
+    const tlm_dtype dt = std::is_same<E, __nv_bfloat16>::value ? TLM_DTYPE_BF16 : TLM_DTYPE_F16;
+    fa90_maps maps;
+    memset(&maps, 0, sizeof maps);
+    const bool tma = D % 64 == 0 && fa90_tma_on() && fa90_map(&maps.q, dt, q, ld_qkv, Tq, B, H * D, 64) &&
+                     fa90_map(&maps.dout, dt, dout, ld_out, Tq, B, H * D, 64) &&
+                     fa90_map(&maps.k, dt, k, ld_qkv, Tk, B, H * D, 128) && fa90_map(&maps.v, dt, v, ld_qkv, Tk, B, H * D, 128);
+    kernel<<<grid, FA90_THREADS, smem, tlm_cuda_stream(be)>>>(
+        dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q, (const E *)k, (const E *)v, lse, delta, ld_qkv, ld_out,
+        Tq, Tk, H, scale, FA90_LOG2E * scale, causal ? 1 : 0, fa90_group(FA90_BWD_GROUP(D), H * B), maps, tma ? 1 : 0);
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
@@ -1158,6 +1369,7 @@ bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, 
         else if (D == 80) fa90_backward_launch<E, 80, false>(FA90_BWD_ARGS);                                         \
         else if (D == 32 && *dq_tiled) fa90_backward_launch<E, 32, true>(FA90_BWD_ARGS);                              \
         else if (D == 32) fa90_backward_launch<E, 32, false>(FA90_BWD_ARGS);                                         \
+        else if (*dq_tiled && own && fa90_rskv()) fa90_backward_launch<E, 64, true, true, true>(FA90_BWD_ARGS);      \
         else if (*dq_tiled && own) fa90_backward_launch<E, 64, true, true>(FA90_BWD_ARGS);                           \
         else if (*dq_tiled) fa90_backward_launch<E, 64, true>(FA90_BWD_ARGS);                                        \
         else fa90_backward_launch<E, 64, false>(FA90_BWD_ARGS);                                                      \
