@@ -266,13 +266,14 @@ void tlm_cuda_flash_split_combine(tlm_backend *be, void *out, float *lse, const 
  * instantiation) in, the split out; splitting only grids under one wave (SMs x occ blocks), and
  * nothing at all with TLM_FLASH_SPLIT=0.
  * family: TLM_FLASH_SPLIT_16BIT for the bf16/fp16 kernels, TLM_FLASH_SPLIT_32BIT for the tf32 and
- * exact-fp32 ones, whose tiles cost more per key. It sets a piece's least length in keys (forward)
- * or queries (backward): 256 and 64 (flash-benchmarking on the H100, batch 1, 1 head, seq 128-1024:
- * 32-bit fwd+bwd 0.69-1.01x the time with 128, itself 0.61-0.95x the time with 256 at 256-2048;
- * bench/results/h100-2026-11-24-pingpong; TLM_FLASH_SPLIT_MIN=rows overrides both, timing), and
- * whether a grid no split fits in one wave is split by the estimate (32-bit only:
- * flash_attention.cu's fa_split_chunk).
- * tlm_cuda_flash_fwd_split: returns keys per piece (a multiple of BC, at least the family's;
+ * exact-fp32 ones, whose tiles cost more per key. It sets whether a grid no split fits in one wave
+ * is split by the estimate (32-bit only: flash_attention.cu's fa_split_chunk). A piece's least
+ * length in keys (forward) or queries (backward) is 64 for both (flash-benchmarking on the H100,
+ * batch 1, 1 head: 32-bit fwd+bwd 0.69-1.01x the time with 128, itself 0.61-0.95x the time with 256
+ * at seq 256-2048, bench/results/h100-2026-11-24-pingpong; 16-bit, 64 against 256: d_head 128 at
+ * seq 512-1024 0.045-0.055 ms against 0.074-0.079, seq 2048 on unchanged,
+ * bench/results/h100-2026-11-24-tma; TLM_FLASH_SPLIT_MIN=rows overrides it, timing).
+ * tlm_cuda_flash_fwd_split: returns keys per piece (a multiple of BC, at least the least length;
  *   0: unsplit), *S the pieces per query tile, *part the partials in the split buffer (the layout
  *   of tlm_cuda_flash_split_combine, S*B*H*Tq*(D+1) floats), or NULL (then 0 and *S = 1: run
  *   unsplit). part NULL: the plan only, nothing allocated.

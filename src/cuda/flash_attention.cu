@@ -67,8 +67,11 @@
  * the GPU (batch 1, 1 head, seq 4096: 32 forward blocks, 32 backward blocks on 132 SMs, each
  * pass as long as its longest block). fa_split_chunk picks, from (B, H, Tq, Tk, the SM count and
  * the kernel's resident blocks per SM), the most blocks that still fit one wave (or, for the
- * 32-bit kernels, an estimated best split: fa_split_chunk), each piece at least 256 keys (queries)
- * long here (64 for the 32-bit kernels). Forward: each query tile's key range [0, n_end) is cut into
+ * 32-bit kernels, an estimated best split: fa_split_chunk), each piece at least 64 keys (queries)
+ * long, here as for the 32-bit kernels (it was 256 here; H100, flash-benchmarking bf16, alternating
+ * processes: 64 took d_head 128 seq 512 and 1024 from 0.074-0.079 ms forward+backward to
+ * 0.045-0.055, d_head 64 seq 512 from 0.053-0.058 to 0.038-0.039, and left seq 2048 and longer
+ * unchanged; 32 was no better: bench/results/h100-2026-11-24-tma, call 7). Forward: each query tile's key range [0, n_end) is cut into
  * pieces of split_keys (a multiple of BC), one block each (blockIdx.x = split * q_tiles + tile),
  * writing its O normalized by its own sum, and its lse, as fp32 partials; then
  * flash_split_combine_kernel merges them: lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse)
@@ -769,15 +772,15 @@ static bool fa_split_enabled(void) {
     return on != 0;
 }
 
-/* a split piece's least length in keys (forward) or queries (backward) for a kernel family
- * (cuda_common.cuh), or TLM_FLASH_SPLIT_MIN (timing; read once) */
-static int fa_split_min(tlm_flash_split_family family) {
+/* a split piece's least length in keys (forward) or queries (backward), 64 for every kernel family
+ * (the header says why), or TLM_FLASH_SPLIT_MIN (timing; read once) */
+static int fa_split_min(void) {
     static int forced = -1;
     if (forced < 0) {
         const char *e = getenv("TLM_FLASH_SPLIT_MIN");
         forced = e && atoi(e) > 0 ? atoi(e) : 0;
     }
-    return forced ? forced : family == TLM_FLASH_SPLIT_32BIT ? 64 : 256;
+    return forced ? forced : 64;
 }
 
 float *tlm_cuda_flash_split_buffer(tlm_backend *be, size_t *floats) {
@@ -894,7 +897,7 @@ int tlm_cuda_flash_fwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int 
         const int n_end = causal ? min(Tk, (m + 1) * BR + offset) : Tk;
         return n_end > 0 ? (n_end + BC - 1) / BC : 0;
     };
-    const int chunk = fa_split_chunk(q_tiles, BH, sms, occ, max(1, fa_split_min(family) / BC),
+    const int chunk = fa_split_chunk(q_tiles, BH, sms, occ, max(1, fa_split_min() / BC),
                                      (int)min(max_splits, (int64_t)1024), family == TLM_FLASH_SPLIT_32BIT, key_tiles,
                                      S);
     if (!chunk || (part && !(*part = fa_split_take(be, S)))) return 0;
@@ -917,7 +920,7 @@ int tlm_cuda_flash_bwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int 
     auto query_tiles = [&](int j) { /* query tiles that see key tile j */
         return m_last - (causal ? max(0, j * BC - offset) / BR : 0);
     };
-    const int chunk = fa_split_chunk(k_tiles, BH, sms, occ, max(1, fa_split_min(family) / BR), 1024,
+    const int chunk = fa_split_chunk(k_tiles, BH, sms, occ, max(1, fa_split_min() / BR), 1024,
                                      family == TLM_FLASH_SPLIT_32BIT, query_tiles, S);
     if (!chunk || (dkv && !(*dkv = fa_split_take(be, S)))) return 0;
     return chunk;
