@@ -12,6 +12,8 @@
 #   zero    ZeRO-1 against DDP (bucketed 25 MiB and flat), fp32 and bf16: step time and the memory table
 #           (after set-up, before and after the optimizer step, peak, optimizer state per rank);
 #   scale   bucketed 25 MiB at 1, 2 and 4 GPUs (the 1-GPU row is `one`'s);
+#   oib     bucketed 25 MiB with --optimizer-in-backward at 1, 2 (and 4) GPUs, fp32 and bf16 reductions
+#           (not in the default STAGES; tlm-oib-N.json);
 #   torch   the PyTorch DDP peer (bench/peers/pytorch_ddp.py) in the same run: 1, 2 (and 4) processes, bucket
 #           sizes, bf16_compress_hook, ZeroRedundancyOptimizer;
 #   cpu     on the host's CPU cores instead (MPI): tlm bench bucketed and flat against PyTorch DDP over gloo,
@@ -27,7 +29,7 @@
 # The device tool brings back at most 8 files of its $OUT: give this script OUT=/tmp/some/dir and tar that
 # folder into the tool's $OUT (on 2026-11-24 a call that did not lost every DDP file).
 # Files under $OUT: info.txt, build.log, tests.log, tlm-1gpu.json, tlm-1gpu-graphs.json, tlm-modes-N.json,
-#   tlm-zero-N.json, tlm-scale-N.json, torch-ddp.json, ddp-side-by-side.md
+#   tlm-zero-N.json, tlm-scale-N.json, tlm-oib-N.json, torch-ddp.json, ddp-side-by-side.md
 # env: MODEL (xl) CTX (256) BATCH (4: rows per rank) PRECISIONS (fp32,bf16) BUCKETS (1,10,100,1000,25)
 #      WARMUP (3) STEPS (10) TIMEOUT (600: the watchdog's, s) BUILD (build-gpu) NPROCS (2 and 4 when present)
 set -uo pipefail
@@ -90,6 +92,16 @@ if stage modes; then
     echo "== $n GPUs: every mode, buckets $BUCKETS MiB, fp32 and bf16 reductions"
     mpi "$n" "$TLM" bench "${common[@]}" --batch-size $((BATCH * n)) --ddp naive,flat,overlap,bucketed \
       --bucket-mb "$BUCKETS" --grad-reduce-dtype fp32,bf16 -f json -o "$OUT/tlm-modes-$n.json" | grep -v '^#'
+  done
+fi
+if stage oib; then
+  echo "== 1 GPU: --optimizer-in-backward, CUDA graphs off"
+  "$TLM" bench "${common[@]}" --batch-size "$BATCH" --cuda-graph off --optimizer-in-backward \
+    -f json -o "$OUT/tlm-oib-1.json" | grep -v '^#'
+  for n in "${nprocs[@]}"; do
+    echo "== $n GPUs: bucketed 25 MiB with --optimizer-in-backward (each bucket's AdamW once its reduction lands)"
+    mpi "$n" "$TLM" bench "${common[@]}" --batch-size $((BATCH * n)) --ddp bucketed --bucket-mb 25 \
+      --grad-reduce-dtype fp32,bf16 --optimizer-in-backward -f json -o "$OUT/tlm-oib-$n.json" | grep -v '^#'
   done
 fi
 if stage zero; then
