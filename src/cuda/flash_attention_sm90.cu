@@ -1226,6 +1226,19 @@ static bool fa90_tma_on(void) {
     return fa90_switch("TLM_FLASH_TMA", &mode);
 }
 
+/* a pass's tensor maps: q in tiles of q_rows rows, k and v of FA90_BC, and in the backward (dout not
+ * NULL) dout as q; true where the kernels copy by TMA: d_head 64 or 128, TLM_FLASH_TMA not 0, every
+ * map encoded (else *m is zeros and they copy by cp.async) */
+template <typename E>
+static bool fa90_maps_of(fa90_maps *m, int D, const void *q, const void *k, const void *v, const void *dout,
+                         int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int q_rows) {
+    const tlm_dtype dt = std::is_same<E, __nv_bfloat16>::value ? TLM_DTYPE_BF16 : TLM_DTYPE_F16;
+    memset(m, 0, sizeof *m);
+    return D % 64 == 0 && fa90_tma_on() && fa90_map(&m->q, dt, q, ld_qkv, Tq, B, H * D, q_rows) &&
+           fa90_map(&m->k, dt, k, ld_qkv, Tk, B, H * D, FA90_BC) && fa90_map(&m->v, dt, v, ld_qkv, Tk, B, H * D, FA90_BC) &&
+           (!dout || fa90_map(&m->dout, dt, dout, ld_out, Tq, B, H * D, q_rows));
+}
+
 template <typename E, int D, int NC>
 static void fa90_forward_launch(tlm_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
                                 int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, bool causal) {
@@ -1242,13 +1255,8 @@ static void fa90_forward_launch(tlm_backend *be, void *out, float *lse, const vo
      * L2 (2.42 against 2.50-2.51 ms longest first); H100, alternating processes of one call. At 80
      * head by head as at 128, at 32 longest first as at 64 (neither measured) */
     const unsigned grid = (unsigned)((Tq + BR - 1) / BR) * (unsigned)H * (unsigned)B;
-    /* TMA at d_head 64 and 128 where the maps encode (else the cp.async copies) */
-    const tlm_dtype dt = std::is_same<E, __nv_bfloat16>::value ? TLM_DTYPE_BF16 : TLM_DTYPE_F16;
     fa90_maps maps;
-    memset(&maps, 0, sizeof maps);
-    const bool tma = D % 64 == 0 && fa90_tma_on() && fa90_map(&maps.q, dt, q, ld_qkv, Tq, B, H * D, BR) &&
-                     fa90_map(&maps.k, dt, k, ld_qkv, Tk, B, H * D, FA90_BC) &&
-                     fa90_map(&maps.v, dt, v, ld_qkv, Tk, B, H * D, FA90_BC);
+    const bool tma = fa90_maps_of<E>(&maps, D, q, k, v, NULL, ld_qkv, ld_out, B, Tq, Tk, H, BR);
     kernel<<<grid, 128 * (NC + 1), smem, tlm_cuda_stream(be)>>>(
         (E *)out, lse, (const E *)q, (const E *)k, (const E *)v, ld_qkv, ld_out, Tq, Tk, H, FA90_LOG2E / sqrtf((float)D),
         causal ? 1 : 0, fa90_group(D <= 64 ? 0 : 1, H * B), fa90_pingpong(), maps, tma ? 1 : 0);
@@ -1338,12 +1346,8 @@ static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void 
     tlm_cuda_set_smem<kernel>(op, smem);
     const float scale = 1.0f / sqrtf((float)D);
     const unsigned grid = (unsigned)((Tk + 127) / 128) * (unsigned)H * (unsigned)B;
-    const tlm_dtype dt = std::is_same<E, __nv_bfloat16>::value ? TLM_DTYPE_BF16 : TLM_DTYPE_F16;
     fa90_maps maps;
-    memset(&maps, 0, sizeof maps);
-    const bool tma = D % 64 == 0 && fa90_tma_on() && fa90_map(&maps.q, dt, q, ld_qkv, Tq, B, H * D, 64) &&
-                     fa90_map(&maps.dout, dt, dout, ld_out, Tq, B, H * D, 64) &&
-                     fa90_map(&maps.k, dt, k, ld_qkv, Tk, B, H * D, 128) && fa90_map(&maps.v, dt, v, ld_qkv, Tk, B, H * D, 128);
+    const bool tma = fa90_maps_of<E>(&maps, D, q, k, v, dout, ld_qkv, ld_out, B, Tq, Tk, H, 64);
     kernel<<<grid, FA90_THREADS, smem, tlm_cuda_stream(be)>>>(
         dq_acc, (E *)dk, (E *)dv, (const E *)dout, (const E *)q, (const E *)k, (const E *)v, lse, delta, ld_qkv, ld_out,
         Tq, Tk, H, scale, FA90_LOG2E * scale, causal ? 1 : 0, fa90_group(FA90_BWD_GROUP(D), H * B), maps, tma ? 1 : 0);
