@@ -221,6 +221,9 @@ bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, 
                                   const void *dout, const void *q, const void *k, const void *v, const float *lse,
                                   const float *delta, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                   bool causal, int *dq_tiled);
+/* whether tlm_cuda_flash_backward_sm90 would run for these arguments (the caller's pre-pass is
+ * launched before it, and zeroes the split path's accumulators when it would not) */
+bool tlm_cuda_flash_backward_sm90_applies(tlm_backend *be, tlm_dtype dt, int B, int Tk, int H, int D);
 /* where row i, column d (d even: d and d + 1 are adjacent) of a (b, h) slice sits in the tiled dQ
  * layout with column blocks of `cols` (32 or 64: the columns one warpgroup computes; the last
  * block may be narrower, D % cols columns: 16 at D = 80, cols 64; at D = 32, cols 32, one block,

@@ -458,33 +458,45 @@ __global__ void flash_split_combine_kernel(E *__restrict__ out, float *__restric
 /* The backward's first kernel, for every (row n = b*Tq + i, head h): delta[(b*H + h)*Tq + i] =
  * sum_d dout * out over head h (FlashAttention-2's D_i = rowsum(dO_i o O_i)), and row
  * (b*H + h)*Tq + i of the dQ accumulator dq_acc (B,H,Tq,D) fp32 set to 0 (the main kernels add to
- * it with atomics; zeroing it here saves a memset launch). A (n, h) pair takes L lanes (L = D/8
- * rounded up to a power of two: 2, 4, 8, 16, 16 for D = 16, 32, 64, 80, 128), lane c < D/8 its 8
- * columns c*8.. (one 16-byte load of dout and of out: D and ld_out multiples of 8, the tensors
- * 16-byte aligned, checked by the launcher; two float4 stores of zeros), summed over the L lanes
- * by shuffles; 32/L pairs a warp, in (n, h) order, so a warp reads adjacent heads of one row. */
+ * it with atomics; zeroing it here saves a memset launch); with dkv (the split backward's dK and dV
+ * accumulators, (B,H,Tk,D) each, one after the other), rows (b*H + h)*Tk + i of both zeroed too,
+ * for i < Tk (a second memset saved). A (b, i, h) position, i < T = max(Tq, Tk) (Tq without dkv),
+ * takes L lanes (L = D/8 rounded up to a power of two: 2, 4, 8, 16, 16 for D = 16, 32, 64, 80,
+ * 128), lane c < D/8 its 8 columns c*8.. (one 16-byte load of dout and of out: D and ld_out
+ * multiples of 8, the tensors 16-byte aligned, checked by the launcher; two float4 stores of zeros
+ * a row it zeroes), summed over the L lanes by shuffles; 32/L positions a warp, in (b, i, h) order,
+ * so a warp reads adjacent heads of one row. */
 template <typename E, int D>
 __global__ void __launch_bounds__(256)
-    flash_bwd_delta_kernel(float *__restrict__ delta, float *__restrict__ dq_acc, const E *__restrict__ dout,
-                           const E *__restrict__ out, int ld_out, int Tq, int H, int64_t pairs) {
+    flash_bwd_delta_kernel(float *__restrict__ delta, float *__restrict__ dq_acc, float *__restrict__ dkv,
+                           const E *__restrict__ dout, const E *__restrict__ out, int ld_out, int B, int Tq, int Tk,
+                           int H) {
     constexpr int CH = D / 8, L = CH <= 2 ? 2 : CH <= 4 ? 4 : CH <= 8 ? 8 : CH <= 16 ? 16 : 32;
     static_assert(D % 8 == 0 && CH <= 32, "delta: 8 columns a lane");
-    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, w = t / L; /* w = n*H + h */
+    const int T = dkv ? max(Tq, Tk) : Tq;
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, w = t / L; /* w = (b*T + i)*H + h */
     const int c = (int)(t % L);
-    const bool live = w < pairs && c < CH;
+    const bool lane = w < (int64_t)B * T * H && c < CH;
+    const int h = (int)(w % H);
+    const int64_t bi = w / H, b = bi / T, i = bi % T;
+    const bool live = lane && i < Tq; /* a dQ row: delta and the zeros */
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float s = 0.0f;
-    int64_t row = 0; /* (b*H + h)*Tq + i */
+    const int64_t row = (b * H + h) * Tq + i;
     if (live) {
-        const int h = (int)(w % H);
-        const int64_t n = w / H, b = n / Tq, i = n % Tq;
-        row = (b * H + h) * Tq + i;
+        const int64_t n = b * Tq + i;
         const uint4 a4 = *reinterpret_cast<const uint4 *>(dout + n * ld_out + h * D + c * 8);
         const uint4 o4 = *reinterpret_cast<const uint4 *>(out + n * ld_out + h * D + c * 8);
         const E *a = reinterpret_cast<const E *>(&a4), *o = reinterpret_cast<const E *>(&o4);
 #pragma unroll
         for (int e = 0; e < 8; e++) s = fmaf(tlm_f32(a[e]), tlm_f32(o[e]), s);
         float4 *z = reinterpret_cast<float4 *>(dq_acc + row * D + c * 8);
-        z[0] = z[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        z[0] = z[1] = zero;
+    }
+    if (dkv && lane && i < Tk) { /* this row of the dK and of the dV accumulator */
+        float4 *zk = reinterpret_cast<float4 *>(dkv + ((b * H + h) * Tk + i) * D + c * 8);
+        float4 *zv = reinterpret_cast<float4 *>(reinterpret_cast<float *>(zk) + (int64_t)B * H * Tk * D);
+        zk[0] = zk[1] = zv[0] = zv[1] = zero;
     }
 #pragma unroll
     for (int m = L / 2; m >= 1; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m); /* within the L lanes */
@@ -1295,17 +1307,22 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
         if constexpr (!std::is_same<E, float>::value) {
             tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
                 constexpr int DD = decltype(dc)::value;
-                /* delta, and the dQ accumulator zeroed (no memset): L lanes a (row, head) pair */
-                constexpr int CH = DD / 8, L = CH <= 2 ? 2 : CH <= 4 ? 4 : CH <= 8 ? 8 : CH <= 16 ? 16 : 32;
-                const int64_t pairs = (int64_t)B * Tq * H;
-                flash_bwd_delta_kernel<E, DD><<<(unsigned)((pairs * L + 255) / 256), 256, 0, st>>>(
-                    delta, dq_acc, (const E *)dout, (const E *)out, ld_out, Tq, H, pairs);
-                TLM_CUDA_CHECK_LAUNCH();
+                /* the pre-pass: delta, and the dQ accumulator (with dkv: the split's dK, dV accumulators
+                 * too) zeroed, no memset; L lanes a (b, i, h) position */
+                auto prepass = [&](float *dkv_zero) {
+                    constexpr int CH = DD / 8, L = CH <= 2 ? 2 : CH <= 4 ? 4 : CH <= 8 ? 8 : CH <= 16 ? 16 : 32;
+                    const int64_t positions = (int64_t)B * (dkv_zero ? max(Tq, Tk) : Tq) * H;
+                    flash_bwd_delta_kernel<E, DD><<<(unsigned)((positions * L + 255) / 256), 256, 0, st>>>(
+                        delta, dq_acc, dkv_zero, (const E *)dout, (const E *)out, ld_out, B, Tq, Tk, H);
+                    TLM_CUDA_CHECK_LAUNCH();
+                };
                 /* Hopper: the wgmma kernel (flash_attention_sm90.cu) where it has one and its grid of
                  * 128-key tiles fills the GPU, unless TLM_FLASH_TILES names a configuration; smaller
                  * grids go to the tile rule below (split-KV, SHORT) */
-                if (!named && tlm_cuda_flash_backward_sm90(be, dt, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv,
-                                                           ld_out, B, Tq, Tk, H, D, causal, &dq_tiled)) {
+                if (!named && tlm_cuda_flash_backward_sm90_applies(be, dt, B, Tk, H, DD)) {
+                    prepass(NULL);
+                    tlm_cuda_flash_backward_sm90(be, dt, dq_acc, dk, dv, dout, q, k, v, lse, delta, ld_qkv, ld_out, B,
+                                                 Tq, Tk, H, D, causal, &dq_tiled);
                     fa_log(FA_BWD, B, H, Tq, Tk, DD, causal, "sm90 wgmma", "grid of at least one block an SM", 1);
                     return; /* only the dQ rounding below is left */
                 }
@@ -1326,11 +1343,9 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
                         split_q = tlm_cuda_flash_bwd_split(be, B, H, Tq, Tk, DD, BR, BC, causal,
                                                TLM_FLASH_SPLIT_16BIT,
                                                tlm_cuda_occupancy<split_kernel>(op, WARPS * 32, smem), &S, &dkv);
-                        if (dkv) {
-                            chosen = split_kernel;
-                            TLM_CUDA_CHECK(cudaMemsetAsync(dkv, 0, (size_t)2 * B * H * Tk * DD * sizeof(float), st));
-                        }
+                        if (dkv) chosen = split_kernel;
                     }
+                    prepass(dkv); /* split: the dK, dV accumulators zeroed too (the split buffer: tlm_alloc, 256-byte aligned) */
                     char name[32];
                     fa_tile_name(t, name, sizeof name);
                     fa_log(FA_BWD, B, H, Tq, Tk, DD, causal, name, why, S);

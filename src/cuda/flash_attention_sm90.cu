@@ -1354,11 +1354,15 @@ static void fa90_backward_launch(tlm_backend *be, float *dq_acc, void *dk, void 
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
+bool tlm_cuda_flash_backward_sm90_applies(tlm_backend *be, tlm_dtype dt, int B, int Tk, int H, int D) {
+    return fa90_applies(be, D, dt, (int64_t)B * H * ((Tk + 127) / 128));
+}
+
 bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, void *dk, void *dv,
                                   const void *dout, const void *q, const void *k, const void *v, const float *lse,
                                   const float *delta, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
                                   bool causal, int *dq_tiled) {
-    if (!fa90_applies(be, D, dt, (int64_t)B * H * ((Tk + 127) / 128))) return false;
+    if (!tlm_cuda_flash_backward_sm90_applies(be, dt, B, Tk, H, D)) return false;
     /* the tiled dQ layout needs whole 64-row tiles: a tile must not reach into the next head's rows */
     /* each warpgroup's column block (d_head 80: 64, then the other 16; 32: one block of all 32,
      * warpgroup 0's; OWN, d_head 64: one block of all 64 columns, both warpgroups') */
