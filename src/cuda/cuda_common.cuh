@@ -183,10 +183,11 @@ void tlm_cuda_flash_backward_f32(tlm_backend *be, float *dq, float *dk, float *d
 /* the fp32 backward's first and last kernels (flash_attention_f32.cu), for every fp32 backward that
  * keeps its workspace layout (tlm_flash_workspace_floats: the dQ accumulator dq_acc (B,H,Tq,D)
  * first, then delta (B,H,Tq)): _prep writes delta = rowsum(dout * out) (dout, out (B,Tq,H*D), row
- * stride ld_out) and zeroes dq_acc; _dq writes dq (B,Tq,H,D), row stride ld_qkv, = dq_acc / sqrt(D).
- * Exact fp32; on st, in order; D one of tlm_cuda_flash_supports_d's. */
+ * stride ld_out) and zeroes dq_acc, and, when dkv is not NULL, the split backward's dK and dV
+ * accumulators dkv (B,H,Tk,D) and dkv + B*H*Tk*D (no memset); _dq writes dq (B,Tq,H,D), row stride
+ * ld_qkv, = dq_acc / sqrt(D). Exact fp32; on st, in order; D one of tlm_cuda_flash_supports_d's. */
 void tlm_cuda_flash_backward_f32_prep(cudaStream_t st, float *workspace, const float *dout, const float *out,
-                                      int ld_out, int B, int Tq, int H, int D);
+                                      int ld_out, int B, int Tq, int H, int D, float *dkv, int Tk);
 void tlm_cuda_flash_backward_f32_dq(cudaStream_t st, float *dq, const float *workspace, int ld_qkv, int B, int Tq,
                                     int H, int D);
 /* the tf32 mode's kernels (flash_attention_tf32.cu: mma.sync m16n8k8 on TF32 operands, fp32

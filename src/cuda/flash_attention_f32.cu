@@ -457,12 +457,22 @@ __global__ void __launch_bounds__(FA32_THREADS, D <= 64 ? 2 : 1) fa32_forward_ke
 
 /* ---- backward 1 and 3: delta and the dQ accumulator, then dq ------------------------------------ */
 
-/* one warp per row n = bh*Tq + i of (B,H,Tq): delta_n = rowsum(dO * O), dQacc row n = 0 */
+/* one warp per row n = bh*Tq + i of (B,H,Tq): delta_n = rowsum(dO * O), dQacc row n = 0; with
+ * a.part (the split backward's dK, dV accumulators, (B,H,Tk,D) each) rows bh*Tk + i of both zeroed
+ * too (no memset): then the warps walk i < max(Tq, Tk) */
 template <int D> __global__ void __launch_bounds__(FA32_THREADS) fa32_backward_prep_kernel(const fa32_args a) {
-    const int64_t n = (int64_t)blockIdx.x * (FA32_THREADS / 32) + (int)threadIdx.x / 32;
+    const int T = a.part ? max(a.Tq, a.Tk) : a.Tq;
+    const int64_t w = (int64_t)blockIdx.x * (FA32_THREADS / 32) + (int)threadIdx.x / 32;
     const int lane = (int)threadIdx.x % 32;
-    if (n >= (int64_t)a.BH * a.Tq) return; /* the whole warp */
-    const int bh = (int)(n / a.Tq), i = (int)(n % a.Tq), b = bh / a.H, h = bh % a.H;
+    if (w >= (int64_t)a.BH * T) return; /* the whole warp */
+    const int bh = (int)(w / T), i = (int)(w % T), b = bh / a.H, h = bh % a.H;
+    if (a.part && i < a.Tk) {
+        float *zk = a.part + ((int64_t)bh * a.Tk + i) * D, *zv = zk + (int64_t)a.BH * a.Tk * D;
+#pragma unroll
+        for (int c = lane; c < D; c += 32) zk[c] = zv[c] = 0.0f;
+    }
+    if (i >= a.Tq) return;
+    const int64_t n = (int64_t)bh * a.Tq + i;
     const int64_t row = ((int64_t)b * a.Tq + i) * a.ld_out + h * D;
     float part = 0.0f;
 #pragma unroll
@@ -716,8 +726,9 @@ static void fa32_backward_launch(tlm_backend *be, fa32_args a, int B, bool can_s
         a.split = tlm_cuda_flash_bwd_split(be, B, a.H, a.Tq, a.Tk, D, FA32_BWD_BR, FA32_BWD_BC, a.causal,
                                            TLM_FLASH_SPLIT_32BIT,
                                            tlm_cuda_occupancy<split_kernel>(op, FA32_THREADS, smem), &S, &a.part);
-        if (a.part) TLM_CUDA_CHECK_OP(op, cudaMemsetAsync(a.part, 0, (size_t)2 * a.BH * a.Tk * D * sizeof(float), st));
     }
+    /* delta, the dQ accumulator zeroed, and (split) the dK, dV accumulators */
+    tlm_cuda_flash_backward_f32_prep(st, a.dq_acc, a.dout, a.o, (int)a.ld_out, B, a.Tq, a.H, D, a.part, a.Tk);
     const dim3 grid(fa32_grid(a.Tk, FA32_BWD_BC, a.BH, op), (unsigned)S);
     (a.part ? split_kernel : fa32_backward_kernel<D, false>)<<<grid, FA32_THREADS, smem, st>>>(a);
     TLM_CUDA_CHECK_LAUNCH();
@@ -731,13 +742,14 @@ static unsigned fa32_row_blocks(int B, int Tq, int H, const char *op) {
 }
 
 void tlm_cuda_flash_backward_f32_prep(cudaStream_t st, float *workspace, const float *dout, const float *out,
-                                      int ld_out, int B, int Tq, int H, int D) {
+                                      int ld_out, int B, int Tq, int H, int D, float *dkv, int Tk) {
     const char *op = "flash_attention_backward (delta)";
-    fa32_args a = fa32_make_args(H * D, ld_out, B, Tq, Tq, H, D, false, op);
+    fa32_args a = fa32_make_args(H * D, ld_out, B, Tq, dkv ? Tk : Tq, H, D, false, op);
     a.dq_acc = workspace, a.delta = workspace + (size_t)B * H * Tq * D;
-    a.dout = dout, a.o = out;
+    a.dout = dout, a.o = out, a.part = dkv;
     tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
-        fa32_backward_prep_kernel<decltype(dc)::value><<<fa32_row_blocks(B, Tq, H, op), FA32_THREADS, 0, st>>>(a);
+        fa32_backward_prep_kernel<decltype(dc)::value>
+            <<<fa32_row_blocks(B, dkv ? max(Tq, Tk) : Tq, H, op), FA32_THREADS, 0, st>>>(a);
     });
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
@@ -786,8 +798,7 @@ void tlm_cuda_flash_backward_f32(tlm_backend *be, float *dq, float *dk, float *d
     a.vec_acc = tlm_aligned16(workspace); /* rows of D floats, D a multiple of 16 */
     const bool can_split = ld_qkv % 4 == 0 && tlm_aligned16(dk) && tlm_aligned16(dv);
     cudaStream_t st = tlm_cuda_stream(be);
-    tlm_cuda_flash_backward_f32_prep(st, workspace, dout, out, ld_out, B, Tq, H, D);
-    tlm_cuda_flash_dispatch_d(D, op,
+    tlm_cuda_flash_dispatch_d(D, op, /* the pre-pass too, once the split is known */
                               [&](auto dc) { fa32_backward_launch<decltype(dc)::value>(be, a, B, can_split, op); });
     tlm_cuda_flash_backward_f32_dq(st, dq, workspace, ld_qkv, B, Tq, H, D);
 }

@@ -640,7 +640,6 @@ bool tlm_cuda_flash_backward_tf32(tlm_backend *be, float *dq, float *dk, float *
     cudaStream_t st = tlm_cuda_stream(be);
     /* workspace: the dQ accumulator (B,H,Tq,D), then delta (B,H,Tq): flash_attention_f32.cu's layout */
     const float *delta = workspace + (size_t)B * H * Tq * D;
-    tlm_cuda_flash_backward_f32_prep(st, workspace, dout, out, ld_out, B, Tq, H, D);
     tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
         constexpr int DD = decltype(dc)::value;
         using c = ft_bwd_cfg_of<DD>;
@@ -656,7 +655,8 @@ bool tlm_cuda_flash_backward_tf32(tlm_backend *be, float *dq, float *dk, float *
                                                      TLM_FLASH_SPLIT_32BIT,
                                                      tlm_cuda_occupancy<split_kernel>(op, c::warps * 32, smem), &S,
                                                      &dkv);
-        if (dkv) TLM_CUDA_CHECK_OP(op, cudaMemsetAsync(dkv, 0, (size_t)2 * B * H * Tk * DD * sizeof(float), st));
+        /* delta, the dQ accumulator zeroed, and (split) the dK, dV accumulators: no memset */
+        tlm_cuda_flash_backward_f32_prep(st, workspace, dout, out, ld_out, B, Tq, H, DD, dkv, Tk);
         const float scale = 1.0f / sqrtf((float)DD);
         const dim3 grid((unsigned)((Tk + c::bc - 1) / c::bc * S), (unsigned)H, (unsigned)B);
         (dkv ? split_kernel : kernel)<<<grid, c::warps * 32, smem, st>>>(
