@@ -36,8 +36,9 @@
  * computes dQ_i = dS K for its keys, added to an fp32 accumulator in the workspace with float4
  * atomics (the paper's atomic add; the order of the adds varies, so dQ is not bitwise
  * reproducible); each query tile's logsumexp and delta come into shared memory with its Q and dO.
- * Before: flash_bwd_delta_kernel, delta = rowsum(dO * O) and the dQ accumulator zeroed (one
- * kernel: no memset); after: dQ rounded from the accumulator into its third of the gradient buffer.
+ * Before: flash_bwd_delta_kernel, delta = rowsum(dO * O) and the dQ accumulator zeroed, with the
+ * split path's dK, dV accumulators when it splits (one kernel: no memset); after: dQ (and, split,
+ * dK, dV) rounded from the accumulators into their thirds of the gradient buffer.
  *
  * Tile configurations: src/cuda/flash_tiles.def lists them (d_head, tile sizes, warps, launch
  * bounds, role), and fa_rule picks one per pass: the LONG line (the shapes above, chosen by timing
@@ -554,7 +555,7 @@ __device__ __forceinline__ void fa_load_rows(float *s, const float *lse_b, const
  * runs the query tiles [m_begin, m_end) that see its keys when split_q = 0, else the piece
  * [split * split_q, +split_q) of them (a block whose piece is empty returns at once). dK, dV:
  * dkv == NULL: written (E) to dk, dv; else added with fp32 atomics to the accumulators
- * dkv (B,H,Tk,D) (dK, scaled) and dkv + B*H*Tk*D (dV), which the caller zeroed. dq_acc: zeroed by
+ * dkv (B,H,Tk,D) (dK, scaled) and dkv + B*H*Tk*D (dV), which the pre-pass zeroed. dq_acc: zeroed by
  * flash_bwd_delta_kernel. Each query tile's logsumexp and delta come into shared memory with its
  * Q and dO (cp.async, double-buffered): read from global memory inside the loop, their latency
  * was paid once a tile. */
