@@ -72,9 +72,10 @@
  * long, here as for the 32-bit kernels (it was 256 here; H100, flash-benchmarking bf16, alternating
  * processes: 64 took d_head 128 seq 512 and 1024 from 0.074-0.079 ms forward+backward to
  * 0.045-0.055, d_head 64 seq 512 from 0.053-0.058 to 0.038-0.039, and left seq 2048 and longer
- * unchanged; 32 was no better: bench/results/h100-2026-11-24-tma, call 7). Forward: each query tile's key range [0, n_end) is cut into
- * pieces of split_keys (a multiple of BC), one block each (blockIdx.x = split * q_tiles + tile),
- * writing its O normalized by its own sum, and its lse, as fp32 partials; then
+ * unchanged; 32 was no better: bench/results/h100-2026-11-24-tma, call 7). Forward: each query
+ * tile's key range [0, n_end) is cut into pieces of split_keys (a multiple of BC), one block each
+ * (blockIdx.x = split * q_tiles + tile), writing its O normalized by its own sum, and its lse, as
+ * fp32 partials; then
  * flash_split_combine_kernel merges them: lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse)
  * O_s (a piece that saw no key of a row has lse_s = -inf and is skipped; a row no piece saw gets
  * out 0, lse -inf, as unsplit). Backward: each key tile's query range is cut likewise; every
@@ -1346,7 +1347,8 @@ void tlm_cuda_flash_attention_backward(tlm_backend *be, void *dq, void *dk, void
                                                tlm_cuda_occupancy<split_kernel>(op, WARPS * 32, smem), &S, &dkv);
                         if (dkv) chosen = split_kernel;
                     }
-                    prepass(dkv); /* split: the dK, dV accumulators zeroed too (the split buffer: tlm_alloc, 256-byte aligned) */
+                    /* split: the dK, dV accumulators zeroed too (the split buffer: tlm_alloc, 256-byte aligned) */
+                    prepass(dkv);
                     char name[32];
                     fa_tile_name(t, name, sizeof name);
                     fa_log(FA_BWD, B, H, Tq, Tk, DD, causal, name, why, S);
