@@ -63,6 +63,16 @@ void tlm_plot_cmd(tlm_plot *p, const char *fmt, ...) __attribute__((format(print
  * lives as long as the plot. */
 const char *tlm_plot_str(tlm_plot *p, const char *s);
 
+/* A field of JSON object o (struct cJSON): the string, or dflt when missing or not a string; the number,
+ * or dflt when missing or not a number (null included); whether it is true. */
+const char *tlm_plot_json_str(const struct cJSON *o, const char *key, const char *dflt);
+double tlm_plot_json_num(const struct cJSON *o, const char *key, double dflt);
+bool tlm_plot_json_true(const struct cJSON *o, const char *key);
+
+/* Appends printf(fmt, ...) to the command being built in buf (cap bytes, *used so far: a "plot a, b,
+ * ..." line); false, *used unchanged, when it does not fit. */
+bool tlm_plot_append(char *buf, size_t cap, size_t *used, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* The picture's size in pixels (PNG; the SVG gets the same), default 1200 x 700. */
 void tlm_plot_size(tlm_plot *p, int width, int height);
 

@@ -27,7 +27,7 @@ extern char **environ;
 /* ---- the registry: one name per kind; each is defined in its own file of src/plot/ --------------- */
 #define TLM_PLOT_KINDS(X)                                                                             \
     X(tlm_plot_memory_timeline) X(tlm_plot_memory_context) X(tlm_plot_loss_curve) X(tlm_plot_allreduce_size) \
-    X(tlm_plot_allreduce_nproc) X(tlm_plot_allreduce_backends)
+    X(tlm_plot_allreduce_nproc) X(tlm_plot_allreduce_backends) X(tlm_plot_ddp_buckets) X(tlm_plot_ddp_scaling)
 
 #define DECLARE(k) extern const tlm_plot_kind k;
 TLM_PLOT_KINDS(DECLARE)
@@ -138,6 +138,34 @@ const char *tlm_plot_str(tlm_plot *p, const char *s) {
     *w = '\0';
     p->strs[p->n_strs++] = q;
     return q;
+}
+
+const char *tlm_plot_json_str(const cJSON *o, const char *key, const char *dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : dflt;
+}
+
+double tlm_plot_json_num(const cJSON *o, const char *key, double dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+bool tlm_plot_json_true(const cJSON *o, const char *key) {
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, key));
+}
+
+bool tlm_plot_append(char *buf, size_t cap, size_t *used, const char *fmt, ...) {
+    if (*used >= cap) return false;
+    va_list ap;
+    va_start(ap, fmt);
+    const int k = vsnprintf(buf + *used, cap - *used, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= cap - *used) {
+        buf[*used] = '\0';
+        return false;
+    }
+    *used += (size_t)k;
+    return true;
 }
 
 void tlm_plot_size(tlm_plot *p, int width, int height) {

@@ -12,7 +12,6 @@
  * off), "torch gloo", "torch nccl"; the same name from two files gets the file's name. The rows
  * drawn are the in-place ones (torch.distributed all-reduces in place) that ran: status "ok". */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,16 +42,6 @@ typedef struct {
     int n_nranks, n_sizes;
 } results;
 
-static const char *str_of(const cJSON *o, const char *key, const char *dflt) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsString(v) ? v->valuestring : dflt;
-}
-
-static double num_of(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-
 /* v into the ascending list (n so far, at most MAX_KEYS); false when full */
 static bool add_key(double *list, int *n, double v) {
     int i = 0;
@@ -67,13 +56,13 @@ static bool add_key(double *list, int *n, double v) {
 
 /* the implementation's name of a row of file f (tool: "tlm allreduce" or "torch_allreduce.py") */
 static void impl_name(const cJSON *doc, const cJSON *row, bool torch, char *out, size_t n) {
-    const char *backend = str_of(row, "backend", "?");
+    const char *backend = tlm_plot_json_str(row, "backend", "?");
     if (torch) {
         snprintf(out, n, "torch %s", backend);
         return;
     }
-    const char *algo = str_of(doc, "mpi_algorithm", NULL);
-    const char *env = str_of(doc, "nccl_env", "");
+    const char *algo = tlm_plot_json_str(doc, "mpi_algorithm", NULL);
+    const char *env = tlm_plot_json_str(doc, "nccl_env", "");
     if (strcmp(backend, "mpi") == 0 && algo)
         snprintf(out, n, "tlm mpi (%s)", strcmp(algo, "mpi") == 0 ? "MPI_Allreduce" : algo);
     else if (strcmp(backend, "nccl") == 0 && strstr(env, "NCCL_P2P_DISABLE=1") && strstr(env, "NCCL_SHM_DISABLE=1"))
@@ -109,7 +98,7 @@ static tlm_status collect(results *r, const cJSON *const *docs, const char *cons
     if (!r->pts) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     int owner[MAX_IMPLS];
     for (int f = 0; f < n; f++) {
-        const char *tool = str_of(docs[f], "tool", "");
+        const char *tool = tlm_plot_json_str(docs[f], "tool", "");
         const bool torch = strcmp(tool, "torch_allreduce.py") == 0;
         const cJSON *rows = cJSON_GetObjectItemCaseSensitive(docs[f], "rows");
         if ((!torch && strcmp(tool, "tlm allreduce") != 0) || !cJSON_IsArray(rows))
@@ -117,10 +106,12 @@ static tlm_status collect(results *r, const cJSON *const *docs, const char *cons
                             "\"torch_allreduce.py\" with a \"rows\" array; written by tlm allreduce --format json or "
                             "bench/peers/torch_allreduce.py --format json)", paths[f]);
         for (const cJSON *row = rows->child; row; row = row->next) {
-            if (strcmp(str_of(row, "status", "ok"), "ok") != 0) continue; /* skipped, failed, OOM, WRONG */
-            if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(row, "in_place"))) continue;
-            const point p = {.nranks = (int)num_of(row, "nranks"), .bytes = num_of(row, "bytes"),
-                             .time_us = num_of(row, "time_us_mean"), .busbw = num_of(row, "busbw_gb_per_s")};
+            if (strcmp(tlm_plot_json_str(row, "status", "ok"), "ok") != 0) continue; /* skipped, failed, OOM, WRONG */
+            if (!tlm_plot_json_true(row, "in_place")) continue;
+            const point p = {.nranks = (int)tlm_plot_json_num(row, "nranks", NAN),
+                             .bytes = tlm_plot_json_num(row, "bytes", NAN),
+                             .time_us = tlm_plot_json_num(row, "time_us_mean", NAN),
+                             .busbw = tlm_plot_json_num(row, "busbw_gb_per_s", NAN)};
             if (!(p.nranks >= 1) || !(p.bytes > 0) || !(p.time_us > 0) || isnan(p.busbw))
                 return tlm_fail(TLM_ERR_FORMAT, "%s: a row that ran without \"nranks\", \"bytes\", \"time_us_mean\" "
                                 "and \"busbw_gb_per_s\"", paths[f]);
@@ -193,19 +184,6 @@ static bool block(tlm_plot *p, const results *r, const char *name, int impl, dou
     return true;
 }
 
-/* "plot a, b, ..." grows in buf; false when it does not fit */
-static bool add_plot(char *buf, size_t cap, size_t *used, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static bool add_plot(char *buf, size_t cap, size_t *used, const char *fmt, ...) {
-    if (*used >= cap) return false;
-    va_list ap;
-    va_start(ap, fmt);
-    const int k = vsnprintf(buf + *used, cap - *used, fmt, ap);
-    va_end(ap);
-    if (k < 0 || (size_t)k >= cap - *used) return false;
-    *used += (size_t)k;
-    return true;
-}
-
 static void common_style(tlm_plot *p) {
     tlm_plot_cmd(p, "set grid lc rgb '#dddddd'");
     tlm_plot_cmd(p, "set key outside right top vertical Left reverse noenhanced");
@@ -221,7 +199,7 @@ static tlm_status time_against(tlm_plot *p, const cJSON *const *docs, const char
     tlm_status s = collect(&r, docs, paths, n);
     char plot[16384];
     size_t used = 0;
-    bool fits = add_plot(plot, sizeof plot, &used, "plot ");
+    bool fits = tlm_plot_append(plot, sizeof plot, &used, "plot ");
     int lines = 0;
     const int n_keys = nproc ? r.n_sizes : r.n_nranks;
     for (int i = 0; s == TLM_OK && i < r.n_impls; i++)
@@ -237,9 +215,11 @@ static tlm_status time_against(tlm_plot *p, const cJSON *const *docs, const char
                 snprintf(title, sizeof title, "%s, %.0f rank%s", r.impl[i], key, key == 1 ? "" : "s");
             }
             const int color = nproc ? k : i, dash = nproc ? i : k;
-            fits = fits && add_plot(plot, sizeof plot, &used, "%s$%s using 1:2 with linespoints lw 2 lc rgb '%s' dt %d "
-                                    "pt %d ps 1.2 title %s", lines++ ? ", " : "", name, colors[color % 8],
-                                    dash % 5 + 1, points_types[dash % 6], tlm_plot_str(p, title));
+            fits = fits && tlm_plot_append(plot, sizeof plot, &used,
+                                           "%s$%s using 1:2 with linespoints lw 2 lc rgb '%s' dt %d "
+                                           "pt %d ps 1.2 title %s",
+                                           lines++ ? ", " : "", name, colors[color % 8], dash % 5 + 1,
+                                           points_types[dash % 6], tlm_plot_str(p, title));
         }
     if (s == TLM_OK && !fits) s = tlm_fail(TLM_ERR_FORMAT, "too many lines to draw in one picture");
     if (s == TLM_OK) {
@@ -310,15 +290,17 @@ static tlm_status backends(tlm_plot *p, const cJSON *const *docs, const char *co
         if (r.nranks[k] < 2) continue;
         char plot[8192];
         size_t used = 0;
-        bool fits = add_plot(plot, sizeof plot, &used, "plot ");
+        bool fits = tlm_plot_append(plot, sizeof plot, &used, "plot ");
         int lines = 0;
         for (int i = 0; i < r.n_impls; i++) {
             char name[32];
             snprintf(name, sizeof name, "b%d_%d", i, k);
             if (!block(p, &r, name, i, r.nranks[k], false, true)) continue;
-            fits = fits && add_plot(plot, sizeof plot, &used, "%s$%s using 1:2 with linespoints lw 2 lc rgb '%s' pt %d "
-                                    "ps 1.2 title %s", lines++ ? ", " : "", name, colors[i % 8], points_types[i % 6],
-                                    tlm_plot_str(p, r.impl[i]));
+            fits = fits && tlm_plot_append(plot, sizeof plot, &used,
+                                           "%s$%s using 1:2 with linespoints lw 2 lc rgb '%s' pt %d "
+                                           "ps 1.2 title %s",
+                                           lines++ ? ", " : "", name, colors[i % 8], points_types[i % 6],
+                                           tlm_plot_str(p, r.impl[i]));
         }
         if (!fits) s = tlm_fail(TLM_ERR_FORMAT, "too many lines to draw in one panel");
         tlm_plot_cmd(p, "set title '%.0f ranks'", r.nranks[k]);

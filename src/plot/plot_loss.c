@@ -13,12 +13,6 @@
 static const char *const colors[8] = {"#4e79a7", "#e15759", "#59a14f", "#f28e2c",
                                       "#76b7b2", "#b07aa1", "#edc948", "#9c755f"};
 
-/* a number of a row, NaN when null or missing */
-static double field(const cJSON *row, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(row, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-
 static tlm_status build(tlm_plot *p, const cJSON *const *docs, const char *const *paths, int n) {
     char name[32], plots[2][4096];
     size_t used[2] = {0, 0};
@@ -31,19 +25,24 @@ static tlm_status build(tlm_plot *p, const cJSON *const *docs, const char *const
         int ntrain = 0, nval = 0;
         snprintf(name, sizeof name, "train%d", i);
         tlm_plot_data_begin(p, name); /* step, tokens, loss */
-        for (const cJSON *r = log->child; r; r = r->next)
-            if (isfinite(field(r, "loss")) && isfinite(field(r, "step"))) {
-                tlm_plot_row(p, 3, (double[]){field(r, "step"), field(r, "tokens"), field(r, "loss")});
+        for (const cJSON *r = log->child; r; r = r->next) {
+            const double step = tlm_plot_json_num(r, "step", NAN), loss = tlm_plot_json_num(r, "loss", NAN);
+            if (isfinite(loss) && isfinite(step)) {
+                tlm_plot_row(p, 3, (double[]){step, tlm_plot_json_num(r, "tokens", NAN), loss});
                 ntrain++;
             }
+        }
         tlm_plot_data_end(p);
         snprintf(name, sizeof name, "val%d", i);
         tlm_plot_data_begin(p, name); /* step, tokens, val_loss */
-        for (const cJSON *r = log->child; r; r = r->next)
-            if (isfinite(field(r, "val_loss"))) {
-                tlm_plot_row(p, 3, (double[]){field(r, "step"), field(r, "tokens"), field(r, "val_loss")});
+        for (const cJSON *r = log->child; r; r = r->next) {
+            const double val = tlm_plot_json_num(r, "val_loss", NAN);
+            if (isfinite(val)) {
+                const double step = tlm_plot_json_num(r, "step", NAN), tokens = tlm_plot_json_num(r, "tokens", NAN);
+                tlm_plot_row(p, 3, (double[]){step, tokens, val});
                 nval++;
             }
+        }
         tlm_plot_data_end(p);
         if (!ntrain)
             return tlm_fail(TLM_ERR_FORMAT, "%s: the log holds no step with a finite loss", paths[i]);

@@ -21,18 +21,6 @@
 static const char *const cat_colors[TLM_MEMCAT_COUNT] = {"#4e79a7", "#76b7b2", "#e15759", "#f28e2c", "#59a14f", "#bab0ab"};
 static const char *const phase_colors[TLM_PHASE_COUNT] = {"#ffffff", "#dde8f4", "#fbe3cf", "#dcefd8"};
 
-static double num_of(const cJSON *o, const char *key, double dflt) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
-}
-
-static const char *str_of(const cJSON *o, const char *key, const char *dflt) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsString(v) ? v->valuestring : dflt;
-}
-
-static bool bool_of(const cJSON *o, const char *key) { return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, key)); }
-
 static int phase_index(const char *name) {
     for (int p = 0; p < TLM_PHASE_COUNT; p++)
         if (strcmp(name, tlm_phase_name((tlm_phase)p)) == 0) return p;
@@ -44,7 +32,7 @@ static int phase_index(const char *name) {
 static tlm_status timeline(tlm_plot *p, const cJSON *const *docs, const char *const *paths, int n) {
     const cJSON *d = docs[0];
     const char *path = paths[0];
-    if (strcmp(str_of(d, "kind", ""), "tlm.memory_timeline") != 0)
+    if (strcmp(tlm_plot_json_str(d, "kind", ""), "tlm.memory_timeline") != 0)
         return tlm_fail(TLM_ERR_FORMAT, "%s is not a memory timeline (\"kind\": \"tlm.memory_timeline\"; written by "
                         "tlm memory --timeline)", path);
     const cJSON *cats = cJSON_GetObjectItemCaseSensitive(d, "categories");
@@ -65,8 +53,8 @@ static tlm_status timeline(tlm_plot *p, const cJSON *const *docs, const char *co
     /* the last step's window, for the peak label */
     int last_step_begin = 0;
     for (const cJSON *m = marks->child; m; m = m->next)
-        if (strcmp(str_of(m, "kind", ""), "step") == 0 && bool_of(m, "begin"))
-            last_step_begin = (int)num_of(m, "event", 0);
+        if (strcmp(tlm_plot_json_str(m, "kind", ""), "step") == 0 && tlm_plot_json_true(m, "begin"))
+            last_step_begin = (int)tlm_plot_json_num(m, "event", 0);
     tlm_plot_data_begin(p, "mem");
     int x = 0;
     for (const cJSON *e = events->child;; e = e ? e->next : NULL, x++) {
@@ -86,7 +74,7 @@ static tlm_status timeline(tlm_plot *p, const cJSON *const *docs, const char *co
         row[0] = x;
         for (int c = 0; c <= nc; c++) row[c + 1] = cum[c];
         tlm_plot_row(p, nc + 2, row);
-        const double fp = num_of(e, "footprint", 0) / GIB;
+        const double fp = tlm_plot_json_num(e, "footprint", 0) / GIB;
         if (cum[nc] > ymax) ymax = cum[nc];
         if (fp > ymax) ymax = fp;
         if (x >= last_step_begin && cum[nc] > peak) {
@@ -98,26 +86,27 @@ static tlm_status timeline(tlm_plot *p, const cJSON *const *docs, const char *co
     tlm_plot_data_begin(p, "footprint");
     x = 0;
     for (const cJSON *e = events->child; e; e = e->next, x++)
-        tlm_plot_row(p, 2, (double[]){x, num_of(e, "footprint", 0) / GIB});
+        tlm_plot_row(p, 2, (double[]){x, tlm_plot_json_num(e, "footprint", 0) / GIB});
     tlm_plot_data_end(p);
 
     /* phases shaded, steps marked */
     int obj = 1, open_x[TLM_PHASE_COUNT];
     for (int i = 0; i < TLM_PHASE_COUNT; i++) open_x[i] = -1;
     for (const cJSON *m = marks->child; m; m = m->next) {
-        const int mx = (int)num_of(m, "event", 0);
-        if (strcmp(str_of(m, "kind", ""), "step") == 0) {
-            if (!bool_of(m, "begin")) continue;
+        const int mx = (int)tlm_plot_json_num(m, "event", 0);
+        if (strcmp(tlm_plot_json_str(m, "kind", ""), "step") == 0) {
+            if (!tlm_plot_json_true(m, "begin")) continue;
             char label[48];
-            snprintf(label, sizeof label, "%s %d", bool_of(m, "warmup") ? "warm-up step" : "step", (int)num_of(m, "step", 0));
+            snprintf(label, sizeof label, "%s %d", tlm_plot_json_true(m, "warmup") ? "warm-up step" : "step",
+                     (int)tlm_plot_json_num(m, "step", 0));
             tlm_plot_cmd(p, "set arrow from %d, graph 0 to %d, graph 1 nohead dt 2 lc rgb '#555555' front", mx, mx);
             tlm_plot_cmd(p, "set label %s at %d, graph 0.03 offset 0.5,0 left front font ',9' tc rgb '#555555'",
                          tlm_plot_str(p, label), mx);
             continue;
         }
-        const int ph = phase_index(str_of(m, "name", ""));
+        const int ph = phase_index(tlm_plot_json_str(m, "name", ""));
         if (ph <= 0) continue;
-        if (bool_of(m, "begin")) {
+        if (tlm_plot_json_true(m, "begin")) {
             open_x[ph] = mx;
         } else if (open_x[ph] >= 0) {
             tlm_plot_cmd(p, "set object %d rect from %d, graph 0 to %d, graph 1 behind fc rgb '%s' fs solid 1.0 noborder",
@@ -127,7 +116,7 @@ static tlm_status timeline(tlm_plot *p, const cJSON *const *docs, const char *co
     }
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(d, "meta");
     char title[400];
-    snprintf(title, sizeof title, "tlm memory: %s", str_of(meta, "title", path));
+    snprintf(title, sizeof title, "tlm memory: %s", tlm_plot_json_str(meta, "title", path));
     tlm_plot_cmd(p, "set title %s", tlm_plot_str(p, title));
     tlm_plot_cmd(p, "set xlabel 'allocation events (program order)'");
     tlm_plot_cmd(p, "set ylabel 'GiB in use (2^{30} bytes)'");
@@ -214,20 +203,20 @@ static tlm_status context(tlm_plot *p, const cJSON *const *docs, const char *con
             return tlm_fail(TLM_ERR_FORMAT, "%s: no \"rows\" array (tlm memory --format json, or pytorch_lm.py "
                             "--format json)", paths[f]);
         for (const cJSON *r = rows->child; r; r = r->next) {
-            const double ctx = num_of(r, "context_length", NAN);
-            double bytes = num_of(r, "peak_bytes", NAN);
-            if (isnan(bytes)) bytes = num_of(r, "peak_mib", NAN) * 1048576.0; /* the PyTorch peer */
-            const bool oom = strcmp(str_of(r, "status", "ok"), "OOM") == 0;
+            const double ctx = tlm_plot_json_num(r, "context_length", NAN);
+            double bytes = tlm_plot_json_num(r, "peak_bytes", NAN);
+            if (isnan(bytes)) bytes = tlm_plot_json_num(r, "peak_mib", NAN) * 1048576.0; /* the PyTorch peer */
+            const bool oom = strcmp(tlm_plot_json_str(r, "status", "ok"), "OOM") == 0;
             if (isnan(ctx) || (isnan(bytes) && !oom))
                 return tlm_fail(TLM_ERR_FORMAT, "%s: a row without \"context_length\" and \"peak_bytes\" (or "
                                 "\"peak_mib\")", paths[f]);
             char label[128];
-            const char *impl = str_of(r, "impl", "tlm");
-            const char *rc = str_of(r, "recompute", "none");
+            const char *impl = tlm_plot_json_str(r, "impl", "tlm");
+            const char *rc = tlm_plot_json_str(r, "recompute", "none");
             snprintf(label, sizeof label, "%s %s %s %s%s%s%s", strncmp(impl, "pytorch", 7) == 0 ? impl : "tlm",
-                     str_of(r, "model", "?"), str_of(r, "precision", "?"), str_of(r, "pass", "?"),
-                     strcmp(rc, "none") ? " recompute " : "", strcmp(rc, "none") ? rc : "",
-                     bool_of(r, "optimizer_in_backward") ? " opt-in-bwd" : "");
+                     tlm_plot_json_str(r, "model", "?"), tlm_plot_json_str(r, "precision", "?"),
+                     tlm_plot_json_str(r, "pass", "?"), strcmp(rc, "none") ? " recompute " : "",
+                     strcmp(rc, "none") ? rc : "", tlm_plot_json_true(r, "optimizer_in_backward") ? " opt-in-bwd" : "");
             series *x = series_of(s, &ns, label);
             if (!x || x->n == MAX_POINTS)
                 return tlm_fail(TLM_ERR_FORMAT, "%s: more than %d series or %d points in one", paths[f], MAX_SERIES,
