@@ -6,14 +6,23 @@
 #           the tiny model = one process in fp32 within 1e-6, bf16 within one ulp, ZeRO-1 = DDP) and
 #           the CPU ones under mpirun (test_ddp at 2 and 4 processes);
 #   one     the single-GPU baseline: tlm bench, xl, batch 4, context 256, fp32 and bf16, CUDA graphs off
-#           (as every data-parallel row runs: ddp.h) and on (tlm's best single-GPU step);
+#           (as every data-parallel row runs: ddp.h) and on (tlm's best single-GPU step); graphs off also at
+#           batch 4 N, each data-parallel run's global batch (the scaling against the same global batch);
 #   modes   2 GPUs (and 4 when present): every --ddp mode, bucketed at --bucket-mb 1,10,100,1000 (and 25,
 #           the default), fp32 and bf16 gradient reductions, per-rank batch 4 (global 4 N);
 #   zero    ZeRO-1 against DDP (bucketed 25 MiB and flat), fp32 and bf16: step time and the memory table
 #           (after set-up, before and after the optimizer step, peak, optimizer state per rank);
 #   scale   bucketed 25 MiB at 1, 2 and 4 GPUs (the 1-GPU row is `one`'s);
-#   oib     bucketed 25 MiB with --optimizer-in-backward at 1, 2 (and 4) GPUs, fp32 and bf16 reductions
-#           (not in the default STAGES; tlm-oib-N.json);
+#   oib     bucketed 25 MiB with --optimizer-in-backward, then with --optimizer-overlap (each bucket's
+#           update on a background stream once its average lands), at 1, 2 (and 4) GPUs, fp32 and bf16
+#           reductions (not in the default STAGES; tlm-oib-N.json, tlm-overlap-N.json);
+#   ctas    bucketed 25 MiB at 2 GPUs with NCCL's thread blocks capped (NCCL_MAX_CTAS=CTAS, default 4,8,16):
+#           fewer SMs for the reductions, more for the backward they overlap (not in the default STAGES;
+#           tlm-ctas-C.json);
+#   big     2.7B (BIG_MODEL), bf16, BATCH rows a rank, at a context where one GPU runs out of memory and
+#           ZeRO-1 fits (BIG_CTX_2, BIG_CTX_4: from the memory plan, `--max-context device` beside each row):
+#           1 GPU at both contexts, then N GPUs bucketed with ZeRO 0 and 1 (not in the default STAGES;
+#           tlm-big-N.json);
 #   torch   the PyTorch DDP peer (bench/peers/pytorch_ddp.py) in the same run: 1, 2 (and 4) processes, bucket
 #           sizes, bf16_compress_hook, ZeroRedundancyOptimizer;
 #   cpu     on the host's CPU cores instead (MPI): tlm bench bucketed and flat against PyTorch DDP over gloo,
@@ -21,6 +30,9 @@
 #   table   ddp-side-by-side.md: the mode x bucket table against the 1-GPU step (the issue's targets:
 #           bucketed <= 1.10x on 2 GPUs, <= 1.15x on 4; ZeRO-1 <= 1.10x bucketed, its optimizer state 1/N),
 #           PyTorch beside, the ZeRO memory table, the scaling table.
+# Pictures (issue 15), drawn where gnuplot is (the development machine) from the fetched JSON:
+#   tlm plot ddp-buckets tlm-1gpu.json tlm-modes-*.json torch-ddp.json --out ddp-buckets
+#   tlm plot ddp-scaling tlm-1gpu.json tlm-scale-*.json torch-ddp.json --out ddp-scaling
 # Usage (from the repository root; carry [".devdeps"]):
 #   OUT=/some/dir STAGES=build,test,one bench/run-ddp-device.sh      # first call
 #   OUT=/some/dir STAGES=modes bench/run-ddp-device.sh               # second call, and so on:
@@ -29,7 +41,9 @@
 # The device tool brings back at most 8 files of its $OUT: give this script OUT=/tmp/some/dir and tar that
 # folder into the tool's $OUT (on 2026-11-24 a call that did not lost every DDP file).
 # Files under $OUT: info.txt, build.log, tests.log, tlm-1gpu.json, tlm-1gpu-graphs.json, tlm-modes-N.json,
-#   tlm-zero-N.json, tlm-scale-N.json, tlm-oib-N.json, torch-ddp.json, ddp-side-by-side.md
+#   tlm-zero-N.json, tlm-scale-N.json, tlm-oib-N.json, tlm-overlap-N.json, tlm-ctas-C.json, tlm-big-N.json,
+#   torch-ddp.json,
+#   ddp-side-by-side.md
 # env: MODEL (xl) CTX (256) BATCH (4: rows per rank) PRECISIONS (fp32,bf16) BUCKETS (1,10,100,1000,25)
 #      WARMUP (3) STEPS (10) TIMEOUT (600: the watchdog's, s) BUILD (build-gpu) NPROCS (2 and 4 when present)
 set -uo pipefail
@@ -83,8 +97,10 @@ fi
 common=(--model "$MODEL" --context-length "$CTX" --warmup "$WARMUP" --steps "$STEPS" --pass train
         --precision "$PRECISIONS" --timeout "$TIMEOUT")
 if stage one; then
-  echo "== 1 GPU: the baseline (CUDA graphs off, as the data-parallel rows; and on)"
-  "$TLM" bench "${common[@]}" --batch-size "$BATCH" --cuda-graph off -f json -o "$OUT/tlm-1gpu.json" | grep -v '^#'
+  # a rank's rows (the issue's x1 targets), and each data-parallel run's global batch (strong scaling)
+  batches=$BATCH; for n in "${nprocs[@]}"; do batches=$batches,$((BATCH * n)); done
+  echo "== 1 GPU: the baseline at batch $batches (CUDA graphs off, as the data-parallel rows; and on)"
+  "$TLM" bench "${common[@]}" --batch-size "$batches" --cuda-graph off -f json -o "$OUT/tlm-1gpu.json" | grep -v '^#'
   "$TLM" bench "${common[@]}" --batch-size "$BATCH" --cuda-graph on -f json -o "$OUT/tlm-1gpu-graphs.json" | grep -v '^#'
 fi
 if stage modes; then
@@ -99,9 +115,17 @@ if stage oib; then
   "$TLM" bench "${common[@]}" --batch-size "$BATCH" --cuda-graph off --optimizer-in-backward \
     -f json -o "$OUT/tlm-oib-1.json" | grep -v '^#'
   for n in "${nprocs[@]}"; do
-    echo "== $n GPUs: bucketed 25 MiB with --optimizer-in-backward (each bucket's AdamW once its reduction lands)"
+    echo "== $n GPUs: bucketed 25 MiB with --optimizer-in-backward (each group reduced, then updated, in the backward)"
     mpi "$n" "$TLM" bench "${common[@]}" --batch-size $((BATCH * n)) --ddp bucketed --bucket-mb 25 \
       --grad-reduce-dtype fp32,bf16 --optimizer-in-backward -f json -o "$OUT/tlm-oib-$n.json" | grep -v '^#'
+  done
+  echo "== 1 GPU: --optimizer-overlap, CUDA graphs off"
+  "$TLM" bench "${common[@]}" --batch-size "$BATCH" --cuda-graph off --optimizer-overlap \
+    -f json -o "$OUT/tlm-overlap-1.json" | grep -v '^#'
+  for n in "${nprocs[@]}"; do
+    echo "== $n GPUs: bucketed 25 MiB with --optimizer-overlap (each bucket's AdamW once its average lands)"
+    mpi "$n" "$TLM" bench "${common[@]}" --batch-size $((BATCH * n)) --ddp bucketed --bucket-mb 25 \
+      --grad-reduce-dtype fp32,bf16 --optimizer-overlap -f json -o "$OUT/tlm-overlap-$n.json" | grep -v '^#'
   done
 fi
 if stage zero; then
@@ -111,11 +135,38 @@ if stage zero; then
       -f json -o "$OUT/tlm-zero-$n.json" | grep -v '^#'
   done
 fi
+if stage ctas; then
+  # xl bf16's backward: 26.4 ms beside the reductions (2 H200, 2026-11-24), 18.3-18.5 alone (one H200, 2026-11-25)
+  CTAS=${CTAS:-4,8,16}
+  for c in ${CTAS//,/ }; do
+    echo "== 2 GPUs: bucketed 25 MiB, NCCL_MAX_CTAS=$c"
+    NCCL_MAX_CTAS=$c mpi 2 -x NCCL_MAX_CTAS "$TLM" bench "${common[@]}" --batch-size $((BATCH * 2)) --ddp bucketed \
+      --bucket-mb 25 -f json -o "$OUT/tlm-ctas-$c.json" | grep -v '^#'
+  done
+fi
 if stage scale; then
   for n in "${nprocs[@]}"; do
     echo "== $n GPUs: bucketed 25 MiB (scaling)"
     mpi "$n" "$TLM" bench "${common[@]}" --batch-size $((BATCH * n)) --ddp bucketed --bucket-mb 25 \
       -f json -o "$OUT/tlm-scale-$n.json" | grep -v '^#'
+  done
+fi
+if stage big; then
+  # one H200 (143,771 MiB), 2.7B bf16 batch 4 (2026-11-25, bench/results/h200-2026-11-25-zero-plan): context
+  # 6656 ran, 6912 ran out of memory; the plan's longest context: 6893 on one GPU, 7803 with ZeRO-1 over 2
+  # ranks, 8275 over 4
+  BIG_MODEL=${BIG_MODEL:-2.7B} BIG_CTX_2=${BIG_CTX_2:-7168} BIG_CTX_4=${BIG_CTX_4:-7680}
+  big=(--model "$BIG_MODEL" --precision bf16 --pass train --warmup 1 --steps 3 --max-context device
+       --timeout "$TIMEOUT")
+  ctxs=$BIG_CTX_2; [[ ",$NPROCS," == *",4,"* ]] && ctxs=$BIG_CTX_2,$BIG_CTX_4
+  echo "== 1 GPU: $BIG_MODEL bf16 at context $ctxs, batch $BATCH (one GPU's memory is expected to run out)"
+  "$TLM" bench "${big[@]}" --context-length "$ctxs" --batch-size "$BATCH" -f json -o "$OUT/tlm-big-1.json" \
+    | grep -v '^#'
+  for n in "${nprocs[@]}"; do
+    c=$BIG_CTX_2; [ "$n" -ge 4 ] && c=$BIG_CTX_4
+    echo "== $n GPUs: $BIG_MODEL bf16 at context $c, $BATCH rows a rank, bucketed 25 MiB, ZeRO 0 and 1"
+    mpi "$n" "$TLM" bench "${big[@]}" --context-length "$c" --batch-size $((BATCH * n)) --ddp bucketed --zero 0,1 \
+      -f json -o "$OUT/tlm-big-$n.json" | grep -v '^#'
   done
 fi
 if stage torch; then
@@ -144,7 +195,7 @@ if stage cpu; then
 fi
 if stage table; then
   echo "== side by side"
-  python3 - "$OUT" <<'EOF'
+  python3 - "$OUT" "$BATCH" <<'EOF'
 import glob, json, os, sys
 out = sys.argv[1]
 def rows(pattern):
@@ -155,8 +206,10 @@ def rows(pattern):
         except (OSError, ValueError):
             pass
     return [x for x in r if x.get("status") == "ok"]
-one = {r["precision"]: r for r in rows("tlm-1gpu.json")}
-one_g = {r["precision"]: r for r in rows("tlm-1gpu-graphs.json")}
+batch = int(sys.argv[2])  # a rank's rows
+one_all = rows("tlm-1gpu.json")
+one = {r["precision"]: r for r in one_all if r["batch_size"] == batch}
+one_g = {r["precision"]: r for r in rows("tlm-1gpu-graphs.json") if r["batch_size"] == batch}
 torch_rows = rows("torch-ddp.json")
 t_one = {r["precision"]: r for r in torch_rows if r["ranks"] == 1}
 def torch_match(prec, n, bucket, rdt, zero):
@@ -212,9 +265,10 @@ for r in sorted(zr, key=lambda r: (r["ranks"], r["precision"], r["ddp"], r["zero
 for prec, r in sorted(one.items()):
     L.append(f"| 1 | {prec} | - | - | {r['step_ms_mean']:.1f} | - | - | - | - | {r['peak_bytes'] / gib:.2f} | "
              f"{r['peak_bytes_optimizer'] / gib:.2f} | - | - |")
-L += ["", "Scaling (bucketed 25 MiB; the same per-rank batch: tokens/s should grow N-fold)", "",
-      "| GPUs | prec | tlm step ms | tlm tokens/s | tlm speed-up | PyTorch step ms | PyTorch tokens/s | PyTorch speed-up |",
-      "|---:|---|---:|---:|---:|---:|---:|---:|"]
+L += ["", "Scaling (bucketed 25 MiB; the same per-rank batch: tokens/s should grow N-fold). speed-up: over one GPU "
+      "with a rank's rows; whole batch: over one GPU running the same global batch", "",
+      "| GPUs | prec | tlm step ms | tlm tokens/s | tlm speed-up | whole batch | PyTorch step ms | PyTorch tokens/s | "
+      "PyTorch speed-up |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
 sc = rows("tlm-scale-*.json") + [dict(r, ranks=1) for r in one.values()]
 for r in sorted(sc, key=lambda r: (r["precision"], r["ranks"])):
     base = one.get(r["precision"])
@@ -222,8 +276,53 @@ for r in sorted(sc, key=lambda r: (r["precision"], r["ranks"])):
     tb = t_one.get(r["precision"])
     su = r["tokens_per_s"] / base["tokens_per_s"] if base else 0
     tsu = t["tokens_per_s"] / tb["tokens_per_s"] if t and tb else 0
+    whole = next((q for q in one_all if q["precision"] == r["precision"] and q["batch_size"] == r["batch_size"]), None)
+    wsu = f"{r['tokens_per_s'] / whole['tokens_per_s']:.2f}x" if whole else "-"
     L.append(f"| {r['ranks']} | {r['precision']} | {r['step_ms_mean']:.1f} | {r['tokens_per_s']:.0f} | {su:.2f}x | "
+             f"{wsu} | "
              + (f"{t['step_ms_mean']:.1f} | {t['tokens_per_s']:.0f} | {tsu:.2f}x |" if t else "- | - | - |"))
+ct = []
+for f in sorted(glob.glob(os.path.join(out, "tlm-ctas-*.json"))):
+    ct += [dict(r, ctas=f.rsplit("-", 1)[1][:-5]) for r in rows(os.path.basename(f))]
+if ct:
+    L += ["", "NCCL's thread blocks capped (NCCL_MAX_CTAS), 2 GPUs, bucketed 25 MiB, fp32 reduction", "",
+          "| NCCL_MAX_CTAS | prec | step ms | fwd | bwd | comm | opt | x1 |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(ct, key=lambda r: (r["precision"], int(r["ctas"]))):
+        base = one.get(r["precision"], {}).get("step_ms_mean")
+        L.append(f"| {r['ctas']} | {r['precision']} | {r['step_ms_mean']:.1f} | {r['fwd_ms_mean']:.1f} | "
+                 f"{r['bwd_ms_mean']:.1f} | {(r.get('comm_ms_mean') or 0):.1f} | {r['opt_ms_mean']:.1f} | "
+                 f"{ratio(r['step_ms_mean'], base)} |")
+ob = rows("tlm-oib-*.json") + rows("tlm-overlap-*.json")
+if ob:
+    L += ["", "The AdamW update in the backward (optimizer-in-backward: each group reduced, then updated, on the "
+          "compute stream) or beside it (overlapped: each bucket's update on a background stream once averaged); "
+          "x1 = this step / the 1-GPU plain step", "",
+          "| GPUs | prec | update | reduce | step ms | fwd | bwd | comm | opt | x1 |",
+          "|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(ob, key=lambda r: (r.get("ranks") or 1, r["precision"], bool(r.get("optimizer_overlap")),
+                                      r.get("grad_reduce_dtype") or "")):
+        base = one.get(r["precision"], {}).get("step_ms_mean")
+        how = "overlapped" if r.get("optimizer_overlap") else "in backward"
+        L.append(f"| {r.get('ranks') or 1} | {r['precision']} | {how} | {r.get('grad_reduce_dtype') or '-'} | "
+                 f"{r['step_ms_mean']:.1f} | {r['fwd_ms_mean']:.1f} | {r['bwd_ms_mean']:.1f} | "
+                 f"{(r.get('comm_ms_mean') or 0):.1f} | {r['opt_ms_mean']:.1f} | {ratio(r['step_ms_mean'], base)} |")
+big = []
+for f in sorted(glob.glob(os.path.join(out, "tlm-big-*.json"))):
+    try:
+        big += json.load(open(f)).get("rows", [])
+    except (OSError, ValueError):
+        pass
+if big:
+    L += ["", "2.7B, bf16, a rank's batch the same at every GPU count: where one GPU runs out of memory and ZeRO-1 "
+          "fits (plan = the memory plan's longest context for the row, --max-context device)", "",
+          "| GPUs | context | rows a rank | zero | result | step ms | peak GiB | optimizer GiB | plan's max context |",
+          "|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+    for r in sorted(big, key=lambda r: (r.get("ranks") or 1, r["context_length"], r.get("zero") or 0)):
+        n = r.get("ranks") or 1
+        res = "ran" if r["status"] == "ok" else (r.get("error") or r["status"]).replace("|", "/")
+        step = f"{r['step_ms_mean']:.0f}" if r.get("step_ms_mean") else "-"
+        L.append(f"| {n} | {r['context_length']} | {r['batch_size'] // n} | {r.get('zero') or 0} | {res} | {step} | "
+                 f"{r['peak_bytes'] / gib:.2f} | {r['peak_bytes_optimizer'] / gib:.2f} | {r.get('max_context')} |")
 text = "\n".join(L) + "\n"
 path = os.path.join(out, "ddp-side-by-side.md")
 with open(path + ".tmp", "w") as f:

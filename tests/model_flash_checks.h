@@ -87,8 +87,9 @@ static inline void mf_free(mf_out *o) {
 
 /* `passes` forward+backward passes of a fresh model (init seed 1234, tokens seed 99) run as `run`
  * says; the last pass's loss, logits and gradients. Without AdamW every pass computes the same;
- * with run->optimizer_in_backward each pass updates the weights, and `grads` holds the fp32
- * weights after the last (there is no gradient buffer). With graphs, pass 1 is eager, pass 2
+ * with run->optimizer_in_backward or _overlap each pass updates the weights, and `grads` holds the
+ * fp32 weights after the last (optimizer_in_backward has no gradient buffer; the overlapped updates
+ * are waited for by tlm_model_adamw_step, called after each backward). With graphs, pass 1 is eager, pass 2
  * captured, pass 3 on replays (model.h). */
 static inline mf_out mf_run_with(tlm_backend *be, const mf_shape *s, const tlm_run_config *run, int passes) {
     mf_out o;
@@ -110,11 +111,15 @@ static inline mf_out mf_run_with(tlm_backend *be, const mf_shape *s, const tlm_r
         die_on(tlm_model_forward(m, x, y, s->B, s->T, &o.loss), "forward");
         if (i == passes - 1) die_on(tlm_model_copy_logits(m, o.logits), "logits");
         die_on(tlm_model_backward(m), "backward");
+        if (run->optimizer_overlap) {
+            const tlm_adamw_config opt = tlm_adamw_defaults();
+            die_on(tlm_model_adamw_step(m, &opt), "the overlapped updates");
+        }
     }
-    tlm_copy_to_host(be, o.grads, run->optimizer_in_backward ? m->params : m->grads,
-                     m->layout.flat_numel * sizeof(float));
+    const bool updates = run->optimizer_in_backward || run->optimizer_overlap;
+    tlm_copy_to_host(be, o.grads, updates ? m->params : m->grads, m->layout.flat_numel * sizeof(float));
     tlm_synchronize(be);
-    if (!run->optimizer_in_backward)
+    if (!updates)
         for (size_t i = 0; i < m->layout.flat_numel; i++) o.grads[i] /= m->grads_scale;
     o.act_bytes = tlm_activations_bytes(m->acts, TLM_MEM_ACTIVATIONS);
     o.num_tensors = m->layout.num_tensors;

@@ -160,6 +160,37 @@ static void test_plans(void) {
         }
     RCHECK(all_ok && saw_tail, "ZeRO plans for 2, 3, 4, 8 ranks x 4 caps: pieces of whole 64-byte lines, a tail "
            "only at the top (one seen: %d) %s", saw_tail, why);
+
+    /* the memory plan of one rank: one rank changes nothing; ZeRO-1 the moments; bf16 the staging */
+    const tlm_run_config run = {.precision = TLM_PRECISION_FP32, .attention = TLM_ATTENTION_NAIVE};
+    tlm_memory_estimate one, e;
+    die_on(tlm_model_memory_estimate(be, &cfg, &run, 2, 16, &one), "estimate");
+    tlm_ddp_config dz = tlm_ddp_defaults();
+    dz.zero = 1;
+    e = one;
+    die_on(tlm_ddp_memory_estimate(&cfg, &run, &dz, 1, &e), "ddp estimate");
+    bool same = memcmp(&e, &one, sizeof e) == 0;
+    e = one;
+    die_on(tlm_ddp_memory_estimate(&cfg, &run, &dz, 4, &e), "ddp estimate");
+    die_on(tlm_ddp_plan_buckets(&l, tlm_ddp_cap_bytes(&dz), 4, &b, &n), "plan");
+    const size_t shard = tlm_ddp_shard_numel(b, n, 4);
+    free(b);
+    RCHECK(same && e.optimizer == 2 * shard * sizeof(float) && shard < l.flat_numel / 4 + 16 * 4 &&
+               e.total == one.total - one.optimizer + e.optimizer && e.workspace == one.workspace,
+           "memory plan, ZeRO-1 over 4 ranks: moments %zu B of one process's %zu (1 rank: unchanged)", e.optimizer,
+           one.optimizer);
+    dz = tlm_ddp_defaults();
+    dz.reduce_dtype = TLM_DTYPE_BF16;
+    e = one;
+    die_on(tlm_ddp_memory_estimate(&cfg, &run, &dz, 2, &e), "ddp estimate");
+    RCHECK(e.workspace == one.workspace + l.flat_numel * 2 && e.total == one.total + l.flat_numel * 2 &&
+               e.optimizer == one.optimizer, "memory plan, bf16 reduction: the staging buffer %zu B", l.flat_numel * 2);
+    dz.zero = 1;
+    tlm_run_config oib = run;
+    oib.optimizer_in_backward = true;
+    e = one;
+    rcheck_status(tlm_ddp_memory_estimate(&cfg, &oib, &dz, 2, &e), TLM_ERR_UNSUPPORTED, "optimizer-in-backward",
+                  "memory plan of ZeRO-1 with optimizer-in-backward");
     tlm_layout_free(&l);
 
     const tlm_ddp_config ok = tlm_ddp_defaults();
@@ -192,9 +223,11 @@ typedef struct {
     size_t tail;                /* ZeRO: the floats of the top bucket's tail (0: none) */
 } run_result;
 
-static tlm_model *new_model(tlm_precision p, bool oib, uint64_t seed) {
+/* upd: 0 the AdamW step after the backward, 1 (true) in it (optimizer_in_backward), 2 beside it (optimizer_overlap) */
+static tlm_model *new_model(tlm_precision p, int upd, uint64_t seed) {
     const tlm_config cfg = tiny();
-    const tlm_run_config run = {.precision = p, .attention = TLM_ATTENTION_NAIVE, .optimizer_in_backward = oib};
+    const tlm_run_config run = {.precision = p, .attention = TLM_ATTENTION_NAIVE, .optimizer_in_backward = upd == 1,
+                                .optimizer_overlap = upd == 2};
     tlm_model *m = NULL;
     die_on(tlm_model_create(&m, &cfg, &run, be), "model");
     die_on(tlm_model_init_random(m, seed), "init");
@@ -335,6 +368,19 @@ static void test_training(void) {
         RCHECK(ez <= tol && z[1].optimizer_bytes == want_opt && z[1].plan.optimizer_numel == (n - tail) / nranks + tail,
                "  ZeRO-1 = DDP: %.1e; its moments %zu B = 2 x 4 x ((%zu - tail %zu) / %d + tail), DDP's %zu B", ez,
                z[1].optimizer_bytes, n, tail, nranks, z[0].optimizer_bytes);
+        /* the memory plan (tlm bench --max-context) counts the moments the reducer allocated */
+        tlm_ddp_config dz = tlm_ddp_defaults();
+        dz.mode = cases[i].mode;
+        dz.bucket_mb = cases[i].bucket_mb;
+        dz.zero = 1;
+        const tlm_run_config run = {.precision = TLM_PRECISION_FP32, .attention = TLM_ATTENTION_NAIVE};
+        tlm_memory_estimate e;
+        die_on(tlm_model_memory_estimate(be, &cfg, &run, ROWS_PER_RANK, CTX, &e), "estimate");
+        const size_t whole = e.optimizer;
+        die_on(tlm_ddp_memory_estimate(&cfg, &run, &dz, nranks, &e), "ddp estimate");
+        RCHECK(e.optimizer == z[1].optimizer_bytes && whole == 2 * n * sizeof(float) &&
+                   e.total == e.parameters + e.weight_copy + e.optimizer + e.arena + e.workspace,
+               "  the memory plan's ZeRO-1 moments %zu B = those allocated (one process's %zu B)", e.optimizer, whole);
         free(z[1].params);
         if (i == 3) bucketed = z[0];
         else free(z[0].params);
@@ -382,10 +428,14 @@ static void test_training(void) {
 
 /* optimizer-in-backward: each group all-reduced before its update; 3 steps of forward and backward by
  * hand (tlm_train refuses it: no clipping), against one process on the global batch */
-static void test_optimizer_in_backward(void) {
-    tlm_model *one = new_model(TLM_PRECISION_FP32, true, 7), *m = new_model(TLM_PRECISION_FP32, true, 7 + rank);
+/* the update in the backward (upd 1: optimizer-in-backward) or beside it (2: overlapped, each bucket's
+ * update after its average), N ranks against one process doing the same */
+static void test_update_in_backward(int upd, tlm_ddp_mode mode, double bucket_mb, const char *name) {
+    tlm_model *one = new_model(TLM_PRECISION_FP32, upd, 7), *m = new_model(TLM_PRECISION_FP32, upd, 7 + rank);
     tlm_ddp *d = NULL;
     tlm_ddp_config dc = tlm_ddp_defaults();
+    dc.mode = mode;
+    dc.bucket_mb = bucket_mb;
     die_on(tlm_ddp_create(&d, m, comm, &dc), "ddp");
     const int B = ROWS_PER_RANK * nranks;
     int32_t *x = malloc(sizeof(int32_t) * B * CTX), *y = malloc(sizeof(int32_t) * B * CTX);
@@ -406,8 +456,8 @@ static void test_optimizer_in_backward(void) {
     float *a = host_params(m), *b = host_params(one);
     const char *where;
     const double e = worst_error(&m->layout, a, b, &where);
-    RCHECK(e <= 1e-6, "optimizer-in-backward, %d ranks: weights after 3 steps vs one process %.1e (%s; limit 1e-6)",
-           nranks, e, where);
+    RCHECK(e <= 1e-6, "%s, %d ranks: weights after 3 steps vs one process %.1e (%s; limit 1e-6)", name, nranks, e,
+           where);
     free(a);
     free(b);
     free(x);
@@ -424,6 +474,10 @@ static void test_refusals(void) {
     dc.zero = 1;
     rcheck_status(tlm_ddp_create(&d, m, comm, &dc), TLM_ERR_UNSUPPORTED, "optimizer-in-backward",
                   "ZeRO-1 with optimizer-in-backward, refused on every rank");
+    tlm_model_free(m);
+    m = new_model(TLM_PRECISION_FP32, 2, 7);
+    rcheck_status(tlm_ddp_create(&d, m, comm, &dc), TLM_ERR_UNSUPPORTED, "overlapped optimizer",
+                  "ZeRO-1 with the overlapped optimizer, refused on every rank");
     tlm_model_free(m);
     m = new_model(TLM_PRECISION_FP32, false, 7);
     dc = tlm_ddp_defaults();
@@ -472,7 +526,10 @@ int main(void) {
     if (nranks > 1) {
         die_on(tlm_comm_create(&comm, on_cpu ? TLM_COMM_MPI : TLM_COMM_NCCL, be, 60), "communicator");
         test_training();
-        test_optimizer_in_backward();
+        test_update_in_backward(1, TLM_DDP_BUCKETED, 25, "optimizer-in-backward");
+        test_update_in_backward(2, TLM_DDP_BUCKETED, 0.05, "overlapped optimizer, bucketed 0.05 MiB");
+        test_update_in_backward(2, TLM_DDP_OVERLAP, 25, "overlapped optimizer, overlap (per tensor)");
+        test_update_in_backward(2, TLM_DDP_FLAT, 25, "overlapped optimizer, flat (after the backward)");
         test_refusals();
         tlm_comm_destroy(comm);
     } else {

@@ -144,11 +144,13 @@ static bool padding_zero(const tlm_model *m) {
     return zero;
 }
 
-static run_out run(const tlm_config *c, tlm_precision p, tlm_attention a, tlm_recompute rc, bool oib, bool fwd_only,
+/* upd: how the AdamW step runs: 0 after the backward, 1 (true) in it (optimizer_in_backward), 2 beside it
+ * (optimizer_overlap) */
+static run_out run(const tlm_config *c, tlm_precision p, tlm_attention a, tlm_recompute rc, int upd, bool fwd_only,
                    int steps) {
     run_out r = {.padding_zero = true};
-    const tlm_run_config run = {.precision = p, .attention = a, .recompute = rc, .optimizer_in_backward = oib,
-                                .forward_only = fwd_only, .cuda_graphs = false};
+    const tlm_run_config run = {.precision = p, .attention = a, .recompute = rc, .optimizer_in_backward = upd == 1,
+                                .optimizer_overlap = upd == 2, .forward_only = fwd_only, .cuda_graphs = false};
     const tlm_mem_listener l = {&r.w, watch};
     for (int t = 0; t < TLM_MEM_NUM_TAGS; t++) r.w.cur[t] = tlm_mem_stats_now(be).current[t];
     die_on(tlm_mem_listener_add(be, &l), "listener");
@@ -199,20 +201,22 @@ static void test_same_step(void) {
     const tlm_attention atts[2] = {TLM_ATTENTION_NAIVE, TLM_ATTENTION_FLASH};
     const struct {
         tlm_recompute rc;
-        bool oib;
+        int upd; /* run()'s */
         const char *name;
-    } variants[] = {{TLM_RECOMPUTE_ATTENTION, false, "recompute attention"},
-                    {TLM_RECOMPUTE_BLOCK, false, "recompute block"},
-                    {TLM_RECOMPUTE_NONE, true, "optimizer-in-backward"},
-                    {TLM_RECOMPUTE_BLOCK, true, "recompute block + optimizer-in-backward"}};
+    } variants[] = {{TLM_RECOMPUTE_ATTENTION, 0, "recompute attention"},
+                    {TLM_RECOMPUTE_BLOCK, 0, "recompute block"},
+                    {TLM_RECOMPUTE_NONE, 1, "optimizer-in-backward"},
+                    {TLM_RECOMPUTE_BLOCK, 1, "recompute block + optimizer-in-backward"},
+                    {TLM_RECOMPUTE_NONE, 2, "overlapped optimizer"},
+                    {TLM_RECOMPUTE_BLOCK, 2, "recompute block + overlapped optimizer"}};
     for (int pi = 0; pi < 3; pi++)
         for (int ai = 0; ai < 2; ai++) {
             const char *mode = tlm_precision_name(modes[pi]), *att = tlm_attention_name(atts[ai]);
             run_out plain = run(&cfg, modes[pi], atts[ai], TLM_RECOMPUTE_NONE, false, false, STEPS);
             check(plain.padding_zero, "%s %s: the flat gradients' padding is zero after every backward", mode, att);
             for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
-                if (variants[v].oib && modes[pi] == TLM_PRECISION_FP16) continue; /* refused: below */
-                run_out r = run(&cfg, modes[pi], atts[ai], variants[v].rc, variants[v].oib, false, STEPS);
+                if (variants[v].upd && modes[pi] == TLM_PRECISION_FP16) continue; /* refused: below */
+                run_out r = run(&cfg, modes[pi], atts[ai], variants[v].rc, variants[v].upd, false, STEPS);
                 const size_t n = plain.flat_bytes / sizeof(float);
                 const double dl = dist(r.loss, plain.loss, STEPS), dp = dist(r.params, plain.params, n);
                 const double dg = r.grads ? dist(r.grads, plain.grads, n) : 0;
@@ -233,6 +237,14 @@ static void test_same_step(void) {
     tlm_model *m = NULL;
     check_status(tlm_model_create(&m, &cfg, &bad, be), TLM_ERR_UNSUPPORTED, "fp16",
                  "optimizer-in-backward in fp16 (the overflow check needs every gradient first)");
+    bad.optimizer_in_backward = false;
+    bad.optimizer_overlap = true;
+    check_status(tlm_model_create(&m, &cfg, &bad, be), TLM_ERR_UNSUPPORTED, "fp16",
+                 "the overlapped optimizer in fp16 (the overflow check needs every gradient first)");
+    bad.precision = TLM_PRECISION_BF16;
+    bad.optimizer_in_backward = true;
+    check_status(tlm_model_create(&m, &cfg, &bad, be), TLM_ERR_INVALID_ARGUMENT, "choose one",
+                 "optimizer-in-backward and the overlapped optimizer together");
     bad = tlm_run_defaults();
     bad.recompute = (tlm_recompute)7;
     check_status(tlm_model_create(&m, &cfg, &bad, be), TLM_ERR_INVALID_ARGUMENT, "recompute", "an unknown recompute mode");

@@ -69,7 +69,7 @@ typedef struct tlm_backend_iface {
     void (*memset_zero)(tlm_backend *be, void *dst, size_t bytes);
 
     void (*stream_synchronize)(tlm_backend *be, tlm_stream *s);
-    tlm_status (*stream_create)(tlm_backend *be, tlm_stream **out);
+    tlm_status (*stream_create)(tlm_backend *be, bool background, tlm_stream **out);
     void (*stream_destroy)(tlm_backend *be, tlm_stream *s);
     tlm_status (*event_create)(tlm_backend *be, tlm_event **out);
     void (*event_destroy)(tlm_backend *be, tlm_event *e);
@@ -87,6 +87,8 @@ typedef struct tlm_backend_iface {
     bool (*side_begin)(tlm_backend *be);     /* false: not now (the ops then run in place) */
     tlm_side_mark (*side_end)(tlm_backend *be);
     void (*side_join)(tlm_backend *be, tlm_side_mark mark);
+    /* ops issued from now on run on stream s (NULL: the compute stream again); NULL: in place */
+    void (*stream_ops)(tlm_backend *be, tlm_stream *s);
 
     void (*destroy)(tlm_backend *be); /* frees impl; the generic part frees the rest */
 } tlm_backend_iface;
@@ -162,8 +164,11 @@ void tlm_stream_synchronize(tlm_backend *be, tlm_stream *s);
 static inline void tlm_synchronize(tlm_backend *be) { tlm_stream_synchronize(be, NULL); }
 
 /* Another stream (a communication stream beside the compute stream); work on it runs
- * concurrently with the compute stream, ordered against it only by events. */
+ * concurrently with the compute stream, ordered against it only by events. _background: its work
+ * yields to the compute stream's where both have work ready (CUDA: the lowest stream priority, the
+ * side stream's), for work off the critical path (model.h's overlapped optimizer). */
 tlm_status tlm_stream_create(tlm_backend *be, tlm_stream **out);
+tlm_status tlm_stream_create_background(tlm_backend *be, tlm_stream **out);
 void tlm_stream_destroy(tlm_backend *be, tlm_stream *s);
 
 tlm_status tlm_event_create(tlm_backend *be, tlm_event **out);
@@ -197,6 +202,16 @@ bool tlm_side_available(tlm_backend *be);
 void tlm_side_begin(tlm_backend *be);
 tlm_side_mark tlm_side_end(tlm_backend *be);
 void tlm_side_join(tlm_backend *be, tlm_side_mark mark);
+
+/* ---- ops on another stream -------------------------------------------------------------------------
+ * Between tlm_stream_ops_begin(be, s) and tlm_stream_ops_end(be) the ops issued run on stream s (from
+ * tlm_stream_create) instead of the compute stream, ordered against other streams only by the
+ * caller's events. Only ops that use no workspace or scratch of the backend may run there (elementwise
+ * ones: adamw_step, cast): model.h's overlapped optimizer issues its updates so. Where the backend has
+ * one synchronous queue the ops run in place. Nesting, a side section inside, or either inside a side
+ * section is a programming error (fatal). */
+void tlm_stream_ops_begin(tlm_backend *be, tlm_stream *s);
+void tlm_stream_ops_end(tlm_backend *be);
 
 /* ---- CUDA graphs ---------------------------------------------------------------------------------
  * A pass as a CUDA graph: the first run with a key runs eagerly (it warms the GEMM plan cache),

@@ -40,6 +40,7 @@ typedef struct {
     tlm_attention attention; /* naive, flash, or auto (resolved for the row: model.h) */
     tlm_recompute recompute; /* activation checkpointing (tlm_run_config.recompute); default NONE */
     bool optimizer_in_backward; /* tlm_run_config.optimizer_in_backward (not with fp16) */
+    bool optimizer_overlap;  /* tlm_run_config.optimizer_overlap (not with fp16, ZeRO or the above) */
     uint64_t seed;         /* weights and batch */
     tlm_comm *comm;        /* not owned: data parallelism over its ranks (ddp.h); NULL: one process */
     tlm_ddp_config ddp;    /* with comm: how the gradients are averaged; batch_size is then the global
@@ -107,7 +108,9 @@ tlm_run_config tlm_bench_run_config(const tlm_bench_case *c);
  * (tlm_model_memory_estimate: parameters, gradients, optimizer state, the weight copy, activations
  * and workspaces, the bytes tlm's allocator would hold at the step's peak; the backend's own
  * libraries and context not included), searched by bisection up to 2^20 tokens; with several ranks
- * (c->comm) a rank's rows. 0 when not even one token fits. Runs nothing on the device. */
+ * (c->comm) a rank's rows and memory under c->ddp (tlm_ddp_memory_estimate: ZeRO-1's shard of the
+ * optimizer state, the bf16 staging buffer). 0 when not even one token fits. Runs nothing on the
+ * device. */
 int tlm_bench_max_context(tlm_backend *be, const tlm_bench_case *c, size_t limit_bytes);
 
 /* ---- the report (src/bench/bench_report.c) ------------------------------------------------------------

@@ -54,11 +54,16 @@
  * sums of squares, gathered over the ranks and added in rank order, so every rank clips alike).
  * fp16: the loss scaler's overflow count is all-reduced (loss_scaler.h), every rank skips alike.
  *
+ * The overlapped optimizer (model.h, run.optimizer_overlap; not with ZeRO): once a bucket's average is
+ * complete (NCCL: an event of its own on the communication stream), its AdamW update is issued on the
+ * model's optimizer stream (tlm_model_overlap_update), so the updates run beside the rest of the
+ * backward and the reductions still queued; MPI: right after the synchronous reduction.
  * Not supported: ZeRO with optimizer-in-backward (each group's update would need its group's shard
- * before the next group is complete), CUDA graphs (a world of more than one rank runs the passes
- * eagerly: tlm_ddp_create turns run.cuda_graphs off). With optimizer-in-backward and no ZeRO, each
- * group is all-reduced in its callback on the compute stream, before its update (one reduction per
- * group whatever the mode: there is no flat gradient buffer to bucket). */
+ * before the next group is complete) or with the overlapped optimizer, CUDA graphs (a world of more
+ * than one rank runs the passes eagerly: tlm_ddp_create turns run.cuda_graphs off). With
+ * optimizer-in-backward and no ZeRO, each group is all-reduced in its callback on the compute stream,
+ * before its update (one reduction per group whatever the mode: there is no flat gradient buffer to
+ * bucket), so nothing of it is hidden: the overlapped optimizer is the way to hide the updates. */
 #ifndef TLM_DDP_H
 #define TLM_DDP_H
 
@@ -110,6 +115,20 @@ tlm_status tlm_ddp_plan_buckets(const tlm_param_layout *l, size_t cap_bytes, int
 
 /* The cap of a mode in bytes, for tlm_ddp_plan_buckets. */
 size_t tlm_ddp_cap_bytes(const tlm_ddp_config *c);
+
+/* Floats per AdamW moment that one rank of a ZeRO plan keeps: its piece (numel / zero_ranks) of every
+ * sharded bucket, the whole of a tail. */
+size_t tlm_ddp_shard_numel(const tlm_ddp_bucket *b, int n, int zero_ranks);
+
+/* One rank's memory under data parallelism: *e is the model's estimate for this rank's rows
+ * (tlm_model_memory_estimate with batch / world_size), changed as the reducer changes it. ZeRO-1: the
+ * optimizer state becomes the shard's two moments (tlm_ddp_shard_numel floats each, as tlm_ddp_create
+ * allocates them); bf16 reductions: the staging buffer (2 bytes per parameter) joins the workspace;
+ * total again the sum. NCCL's own buffers are not counted. world_size 1 leaves *e as it is.
+ * Errors: INVALID_ARGUMENT (world_size < 1, a bad config), UNSUPPORTED (ZeRO with
+ * optimizer-in-backward), OUT_OF_MEMORY (host). */
+tlm_status tlm_ddp_memory_estimate(const tlm_config *cfg, const tlm_run_config *run, const tlm_ddp_config *c,
+                                   int world_size, tlm_memory_estimate *e);
 
 /* ---- the reducer ---------------------------------------------------------------------------------------- */
 

@@ -108,6 +108,18 @@ typedef struct {
                                  fp16 is refused (UNSUPPORTED; use bf16). The backward then runs
                                  eagerly, without CUDA graphs (each step's updates take the step
                                  count t from the host). */
+    bool optimizer_overlap;   /* each group's AdamW update is issued as soon as the group's
+                                 gradients are complete, on a stream of its own (the model's
+                                 optimizer stream, background priority: backend.h), so the updates
+                                 run beside the rest of the backward; the gradient buffer stays
+                                 (unlike optimizer_in_backward: the same memory as a plain step).
+                                 With a grads-ready callback (a data-parallel reducer, ddp.h) the
+                                 callback issues the updates instead (tlm_model_overlap_update), each
+                                 after its bucket's average. The compute stream waits for the
+                                 updates in tlm_model_adamw_step (which then only sets the next
+                                 step's hyperparameters, as with optimizer_in_backward) and before
+                                 the next forward. The same bits as a plain step; the same
+                                 exclusions and eager backward as optimizer_in_backward, and not both. */
 } tlm_run_config;
 
 /* fp32, attention AUTO, graphs off, training, recompute NONE, the optimizer after backward */
@@ -159,7 +171,11 @@ typedef struct tlm_model {
     float *step_scalars;           /* (2) backend memory: [0] the mean loss, [1] found_inf */
     int B, T;                      /* shape of the last forward */
     bool have_forward;             /* a forward with targets ran and backward may follow */
-    bool updated_in_backward;      /* optimizer_in_backward: the last backward took the step */
+    bool updated_in_backward;      /* optimizer_in_backward, _overlap: the last backward took the step */
+    struct tlm_stream *opt_stream; /* optimizer_overlap: where the updates run (made at the first) */
+    struct tlm_event *opt_after, *opt_done; /* the compute stream's point an update follows; the end of them */
+    bool opt_pending;              /* updates issued that the compute stream has not waited for */
+    bool overlap_failed;           /* the last backward could not issue an update (its error set) */
     tlm_graph graph_fwd, graph_bwd;
 } tlm_model;
 
@@ -269,6 +285,13 @@ tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt);
  * m->params_lp_stale when the GEMM copy no longer matches them. Not with optimizer-in-backward.
  * Errors: INVALID_ARGUMENT without gradients; update's. */
 tlm_status tlm_model_adamw_step_by(tlm_model *m, tlm_status (*update)(void *user, tlm_model *m), void *user);
+
+/* optimizer_overlap: issues AdamW's update of the span [offset, offset + n) of the flat buffers (the
+ * step's t and m->optimizer.config; the GEMM copy's span refreshed in the same pass) on the model's
+ * optimizer stream, after event `after` (NULL: after the compute stream's work so far). For a
+ * grads-ready callback that takes over the updates (ddp.h); the spans of a step must cover each element
+ * once. Errors: OUT_OF_MEMORY, BACKEND (the stream or its events could not be made). */
+tlm_status tlm_model_overlap_update(tlm_model *m, size_t offset, size_t n, struct tlm_event *after);
 
 /* Copies the logits of the last forward (before backward) to host memory as float32
  * (B*T*V floats; widened from bf16/fp16 in those modes). */

@@ -63,7 +63,8 @@ static tlm_status gather_memory(tlm_comm *c, tlm_bench_result *r) {
 tlm_run_config tlm_bench_run_config(const tlm_bench_case *c) {
     return (tlm_run_config){.precision = c->precision, .attention = c->attention, .cuda_graphs = c->graphs,
                             .forward_only = c->pass == TLM_PASS_FORWARD, .recompute = c->recompute,
-                            .optimizer_in_backward = c->optimizer_in_backward};
+                            .optimizer_in_backward = c->optimizer_in_backward,
+                            .optimizer_overlap = c->optimizer_overlap};
 }
 
 int tlm_bench_max_context(tlm_backend *be, const tlm_bench_case *c, size_t limit_bytes) {
@@ -76,7 +77,9 @@ int tlm_bench_max_context(tlm_backend *be, const tlm_bench_case *c, size_t limit
         const int mid = lo + (hi - lo + 1) / 2;
         cfg.context_length = mid;
         tlm_memory_estimate e;
-        if (tlm_model_memory_estimate(be, &cfg, &run, rows, mid, &e) == TLM_OK && e.total <= limit_bytes) lo = mid;
+        if (tlm_model_memory_estimate(be, &cfg, &run, rows, mid, &e) == TLM_OK &&
+            tlm_ddp_memory_estimate(&cfg, &run, &c->ddp, ranks, &e) == TLM_OK && e.total <= limit_bytes)
+            lo = mid;
         else hi = mid - 1;
     }
     return lo;

@@ -20,6 +20,7 @@ const tlm_column tlm_bench_columns[] = {
     {"warmup_steps", TLM_FIELD_INT, "warmup", "", 6, 0, 0, TLM_COL_KEY},
     {"recompute", TLM_FIELD_STR, "recompute", "", -9, 0, 0, TLM_COL_KEY},
     {"optimizer_in_backward", TLM_FIELD_BOOL, "opt in bwd", "", -10, 0, 0, TLM_COL_KEY},
+    {"optimizer_overlap", TLM_FIELD_BOOL, "opt overlap", "", -11, 0, 0, TLM_COL_KEY},
     TLM_COL_HIDDEN("steps", TLM_FIELD_INT),
     TLM_COL_HIDDEN("cuda_graphs", TLM_FIELD_BOOL),
     TLM_COL_HIDDEN("seed", TLM_FIELD_INT),
@@ -58,7 +59,7 @@ const tlm_column tlm_bench_columns[] = {
     {"skipped_steps", TLM_FIELD_INT, "skipped", "", 7, 0, 0, 0},
 };
 const int tlm_bench_num_columns = (int)(sizeof tlm_bench_columns / sizeof tlm_bench_columns[0]);
-const int tlm_bench_case_columns = 13; /* model .. params */
+const int tlm_bench_case_columns = 14; /* model .. params */
 
 /* the per-tag peak fields, in tlm_mem_tag order */
 static const char *const peak_by_tag[TLM_MEM_NUM_TAGS] = {"peak_bytes_parameters", "peak_bytes_gradients",
@@ -66,17 +67,19 @@ static const char *const peak_by_tag[TLM_MEM_NUM_TAGS] = {"peak_bytes_parameters
                                                           "peak_bytes_workspace"};
 
 void tlm_bench_report_show_case(tlm_report *rep, const tlm_bench_case *cases, int n) {
-    bool several_passes = false, several_warmups = false, recompute = false, oib = false;
+    bool several_passes = false, several_warmups = false, recompute = false, oib = false, overlap = false;
     for (int i = 0; i < n; i++) {
         several_passes |= cases[i].pass != cases[0].pass;
         several_warmups |= cases[i].warmup != cases[0].warmup;
         recompute |= cases[i].recompute != TLM_RECOMPUTE_NONE;
         oib |= cases[i].optimizer_in_backward;
+        overlap |= cases[i].optimizer_overlap;
     }
     tlm_report_show(rep, "pass", several_passes);
     tlm_report_show(rep, "warmup_steps", several_warmups);
     tlm_report_show(rep, "recompute", recompute);
     tlm_report_show(rep, "optimizer_in_backward", oib);
+    tlm_report_show(rep, "optimizer_overlap", overlap);
 }
 
 void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_bench_case *cases, int n) {
@@ -158,6 +161,7 @@ void tlm_bench_report_case(tlm_report *rep, const tlm_bench_case *c) {
     tlm_report_int(rep, "warmup_steps", c->warmup);
     tlm_report_str(rep, "recompute", tlm_recompute_name(c->recompute));
     tlm_report_bool(rep, "optimizer_in_backward", c->optimizer_in_backward);
+    tlm_report_bool(rep, "optimizer_overlap", c->optimizer_overlap);
     tlm_report_int(rep, "steps", c->steps);
     tlm_report_bool(rep, "cuda_graphs", c->graphs);
     tlm_report_int(rep, "seed", (int64_t)c->seed);

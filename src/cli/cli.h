@@ -71,6 +71,7 @@ typedef enum {
     CLI_SEED,           /* -s, --seed N */
     CLI_RECOMPUTE,      /*     --recompute LIST (none, attention, block: activation checkpointing) */
     CLI_OPTIMIZER_IN_BACKWARD, /* --optimizer-in-backward (no value) */
+    CLI_OPTIMIZER_OVERLAP, /*  --optimizer-overlap (no value; model.h's run.optimizer_overlap) */
     CLI_DDP,            /*     --ddp LIST (naive, flat, overlap, bucketed: data parallelism, ddp.h) */
     CLI_BUCKET_MB,      /*     --bucket-mb LIST (MiB) */
     CLI_ZERO,           /*     --zero LIST (0, 1) */
@@ -151,6 +152,7 @@ typedef struct {
     tlm_recompute recomputes[3];
     int num_recomputes;
     bool optimizer_in_backward;
+    bool optimizer_overlap;
     tlm_ddp_mode ddp_modes[4];          /* data parallelism (under a launcher); empty: the defaults */
     int num_ddp_modes;
     double bucket_mbs[CLI_MAX_LIST];

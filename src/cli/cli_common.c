@@ -202,6 +202,11 @@ static const flag_info flags[CLI_NUM_FLAGS] = {
                                    "each layer's AdamW update runs in the backward pass as soon as its gradients "
                                    "are complete, so the whole gradient buffer never exists (train pass; not with "
                                    "fp16 or gradient clipping)"},
+    [CLI_OPTIMIZER_OVERLAP] = {"optimizer-overlap", 0, NULL, NULL,
+                               "each layer's AdamW update is issued as soon as its gradients are complete (under a "
+                               "launcher: once its bucket is averaged) on a stream of its own, beside the rest of "
+                               "the backward; the gradient buffer stays (train pass; not with fp16, ZeRO or "
+                               "--optimizer-in-backward)"},
     [CLI_DDP] = {"ddp", 0, "M", "LIST",
                  "data parallelism under mpirun/srun (one process per GPU; MPI on the CPU): how gradients are "
                  "averaged: naive (an all-reduce per tensor after backward), flat (one of the whole buffer after "
@@ -219,7 +224,8 @@ static const flag_info flags[CLI_NUM_FLAGS] = {
     [CLI_MAX_CONTEXT] = {"max-context", 0, "M", "M",
                          "also the longest context (at each batch size) whose planned step fits in M bytes (80G, "
                          "80GB) or in the GPU's memory (device); the model's memory plan, not run; the CUDA context "
-                         "and libraries not included"},
+                         "and libraries (NCCL's buffers too) not included; tlm bench under a launcher: a rank's rows "
+                         "and memory (ZeRO-1: its shard of the moments)"},
 };
 
 const char *cli_flag_name(cli_flag f) {
@@ -337,6 +343,7 @@ static bool parse_shared(const cli_command *c, cli_flag f, const char *arg, cli_
     case CLI_CUDA_GRAPH: return cli_parse_on_off(cmd, flag, arg, &a->cuda_graphs);
     case CLI_SEED: return cli_parse_int(cmd, flag, arg, 0, 0x7fffffffffffffffL, &v) && ((a->seed = (uint64_t)v), true);
     case CLI_OPTIMIZER_IN_BACKWARD: a->optimizer_in_backward = true; return true;
+    case CLI_OPTIMIZER_OVERLAP: a->optimizer_overlap = true; return true;
     case CLI_DDP:
     case CLI_GRAD_REDUCE_DTYPE: {
         static const char *const dtypes[2] = {"fp32", "bf16"};
@@ -579,16 +586,28 @@ bool cli_bench_cases(const char *cmd, const cli_args *a, tlm_backend *be, tlm_be
     }
     const long total = (long)a->num_models * a->num_passes * a->num_batch_sizes * a->num_warmups * num_recomputes *
                        a->num_precisions * a->num_contexts * num_ddps;
-    for (int k = 0; a->optimizer_in_backward && k < a->num_precisions; k++)
+    const char *early = a->optimizer_in_backward ? "--optimizer-in-backward" : "--optimizer-overlap";
+    if (a->optimizer_in_backward && a->optimizer_overlap) {
+        cli_error(cmd, "--optimizer-in-backward conflicts with --optimizer-overlap: two ways of updating in the "
+                       "backward pass (choose one)");
+        return false;
+    }
+    for (int k = 0; (a->optimizer_in_backward || a->optimizer_overlap) && k < a->num_precisions; k++)
         if (a->precisions[k] == TLM_PRECISION_FP16) {
-            cli_error(cmd, "--optimizer-in-backward conflicts with --precision fp16: dynamic loss scaling needs every "
-                           "gradient before the first update (use bf16)");
+            cli_error(cmd, "%s conflicts with --precision fp16: dynamic loss scaling needs every gradient before the "
+                           "first update (use bf16)", early);
             return false;
         }
     for (int k = 0; a->optimizer_in_backward && k < a->num_zeros; k++)
         if (a->zeros[k]) {
             cli_error(cmd, "--zero 1 conflicts with --optimizer-in-backward: a layer's update would need its shard "
                            "of the averaged gradients before its bucket is complete");
+            return false;
+        }
+    for (int k = 0; a->optimizer_overlap && k < a->num_zeros; k++)
+        if (a->zeros[k]) {
+            cli_error(cmd, "--zero 1 conflicts with --optimizer-overlap: ZeRO-1's update and all-gather follow the "
+                           "backward on the communication stream already");
             return false;
         }
     *cases = NULL;
@@ -631,6 +650,7 @@ bool cli_bench_cases(const char *cmd, const cli_args *a, tlm_backend *be, tlm_be
                                 bc->warmup = a->warmups[wi];
                                 bc->recompute = recomputes[ri];
                                 bc->optimizer_in_backward = a->optimizer_in_backward && bc->pass == TLM_PASS_TRAIN;
+                                bc->optimizer_overlap = a->optimizer_overlap && bc->pass == TLM_PASS_TRAIN;
                                 bc->precision = a->precisions[ki];
                                 bc->context_length = a->contexts[ci / num_ddps];
                             }

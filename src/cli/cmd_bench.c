@@ -12,6 +12,7 @@ static const cli_use bench_uses[] = {
                       /* --attention */ "auto",
                       /* --warmup */ "5; CPU default run: 1",
                       /* --steps */ "10; CPU default run: 3"),
+    {CLI_OPTIMIZER_OVERLAP, "off", 1},
     CLI_USES_DDP_SWEEP,
     {CLI_TIMEOUT, "600", 1},
     {CLI_MAX_CONTEXT, NULL, 1},
@@ -63,7 +64,9 @@ static const tlm_bench_result *fp32_twin(const tlm_bench_case *cases, const tlm_
             strcmp(cases[k].model_name, cases[i].model_name) == 0 &&
             cases[k].context_length == cases[i].context_length && cases[k].batch_size == cases[i].batch_size &&
             cases[k].pass == cases[i].pass && cases[k].warmup == cases[i].warmup &&
-            cases[k].recompute == cases[i].recompute && cases[k].optimizer_in_backward == cases[i].optimizer_in_backward)
+            cases[k].recompute == cases[i].recompute &&
+            cases[k].optimizer_in_backward == cases[i].optimizer_in_backward &&
+            cases[k].optimizer_overlap == cases[i].optimizer_overlap)
             return &res[k];
     return NULL;
 }

@@ -103,9 +103,14 @@ static tlm_status token(void **out, size_t bytes, const char *what) {
     return *out ? TLM_OK : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for %s", what);
 }
 
-tlm_status tlm_stream_create(tlm_backend *be, tlm_stream **out) {
-    return be->iface->stream_create ? be->iface->stream_create(be, out) : token((void **)out, sizeof **out, "a stream");
+static tlm_status stream_create(tlm_backend *be, bool background, tlm_stream **out) {
+    return be->iface->stream_create ? be->iface->stream_create(be, background, out)
+                                    : token((void **)out, sizeof **out, "a stream");
 }
+
+tlm_status tlm_stream_create(tlm_backend *be, tlm_stream **out) { return stream_create(be, false, out); }
+
+tlm_status tlm_stream_create_background(tlm_backend *be, tlm_stream **out) { return stream_create(be, true, out); }
 
 void tlm_stream_destroy(tlm_backend *be, tlm_stream *s) {
     if (s && be->iface->stream_destroy) be->iface->stream_destroy(be, s);
@@ -142,6 +147,7 @@ bool tlm_side_available(tlm_backend *be) { return be->iface->side_available && b
 /* side_active: a side section is open and its ops go to the side stream (false: they run in place) */
 void tlm_side_begin(tlm_backend *be) {
     if (be->state->side_open) tlm_fatal("tlm_side_begin: a side section is already open");
+    if (be->state->stream_ops_open) tlm_fatal("tlm_side_begin: inside tlm_stream_ops_begin's section");
     be->state->side_open = true;
     be->state->side_active = be->iface->side_begin && be->iface->side_begin(be);
 }
@@ -157,6 +163,21 @@ tlm_side_mark tlm_side_end(tlm_backend *be) {
 void tlm_side_join(tlm_backend *be, tlm_side_mark mark) {
     if (be->state->side_open) tlm_fatal("tlm_side_join: inside a side section");
     if (be->iface->side_join) be->iface->side_join(be, mark);
+}
+
+/* ---- ops on another stream ------------------------------------------------------------------------------ */
+
+void tlm_stream_ops_begin(tlm_backend *be, tlm_stream *s) {
+    if (be->state->side_open || be->state->stream_ops_open)
+        tlm_fatal("tlm_stream_ops_begin: inside a side section or another stream's");
+    be->state->stream_ops_open = true;
+    if (be->iface->stream_ops) be->iface->stream_ops(be, s);
+}
+
+void tlm_stream_ops_end(tlm_backend *be) {
+    if (!be->state->stream_ops_open) tlm_fatal("tlm_stream_ops_end: no tlm_stream_ops_begin");
+    be->state->stream_ops_open = false;
+    if (be->iface->stream_ops) be->iface->stream_ops(be, NULL);
 }
 
 /* ---- CUDA graphs ---------------------------------------------------------------------------------------- */

@@ -42,6 +42,7 @@ struct tlm_backend_state {
 
     /* the side stream (backend.c): a section is open; its ops go to the side stream */
     bool side_open, side_active;
+    bool stream_ops_open;      /* between tlm_stream_ops_begin and _end */
 };
 
 double tlm_host_clock_us(void);               /* backend.c: CLOCK_MONOTONIC in microseconds */

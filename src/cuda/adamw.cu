@@ -1,10 +1,15 @@
 /* adamw.cu — one AdamW step on the GPU, the CS336 version of Loshchilov & Hutter 2019, "Decoupled
  * Weight Decay Regularization", Algorithm 2: the bias corrections folded into the step size a_t
  * (computed on the host in double, as the CPU backend does), the decay applied after the update,
- * to the updated parameters. One launch over the flat buffers, grid-stride, 16-byte accesses
- * when all four buffers are 16-byte aligned (a scalar tail for n % 4): per parameter 16 bytes
- * read, 12 written, the bandwidth floor. sqrt and the division are IEEE-rounded (__fsqrt_rn,
- * __fdiv_rn) despite --use_fast_math, to match the CPU; they cost nothing in a memory-bound loop. */
+ * to the updated parameters. One launch over the flat buffers, 16-byte accesses when all four
+ * buffers are 16-byte aligned (a scalar tail for n % 4): per parameter 16 bytes read, 12 written,
+ * the bandwidth floor. One thread per 4 parameters, no grid cap: the blocks are short, so where the
+ * update runs beside the backward on a background stream (model.h's overlapped optimizer) the
+ * backward's kernels get the SMs as each block ends (a grid sized to fill the SMs once, each thread
+ * striding over the buffer, would hold them for the whole update); alone it is also 9-10% faster
+ * (H200, bench/results/h200-2026-11-25-overlap). sqrt and the division are IEEE-rounded
+ * (__fsqrt_rn, __fdiv_rn) despite --use_fast_math, to match the CPU; they cost nothing in a
+ * memory-bound loop. */
 #include <math.h>
 
 #include <type_traits>
@@ -71,10 +76,10 @@ static void launch_adamw(tlm_backend *be, float *params, const float *grads, flo
     cudaStream_t st = tlm_cuda_stream(be);
     const int threads = 256;
     if (tlm_aligned16(params) && tlm_aligned16(grads) && tlm_aligned16(m) && tlm_aligned16(v)) {
-        adamw_kernel<true, LP><<<tlm_cuda_grid(be, (n + 3) / 4, threads), threads, 0, st>>>(params, grads, m, v, n, a,
+        adamw_kernel<true, LP><<<tlm_cuda_grid_all((n + 3) / 4, threads), threads, 0, st>>>(params, grads, m, v, n, a,
                                                                                              params_lp);
     } else {
-        adamw_kernel<false, LP><<<tlm_cuda_grid(be, n, threads), threads, 0, st>>>(params, grads, m, v, n, a,
+        adamw_kernel<false, LP><<<tlm_cuda_grid_all(n, threads), threads, 0, st>>>(params, grads, m, v, n, a,
                                                                                    params_lp);
     }
     TLM_CUDA_CHECK_LAUNCH();

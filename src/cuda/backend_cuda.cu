@@ -109,9 +109,9 @@ static tlm_status create_handle(Obj **out, const char *what, Create &&create) {
     return TLM_OK;
 }
 
-/* at the compute stream's priority */
-static tlm_status cuda_stream_create(tlm_backend *be, tlm_stream **out) {
-    const int priority = tlm_cuda_of(be)->priority_high;
+/* at the compute stream's priority, or (background) the lowest */
+static tlm_status cuda_stream_create(tlm_backend *be, bool background, tlm_stream **out) {
+    const int priority = background ? tlm_cuda_of(be)->priority_low : tlm_cuda_of(be)->priority_high;
     return create_handle(out, "a CUDA stream", [priority](void **h) {
         return cudaStreamCreateWithPriority(reinterpret_cast<cudaStream_t *>(h), cudaStreamNonBlocking, priority);
     });
@@ -187,7 +187,7 @@ static bool side_setup(tlm_backend *be) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     TLM_CUDA_CHECK(cudaStreamIsCapturing(cu->compute_stream, &capture));
     if (capture != cudaStreamCaptureStatusNone) return false;
-    cudaError_t e = cudaStreamCreateWithPriority(&cu->side_stream, cudaStreamNonBlocking, cu->priority_low);
+    cudaError_t e = cudaStreamCreateWithPriority(&cu->side_stream, cudaStreamNonBlocking, cu->priority_side);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&cu->side_fork, cudaEventDisableTiming);
     for (int i = 0; i < TLM_CUDA_SIDE_MARKS && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&cu->side_marks[i], cudaEventDisableTiming);
@@ -235,6 +235,13 @@ static tlm_side_mark cuda_side_end(tlm_backend *be) {
     return mark;
 }
 
+/* ---- ops on another stream (backend.h): the compute stream's workspace stays; no op there uses it ---- */
+
+static void cuda_stream_ops(tlm_backend *be, tlm_stream *s) {
+    tlm_cuda *cu = tlm_cuda_of(be);
+    cu->stream = s ? (cudaStream_t)s->handle : cu->compute_stream;
+}
+
 static void cuda_destroy(tlm_backend *be) {
     tlm_cuda *cu = tlm_cuda_of(be);
     if (!cu) return;
@@ -277,6 +284,7 @@ static const tlm_backend_iface cuda_iface = {
     cuda_side_begin,
     cuda_side_end,
     cuda_side_join,
+    cuda_stream_ops,
     cuda_destroy,
 };
 
@@ -345,6 +353,9 @@ extern "C" tlm_status tlm_backend_cuda_create(tlm_backend **out, int gpu) {
      * the critical path's go first; without one, every stream has the default priority */
     CREATE_TRY(cudaDeviceGetStreamPriorityRange(&cu->priority_low, &cu->priority_high));
     if (cu->side_state < 0) cu->priority_high = cu->priority_low = 0;
+    /* the side stream one above the lowest where the range has room (the background streams' below it:
+     * an overlapped AdamW update yields to the weight gradients the critical path joins) */
+    cu->priority_side = cu->priority_low - 1 > cu->priority_high ? cu->priority_low - 1 : cu->priority_low;
     CREATE_TRY(cudaStreamCreateWithPriority(&cu->compute_stream, cudaStreamNonBlocking, cu->priority_high));
     cu->stream = cu->compute_stream;
     bs = cublasLtCreate(&cu->lt);

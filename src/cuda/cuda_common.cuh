@@ -74,7 +74,9 @@ typedef struct tlm_cuda {
     cudaEvent_t side_fork;           /* the compute stream's point a side section starts after */
     cudaEvent_t side_marks[TLM_CUDA_SIDE_MARKS]; /* mark m is side_marks[m % TLM_CUDA_SIDE_MARKS] */
     int side_last, side_joined;      /* the last mark made, the last the compute stream waits for */
-    int priority_high, priority_low; /* the compute and side streams' priorities (0, 0 without a side stream) */
+    int priority_high, priority_low; /* the compute stream's and the background streams' (0, 0 without a
+                                        side stream; a lower number is a higher priority) */
+    int priority_side;               /* the side stream's: between them where the range has room */
     float *scratch;                  /* (TLM_CUDA_SCRATCH_BYTES / 4) per-block partial sums */
     size_t scratch_floats;
     float *flash_split;              /* (flash_split_floats) FlashAttention's split-KV partials, made by
@@ -341,6 +343,14 @@ __device__ __forceinline__ void tlm_cuda_atomic_add_c_block(float *acc_dst, int 
             atomicAdd(reinterpret_cast<float4 *>(p + n * 8),
                       make_float4(val.x * scale, val.y * scale, val.z * scale, val.w * scale));
     }
+}
+
+/* One block per `threads` items, no cap but CUDA's (2^31 - 1 blocks; a grid-stride loop covers the
+ * rest): short blocks, for kernels that run beside others and must give the SMs back often. */
+static inline unsigned tlm_cuda_grid_all(size_t items, int threads) {
+    size_t g = (items + (size_t)threads - 1) / (size_t)threads;
+    if (g > 2147483647u) g = 2147483647u;
+    return (unsigned)(g > 0 ? g : 1);
 }
 
 /* blocks for a grid-stride loop over `items` with `threads` per block: enough to fill every SM

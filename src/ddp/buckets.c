@@ -98,3 +98,33 @@ tlm_status tlm_ddp_plan_buckets(const tlm_param_layout *l, size_t cap_bytes, int
     *out = b;
     return TLM_OK;
 }
+
+size_t tlm_ddp_shard_numel(const tlm_ddp_bucket *b, int n, int zero_ranks) {
+    size_t numel = 0;
+    for (int k = 0; k < n; k++) numel += b[k].sharded ? b[k].numel / (size_t)zero_ranks : b[k].numel;
+    return numel;
+}
+
+tlm_status tlm_ddp_memory_estimate(const tlm_config *cfg, const tlm_run_config *run, const tlm_ddp_config *c,
+                                   int world_size, tlm_memory_estimate *e) {
+    if (world_size < 1) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "world size %d", world_size);
+    TLM_TRY(tlm_ddp_config_check(c));
+    if (world_size == 1) return TLM_OK;
+    if (c->zero && (run->optimizer_in_backward || run->optimizer_overlap))
+        return tlm_fail(TLM_ERR_UNSUPPORTED, "ZeRO-1 with %s is not supported (ddp.h)",
+                        run->optimizer_in_backward ? "optimizer-in-backward" : "the overlapped optimizer");
+    tlm_param_layout l;
+    TLM_TRY(tlm_layout_build(&l, cfg));
+    tlm_status s = TLM_OK;
+    if (c->zero && e->optimizer) {
+        tlm_ddp_bucket *b = NULL;
+        int n = 0;
+        s = tlm_ddp_plan_buckets(&l, tlm_ddp_cap_bytes(c), world_size, &b, &n);
+        if (s == TLM_OK) e->optimizer = 2 * tlm_ddp_shard_numel(b, n, world_size) * sizeof(float);
+        free(b);
+    }
+    if (c->reduce_dtype == TLM_DTYPE_BF16) e->workspace += l.flat_numel * sizeof(uint16_t);
+    e->total = e->parameters + e->weight_copy + e->optimizer + e->arena + e->workspace;
+    tlm_layout_free(&l);
+    return s;
+}

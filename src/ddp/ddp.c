@@ -29,6 +29,7 @@ struct tlm_ddp {
     double *sq;                /* ZeRO: [nb] backend float64: each piece's sum of squares (the norm) */
     uint16_t *staging;         /* (flat_numel) bf16: the compressed gradients (reduce_dtype BF16) */
     tlm_stream *stream;        /* NCCL: the communication stream */
+    tlm_event **averaged;      /* NCCL, run.optimizer_overlap: [nb] bucket k's average is complete */
     tlm_event *ev_ready, *ev_bwd_end, *ev_comm_done, *ev_joined, *ev_upd_end, *ev_ag_joined;
     /* the step */
     int next_bucket;           /* buckets issued so far */
@@ -68,11 +69,19 @@ static tlm_status reduce_span(tlm_ddp *d, float *g, size_t off, size_t n, bool s
     return TLM_OK;
 }
 
-/* issues buckets next_bucket.. while they are complete by group `upto` (all of them: upto INT_MAX) */
+/* issues buckets next_bucket.. while they are complete by group `upto` (all of them: upto INT_MAX); with
+ * the overlapped optimizer each bucket's update follows its average on the model's optimizer stream */
 static tlm_status issue_ready(tlm_ddp *d, int upto) {
     while (d->next_bucket < d->nb && d->buckets[d->next_bucket].ready_group <= upto) {
-        const tlm_ddp_bucket *b = &d->buckets[d->next_bucket++];
+        const int k = d->next_bucket++;
+        const tlm_ddp_bucket *b = &d->buckets[k];
         TLM_TRY(reduce_span(d, d->m->grads + b->offset, b->offset, b->numel, b->sharded, d->stream));
+        if (!d->m->run.optimizer_overlap) continue;
+        if (d->nccl && !d->averaged)
+            return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the overlapped optimizer was turned on after the data-parallel "
+                            "reducer was made (make the reducer after setting m->run)");
+        if (d->nccl) tlm_event_record(d->be, d->averaged[k], d->stream);
+        TLM_TRY(tlm_model_overlap_update(d->m, b->offset, b->numel, d->nccl ? d->averaged[k] : NULL));
     }
     return TLM_OK;
 }
@@ -121,6 +130,11 @@ static void on_grads_ready(void *user, tlm_model *m, const tlm_param_group *g) {
 static tlm_status create_streams(tlm_ddp *d) {
     if (!d->nccl) return TLM_OK;
     TLM_TRY(tlm_stream_create(d->be, &d->stream));
+    if (d->m->run.optimizer_overlap) {
+        if (!(d->averaged = calloc((size_t)d->nb, sizeof *d->averaged)))
+            return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the buckets' events");
+        for (int k = 0; k < d->nb; k++) TLM_TRY(tlm_event_create(d->be, &d->averaged[k]));
+    }
     tlm_event **ev[] = {&d->ev_ready, &d->ev_bwd_end, &d->ev_comm_done, &d->ev_joined, &d->ev_upd_end,
                         &d->ev_ag_joined};
     for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++) TLM_TRY(tlm_event_create(d->be, ev[i]));
@@ -148,9 +162,9 @@ static tlm_status local_setup(tlm_ddp *d) {
     if (cfg->zero) {
         d->moment_off = malloc((size_t)d->nb * sizeof *d->moment_off);
         if (!d->moment_off) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the shard's plan");
-        for (int k = 0; k < d->nb; k++) {
+        for (int k = 0; k < d->nb; k++) { /* each bucket's piece, or its tail, after the ones before it */
             d->moment_off[k] = d->opt_numel;
-            d->opt_numel += d->buckets[k].sharded ? d->buckets[k].numel / (size_t)d->world : d->buckets[k].numel;
+            d->opt_numel += tlm_ddp_shard_numel(&d->buckets[k], 1, d->world);
         }
         tlm_adamw_init(&d->opt, d->be, d->opt_numel, &d->m->optimizer.config);
         d->sq = tlm_alloc(d->be, (size_t)d->nb * sizeof(double), TLM_MEM_WORKSPACE, "ddp.norm");
@@ -172,15 +186,18 @@ static tlm_status setup(tlm_ddp *d) {
     /* the same reducer on every rank, before the first collective: a different plan would hang */
     char text[512];
     snprintf(text, sizeof text, "mode %s bucket_mb %.17g reduce %s zero %d; layout %zu floats, %d tensors; %s; "
-             "optimizer-in-backward %d", tlm_ddp_mode_name(cfg->mode), cfg->bucket_mb,
+             "optimizer-in-backward %d, overlapped %d", tlm_ddp_mode_name(cfg->mode), cfg->bucket_mb,
              tlm_dtype_name(cfg->reduce_dtype), cfg->zero, l->flat_numel, l->num_tensors,
-             tlm_precision_name(m->run.precision), (int)m->run.optimizer_in_backward);
+             tlm_precision_name(m->run.precision), (int)m->run.optimizer_in_backward, (int)m->run.optimizer_overlap);
     TLM_TRY(tlm_comm_check_same(d->c, "the data-parallel configuration", text));
     TLM_TRY(tlm_ddp_config_check(cfg)); /* the same on every rank from here on */
     if (cfg->zero && m->run.optimizer_in_backward)
         return tlm_fail(TLM_ERR_UNSUPPORTED, "ZeRO-1 with optimizer-in-backward: a layer's update would need its "
                         "shard's averaged gradients, which the reduce-scatter of its bucket gives only once the "
                         "bucket is complete (use one or the other)");
+    if (cfg->zero && m->run.optimizer_overlap)
+        return tlm_fail(TLM_ERR_UNSUPPORTED, "ZeRO-1 with the overlapped optimizer: ZeRO's update and all-gather "
+                        "already follow the backward on the communication stream (use one or the other)");
     TLM_TRY(tlm_ddp_agree(d->c, local_setup(d))); /* no rank goes on to the broadcast alone */
     /* rank 0's parameters everywhere; the GEMM copy follows them in the next forward */
     TLM_TRY(tlm_comm_broadcast(d->c, m->params, m->params, l->flat_numel, TLM_DTYPE_F32, 0, NULL));
@@ -221,6 +238,8 @@ void tlm_ddp_free(tlm_ddp *d) {
     tlm_event *ev[] = {d->ev_ready, d->ev_bwd_end, d->ev_comm_done, d->ev_joined, d->ev_upd_end, d->ev_ag_joined};
     for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++)
         if (ev[i]) tlm_event_destroy(d->be, ev[i]);
+    for (int k = 0; d->averaged && k < d->nb; k++) tlm_event_destroy(d->be, d->averaged[k]);
+    free(d->averaged);
     if (d->stream) tlm_stream_destroy(d->be, d->stream);
     tlm_free(d->be, d->staging);
     tlm_free(d->be, d->sq);

@@ -115,9 +115,13 @@ tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t 
     if (targets) TLM_TRY(check_tokens(targets, N, c->vocab_size, "targets"));
     if ((unsigned)m->run.recompute > TLM_RECOMPUTE_BLOCK)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown recompute mode %d", (int)m->run.recompute);
-    if (m->run.optimizer_in_backward && m->run.precision == TLM_PRECISION_FP16)
-        return tlm_fail(TLM_ERR_UNSUPPORTED, "optimizer-in-backward does not support fp16 (use bf16)");
+    if ((m->run.optimizer_in_backward || m->run.optimizer_overlap) && m->run.precision == TLM_PRECISION_FP16)
+        return tlm_fail(TLM_ERR_UNSUPPORTED, "%s does not support fp16 (use bf16)",
+                        m->run.optimizer_in_backward ? "optimizer-in-backward" : "the overlapped optimizer");
+    if (m->run.optimizer_in_backward && m->run.optimizer_overlap)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "optimizer-in-backward and the overlapped optimizer: choose one");
     tlm_backend *be = m->backend;
+    tlm_model_overlap_join(m); /* the last step's updates land before this forward reads the weights */
     tlm_phase_begin(be, TLM_PHASE_FORWARD); /* the activations are allocated in the forward phase */
     m->grads = NULL; /* this forward's buffers take the last gradients' bytes */
     m->have_forward = false;

@@ -19,7 +19,8 @@ tlm_run_config tlm_run_defaults(void) {
                             .cuda_graphs = false,
                             .forward_only = false,
                             .recompute = TLM_RECOMPUTE_NONE,
-                            .optimizer_in_backward = false};
+                            .optimizer_in_backward = false,
+                            .optimizer_overlap = false};
 }
 
 static const char *const recompute_names[] = {"none", "attention", "block"}; /* by tlm_recompute */
@@ -41,9 +42,13 @@ static tlm_status check_run(const tlm_run_config *r) {
     if ((unsigned)r->recompute > TLM_RECOMPUTE_BLOCK)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown recompute mode %d (known: none, attention, block)",
                         (int)r->recompute);
-    if (r->optimizer_in_backward && r->precision == TLM_PRECISION_FP16)
-        return tlm_fail(TLM_ERR_UNSUPPORTED, "optimizer-in-backward does not support fp16: dynamic loss scaling must "
-                        "see every gradient for inf/NaN before any update is taken (use bf16)");
+    if ((r->optimizer_in_backward || r->optimizer_overlap) && r->precision == TLM_PRECISION_FP16)
+        return tlm_fail(TLM_ERR_UNSUPPORTED, "%s does not support fp16: dynamic loss scaling must see every "
+                        "gradient for inf/NaN before any update is taken (use bf16)",
+                        r->optimizer_in_backward ? "optimizer-in-backward" : "the overlapped optimizer");
+    if (r->optimizer_in_backward && r->optimizer_overlap)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "optimizer-in-backward and the overlapped optimizer are two ways "
+                        "of updating in the backward pass: choose one");
     return TLM_OK;
 }
 
@@ -165,7 +170,11 @@ tlm_status tlm_model_create(tlm_model **out, const tlm_config *cfg, const tlm_ru
 void tlm_model_free(tlm_model *m) {
     if (!m) return;
     tlm_backend *be = m->backend;
+    if (m->opt_stream) tlm_stream_synchronize(be, m->opt_stream); /* no update still reads the buffers */
     tlm_model_free_activations(m);
+    tlm_event_destroy(be, m->opt_after);
+    tlm_event_destroy(be, m->opt_done);
+    tlm_stream_destroy(be, m->opt_stream);
     tlm_adamw_free(&m->optimizer);
     tlm_free(be, m->params);
     tlm_free(be, m->params_lp);
@@ -309,15 +318,56 @@ static tlm_status own_update(void *user, tlm_model *m) {
     return s;
 }
 
+/* ---- the overlapped optimizer (run.optimizer_overlap) ------------------------------------------------------ */
+
+tlm_status tlm_model_overlap_update(tlm_model *m, size_t offset, size_t n, tlm_event *after) {
+    tlm_backend *be = m->backend;
+    if (!m->opt_stream) { /* all three, or none kept */
+        tlm_stream *s = NULL;
+        tlm_event *after_ev = NULL, *done_ev = NULL;
+        tlm_status st = tlm_stream_create_background(be, &s);
+        if (st == TLM_OK) st = tlm_event_create(be, &after_ev);
+        if (st == TLM_OK) st = tlm_event_create(be, &done_ev);
+        if (st != TLM_OK) {
+            tlm_event_destroy(be, after_ev);
+            tlm_event_destroy(be, done_ev);
+            tlm_stream_destroy(be, s);
+            return st;
+        }
+        m->opt_stream = s, m->opt_after = after_ev, m->opt_done = done_ev;
+    }
+    if (!after) {
+        tlm_event_record(be, m->opt_after, NULL);
+        after = m->opt_after;
+    }
+    tlm_stream_wait_event(be, m->opt_stream, after);
+    const tlm_dtype dt = tlm_precision_act_dtype(m->run.precision);
+    void *lp = m->params_lp ? tlm_at(m->params_lp, offset, dt) : NULL;
+    tlm_stream_ops_begin(be, m->opt_stream);
+    tlm_adamw_update_span(&m->optimizer, offset, n, m->params + offset, m->grads + offset, lp, dt);
+    tlm_stream_ops_end(be);
+    m->opt_pending = true;
+    return TLM_OK;
+}
+
+void tlm_model_overlap_join(tlm_model *m) {
+    if (!m->opt_pending) return;
+    tlm_event_record(m->backend, m->opt_done, m->opt_stream);
+    tlm_stream_wait_event(m->backend, NULL, m->opt_done);
+    m->opt_pending = false;
+}
+
 tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt) {
     tlm_backend *be = m->backend;
-    if (m->run.optimizer_in_backward) { /* the updates ran in the backward pass (model.h) */
+    if (m->run.optimizer_in_backward || m->run.optimizer_overlap) { /* the updates ran in the backward pass */
         if (!m->updated_in_backward)
-            return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "AdamW step needs a backward pass first (with "
-                            "optimizer-in-backward the backward pass takes the step)");
+            return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "AdamW step needs a backward pass first (with %s the backward "
+                            "pass takes the step)", m->run.optimizer_in_backward ? "optimizer-in-backward"
+                                                                                 : "the overlapped optimizer");
         m->optimizer.config = *opt; /* for the next step's updates */
         m->updated_in_backward = false;
         tlm_phase_begin(be, TLM_PHASE_OPTIMIZER);
+        tlm_model_overlap_join(m); /* overlapped: the compute stream waits for the updates (timed here) */
         tlm_activations_enter(m->acts, be, tlm_stage_optimizer(m->config.num_layers));
         tlm_activations_leave_all(m->acts, be); /* the step ends */
         tlm_phase_end(be);

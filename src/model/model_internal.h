@@ -11,6 +11,10 @@ void tlm_model_free_activations(tlm_model *m);
  * block's output into the next block's input (the backward of recompute BLOCK re-runs it without) */
 void tlm_block_forward(tlm_model *m, int l, bool to_output);
 
+/* model.c: the compute stream waits for the overlapped optimizer's updates issued so far
+ * (run.optimizer_overlap); nothing when none is pending */
+void tlm_model_overlap_join(tlm_model *m);
+
 /* model.c: casts the parameters to their bf16/fp16 GEMM copy when they changed (allocating it the
  * first time); nothing in fp32/tf32. OUT_OF_MEMORY. */
 tlm_status tlm_model_refresh_lowp_weights(tlm_model *m);

@@ -4,9 +4,10 @@
 # same global batch (tlm compare, rtol 1e-6) for 2 ranks bucketed and 3 ranks flat + ZeRO-1, rank 0
 # alone prints and writes (one table, the log and checkpoints), a 2-rank checkpoint resumes with 2 ranks
 # bit for bit and is refused with 1; a killed rank and a stopped (hung) rank end the run with a message
-# naming them, the last checkpoint intact (it resumes); tlm bench's data-parallel rows; bad input
-# refused by name with exit 1 or 2 (a global batch that does not divide, data-parallel flags alone,
-# ZeRO-1 with checkpoints or optimizer-in-backward, ranks given different flags).
+# naming them, the last checkpoint intact (it resumes); tlm bench's data-parallel rows (the overlapped
+# optimizer's too) and their pictures (tlm plot ddp-buckets, ddp-scaling); bad input refused by name
+# with exit 1 or 2 (a global batch that does not divide, data-parallel flags alone, ZeRO-1 with
+# checkpoints, optimizer-in-backward or --optimizer-overlap, ranks given different flags).
 source "$(dirname "$0")/lib.bash"
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} OMP_NUM_THREADS=1
 RUN=(bash "$(dirname "$0")/../test_comm_mpirun.sh")
@@ -95,7 +96,7 @@ done
 
 # ---- tlm bench ---------------------------------------------------------------------------------------------------------
 out=$("${RUN[@]}" 2 "$TLM" bench --device cpu -m tiny -c 32 -b 4 -w 1 -n 2 --ddp naive,flat,overlap,bucketed \
-      --bucket-mb 0.05,25 --zero 0,1 -f json -o "$TMP/bench.json" 2>&1); rc=$?
+      --bucket-mb 0.05,25 --zero 0,1 --max-context 64M -f json -o "$TMP/bench.json" 2>&1); rc=$?
 check "bench, 2 ranks, 4 modes x (2 bucket sizes) x ZeRO 0/1: exit 0 ($rc)" test $rc -eq 0
 if command -v python3 >/dev/null; then
   check "bench JSON: 10 rows of 2 ranks, the phases add up to the step, ZeRO-1's optimizer state about half" python3 -c "
@@ -108,6 +109,49 @@ for r in rows:
     assert 0 < r['comm_share'] < 1 and r['mem_before_opt_bytes'] > 0
 z = {r['zero']: r['peak_bytes_optimizer'] for r in rows if r['ddp'] == 'flat'}
 assert abs(z[1] - z[0] / 2) <= 64 * 8, z"
+  check "bench --max-context 64M, 2 ranks: the plan gives ZeRO-1 (half the moments a rank) a longer context" \
+    python3 -c "
+import json; rows = json.load(open('$TMP/bench.json'))['rows']
+mc = {(r['ddp'], r['bucket_mb'], r['zero']): r['max_context'] for r in rows}
+assert all(v > 0 for v in mc.values()), mc
+assert all(mc[k] > mc[(k[0], k[1], 0)] for k in mc if k[2] == 1), mc"
+fi
+
+# issue 15's pictures from these rows and a one-process row: step against bucket size, speed-up against ranks
+expect_ok "one process at a rank's rows (2) and at the global batch (4): the rows the pictures compare with" \
+  "$TLM" bench --device cpu -m tiny -c 32 -b 2,4 -w 1 -n 2 -f json -o "$TMP/bench-one.json"
+if command -v gnuplot >/dev/null || [ -n "${TLM_GNUPLOT:-}" ]; then
+  expect_ok "tlm plot ddp-buckets" "$TLM" plot ddp-buckets "$TMP/bench.json" "$TMP/bench-one.json" --out "$TMP/buckets"
+  check "ddp-buckets: PNG and SVG, the 2-rank line and the 1-process step named" \
+    bash -c "test -s '$TMP/buckets.png' && grep -q '>tlm, 2 processes, fp32 reduction<' '$TMP/buckets.svg' &&
+             grep -q '>tlm, 1 process, 2 rows: [0-9.]* ms<' '$TMP/buckets.svg'"
+  expect_ok "tlm plot ddp-scaling" "$TLM" plot ddp-scaling "$TMP/bench.json" "$TMP/bench-one.json" --out "$TMP/scaling"
+  check "ddp-scaling: PNG and SVG, against a rank's rows and the whole batch on one process, and the ideal line" \
+    bash -c "test -s '$TMP/scaling.png' && grep -q '>tlm, fp32, against 1 process with a rank.s rows<' '$TMP/scaling.svg' &&
+             grep -q '>tlm, fp32, against 1 process with the whole batch<' '$TMP/scaling.svg' &&
+             grep -q 'ideal (N-fold)' '$TMP/scaling.svg'"
+  expect_fail "no bucketed rows of 25 MiB (float32 reduction) of 2 or more ranks" \
+    "$TLM" plot ddp-scaling "$TMP/bench-one.json" --out "$TMP/bad-scaling"
+  echo '{"tool": "tlm train", "log": []}' > "$TMP/not-bench.json"
+  expect_fail "is not a benchmark result" "$TLM" plot ddp-buckets "$TMP/not-bench.json" --out "$TMP/bad-buckets"
+  check "no picture after bad input" test ! -e "$TMP/bad-scaling.png" -a ! -e "$TMP/bad-buckets.png"
+else
+  echo "skip   the data-parallel pictures: gnuplot is not installed (Debian: apt-get install gnuplot-nox)"
+fi
+
+# the overlapped optimizer: each bucket's update after its average; the same loss as the plain step
+out=$("${RUN[@]}" 2 "$TLM" bench --device cpu -m tiny -c 32 -b 4 -w 1 -n 2 --ddp bucketed --bucket-mb 0.05 \
+      --optimizer-overlap -f json -o "$TMP/bench-overlap.json" 2>&1); rc=$?
+check "bench, 2 ranks, bucketed 0.05 MiB, --optimizer-overlap: exit 0 ($rc)" test $rc -eq 0
+if command -v python3 >/dev/null; then
+  check "bench --optimizer-overlap: the row says so, and its last loss is the plain bucketed row's" python3 -c "
+import json
+o = json.load(open('$TMP/bench-overlap.json'))['rows']
+p = [r for r in json.load(open('$TMP/bench.json'))['rows'] if r['ddp'] == 'bucketed' and r['bucket_mb'] == 0.05
+     and r['zero'] == 0]
+assert len(o) == 1 and o[0]['status'] == 'ok' and o[0]['optimizer_overlap'] and len(p) == 1, (o, p)
+lo, lp = o[0]['loss_last'], p[0]['loss_last']
+assert abs(lo - lp) <= 1e-6 * abs(lp), (lo, lp)"
 fi
 
 # ---- bad input ------------------------------------------------------------------------------------------------------------
@@ -122,6 +166,12 @@ expect_fail "--zero 1 conflicts with checkpoints" \
   "${RUN[@]}" 2 "$TLM" "${args[@]}" --checkpoint-dir "$TMP/z" --zero 1
 expect_fail "--zero 1 conflicts with --optimizer-in-backward" \
   "${RUN[@]}" 2 "$TLM" bench --device cpu -m tiny -c 16 -n 1 --zero 1 --optimizer-in-backward
+expect_fail "--zero 1 conflicts with --optimizer-overlap" \
+  "${RUN[@]}" 2 "$TLM" bench --device cpu -m tiny -c 16 -n 1 --zero 1 --optimizer-overlap
+expect_fail "--optimizer-in-backward conflicts with --optimizer-overlap" \
+  "$TLM" bench --device cpu -m tiny -c 16 -n 1 --optimizer-in-backward --optimizer-overlap
+expect_fail "--optimizer-overlap conflicts with --precision fp16" \
+  "$TLM" bench --device cpu -m tiny -c 16 -n 1 --optimizer-overlap -P fp16
 expect_fail "--zero: 2 is out of range [0, 1]" "$TLM" bench --device cpu -m tiny --zero 2
 expect_fail "--bucket-mb: 0 is out of range" "$TLM" bench --device cpu -m tiny --bucket-mb 0
 expect_fail "--ddp: unknown mode 'ring'" "$TLM" train --ddp ring
