@@ -23,6 +23,10 @@ command -v clang >/dev/null 2>&1 || want+=(clang)
 [ -n "$(find /usr/lib/llvm-* -name 'libclang_rt.fuzzer-*.a' -print -quit 2>/dev/null)" ] || want+=(libclang-rt-dev)
 # optional: gnuplot draws `tlm plot`'s pictures (PNG, SVG); without it tlm plot says so and its tests skip
 command -v gnuplot >/dev/null 2>&1 || want+=(gnuplot-nox)
+# optional: Slurm's daemons and srun, for the test that runs tlm under srun on a private one-node cluster
+# (tests/cli/srun.sh; skipped without them)
+command -v slurmctld >/dev/null 2>&1 || want+=(slurmctld)
+command -v slurmd >/dev/null 2>&1 || want+=(slurmd)
 
 if [ ${#need[@]} -eq 0 ] && [ ${#want[@]} -eq 0 ]; then
   exit 0
@@ -32,12 +36,14 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   [ ${#need[@]} -eq 0 ] || apt-get install -y -qq --no-install-recommends "${need[@]}"
-  [ ${#want[@]} -eq 0 ] || apt-get install -y -qq --no-install-recommends "${want[@]}" ||
-    echo "tlm: could not install ${want[*]}: the fuzz harnesses (clang) or tlm plot (gnuplot-nox) are skipped"
+  for pkg in "${want[@]}"; do # one at a time: a package that fails to install takes no other with it
+    apt-get install -y -qq --no-install-recommends "$pkg" ||
+      echo "tlm: could not install $pkg: the fuzz harnesses (clang), tlm plot (gnuplot-nox) or the srun test are skipped"
+  done
 elif [ ${#need[@]} -gt 0 ]; then
   echo "tlm: missing Debian packages: ${need[*]}" >&2
   echo "tlm: install them with: sudo apt-get install ${need[*]}" >&2
   exit 1
 else
-  echo "tlm: optional Debian packages missing (without them the fuzz harnesses or tlm plot are skipped): sudo apt-get install ${want[*]}"
+  echo "tlm: optional Debian packages missing (without them the fuzz harnesses, tlm plot or the srun test are skipped): sudo apt-get install ${want[*]}"
 fi

@@ -77,7 +77,8 @@ bool tlm_comm_launched(void);
  * seconds: the longest any later wait may last; the first call's value holds). Fills *w (NULL: not
  * wanted). A second call only fills *w. From here on a rank that exits without
  * tlm_comm_finalize tells the others (see above). Errors: BACKEND (MPI failed, named),
- * INVALID_ARGUMENT (timeout_s <= 0). */
+ * INVALID_ARGUMENT (timeout_s <= 0; srun started several tasks without PMIx or PMI-2, srun --mpi=none,
+ * which MPI cannot join into one world). */
 tlm_status tlm_comm_init(tlm_comm_world *w, double timeout_s);
 
 /* Leaves the run cleanly: a watched barrier of every rank, the watchdog stopped, MPI_Finalize.

@@ -100,6 +100,17 @@ tlm_status tlm_comm_init(tlm_comm_world *w, double timeout_s) {
     if (!(timeout_s > 0)) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the communication timeout must be > 0 s");
     int initialized = 0, provided = MPI_THREAD_SINGLE;
     TLM_MPI_TRY(MPI_Initialized(&initialized));
+    /* srun starts every task itself; MPI joins them into one world only through the process-management
+     * interface srun offers them (PMIx: PMIX_RANK; PMI-2: PMI_RANK). Without one (srun --mpi=none, a
+     * cluster's MpiDefault=none) Open MPI aborts in MPI_Init saying it was built without Slurm's PMI,
+     * other MPIs run each task as a world of its own. */
+    const char *tasks = getenv("SLURM_STEP_NUM_TASKS");
+    if (!initialized && getenv("SLURM_STEP_ID") && tasks && atoi(tasks) > 1 && !getenv("PMIX_RANK") &&
+        !getenv("PMI_RANK") && !getenv("OMPI_COMM_WORLD_SIZE"))
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT,
+                        "srun started %s tasks without a process-management interface for MPI (srun --mpi=none, or "
+                        "the cluster's MpiDefault), so they cannot join one run: start them with srun --mpi=pmix "
+                        "(srun --mpi=list names what the cluster has)", tasks);
     if (!initialized) {
         const int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
         if (rc != MPI_SUCCESS) return tlm_fail(TLM_ERR_BACKEND, "MPI: MPI_Init_thread failed (code %d)", rc);
