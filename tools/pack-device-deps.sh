@@ -3,7 +3,7 @@
 # this machine's OpenBLAS (OpenMP) and cJSON headers and libraries (Debian packages
 # libopenblas-openmp-dev, libcjson-dev) into .devdeps/deps.tar.xz, which a device call carries
 # (carry: [".devdeps"]) and bench/run-device.sh unpacks when the plain configure fails.
-# .devdeps/ is kept out of git by .git/info/exclude.
+# .devdeps/ is kept out of git by .gitignore.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
@@ -20,5 +20,4 @@ cp -L "$lib"/libcjson.so.1 "$tmp/lib/"
 ln -s libcjson.so.1 "$tmp/lib/libcjson.so"
 cp -L "$lib"/libgfortran.so.5 "$lib"/libquadmath.so.0 "$tmp/lib/"
 tar cJf .devdeps/deps.tar.xz -C "$tmp" include lib
-grep -qx '/.devdeps/' .git/info/exclude 2>/dev/null || echo '/.devdeps/' >> .git/info/exclude
 echo "wrote .devdeps/deps.tar.xz ($(du -h .devdeps/deps.tar.xz | cut -f1))"

@@ -197,6 +197,11 @@ const char *tlm_comm_all_reduce_algo(const tlm_comm *c, size_t count, tlm_dtype 
 /* Why this communicator has no shm schedule ("" when it has one): "ranks on 2 hosts", ... */
 const char *tlm_comm_shm_note(const tlm_comm *c);
 
+/* The threads this rank's shm schedule moves its bytes with (the host's cores / the ranks on it,
+ * within the cores the rank may run on, at most 8; the environment's TLM_SHM_THREADS sets it); 0
+ * without a segment. */
+int tlm_comm_shm_threads(const tlm_comm *c);
+
 /* ---- host exchanges (MPI on host memory, whatever the kind; watched) ------------------------------------------ */
 
 /* recv (world_size * bytes) = every rank's send (bytes), rank r's at r*bytes. */

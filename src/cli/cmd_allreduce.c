@@ -168,7 +168,8 @@ static const cli_command allreduce_cmd = {
         "Launch: mpirun -np 4 tlm allreduce --backend nccl         (one host, 4 GPUs; as root add\n"
         "        --allow-run-as-root; for more processes than cores with mpi add --oversubscribe)\n"
         "        srun -N 2 --ntasks-per-node=4 --gpus-per-task=1 --mpi=pmix tlm allreduce   (Slurm)\n"
-        "The sweep passes TLM_MPIRUN_FLAGS (e.g. \"--mca btl self,tcp\") to mpirun. Keep NCCL_NVLS_ENABLE=0\n"
+        "The sweep passes TLM_MPIRUN_FLAGS (e.g. \"--mca btl self,tcp\") to mpirun, and for mpi --oversubscribe\n"
+        "--bind-to none (the shm all-reduce's threads share the host's cores). Keep NCCL_NVLS_ENABLE=0\n"
         "on machines whose NVLink multicast is off. Exit status 1 when an element is wrong or a rank fails.\n",
     .name = "allreduce",
     CLI_USES(allreduce_uses),
@@ -488,10 +489,15 @@ static int run_once(const cli_args *a, const opts *o, int argc, char **argv) {
         tlm_report_meta_int(rep, "nranks", w.world_size);
         tlm_report_meta_str(rep, "ranks", hosts);
         tlm_report_meta_str(rep, "devices", devices);
-        if (kind == TLM_COMM_MPI)
-            snprintf(links, sizeof links, "host processes: %s%s; Open MPI's transports for the mpi rows (shared memory "
-                     "within a host, the network between)", tlm_comm_shm_note(c)[0] ? "no shm segment: " :
-                     "tlm's shared-memory segment for the shm rows", tlm_comm_shm_note(c));
+        if (kind == TLM_COMM_MPI) {
+            char threads[64] = ""; /* rank 0's */
+            if (tlm_comm_shm_threads(c) > 0)
+                snprintf(threads, sizeof threads, " (%d thread%s a rank)", tlm_comm_shm_threads(c),
+                         tlm_comm_shm_threads(c) > 1 ? "s" : "");
+            snprintf(links, sizeof links, "host processes: %s%s%s; Open MPI's transports for the mpi rows (shared "
+                     "memory within a host, the network between)", tlm_comm_shm_note(c)[0] ? "no shm segment: " :
+                     "tlm's shared-memory segment for the shm rows", tlm_comm_shm_note(c), threads);
+        }
         tlm_report_meta_str(rep, "links", links);
         put_config_meta(rep, o);
         tlm_report_table(rep, "rows", columns, NUM_COLUMNS);
@@ -578,7 +584,11 @@ static int sweep_argv(const char *mpirun, const char *self, const cli_args *a, c
     ARG("-np");
     ARG("%d", sr->nproc);
     if (geteuid() == 0) ARG("--allow-run-as-root");
-    if (sr->kind == TLM_COMM_MPI) ARG("--oversubscribe");
+    if (sr->kind == TLM_COMM_MPI) { /* the ranks' threads (shm) may use the host's cores: not one core each */
+        ARG("--oversubscribe");
+        ARG("--bind-to");
+        ARG("none");
+    }
     const char *extra = getenv("TLM_MPIRUN_FLAGS");
     char *copy = extra ? strdup(extra) : NULL, *save = NULL;
     for (char *t = copy ? strtok_r(copy, " ", &save) : NULL; t && n < max - 40; t = strtok_r(NULL, " ", &save))

@@ -95,6 +95,11 @@ const char *tlm_comm_shm_note(const tlm_comm *c) {
     return c->kind == TLM_COMM_NCCL ? "NCCL communicator" : st->shm_note;
 }
 
+int tlm_comm_shm_threads(const tlm_comm *c) {
+    const tlm_comm_state *st = tlm_comm_state_of((tlm_comm *)c);
+    return c->kind == TLM_COMM_MPI && st->shm ? tlm_shm_threads(st->shm) : 0;
+}
+
 tlm_status tlm_comm_set_mpi_algo(tlm_comm *c, tlm_mpi_algo a, size_t shm_chunk_bytes) {
     tlm_comm_state *st = tlm_comm_state_of(c);
     if (c->kind != TLM_COMM_MPI)

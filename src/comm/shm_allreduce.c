@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <omp.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -39,6 +40,7 @@ struct tlm_shm {
     size_t map_bytes, headers_bytes;
     uint64_t seq;                 /* chunks done so far on this communicator: the same on every rank */
     size_t llc_bytes;             /* the last-level cache: larger buffers are written past it */
+    int threads;                  /* threads that move one rank's bytes: the host's cores / ranks */
 };
 
 static _Atomic uint64_t *counter(const tlm_shm *s, int q, int stage) {
@@ -70,6 +72,15 @@ tlm_status tlm_shm_create(tlm_shm **out, MPI_Comm comm, char *why, size_t n) {
     s->headers_bytes = ((size_t)size * HEADER_BYTES + 4095) / 4096 * 4096;
     s->map_bytes = s->headers_bytes + (size_t)size * 2 * TLM_SHM_SLOT_BYTES;
     s->llc_bytes = last_level_cache();
+    /* the host's cores shared among the ranks, and no more than this rank may run on (mpirun binds 2
+     * ranks to a core each by default) */
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t mask;
+    const long allowed = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : cores;
+    const long share = cores > size ? cores / size : 1;
+    const char *forced = getenv("TLM_SHM_THREADS"); /* tests: the threaded path on a machine of few cores */
+    s->threads = forced && atoi(forced) > 0 ? atoi(forced) : (int)(share < allowed ? share : allowed);
+    if (s->threads > TLM_SHM_MAX_THREADS) s->threads = TLM_SHM_MAX_THREADS;
 
     /* rank 0 makes the segment and reserves its space (a full /dev/shm fails here, not with SIGBUS
      * later); then each rank maps it, and all learn whether every rank could */
@@ -141,6 +152,8 @@ tlm_status tlm_shm_create(tlm_shm **out, MPI_Comm comm, char *why, size_t n) {
     *out = s;
     return TLM_OK;
 }
+
+int tlm_shm_threads(const tlm_shm *s) { return s->threads; }
 
 void tlm_shm_destroy(tlm_shm *s) {
     if (!s) return;
@@ -301,6 +314,42 @@ static void reduce_slice(const void *const *terms, int n, size_t len, tlm_dtype 
     reduce_scalar(terms, n, done, len, dt, avg, shared);
 }
 
+/* ---- the rank's threads ----------------------------------------------------------------------------------------
+ * Each stage of a chunk (copy-in, reduce, gather) is one parallel region over the rank's threads, in pieces of
+ * whole 64-byte lines (one core does not reach the memory bandwidth of a rank's share of the host); each element
+ * is still summed by one thread in rank order, so the bits do not depend on the thread count. Below PAR_MIN_BYTES
+ * a stage, one thread. */
+#define PAR_MIN_BYTES ((size_t)64 << 10)
+
+/* piece t of n of [0, len) elements of es bytes, in whole lines */
+static void piece(size_t len, size_t es, int t, int n, size_t *lo, size_t *hi) {
+    const size_t line = ALIGN_ELEMS_BYTES / es;
+    size_t per = (len + (size_t)n - 1) / (size_t)n;
+    per = (per + line - 1) / line * line;
+    *lo = (size_t)t * per < len ? (size_t)t * per : len;
+    *hi = (size_t)(t + 1) * per < len ? (size_t)(t + 1) * per : len;
+}
+
+static int threads_for(const tlm_shm *s, size_t bytes) {
+    return bytes >= PAR_MIN_BYTES && s->threads > 1 ? s->threads : 1;
+}
+
+/* reduce_slice over [0, len) of the terms, split over the threads */
+static void par_reduce(const tlm_shm *s, const void *const *terms, size_t len, tlm_dtype dt, tlm_reduce_op op,
+                       void *shared) {
+    const size_t es = tlm_dtype_size(dt);
+    const int n = threads_for(s, len * es * (size_t)s->size);
+#pragma omp parallel for num_threads(n) schedule(static) if (n > 1)
+    for (int t = 0; t < n; t++) {
+        size_t lo, hi;
+        piece(len, es, t, n, &lo, &hi);
+        if (hi == lo) continue;
+        const void *mine[64];
+        for (int q = 0; q < s->size; q++) mine[q] = (const char *)terms[q] + lo * es;
+        reduce_slice(mine, s->size, hi - lo, dt, op, (char *)shared + lo * es);
+    }
+}
+
 /* ---- the schedule ---------------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -333,8 +382,17 @@ static tlm_status copy_in(tlm_shm *s, const job *b, size_t j, uint64_t g) {
     size_t lo, hi;
     slice_of(s, b, len, s->rank, &lo, &hi);
     char *mine = slot(s, s->rank, g);
-    memcpy(mine, b->send + base, lo * b->es);
-    memcpy(mine + hi * b->es, b->send + base + hi * b->es, (len - hi) * b->es);
+    const char *send = b->send + base;
+    const size_t before = lo * b->es, after_at = hi * b->es, after = (len - hi) * b->es; /* bytes */
+    const int n = threads_for(s, before + after);
+#pragma omp parallel for num_threads(n) schedule(static) if (n > 1)
+    for (int t = 0; t < n; t++) { /* piece t of both ranges */
+        size_t p, e;
+        piece(before, 1, t, n, &p, &e);
+        memcpy(mine + p, send + p, e - p);
+        piece(after, 1, t, n, &p, &e);
+        memcpy(mine + after_at + p, send + after_at + p, e - p);
+    }
     publish(s, STAGE_IN, g + 1);
     return TLM_OK;
 }
@@ -349,7 +407,8 @@ static tlm_status reduce(tlm_shm *s, const job *b, size_t j, uint64_t g) {
     if (!t) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     for (int q = 0; q < s->size; q++)
         t[q] = q == s->rank ? b->send + base + lo * b->es : slot(s, q, g) + lo * b->es;
-    reduce_slice(t, s->size, hi - lo, b->dt, b->op, slot(s, s->rank, g) + lo * b->es);
+    if (s->size <= 64) par_reduce(s, t, hi - lo, b->dt, b->op, slot(s, s->rank, g) + lo * b->es);
+    else reduce_slice(t, s->size, hi - lo, b->dt, b->op, slot(s, s->rank, g) + lo * b->es);
     if (t != terms) free(t);
     publish(s, STAGE_RED, g + 1);
     return TLM_OK;
@@ -358,11 +417,18 @@ static tlm_status reduce(tlm_shm *s, const job *b, size_t j, uint64_t g) {
 static tlm_status gather(tlm_shm *s, const job *b, size_t j, uint64_t g) {
     TLM_TRY(wait_peers(s, STAGE_RED, g + 1));
     const size_t len = chunk_len(b, j), base = j * b->chunk * b->es;
-    for (int k = 0; k < s->size; k++) {
-        const int q = (s->rank + k) % s->size; /* its own first; the ranks start on different slots */
-        size_t lo, hi;
-        slice_of(s, b, len, q, &lo, &hi);
-        copy_out(b->recv + base + lo * b->es, slot(s, q, g) + lo * b->es, (hi - lo) * b->es, b->stream);
+    const int n = threads_for(s, len * b->es);
+#pragma omp parallel for num_threads(n) schedule(static) if (n > 1)
+    for (int t = 0; t < n; t++) { /* piece t of every slice */
+        for (int k = 0; k < s->size; k++) {
+            const int q = (s->rank + k) % s->size; /* its own first; the ranks start on different slots */
+            size_t lo, hi, p, e;
+            slice_of(s, b, len, q, &lo, &hi);
+            piece((hi - lo) * b->es, 1, t, n, &p, &e);
+            const size_t at = lo * b->es + p;
+            copy_out(b->recv + base + at, slot(s, q, g) + at, e - p, b->stream);
+        }
+        if (b->stream && n > 1) stream_fence(); /* each thread orders its own non-temporal stores */
     }
     publish(s, STAGE_OUT, g + 1);
     return TLM_OK;

@@ -23,6 +23,12 @@
  * terms, the others' results). Open MPI's MPI_Allreduce over its shared-memory transport moves
  * each byte through send and receive fragments and a temporary buffer besides.
  *
+ * Threads: each stage of a chunk (from 64 KiB a stage) is one OpenMP region, split over the rank's
+ * threads in whole 64-byte lines: the host's cores / ranks, no more than the cores the rank may run
+ * on (its affinity: mpirun binds 2 ranks to a core each unless told --bind-to none), at most
+ * TLM_SHM_MAX_THREADS. Each element is still summed by one thread in rank order, so the bits do not
+ * depend on the thread count.
+ *
  * Waits: a rank spins on a peer's counter (pause, then sched_yield: oversubscribed ranks still
  * progress) and, past the run's timeout plus 5 s, gives up with TLM_ERR_BACKEND naming the rank
  * and the stage; the communication watchdog (watchdog.c) normally ends the job first, naming the
@@ -36,6 +42,8 @@
 #include "tlm/comm.h"
 
 #define TLM_SHM_SLOT_BYTES ((size_t)1 << 20) /* per rank and slot; the largest chunk */
+#define TLM_SHM_MAX_THREADS 8 /* threads a rank moves its bytes with: the host's cores / ranks, at most this;
+                                 the environment's TLM_SHM_THREADS sets it (tests of the threaded path) */
 
 typedef struct tlm_shm tlm_shm;
 
@@ -54,6 +62,9 @@ tlm_status tlm_shm_create(tlm_shm **out, MPI_Comm comm, char *why, size_t n);
  * peer did not progress within the timeout: named). */
 tlm_status tlm_shm_all_reduce(tlm_shm *s, const void *send, void *recv, size_t count, tlm_dtype dt,
                               tlm_reduce_op op, size_t chunk_bytes);
+
+/* The threads this rank moves its bytes with (Threads above). */
+int tlm_shm_threads(const tlm_shm *s);
 
 /* Unmaps the segment (local: no rank waits for the others). NULL: no-op. */
 void tlm_shm_destroy(tlm_shm *s);
