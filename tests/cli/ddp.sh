@@ -11,16 +11,7 @@
 source "$(dirname "$0")/lib.bash"
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} OMP_NUM_THREADS=1
 RUN=(bash "$(dirname "$0")/../test_comm_mpirun.sh")
-# token files: a noisy walk over 256 ids (uint16), 18000 to train on, 2000 to validate
-python3 - "$TMP" <<'EOF'
-import random, struct, sys
-rng, ids, x = random.Random(11), [], 0
-while len(ids) < 20000:
-    x = (x + rng.choice((1, 1, 1, 2, 7))) % 256
-    ids.append(x)
-for name, part in (("train", ids[:18000]), ("val", ids[18000:])):
-    open(f"{sys.argv[1]}/{name}.bin", "wb").write(struct.pack(f"<{len(part)}H", *part))
-EOF
+ddp_tokens "$TMP"
 args=(train --device cpu --model tiny --vocab-size 256 --train-data "$TMP/train.bin" --val-data "$TMP/val.bin"
       --steps 6 --batch-size 12 --context-length 32 --lr-max 5e-3 --warmup-iters 2 --max-grad-norm 0.5
       --eval-every 3 --eval-batches 2 --log-every 1 --save-every 3)
@@ -64,35 +55,7 @@ rank_pid() {
   done
 }
 long=("${args[@]/--steps/--eval-batches}" --steps 100000 --timeout 3)
-for fault in kill stop; do
-  rm -rf "$TMP/f"
-  "${RUN[@]}" 2 "$TLM" "${long[@]}" --checkpoint-dir "$TMP/f" > "$TMP/f.out" 2>&1 &
-  mp=$!
-  for _ in $(seq 1 1500); do [ -f "$TMP/f/latest" ] && break; sleep 0.02; done
-  victim=$(rank_pid $mp)
-  start=$(date +%s%N)
-  [ "$fault" = kill ] && kill -KILL "$victim" 2>/dev/null
-  [ "$fault" = stop ] && kill -STOP "$victim" 2>/dev/null
-  for _ in $(seq 1 600); do kill -0 $mp 2>/dev/null || break; sleep 0.05; done
-  kill -0 $mp 2>/dev/null && { kill -KILL $mp; check "$fault: the run ended by itself (30 s guard)" false; }
-  [ "$fault" = stop ] && kill -KILL "$victim" 2>/dev/null
-  wait $mp; rc=$?
-  ms=$(( ($(date +%s%N) - start) / 1000000 ))
-  grep -E 'rank 1|^tlm' "$TMP/f.out" | head -3
-  check "$fault rank 1 (pid ${victim:-?}) after checkpoint $(cat "$TMP/f/latest"): non-zero exit ($rc) after $ms ms" \
-    test -n "$victim" -a $rc -ne 0
-  if [ "$fault" = kill ]; then
-    check "kill: rank 1 named (by mpirun or the watchdog)" \
-      grep -qE 'process rank 1 .*(signal 9|Killed)|rank 1 (did not answer|left the run|has not reached)' "$TMP/f.out"
-  else
-    check "stop: the watchdog names rank 1 within the 3 s timeout (+ the launcher)" \
-      bash -c "grep -qE 'rank 1 (did not answer|has not reached)' '$TMP/f.out' && test $ms -lt 15000"
-  fi
-  last=$(cat "$TMP/f/latest")
-  "${RUN[@]}" 2 "$TLM" train --resume "$TMP/f" --steps $(( 10#${last#step-} + 1 )) > "$TMP/r.out" 2>&1; rc=$?
-  check "$fault: the last checkpoint ($last) is whole: it resumes for 1 more step with 2 ranks (exit $rc)" \
-    test $rc -eq 0 -a "$(grep -c '^# steps_run: 1$' "$TMP/r.out")" -eq 1
-done
+ddp_faults rank_pid "${RUN[@]}" 2
 
 # ---- tlm bench ---------------------------------------------------------------------------------------------------------
 out=$("${RUN[@]}" 2 "$TLM" bench --device cpu -m tiny -c 32 -b 4 -w 1 -n 2 --ddp naive,flat,overlap,bucketed \

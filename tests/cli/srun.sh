@@ -75,15 +75,7 @@ expect_fail "--sweep starts mpirun itself: run it without mpirun, srun or mpiexe
   "${SRUN[@]}" -n 2 "$TLM" allreduce --sweep --backend mpi --nproc 2
 
 # ---- tlm train: one process's weights; a task that dies or hangs --------------------------------------------------
-python3 - "$TMP" <<'EOF'
-import random, struct, sys
-rng, ids, x = random.Random(11), [], 0
-while len(ids) < 20000:
-    x = (x + rng.choice((1, 1, 1, 2, 7))) % 256
-    ids.append(x)
-for name, part in (("train", ids[:18000]), ("val", ids[18000:])):
-    open(f"{sys.argv[1]}/{name}.bin", "wb").write(struct.pack(f"<{len(part)}H", *part))
-EOF
+ddp_tokens "$TMP"
 args=(train --device cpu --model tiny --vocab-size 256 --train-data "$TMP/train.bin" --val-data "$TMP/val.bin"
       --steps 6 --batch-size 12 --context-length 32 --lr-max 5e-3 --warmup-iters 2 --max-grad-norm 0.5
       --eval-every 3 --eval-batches 2 --log-every 1 --save-every 3)
@@ -93,7 +85,7 @@ expect_ok "srun -n 2: the same run, bucketed" "${SRUN[@]}" -n 2 "$TLM" "${args[@
 check "srun -n 2: the same weights as one process (rtol 1e-6)" \
   "$TLM" compare --rtol 1e-6 "$(weights two 6)" "$(weights one 6)"
 
-# task 1's pid: a tlm whose environment says SLURM_PROCID=1 and names this cluster
+# task 1's pid (the argument, srun's pid, unused): a tlm whose environment says SLURM_PROCID=1 and names this cluster
 task_pid() {
   local p
   for p in $(pgrep -x tlm); do
@@ -102,35 +94,7 @@ task_pid() {
   done
 }
 long=("${args[@]/--steps/--eval-batches}" --steps 100000 --timeout 3)
-for fault in kill stop; do
-  rm -rf "$TMP/f"
-  "${SRUN[@]}" -n 2 "$TLM" "${long[@]}" --checkpoint-dir "$TMP/f" > "$TMP/f.out" 2>&1 &
-  sp=$!
-  for _ in $(seq 1 1500); do [ -f "$TMP/f/latest" ] && break; sleep 0.02; done
-  victim=$(task_pid)
-  start=$(date +%s%N)
-  [ "$fault" = kill ] && kill -KILL "$victim" 2>/dev/null
-  [ "$fault" = stop ] && kill -STOP "$victim" 2>/dev/null
-  for _ in $(seq 1 600); do kill -0 $sp 2>/dev/null || break; sleep 0.05; done
-  kill -0 $sp 2>/dev/null && { kill -KILL $sp; check "$fault: the run ended by itself (30 s guard)" false; }
-  [ "$fault" = stop ] && kill -KILL "$victim" 2>/dev/null
-  wait $sp; rc=$?
-  ms=$(( ($(date +%s%N) - start) / 1000000 ))
-  grep -E 'rank 1|task 1' "$TMP/f.out" | head -2
-  check "$fault task 1 (pid ${victim:-?}) after checkpoint $(cat "$TMP/f/latest"): non-zero exit ($rc) after $ms ms" \
-    test -n "$victim" -a $rc -ne 0
-  if [ "$fault" = kill ]; then
-    check "kill: task 1 named (by srun or the watchdog)" \
-      grep -qE 'task 1: Killed|rank 1 (did not answer|left the run|has not reached)' "$TMP/f.out"
-  else
-    check "stop: the watchdog names rank 1 within the 3 s timeout (+ srun)" \
-      bash -c "grep -qE 'rank 1 (did not answer|has not reached)' '$TMP/f.out' && test $ms -lt 15000"
-  fi
-  last=$(cat "$TMP/f/latest")
-  "${SRUN[@]}" -n 2 "$TLM" train --resume "$TMP/f" --steps $(( 10#${last#step-} + 1 )) > "$TMP/r.out" 2>&1; rc=$?
-  check "$fault: the last checkpoint ($last) is whole: it resumes for 1 more step with 2 tasks (exit $rc)" \
-    test $rc -eq 0 -a "$(grep -c '^# steps_run: 1$' "$TMP/r.out")" -eq 1
-done
+ddp_faults task_pid "${SRUN[@]}" -n 2
 
 # ---- tlm bench ------------------------------------------------------------------------------------------------------
 run_ok "srun -n 2 tlm bench: bucketed and flat, ZeRO 0 and 1" \
