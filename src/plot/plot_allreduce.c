@@ -1,6 +1,7 @@
 /* plot_allreduce.c — the all-reduce plot kinds of `tlm plot` (plot.h), the seeds' three pictures
  * (SPEC.md §2.9) from `tlm allreduce --format json` files (a run under mpirun, or a --sweep) and
- * bench/peers/torch_allreduce.py's (the same field names), one or more at once:
+ * bench/peers/torch_allreduce.py's and bench/peers/nccl_tests_json.py's (the same field names), one or
+ * more at once:
  *   allreduce-size      time per all-reduce against the size, log-log, one line per implementation
  *                       and process count;
  *   allreduce-nproc     time against the process count, one line per size and implementation;
@@ -9,7 +10,8 @@
  *                       gloo and NCCL when their files are given.
  * An implementation is the tool and its backend: "tlm mpi" (with the --mpi-algorithm of the run
  * when it was written: "tlm mpi (shm)"), "tlm nccl" ("net" when NCCL's P2P and SHM transports were
- * off), "torch gloo", "torch nccl"; the same name from two files gets the file's name. The rows
+ * off), "torch gloo", "torch nccl", "nccl-tests" (its all_reduce_perf); the same name from two files
+ * gets the file's name. The rows
  * drawn are the in-place ones (torch.distributed all-reduces in place) that ran: status "ok". */
 #include <math.h>
 #include <stdio.h>
@@ -54,10 +56,25 @@ static bool add_key(double *list, int *n, double v) {
     return true;
 }
 
-/* the implementation's name of a row of file f (tool: "tlm allreduce" or "torch_allreduce.py") */
-static void impl_name(const cJSON *doc, const cJSON *row, bool torch, char *out, size_t n) {
+/* the peers whose JSON the pictures read beside tlm's: tool field -> the name their lines get ("torch nccl") */
+typedef enum { TOOL_TLM, TOOL_TORCH, TOOL_NCCL_TESTS, TOOL_OTHER } tool_kind;
+
+static tool_kind tool_of(const cJSON *doc) {
+    const char *tool = tlm_plot_json_str(doc, "tool", "");
+    if (strcmp(tool, "tlm allreduce") == 0) return TOOL_TLM;
+    if (strcmp(tool, "torch_allreduce.py") == 0) return TOOL_TORCH;
+    if (strcmp(tool, "nccl-tests") == 0) return TOOL_NCCL_TESTS;
+    return TOOL_OTHER;
+}
+
+/* the implementation's name of a row of file f */
+static void impl_name(const cJSON *doc, const cJSON *row, tool_kind tool, char *out, size_t n) {
     const char *backend = tlm_plot_json_str(row, "backend", "?");
-    if (torch) {
+    if (tool == TOOL_NCCL_TESTS) {
+        snprintf(out, n, "nccl-tests");
+        return;
+    }
+    if (tool == TOOL_TORCH) {
         snprintf(out, n, "torch %s", backend);
         return;
     }
@@ -98,13 +115,13 @@ static tlm_status collect(results *r, const cJSON *const *docs, const char *cons
     if (!r->pts) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     int owner[MAX_IMPLS];
     for (int f = 0; f < n; f++) {
-        const char *tool = tlm_plot_json_str(docs[f], "tool", "");
-        const bool torch = strcmp(tool, "torch_allreduce.py") == 0;
+        const tool_kind tool = tool_of(docs[f]);
         const cJSON *rows = cJSON_GetObjectItemCaseSensitive(docs[f], "rows");
-        if ((!torch && strcmp(tool, "tlm allreduce") != 0) || !cJSON_IsArray(rows))
-            return tlm_fail(TLM_ERR_FORMAT, "%s is not an all-reduce result (\"tool\": \"tlm allreduce\" or "
-                            "\"torch_allreduce.py\" with a \"rows\" array; written by tlm allreduce --format json or "
-                            "bench/peers/torch_allreduce.py --format json)", paths[f]);
+        if (tool == TOOL_OTHER || !cJSON_IsArray(rows))
+            return tlm_fail(TLM_ERR_FORMAT, "%s is not an all-reduce result (\"tool\": \"tlm allreduce\", "
+                            "\"torch_allreduce.py\" or \"nccl-tests\" with a \"rows\" array; written by tlm allreduce "
+                            "--format json, bench/peers/torch_allreduce.py --format json or "
+                            "bench/peers/nccl_tests_json.py)", paths[f]);
         for (const cJSON *row = rows->child; row; row = row->next) {
             if (strcmp(tlm_plot_json_str(row, "status", "ok"), "ok") != 0) continue; /* skipped, failed, OOM, WRONG */
             if (!tlm_plot_json_true(row, "in_place")) continue;
@@ -116,7 +133,7 @@ static tlm_status collect(results *r, const cJSON *const *docs, const char *cons
                 return tlm_fail(TLM_ERR_FORMAT, "%s: a row that ran without \"nranks\", \"bytes\", \"time_us_mean\" "
                                 "and \"busbw_gb_per_s\"", paths[f]);
             char name[128];
-            impl_name(docs[f], row, torch, name, sizeof name);
+            impl_name(docs[f], row, tool, name, sizeof name);
             const int i = impl_of(r, name, f, owner, paths[f]);
             if (i < 0) return tlm_fail(TLM_ERR_FORMAT, "more than %d implementations to draw in one picture", MAX_IMPLS);
             if (r->n_pts == MAX_POINTS) return tlm_fail(TLM_ERR_FORMAT, "more than %d rows to draw", MAX_POINTS);
@@ -311,7 +328,9 @@ static tlm_status backends(tlm_plot *p, const cJSON *const *docs, const char *co
     return s;
 }
 
-#define READS "tlm allreduce --format json (a run or a --sweep); bench/peers/torch_allreduce.py --format json"
+#define READS                                                                                                  \
+    "tlm allreduce --format json (a run or a --sweep); bench/peers/torch_allreduce.py --format json; "        \
+    "bench/peers/nccl_tests_json.py (nccl-tests' all_reduce_perf)"
 
 const tlm_plot_kind tlm_plot_allreduce_size = {
     "allreduce-size", "all-reduce time against size, log-log, one line per implementation and process count", READS,

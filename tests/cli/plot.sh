@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # plot.sh — `tlm plot` end to end: the memory timeline and the peak-against-context pictures, and the
 # all-reduce pictures (time against size, against the process count, busbw by backend) of a
-# `tlm allreduce` sweep's JSON and torch_allreduce.py's (written here in their field names; the real
-# sweep is drawn by allreduce.sh), rendered as PNG and SVG when gnuplot is present (skipped with a
-# message when not); without gnuplot a clear error naming the Debian package; bad input (an unknown
-# kind, a file that is not JSON, the wrong JSON for the kind) gives a clear error and no picture.
+# `tlm allreduce` sweep's JSON, torch_allreduce.py's (written here in their field names; the real
+# sweep is drawn by allreduce.sh) and nccl-tests' (its text through bench/peers/nccl_tests_json.py),
+# rendered as PNG and SVG when gnuplot is present (skipped with a message when not); without gnuplot a
+# clear error naming the Debian package; bad input (an unknown kind, a file that is not JSON, the wrong
+# JSON for the kind) gives a clear error and no picture.
 source "$(dirname "$0")/lib.bash"
 M=("$TLM" memory --device cpu --model tiny --batch-size 2 --top 0)
 expect_ok "a timeline and a report to draw" "${M[@]}" --context-length 16,32 --timeline "$TMP/t.json" \
@@ -61,6 +62,25 @@ row() { # backend nranks bytes in_place time_us busbw [status]
   echo '{"tool": "tlm allreduce", "rows": ['
   echo "$(row nccl 1 1000000 true 7 0), $(row mpi 2 1000000 true 1 1 skipped)]}"
 } > "$TMP/ar-one.json"
+# nccl-tests' all_reduce_perf output (the shape nccl-tests 2.19 prints) as JSON: bench/peers/nccl_tests_json.py
+cat > "$TMP/nt.txt" <<'EOF'
+# nccl-tests version 2.19.6 nccl-headers=22809 nccl-library=22803
+# Using devices
+#  Rank  0 Group  0 Pid   1340 on         vm device  0 [0000:00:06] NVIDIA H100 80GB HBM3
+#  Rank  1 Group  0 Pid   1340 on         vm device  1 [0000:00:07] NVIDIA H100 80GB HBM3
+     1000000        250000     float     sum      -1    25.75   38.84   38.84       0    26.13   38.28   38.28       0
+   100000000      25000000     float     sum      -1   373.26  267.91  267.91       0   372.47  268.48  268.48       0
+# Avg bus bandwidth    : 153.39
+EOF
+NT="$(dirname "$0")/../../bench/peers/nccl_tests_json.py"
+if command -v python3 >/dev/null; then
+  expect_ok "nccl-tests' output as JSON" python3 "$NT" "$TMP/nt.txt" --out "$TMP/ar-nt.json"
+  check "nccl-tests: 2 ranks, 2 sizes, in and out of place, NCCL 2.28.3" python3 -c "
+import json, sys; d = json.load(open(sys.argv[1])); r = d['rows']
+sys.exit(not (len(r) == 4 and {x['nranks'] for x in r} == {2} and d['nccl_version'] == '2.28.3' and
+              [x['busbw_gb_per_s'] for x in r if x['in_place']] == [38.28, 268.48]))" "$TMP/ar-nt.json"
+  expect_fail "no all_reduce_perf rows" python3 "$NT" "$TMP/bad.json"
+fi
 err=$(env PATH=/nonexistent TLM_GNUPLOT= "$TLM" plot allreduce-size "$TMP/ar-tlm.json" --out "$TMP/none" 2>&1)
 check "allreduce-size without gnuplot: the message names gnuplot-nox" grep -q 'gnuplot-nox' <<<"$err"
 if command -v gnuplot >/dev/null || [ -n "${TLM_GNUPLOT:-}" ]; then
@@ -78,6 +98,11 @@ if command -v gnuplot >/dev/null || [ -n "${TLM_GNUPLOT:-}" ]; then
   expect_ok "allreduce-backends" "$TLM" plot allreduce-backends "$TMP/ar-tlm.json" "$TMP/ar-gloo.json" --out "$TMP/arb"
   check "allreduce-backends: a panel per process count" test "$(grep -oE '>[23] ranks<' "$TMP/arb.svg" | sort -u | wc -l)" -eq 2
   check "allreduce-backends: the busbw axis named" grep -q 'busbw (GB/s)' "$TMP/arb.svg"
+  if [ -s "$TMP/ar-nt.json" ]; then
+    expect_ok "allreduce-size: tlm and nccl-tests" "$TLM" plot allreduce-size "$TMP/ar-tlm.json" "$TMP/ar-nt.json" \
+      --out "$TMP/arnt" --only svg
+    check "allreduce-size: nccl-tests' line at 2 ranks" grep -q '>nccl-tests, 2 ranks<' "$TMP/arnt.svg"
+  fi
   cp "$TMP/ar-tlm.json" "$TMP/ar-tlm2.json"
   expect_ok "the same implementation from two files" "$TLM" plot allreduce-size "$TMP/ar-tlm.json" "$TMP/ar-tlm2.json" \
     --out "$TMP/ar2" --only svg
