@@ -13,7 +13,8 @@
 # into the tool's $OUT.
 # Files under $OUT: info.txt, build.log, tests.log, tlm-nccl-1.json (world size 1), tlm-nccl.json (2+
 #   GPUs), tlm-nccl-net.json (2+ GPUs, NCCL's network transport), tlm-mpi.json, torch-gloo.json,
-#   torch-nccl.json, tlm-mpi-alg-*.json, nccl-tests.txt, allreduce-side-by-side.md (the table)
+#   torch-nccl.json, tlm-mpi-alg-*.json, nccl-tests.txt, allreduce-side-by-side.md (the table; it has
+#   nccl-tests' column where nccl-tests.json is there: bench/peers/nccl_tests_json.py nccl-tests.txt)
 # env: SIZES (1MB,10MB,100MB,1GB: the seeds') NPROC (2,4,6) ITERS (10) WARMUP (5) DTYPE (fp32)
 #      ALGS (4,6,3: Open MPI's coll_tuned_allreduce_algorithm numbers: ring, rabenseifner, recursive
 #        doubling; at ALG_SIZES 100MB,1GB and ALG_NPROC 2,4; empty: none)
@@ -185,22 +186,27 @@ for f, who in (("tlm-mpi.json", "tlm"), ("tlm-nccl-1.json", "tlm"), ("tlm-nccl.j
                ("torch-gloo.json", "torch"), ("torch-nccl.json", "torch")):
     load(os.path.join(out, f), who)
 load(os.path.join(out, "tlm-nccl-net.json"), "net")
+load(os.path.join(out, "nccl-tests.json"), "nt")  # bench/peers/nccl_tests_json.py of nccl-tests.txt
 load(os.path.join(out, "tlm-mpi-plain.json"), "plain")
 for f in sorted(glob.glob(os.path.join(out, "tlm-mpi-alg-*.json"))):
     load(f, "alg" + f.rsplit("-", 1)[1].split(".")[0])
 keys = sorted({(k[2], k[3]) for k in runs})
 lines = ["| ranks | size (bytes) | tlm MPI busbw | gloo busbw | MPI / gloo | MPI_Allreduce only | MPI ring (4) | MPI rabenseifner (6) "
-         "| MPI rec. doubling (3) | tlm NCCL busbw | torch NCCL busbw | tlm NCCL net busbw |",
-         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+         "| MPI rec. doubling (3) | tlm NCCL busbw | torch NCCL busbw | nccl-tests busbw | tlm / nccl-tests "
+         "| tlm NCCL net busbw |",
+         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 def cell(key):
     v = runs.get(key)
     return f"{v[0]:.2f}" if v else "-"
 for n, b in keys:
     mpi, gloo = runs.get(("tlm", "mpi", n, b)), runs.get(("torch", "gloo", n, b))
     ratio = f"{mpi[0] / gloo[0]:.2f}x" if mpi and gloo and gloo[0] > 0 else "-"
+    nccl, nt = runs.get(("tlm", "nccl", n, b)), runs.get(("nt", "nccl", n, b))
+    nt_ratio = f"{nccl[0] / nt[0]:.3f}x" if nccl and nt and nt[0] > 0 else "-"
     lines.append(f"| {n} | {b} | {cell(('tlm', 'mpi', n, b))} | {cell(('torch', 'gloo', n, b))} | {ratio} | "
                  f"{cell(('plain', 'mpi', n, b))} | {cell(('alg4', 'mpi', n, b))} | {cell(('alg6', 'mpi', n, b))} | {cell(('alg3', 'mpi', n, b))} | "
-                 f"{cell(('tlm', 'nccl', n, b))} | {cell(('torch', 'nccl', n, b))} | {cell(('net', 'nccl', n, b))} |")
+                 f"{cell(('tlm', 'nccl', n, b))} | {cell(('torch', 'nccl', n, b))} | {cell(('nt', 'nccl', n, b))} | {nt_ratio} | "
+                 f"{cell(('net', 'nccl', n, b))} |")
 text = "\n".join(lines) + "\n"
 path = os.path.join(out, "allreduce-side-by-side.md")
 with open(path + ".tmp", "w") as f:

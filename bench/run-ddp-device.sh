@@ -269,7 +269,10 @@ L += ["", "Scaling (bucketed 25 MiB; the same per-rank batch: tokens/s should gr
       "with a rank's rows; whole batch: over one GPU running the same global batch", "",
       "| GPUs | prec | tlm step ms | tlm tokens/s | tlm speed-up | whole batch | PyTorch step ms | PyTorch tokens/s | "
       "PyTorch speed-up |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
-sc = rows("tlm-scale-*.json") + [dict(r, ranks=1) for r in one.values()]
+# the scale stage's rows, else the modes stage's bucketed 25 MiB rows with fp32 reductions (the same runs)
+sc = rows("tlm-scale-*.json") or [r for r in rows("tlm-modes-*.json") if r["ddp"] == "bucketed" and
+                                   r.get("bucket_mb") == 25 and r["grad_reduce_dtype"] == "fp32"]
+sc += [dict(r, ranks=1) for r in one.values()]
 for r in sorted(sc, key=lambda r: (r["precision"], r["ranks"])):
     base = one.get(r["precision"])
     t = torch_match(r["precision"], r["ranks"], 25.0 if r["ranks"] > 1 else 0.0, "fp32", 0)
