@@ -10,10 +10,10 @@
 #   bench/run-ddp-device.sh's table stage (OUT=the unpacked folder STAGES=table) and tlm plot.
 # Usage (device tool, repository root; carry [".devdeps"]):
 #   bash bench/run-multi-gpu-device.sh
-# .devdeps: deps.tar.xz (tools/pack-device-deps.sh) and bin.tar.xz: bin/ (tlm, libtlm_inject.so, test_gpu_comm,
-#   test_gpu_ddp, built on the development machine with -DTLM_NATIVE=OFF, so the call spends no time building;
-#   where they do not run, the script builds with bench/run-device.sh) and all_reduce_perf (nccl-tests built
-#   from its public source with MPI=0 for sm_90; without it that stage is skipped).
+# .devdeps (tools/pack-device-deps.sh --bin --nccl-tests DIR): deps.tar.xz, and bin.tar.xz: bin/ (tlm,
+#   libtlm_inject.so, test_gpu_comm, test_gpu_ddp, built on the development machine with -DTLM_NATIVE=OFF, so the
+#   call spends no time building; where they do not run, the script builds with bench/run-device.sh) and
+#   all_reduce_perf (nccl-tests built from its public source with MPI=0 for sm_90; without it, no nccl-tests).
 # env: BUDGET (470 s) WARMUP (2) STEPS (5) MODEL (xl) CTX (256) BATCH (4 rows a rank)
 #      STAGES (allreduce,tests,one,modes-bf16,zero,torch-bf16,modes-fp32,torch-fp32: a subset runs part of it)
 # What the stages took on 4 H100 (2026-11-27, bench/results/h100x4-2026-11-27-multi), the estimates below:
