@@ -29,6 +29,15 @@ typedef enum {
 
 const char *tlm_pass_name(tlm_pass p); /* "forward", "forward-backward", "train" */
 
+/* A sweep's initial weights, kept on the host between its cases: the rows of a sweep differ in batch,
+ * context, precision or data-parallel mode, not in the weights their model and seed give, and drawing
+ * them (tlm_model_init_random: a normal draw per parameter, 2.0 G for xl) takes seconds of host time a
+ * row. Holds one model's (config and seed) at a time, m->layout.flat_numel floats of host memory; the
+ * caller makes one for a sweep of two or more cases and frees it after the last. */
+typedef struct tlm_bench_weights tlm_bench_weights;
+tlm_bench_weights *tlm_bench_weights_new(void); /* NULL: out of host memory */
+void tlm_bench_weights_free(tlm_bench_weights *w);
+
 typedef struct {
     char model_name[32];   /* preset name or "custom" */
     tlm_config config;
@@ -42,6 +51,8 @@ typedef struct {
     bool optimizer_in_backward; /* tlm_run_config.optimizer_in_backward (not with fp16) */
     bool optimizer_overlap;  /* tlm_run_config.optimizer_overlap (not with fp16, ZeRO or the above) */
     uint64_t seed;         /* weights and batch */
+    tlm_bench_weights *weights; /* not owned: the initial weights kept between the cases; NULL: drawn
+                                   for this case alone */
     tlm_comm *comm;        /* not owned: data parallelism over its ranks (ddp.h); NULL: one process */
     tlm_ddp_config ddp;    /* with comm: how the gradients are averaged; batch_size is then the global
                               batch, batch_size / world_size rows a rank (it must divide) */

@@ -222,6 +222,12 @@ void tlm_model_set_comm(tlm_model *m, tlm_comm *comm);
  * cut at +-3 std); embedding trunc_normal(0, 1, cut at +-3); RMSNorm weights 1. */
 tlm_status tlm_model_init_random(tlm_model *m, uint64_t seed);
 
+/* Sets every parameter from host memory: `host` holds m->layout.flat_numel floats in the flat layout's
+ * order (layout.h, padding included), as tlm_copy_to_host of m->params after tlm_model_init_random gives
+ * them. Like tlm_model_init_random, AdamW's step count restarts at 0 and the GEMM copy (bf16/fp16) is
+ * cast again at the next forward. */
+void tlm_model_set_params(tlm_model *m, const float *host);
+
 /* ---- weights files (src/model/model_io.c) ------------------------------------------------------
  * safetensors with the CS336 state-dict names, float32. Every file tlm writes carries the model's
  * config in its "__metadata__" (string values): vocab_size, context_length, d_model, num_layers,

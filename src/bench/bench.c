@@ -3,6 +3,7 @@
 #include "tlm/bench.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -58,6 +59,49 @@ static tlm_status gather_memory(tlm_comm *c, tlm_bench_result *r) {
     r->mem_after_opt_bytes = mine[MEM_AFTER_OPT];
     for (int t = 0; t < TLM_MEM_NUM_TAGS; t++) r->peak_bytes_by_tag[t] = mine[MEM_TAGS + t];
     return s;
+}
+
+/* ---- the initial weights --------------------------------------------------------------------------------- */
+
+struct tlm_bench_weights {
+    tlm_config config; /* the model and seed the weights are of */
+    uint64_t seed;
+    size_t numel;      /* floats at host; 0: none kept yet */
+    float *host;
+};
+
+tlm_bench_weights *tlm_bench_weights_new(void) { return calloc(1, sizeof(tlm_bench_weights)); }
+
+void tlm_bench_weights_free(tlm_bench_weights *w) {
+    if (w) free(w->host);
+    free(w);
+}
+
+static bool same_config(const tlm_config *a, const tlm_config *b) {
+    return a->vocab_size == b->vocab_size && a->context_length == b->context_length && a->d_model == b->d_model &&
+           a->num_layers == b->num_layers && a->num_heads == b->num_heads && a->d_ff == b->d_ff &&
+           a->rope_theta == b->rope_theta && a->rmsnorm_eps == b->rmsnorm_eps;
+}
+
+/* The case's initial weights: none drawn by a rank other than 0 of a data-parallel case (the reducer
+ * broadcasts rank 0's: ddp.h); else those kept in c->weights when they are of this model and seed; else
+ * drawn (tlm_model_init_random), and kept there for the next case. */
+static tlm_status initial_weights(tlm_model *m, const tlm_bench_case *c) {
+    if (c->comm && c->comm->world_size > 1 && c->comm->rank > 0) return TLM_OK;
+    tlm_bench_weights *w = c->weights;
+    const size_t n = m->layout.flat_numel;
+    if (w && w->numel == n && w->seed == c->seed && same_config(&w->config, &m->config)) {
+        tlm_model_set_params(m, w->host);
+        return TLM_OK;
+    }
+    TLM_TRY(tlm_model_init_random(m, c->seed));
+    if (!w) return TLM_OK;
+    free(w->host); /* the last model's go first: at most one model's copy is held */
+    w->numel = 0;
+    if (!(w->host = malloc(n * sizeof(float)))) return TLM_OK; /* out of host memory: this row draws, unkept */
+    tlm_copy_to_host(m->backend, w->host, m->params, n * sizeof(float));
+    w->config = m->config, w->seed = c->seed, w->numel = n;
+    return TLM_OK;
 }
 
 tlm_run_config tlm_bench_run_config(const tlm_bench_case *c) {
@@ -134,7 +178,7 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     if (comm && !comm_ms) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     for (int e = 0; e < 4 && s == TLM_OK; e++) s = tlm_event_create(be, &ev[e]);
     if (s == TLM_OK) s = tlm_model_create(&m, &cfg, &run, be);
-    if (s == TLM_OK) s = tlm_model_init_random(m, c->seed);
+    if (s == TLM_OK) s = initial_weights(m, c);
     if (comm && (s = tlm_ddp_agree(comm, s)) == TLM_OK) s = tlm_ddp_create(&d, m, comm, &c->ddp); /* symmetric errors */
     r->mem_after_init_bytes = tlm_mem_stats_now(be).current_total;
     const tlm_adamw_config opt = tlm_adamw_defaults();

@@ -107,6 +107,7 @@ int cmd_bench(int argc, char **argv) {
                 a.batch_sizes[0], tlm_pass_name(a.passes[0]));
 
     tlm_bench_case *cases = NULL;
+    tlm_bench_weights *weights = NULL;
     tlm_bench_result *res = NULL;
     tlm_report *rep = NULL;
     int n = 0;
@@ -121,6 +122,12 @@ int cmd_bench(int argc, char **argv) {
     }
     rc = TLM_EXIT_FAILURE;
     if (!(res = cli_calloc(cmd, (size_t)n, sizeof *res))) goto done;
+    /* a sweep's rows share their model's initial weights, drawn once (bench.h); no copy kept for one row */
+    if (n > 1 && !(weights = tlm_bench_weights_new())) {
+        cli_error(cmd, "out of host memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) cases[i].weights = weights;
     if (!(rep = cli_open_report(cmd, &a, "tlm bench", argc, argv))) goto done;
     cli_report_device(rep, be);
     tlm_bench_report_begin(rep, be, cases, n);
@@ -169,6 +176,7 @@ done:
     tlm_report_close(rep, false);
     free(res);
     free(cases);
+    tlm_bench_weights_free(weights);
     if (proc.comm) {
         if (tlm_ddp_leave(&proc, true) != TLM_OK) rc = TLM_EXIT_FAILURE;
     } else if (proc.be != be) {

@@ -306,6 +306,12 @@ tlm_status tlm_model_init_random(tlm_model *m, uint64_t seed) {
     return TLM_OK;
 }
 
+void tlm_model_set_params(tlm_model *m, const float *host) {
+    tlm_copy_to_backend(m->backend, m->params, host, m->layout.flat_numel * sizeof(float));
+    m->optimizer.t = 0;
+    m->params_lp_stale = true;
+}
+
 /* ---- the optimizer step ------------------------------------------------------------------------------- */
 
 /* the model's own update: one AdamW pass over the flat buffers */

@@ -37,6 +37,19 @@ import json
 rows = json.load(open('$TMP/mc.json'))['rows']; mem = json.load(open('$TMP/mc-memory.json'))['rows']
 assert len({r['max_context'] for r in rows}) == 1 and rows[0]['max_context'] > 16, rows
 assert rows[0]['max_context'] == mem[0]['max_context'], (rows[0]['max_context'], mem[0]['max_context'])"
+# a sweep's rows start from the weights their model and seed give, drawn once and kept (bench.h): the last row
+# of a sweep (kept weights) trains to the losses of the same row run alone (weights drawn for it)
+S=("$TLM" bench --device cpu --model tiny --context-length 16 --warmup 0 --steps 2 --pass train -f csv)
+last_losses() { # the last row's loss_first and loss_last of a CSV report (progress lines have no commas)
+  grep -v '^#' | grep , | awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) { if ($i == "loss_first") a = i
+                                                                          if ($i == "loss_last") b = i }
+                                           next } { l = $a " " $b } END { print l }'
+}
+run_ok "a sweep of 4 rows" "${S[@]}" --batch-size 2,4 --precision fp32,bf16
+sweep_last=$(last_losses <<<"$out")
+run_ok "its last row alone" "${S[@]}" --batch-size 4 --precision bf16
+alone=$(last_losses <<<"$out")
+check "the sweep's last row has the losses of the row alone ($alone)" test "${#alone}" -gt 4 -a "$sweep_last" = "$alone"
 expect_fail "--max-context device: the cpu backend has no device memory to size" "${B[@]}" --max-context device
 expect_fail "--max-context: " "${B[@]}" --max-context 0
 finish

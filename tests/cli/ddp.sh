@@ -83,6 +83,13 @@ fi
 # issue 15's pictures from these rows and a one-process row: step against bucket size, speed-up against ranks
 expect_ok "one process at a rank's rows (2) and at the global batch (4): the rows the pictures compare with" \
   "$TLM" bench --device cpu -m tiny -c 32 -b 2,4 -w 1 -n 2 -f json -o "$TMP/bench-one.json"
+# rank 1 draws no weights of its own (rank 0's are broadcast): every 2-rank row's first loss is one process's
+if command -v python3 >/dev/null; then
+  check "bench, 2 ranks: each row's first loss is one process's at the global batch (rtol 1e-5)" python3 -c "
+import json; rows = json.load(open('$TMP/bench.json'))['rows']
+one = [r for r in json.load(open('$TMP/bench-one.json'))['rows'] if r['batch_size'] == 4][0]['loss_first']
+assert all(abs(r['loss_first'] - one) <= 1e-5 * one for r in rows), ([r['loss_first'] for r in rows], one)"
+fi
 if command -v gnuplot >/dev/null || [ -n "${TLM_GNUPLOT:-}" ]; then
   expect_ok "tlm plot ddp-buckets" "$TLM" plot ddp-buckets "$TMP/bench.json" "$TMP/bench-one.json" --out "$TMP/buckets"
   check "ddp-buckets: PNG and SVG, the 2-rank line and the 1-process step named" \
