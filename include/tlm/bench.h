@@ -33,7 +33,8 @@ const char *tlm_pass_name(tlm_pass p); /* "forward", "forward-backward", "train"
  * context, precision or data-parallel mode, not in the weights their model and seed give, and drawing
  * them (tlm_model_init_random: a normal draw per parameter, 2.0 G for xl) takes seconds of host time a
  * row. Holds one model's (config and seed) at a time, m->layout.flat_numel floats of host memory; the
- * caller makes one for a sweep of two or more cases and frees it after the last. */
+ * caller gives one to the cases that share a model with the case before or after them, and frees it after
+ * the last. */
 typedef struct tlm_bench_weights tlm_bench_weights;
 tlm_bench_weights *tlm_bench_weights_new(void); /* NULL: out of host memory */
 void tlm_bench_weights_free(tlm_bench_weights *w);

@@ -122,12 +122,17 @@ int cmd_bench(int argc, char **argv) {
     }
     rc = TLM_EXIT_FAILURE;
     if (!(res = cli_calloc(cmd, (size_t)n, sizeof *res))) goto done;
-    /* a sweep's rows share their model's initial weights, drawn once (bench.h); no copy kept for one row */
-    if (n > 1 && !(weights = tlm_bench_weights_new())) {
-        cli_error(cmd, "out of host memory");
-        goto done;
+    /* the rows of one model share its initial weights, drawn once (bench.h): the models are the sweep's
+     * outermost list, so a row shares them with the row before or after it; a model of one row keeps none */
+    for (int i = 0; i < n; i++) {
+        const bool shared = (i > 0 && strcmp(cases[i - 1].model_name, cases[i].model_name) == 0) ||
+                            (i + 1 < n && strcmp(cases[i + 1].model_name, cases[i].model_name) == 0);
+        if (shared && !weights && !(weights = tlm_bench_weights_new())) {
+            cli_error(cmd, "out of host memory");
+            goto done;
+        }
+        cases[i].weights = shared ? weights : NULL;
     }
-    for (int i = 0; i < n; i++) cases[i].weights = weights;
     if (!(rep = cli_open_report(cmd, &a, "tlm bench", argc, argv))) goto done;
     cli_report_device(rep, be);
     tlm_bench_report_begin(rep, be, cases, n);

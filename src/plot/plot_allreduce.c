@@ -11,8 +11,8 @@
  * An implementation is the tool and its backend: "tlm mpi" (with the --mpi-algorithm of the run
  * when it was written: "tlm mpi (shm)"), "tlm nccl" ("net" when NCCL's P2P and SHM transports were
  * off), "torch gloo", "torch nccl", "nccl-tests" (its all_reduce_perf); the same name from two files
- * gets the file's name. The rows
- * drawn are the in-place ones (torch.distributed all-reduces in place) that ran: status "ok". */
+ * gets the file's name. The rows drawn are the in-place ones (torch.distributed all-reduces in place)
+ * that ran: status "ok". */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
