@@ -210,7 +210,7 @@ batch = int(sys.argv[2])  # a rank's rows
 one_all = rows("tlm-1gpu.json")
 one = {r["precision"]: r for r in one_all if r["batch_size"] == batch}
 one_g = {r["precision"]: r for r in rows("tlm-1gpu-graphs.json") if r["batch_size"] == batch}
-torch_rows = rows("torch-ddp.json")
+torch_rows = rows("torch-ddp*.json")  # this script's one file; run-multi-gpu-device.sh's torch-ddp-PREC-N.json
 t_one = {r["precision"]: r for r in torch_rows if r["ranks"] == 1}
 def torch_match(prec, n, bucket, rdt, zero):
     for r in torch_rows:

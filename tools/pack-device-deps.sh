@@ -20,6 +20,9 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+if [ -n "$nccl_tests" ] && [ "$bin" = 0 ]; then
+  echo "pack-device-deps.sh: --nccl-tests goes with --bin (it packs into .devdeps/bin.tar.xz)" >&2; exit 2
+fi
 bash tools/install-deps.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
