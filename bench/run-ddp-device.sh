@@ -326,6 +326,37 @@ if big:
         step = f"{r['step_ms_mean']:.0f}" if r.get("step_ms_mean") else "-"
         L.append(f"| {n} | {r['context_length']} | {r['batch_size'] // n} | {r.get('zero') or 0} | {res} | {step} | "
                  f"{r['peak_bytes'] / gib:.2f} | {r['peak_bytes_optimizer'] / gib:.2f} | {r.get('max_context')} |")
+# run-multi-gpu-device.sh's experiments, tlm-GROUP-*.json: carve (NCCL_MAX_CTAS, TLM_SM_CARVEOUT; the environment
+# is in the file's name; the 1-GPU rows are tlm-1gpu.json's, the same call) and the later calls' groups (extra, zl),
+# each with its own 1-GPU rows (tlm-GROUP-1.json, tlm-GROUP-overlap-1.json)
+exp = []
+for group in ("carve", "extra", "zl"):
+    for f in sorted(glob.glob(os.path.join(out, f"tlm-{group}-*.json"))):
+        try:
+            exp += [(group, os.path.basename(f)[4:-5], r) for r in json.load(open(f)).get("rows", [])
+                    if r.get("status") == "ok"]
+        except (OSError, ValueError):
+            pass
+if exp:
+    ones = {"carve": {(r["precision"], bool(r.get("optimizer_overlap"))): r["step_ms_mean"]
+                      for r in one_all + rows("tlm-overlap-1.json") if r["batch_size"] == batch}}
+    for group, name, r in exp:
+        if group != "carve" and (r.get("ranks") or 1) == 1:
+            ones.setdefault(group, {})[(r["precision"], bool(r.get("optimizer_overlap")))] = r["step_ms_mean"]
+    L += ["", "Experiments (file tlm-NAME.json; carve-2-CTAS-CARVEOUT: NCCL_MAX_CTAS, TLM_SM_CARVEOUT; extra-2-VAR: "
+          "that variable set): x1 = this step / the 1-GPU step of the same call, plain AdamW; x1 same update = over "
+          "the 1-GPU step with the same (overlapped or plain) update", "",
+          "| file | GPUs | prec | bucket MiB | reduce | zero | opt overlap | fwd | bwd | comm | opt | step ms | x1 | "
+          "x1 same update |", "|---|---:|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for group, name, r in exp:
+        base = ones.get(group, {})
+        ov = bool(r.get("optimizer_overlap"))
+        L.append(f"| {name} | {r.get('ranks') or 1} | {r['precision']} | {r.get('bucket_mb') or '-'} | "
+                 f"{r.get('grad_reduce_dtype') or '-'} | {r.get('zero') or 0} | {'yes' if ov else 'no'} | "
+                 f"{r['fwd_ms_mean']:.2f} | {r['bwd_ms_mean']:.2f} | {(r.get('comm_ms_mean') or 0):.2f} | "
+                 f"{r['opt_ms_mean']:.2f} | {r['step_ms_mean']:.1f} | "
+                 f"{ratio(r['step_ms_mean'], base.get((r['precision'], False)))} | "
+                 f"{ratio(r['step_ms_mean'], base.get((r['precision'], ov)))} |")
 text = "\n".join(L) + "\n"
 path = os.path.join(out, "ddp-side-by-side.md")
 with open(path + ".tmp", "w") as f:

@@ -15,23 +15,32 @@
 #   call spends no time building; where they do not run, the script builds with bench/run-device.sh) and
 #   all_reduce_perf (nccl-tests built from its public source with MPI=0 for sm_90; without it, no nccl-tests).
 # env: BUDGET (470 s) WARMUP (2) STEPS (5) MODEL (xl) CTX (256) BATCH (4 rows a rank)
-#      STAGES (allreduce,tests,one,modes-bf16,zero,torch-bf16,modes-fp32,torch-fp32: a subset runs part of it)
-# What the stages took on 4 H100 (2026-11-27, bench/results/h100x4-2026-11-27-multi), the estimates below:
-#   allreduce 80 s (tlm 28, nccl-tests 7, torch 45); tests 15 s; one 100 s; modes-bf16 190 s a GPU count
-#   (16 rows of 11-12 s: the row's set-up, not its 7 steps of 70 ms, is the cost).
+#      STAGES (allreduce,tests,one,carve,modes-bf16,zero,torch-bf16,big,modes-fp32,torch-fp32,extra,zl: a subset
+#      runs part)
+#      CARVE, CARVE_OVERLAP (the carve stage's NCCL_MAX_CTAS/TLM_SM_CARVEOUT pairs) BIG_CTX_2, BIG_CTX_4 (big's)
+# What the stages took on 4 H100 (2026-11-27, bench/results/h100x4-2026-11-27-multi and -ddp), the estimates
+# below: allreduce 80 s (tlm 28, nccl-tests 7, torch 45); tests 14 s. With a sweep's initial weights drawn once
+# (a412ff0), the data-parallel rows take 2-3 s each after their run's first: modes 39 s (2 GPUs) and 48 s (4) a
+# precision; PyTorch DDP 18-23 s a process count; the calls of bench/results/h100x4-2026-11-27-ddp ran
+# tests,one,carve,modes-bf16,torch-bf16 in 377 s and zero,big,modes-fp32,torch-fp32 in 410 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?run through the device tool, which sets OUT}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 # the lent machines' rule
 BUDGET=${BUDGET:-470} WARMUP=${WARMUP:-2} STEPS=${STEPS:-5} MODEL=${MODEL:-xl} CTX=${CTX:-256} BATCH=${BATCH:-4}
-STAGES=${STAGES:-allreduce,tests,one,modes-bf16,zero,torch-bf16,modes-fp32,torch-fp32}
+STAGES=${STAGES:-allreduce,tests,one,carve,modes-bf16,zero,torch-bf16,big,modes-fp32,torch-fp32,extra,zl}
 R=/tmp/tlm-results
 mkdir -p "$R"
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "$GPUS" -ge 4 ] && dp_counts="2 4" || dp_counts="2"   # the issues' 2 and 4 GPUs
 counts=${dp_counts// /,}
 root=(); [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
-mpi() { local n=$1; shift; mpirun "${root[@]}" --bind-to none -np "$n" -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH "$@"; }
+# DP_ENV: VAR=value words every mpirun passes on (NCCL_MAX_CTAS=16 TLM_SM_CARVEOUT=16, say)
+mpi() {
+  local n=$1 kv extra=(); shift
+  for kv in ${DP_ENV:-}; do extra+=(-x "$kv"); done
+  mpirun "${root[@]}" --bind-to none -np "$n" -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH "${extra[@]}" "$@"
+}
 pack() { # the folder as $OUT/results.tgz, whole or not at all
   tar czf "$OUT/results.tgz.tmp" -C "$(dirname "$R")" "$(basename "$R")" && mv "$OUT/results.tgz.tmp" "$OUT/results.tgz"
 }
@@ -57,7 +66,7 @@ log() { tee -a "$R/log.txt"; }
   echo "# tree: $(git rev-parse --short HEAD 2>/dev/null || echo '?')," \
        "$(git status --porcelain 2>/dev/null | wc -l) changed files"
   echo "# NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE; budget $BUDGET s; warm-up $WARMUP, steps $STEPS;" \
-       "$MODEL ctx $CTX, $BATCH rows a rank"
+       "$MODEL ctx $CTX, $BATCH rows a rank; DP_ENV '${DP_ENV:-}'"
 } > "$R/info.txt" 2>&1
 cat "$R/info.txt"
 
@@ -131,7 +140,35 @@ modes() {
     2>> "$E" | row
   pack
 }
-for n in $dp_counts; do modes "$n" bf16 $((190 + 15 * n)); done
+# NCCL's thread blocks against the backward's GEMMs (2 GPUs, bf16, fp32 reductions): NCCL_MAX_CTAS caps NCCL's,
+# TLM_SM_CARVEOUT (matmul.cu) plans every GEMM for that many SMs fewer; CARVE lists CTAS/CARVEOUT pairs (- unset)
+if fits carve 150 "2 GPUs, bf16: NCCL's thread blocks and the GEMMs' SM target (CARVE)"; then
+  mpi 2 -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT -x NCCL_DEBUG_FILE="$R/nccl-init-%p.txt" "$TLM" bench \
+    "${common[@]}" -P bf16 -b $((BATCH * 2)) --ddp bucketed --bucket-mb 25,100,1000 -f json \
+    -o "$R/tlm-carve-2-default.json" 2>> "$E" | row
+  cat "$R"/nccl-init-*.txt > "$R/nccl-init.txt" 2>/dev/null; rm -f "$R"/nccl-init-*.txt
+  grep -m4 -iE 'coll channels|channels per peer' "$R/nccl-init.txt" | log
+  for cfg in ${CARVE:-16/16 8/8 -/32 -/16}; do
+    ctas=${cfg%/*} carve=${cfg#*/} env=(-x "TLM_SM_CARVEOUT=$carve")
+    [ "$ctas" != - ] && env+=(-x "NCCL_MAX_CTAS=$ctas")
+    fits carve 25 "2 GPUs, bf16: NCCL_MAX_CTAS=$ctas TLM_SM_CARVEOUT=$carve" || break
+    mpi 2 "${env[@]}" "$TLM" bench "${common[@]}" -P bf16 -b $((BATCH * 2)) --ddp bucketed --bucket-mb 25,100,1000 \
+      -f json -o "$R/tlm-carve-2-${ctas/#-/default}-${carve}.json" 2>> "$E" | row
+  done
+  for cfg in ${CARVE_OVERLAP:-16/16 -/0}; do
+    ctas=${cfg%/*} carve=${cfg#*/} env=(-x "TLM_SM_CARVEOUT=$carve")
+    [ "$ctas" != - ] && env+=(-x "NCCL_MAX_CTAS=$ctas")
+    fits carve 25 "2 GPUs, bf16, overlapped optimizer: NCCL_MAX_CTAS=$ctas TLM_SM_CARVEOUT=$carve" || break
+    mpi 2 "${env[@]}" "$TLM" bench "${common[@]}" -P bf16 -b $((BATCH * 2)) --ddp bucketed --bucket-mb 100,1000 \
+      --optimizer-overlap -f json -o "$R/tlm-carve-overlap-2-${ctas/#-/default}-${carve}.json" 2>> "$E" | row
+  done
+  if fits carve 20 "1 GPU, bf16: TLM_SM_CARVEOUT=16 (what the target costs without NCCL beside)"; then
+    TLM_SM_CARVEOUT=16 "$TLM" bench "${common[@]}" -P bf16 -b "$BATCH" --cuda-graph off -f json \
+      -o "$R/tlm-carve-1-16.json" 2>> "$E" | row
+  fi
+  pack
+fi
+for n in $dp_counts; do modes "$n" bf16 $((100 + 10 * n)); done
 for n in $dp_counts; do
   if fits zero $((110 + 10 * n)) "$n GPUs: ZeRO-1 against DDP (bucketed 25 MiB), the overlapped optimizer"; then
     mpi "$n" "$TLM" bench "${common[@]}" -P fp32,bf16 -b $((BATCH * n)) --ddp bucketed --bucket-mb 25 --zero 0,1 \
@@ -154,7 +191,50 @@ torch_ddp() {
   done
 }
 torch_ddp bf16 45
-for n in $dp_counts; do modes "$n" fp32 $((230 + 15 * n)); done
+# 2.7B, bf16, 4 rows a rank, at a context where one H100 runs out of memory and ZeRO-1's rank fits (the plan of
+# bench/results/h200-2026-11-25-zero-plan scaled to 80 GB: one GPU's longest about 2500, ZeRO-1's about 3400 on
+# 2 ranks and 3850 on 4); --max-context device prints the plan's longest beside each row
+BIG_CTX_2=${BIG_CTX_2:-3072} BIG_CTX_4=${BIG_CTX_4:-3584}
+if fits big 160 "2.7B bf16: 1 GPU at $BIG_CTX_2 and $BIG_CTX_4 (out of memory expected), then ZeRO 0 and 1"; then
+  big=(--model 2.7B -P bf16 --pass train --warmup 1 --steps 3 --max-context device --timeout 120)
+  ctxs=$BIG_CTX_2; [ "$GPUS" -ge 4 ] && ctxs=$BIG_CTX_2,$BIG_CTX_4
+  "$TLM" bench "${big[@]}" -c "$ctxs" -b "$BATCH" -f json -o "$R/tlm-big-1.json" 2>> "$E" | row
+  for n in $dp_counts; do
+    c=$BIG_CTX_2; [ "$n" -ge 4 ] && c=$BIG_CTX_4
+    mpi "$n" "$TLM" bench "${big[@]}" -c "$c" -b $((BATCH * n)) --ddp bucketed --zero 0,1 -f json \
+      -o "$R/tlm-big-$n.json" 2>> "$E" | row
+    pack
+  done
+fi
+for n in $dp_counts; do modes "$n" fp32 $((120 + 10 * n)); done
 torch_ddp fp32 50
+# the large buckets beside what else could hide the reductions (bf16): the 1-GPU rows again (a fresh machine), NCCL's
+# Simple protocol and no side stream for the weight gradients (2 GPUs), the overlapped optimizer and ZeRO-1 (4 GPUs)
+if fits extra 200 "bf16, buckets 100, 1000 MiB: NCCL_PROTO=Simple, TLM_SIDE_STREAM=0, overlapped AdamW, ZeRO-1"; then
+  "$TLM" bench "${common[@]}" -P bf16 -b "$BATCH" --cuda-graph off -f json -o "$R/tlm-extra-1.json" 2>> "$E" | row
+  "$TLM" bench "${common[@]}" -P bf16 -b "$BATCH" --cuda-graph off --optimizer-overlap -f json \
+    -o "$R/tlm-extra-overlap-1.json" 2>> "$E" | row
+  for kv in NCCL_PROTO=Simple TLM_SIDE_STREAM=0; do
+    mpi 2 -x "$kv" "$TLM" bench "${common[@]}" -P bf16 -b $((BATCH * 2)) --ddp bucketed --bucket-mb 100,1000 -f json \
+      -o "$R/tlm-extra-2-${kv%%=*}.json" 2>> "$E" | row
+  done
+  for n in $dp_counts; do
+    mpi "$n" "$TLM" bench "${common[@]}" -P bf16 -b $((BATCH * n)) --ddp bucketed --bucket-mb 100,1000 \
+      --grad-reduce-dtype fp32,bf16 --optimizer-overlap -f json -o "$R/tlm-extra-overlap-$n.json" 2>> "$E" | row
+    mpi "$n" "$TLM" bench "${common[@]}" -P bf16 -b $((BATCH * n)) --ddp bucketed --bucket-mb 100,1000 --zero 0,1 \
+      -f json -o "$R/tlm-extra-zero-$n.json" 2>> "$E" | row
+    pack
+  done
+fi
+# ZeRO-1 with its pieces' GEMM copy written by the update and the gathered ones cast on the communication stream
+# (ddp.c's zero_update), beside ZeRO 0 and the 1-GPU row of the same call (bf16, buckets 25 and 1000 MiB)
+if fits zl 130 "bf16, buckets 25 and 1000 MiB: ZeRO 0 and 1 (the GEMM copy kept by ZeRO-1's update)"; then
+  "$TLM" bench "${common[@]}" -P bf16 -b "$BATCH" --cuda-graph off -f json -o "$R/tlm-zl-1.json" 2>> "$E" | row
+  for n in $dp_counts; do
+    mpi "$n" "$TLM" bench "${common[@]}" -P bf16 -b $((BATCH * n)) --ddp bucketed --bucket-mb 25,1000 --zero 0,1 \
+      -f json -o "$R/tlm-zl-$n.json" 2>> "$E" | row
+    pack
+  done
+fi
 echo "== [$SECONDS s] done" | log
 pack

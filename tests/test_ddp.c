@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/convert.h"
 #include "test_check.h"
 #include "tlm/comm.h"
 #include "tlm/ddp.h"
@@ -221,6 +222,7 @@ typedef struct {
     int num_buckets, sharded;   /* of the plan */
     size_t optimizer_bytes;     /* tracked OPTIMIZER bytes after the run */
     size_t tail;                /* ZeRO: the floats of the top bucket's tail (0: none) */
+    long lowp_off;              /* elements of the GEMM copy that are not the weights rounded (-1: no copy) */
 } run_result;
 
 /* upd: 0 the AdamW step after the backward, 1 (true) in it (optimizer_in_backward), 2 beside it (optimizer_overlap) */
@@ -239,6 +241,22 @@ static float *host_params(const tlm_model *m) {
     TLM_ASSERT(p);
     tlm_copy_to_host(be, p, m->params, m->layout.flat_numel * sizeof(float));
     return p;
+}
+
+/* the elements of the model's GEMM copy (bf16/fp16) that are not its weights p (host) rounded to nearest even:
+ * 0 when the copy is up to date; -1 when there is none or the model marks it stale (the next forward casts) */
+static long lowp_off(const tlm_model *m, const float *p) {
+    if (!m->params_lp || m->params_lp_stale) return -1;
+    const size_t n = m->layout.flat_numel;
+    uint16_t *lp = malloc(n * sizeof *lp), *want = malloc(n * sizeof *want);
+    TLM_ASSERT(lp && want);
+    tlm_copy_to_host(be, lp, m->params_lp, n * sizeof *lp);
+    tlm_f32_to_16_n(p, want, n, m->run.precision == TLM_PRECISION_BF16);
+    long off = 0;
+    for (size_t i = 0; i < n; i++) off += lp[i] != want[i];
+    free(lp);
+    free(want);
+    return off;
 }
 
 /* 5 steps of tlm_train over the global batch: alone (c NULL: all rows) or as this rank (its rows, the
@@ -271,6 +289,7 @@ static run_result train(tlm_comm *c, const tlm_ddp_config *cfg, tlm_precision p)
     }
     if (d) die_on(tlm_ddp_last_timing(d, &r.timing), "timing");
     r.params = host_params(m);
+    r.lowp_off = lowp_off(m, r.params);
     r.optimizer_bytes = tlm_mem_stats_now(be).current[TLM_MEM_OPTIMIZER];
     tlm_ddp_free(d);
     tlm_train_free(&t);
@@ -418,6 +437,10 @@ static void test_training(void) {
             RCHECK(e1 <= 1e-6 && e <= ulp[k] && es <= ulp[k], "%s, bucketed, zero %d: first loss vs one process %.1e "
                    "(limit 1e-6); after 5 steps weights %.1e (%s), losses and norms %.1e (limit %.1e: one ulp)",
                    tlm_precision_name(modes[k]), zero, e1, e, where, es, ulp[k]);
+            /* ZeRO-1 writes its pieces' copy in the update and casts the gathered ones (ddp.c's zero_update) */
+            RCHECK(r.lowp_off == 0, "%s, bucketed, zero %d: after the last step the GEMM copy is the weights rounded "
+                   "(%ld elements differ; -1: no copy, or marked stale)", tlm_precision_name(modes[k]), zero,
+                   r.lowp_off);
             free(r.params);
             free(one.params);
         }

@@ -45,7 +45,12 @@
  *        them in the 16-bit output type), so the heuristic's first pick may differ from 0's.
  *   2    as 1, and each timed plan is printed to stderr (shape, the heuristic's ms, the kept one's, their
  *        split-K counts and reduction schemes).
- * The choice may differ between processes (timing noise), never between calls of one plan. */
+ * The choice may differ between processes (timing noise), never between calls of one plan.
+ *
+ * SM carve-out (TLM_SM_CARVEOUT=N, read with TLM_GEMM_TUNE): every plan asks cuBLASLt for algorithms that
+ * expect N fewer SMs than the device has (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), for GEMMs that share the
+ * device with kernels that hold SMs for long: NCCL's, during a data-parallel backward. Unset or 0: no
+ * target. A wave of tiles sized for all the SMs, N of them taken, runs as two (PyTorch: sm_carveout). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +91,7 @@ struct tlm_cuda_matmul_cache {
     int last;       /* index of the last plan used: repeated calls hit it first */
     int next_evict; /* round robin once the table is full */
     int tune;       /* TLM_GEMM_TUNE: 0 heuristic, 1 timed, 2 timed and printed */
+    int sm_target;  /* TLM_SM_CARVEOUT: the SMs each GEMM is planned for (0: all of the device's) */
 };
 
 /* One call's operands in cuBLAS's column-major order (a = the caller's B, b = the caller's A):
@@ -150,6 +156,35 @@ static int gemm_tune_mode(void) {
     if (strcmp(s, "0") == 0 || strcmp(s, "1") == 0 || strcmp(s, "2") == 0) return s[0] - '0';
     fprintf(stderr, "tlm: TLM_GEMM_TUNE=%s is not 0, 1 or 2: using %d\n", s, GEMM_TUNE_DEFAULT);
     return GEMM_TUNE_DEFAULT;
+}
+
+/* TLM_SM_CARVEOUT=N as the header says: the SMs a GEMM is planned for, the device's less N (0: no target) */
+static int gemm_sm_target(const char *op) {
+    const char *s = getenv("TLM_SM_CARVEOUT");
+    if (!s || !*s) return 0;
+    int dev = 0, sms = 0;
+    TLM_CUDA_CHECK_OP(op, cudaGetDevice(&dev));
+    TLM_CUDA_CHECK_OP(op, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    char *end;
+    const long n = strtol(s, &end, 10);
+    if (*end || n < 0 || n >= sms) {
+        fprintf(stderr, "tlm: TLM_SM_CARVEOUT=%s is not a count of SMs from 0 to %d: ignored\n", s, sms - 1);
+        return 0;
+    }
+    return n ? sms - (int)n : 0;
+}
+
+/* the plan's matmul descriptor: compute type, fp32 scale, the transposes, the SM target if any */
+static cublasLtMatmulDesc_t desc_create(const char *op, int32_t compute, cublasOperation_t ta, cublasOperation_t tb,
+                                        int32_t sm_target) {
+    cublasLtMatmulDesc_t d;
+    TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescCreate(&d, (cublasComputeType_t)compute, CUDA_R_32F));
+    TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (sm_target > 0)
+        TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target,
+                                                               sizeof sm_target));
+    return d;
 }
 
 /* timed launches per candidate: GEMM_TUNE_WORK_US of work at a nominal H100 rate (bf16/fp16 400
@@ -252,9 +287,8 @@ static void plan_create(tlm_backend *be, const char *op, plan *p, const plan_key
     p->key = *k;
     const cublasOperation_t ta = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t tb = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescCreate(&p->desc, (cublasComputeType_t)k->compute, CUDA_R_32F));
-    TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    const int32_t sm_target = cu->matmul_cache->sm_target;
+    p->desc = desc_create(op, k->compute, ta, tb, sm_target);
     /* stored shapes (column-major): A is (m,k), or (k,m) when transposed; B (k,n) or (n,k); C (m,n) */
     const cudaDataType_t ab = (cudaDataType_t)k->ab_type, cd = (cudaDataType_t)k->cd_type;
     p->a = make_layout(op, ab, ta == CUBLAS_OP_N ? k->m : k->k, ta == CUBLAS_OP_N ? k->k : k->m, k->lda, k->batch,
@@ -294,9 +328,7 @@ static void plan_create(tlm_backend *be, const char *op, plan *p, const plan_key
     if ((st != CUBLAS_STATUS_SUCCESS || returned == 0) && k->compute == CUBLAS_COMPUTE_32F_FAST_TF32) {
         /* no TF32 kernel for this shape or alignment: strict fp32 is a valid TF32 result */
         TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescDestroy(p->desc));
-        TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-        TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-        TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+        p->desc = desc_create(op, CUBLAS_COMPUTE_32F, ta, tb, sm_target);
         returned = 0;
         st = cublasLtMatmulAlgoGetHeuristic(cu->lt, p->desc, p->a, p->b, p->c, p->c, pref, wanted, result,
                                             &returned);
@@ -332,6 +364,7 @@ static plan *plan_get(tlm_backend *be, const char *op, const plan_key *k, const 
         cu->matmul_cache = (struct tlm_cuda_matmul_cache *)calloc(1, sizeof *cu->matmul_cache);
         if (!cu->matmul_cache) tlm_fatal("%s: out of host memory for the GEMM plan cache", op);
         cu->matmul_cache->tune = gemm_tune_mode();
+        cu->matmul_cache->sm_target = gemm_sm_target(op);
     }
     struct tlm_cuda_matmul_cache *mc = cu->matmul_cache;
     if (mc->plans[mc->last].used && memcmp(&mc->plans[mc->last].key, k, sizeof *k) == 0) return &mc->plans[mc->last];

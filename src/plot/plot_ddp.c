@@ -176,7 +176,9 @@ static tlm_status buckets(tlm_plot *p, const cJSON *const *docs, const char *con
     tlm_plot_cmd(p, "set ylabel 'step (ms)'");
     tlm_plot_cmd(p, "set yrange [0:*]");
     tlm_plot_cmd(p, "set grid lc rgb '#dddddd'");
-    tlm_plot_cmd(p, "set key bottom right vertical Left reverse noenhanced font ',9'");
+    /* the key below the panels, off the lines */
+    tlm_plot_cmd(p, "set key outside below center vertical maxrows 4 Left reverse noenhanced font ',9'");
+    tlm_plot_cmd(p, "set bmargin 9"); /* the key's 4 rows below the x label */
     for (int pi = 0; s == TLM_OK && pi < r.n_precisions; pi++) {
         const char *prec = r.precisions[pi];
         series_key keys[MAX_SERIES];
