@@ -45,7 +45,10 @@
  * keeps the average of piece r of every bucket (its shard) and holds AdamW's moments for its pieces
  * only (one allocation of about flat_numel / N floats); the optimizer step updates the pieces, then
  * every bucket's parameters are all-gathered (NCCL: on the communication stream, bucket b's gather
- * overlapping the update of bucket b+1) and the bf16/fp16 GEMM copy is cast again by the next forward.
+ * overlapping the update of bucket b+1). The bf16/fp16 GEMM copy (model.h's params_lp) stays current:
+ * the update writes its pieces' copy as the replicated AdamW does, and the other ranks' pieces are cast
+ * once gathered (NCCL: on the communication stream, after their all-gather), so the next forward casts
+ * nothing (on xl, 4 ms of an H100's forward: bench/results/h100x4-2026-11-27-ddp).
  * With ZeRO every bucket boundary is rounded up to a multiple of 16 N floats (equal pieces of whole
  * 64-byte lines); the top bucket's last (flat_numel - its start) mod 16 N floats, if any, are
  * all-reduced and updated by every rank (moments replicated: fewer than 16 N floats). FLAT with ZeRO
