@@ -142,26 +142,25 @@ modes() {
 }
 # NCCL's thread blocks against the backward's GEMMs (2 GPUs, bf16, fp32 reductions): NCCL_MAX_CTAS caps NCCL's,
 # TLM_SM_CARVEOUT (matmul.cu) plans every GEMM for that many SMs fewer; CARVE lists CTAS/CARVEOUT pairs (- unset)
+# carve_rows FILE BUCKETS PAIRS [FLAGS]: one 2-GPU bf16 run a CTAS/CARVEOUT pair, to $R/FILE-CTAS-CARVEOUT.json
+carve_rows() {
+  local file=$1 buckets=$2 pairs=$3 cfg ctas carve env; shift 3
+  for cfg in $pairs; do
+    ctas=${cfg%/*} carve=${cfg#*/} env=(-x "TLM_SM_CARVEOUT=$carve")
+    [ "$ctas" != - ] && env+=(-x "NCCL_MAX_CTAS=$ctas")
+    fits carve 25 "2 GPUs, bf16 $*: NCCL_MAX_CTAS=$ctas TLM_SM_CARVEOUT=$carve" || return 0
+    mpi 2 "${env[@]}" "$TLM" bench "${common[@]}" -P bf16 -b $((BATCH * 2)) --ddp bucketed --bucket-mb "$buckets" \
+      "$@" -f json -o "$R/$file-${ctas/#-/default}-$carve.json" 2>> "$E" | row
+  done
+}
 if fits carve 150 "2 GPUs, bf16: NCCL's thread blocks and the GEMMs' SM target (CARVE)"; then
   mpi 2 -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT -x NCCL_DEBUG_FILE="$R/nccl-init-%p.txt" "$TLM" bench \
     "${common[@]}" -P bf16 -b $((BATCH * 2)) --ddp bucketed --bucket-mb 25,100,1000 -f json \
     -o "$R/tlm-carve-2-default.json" 2>> "$E" | row
   cat "$R"/nccl-init-*.txt > "$R/nccl-init.txt" 2>/dev/null; rm -f "$R"/nccl-init-*.txt
   grep -m4 -iE 'coll channels|channels per peer' "$R/nccl-init.txt" | log
-  for cfg in ${CARVE:-16/16 8/8 -/32 -/16}; do
-    ctas=${cfg%/*} carve=${cfg#*/} env=(-x "TLM_SM_CARVEOUT=$carve")
-    [ "$ctas" != - ] && env+=(-x "NCCL_MAX_CTAS=$ctas")
-    fits carve 25 "2 GPUs, bf16: NCCL_MAX_CTAS=$ctas TLM_SM_CARVEOUT=$carve" || break
-    mpi 2 "${env[@]}" "$TLM" bench "${common[@]}" -P bf16 -b $((BATCH * 2)) --ddp bucketed --bucket-mb 25,100,1000 \
-      -f json -o "$R/tlm-carve-2-${ctas/#-/default}-${carve}.json" 2>> "$E" | row
-  done
-  for cfg in ${CARVE_OVERLAP:-16/16 -/0}; do
-    ctas=${cfg%/*} carve=${cfg#*/} env=(-x "TLM_SM_CARVEOUT=$carve")
-    [ "$ctas" != - ] && env+=(-x "NCCL_MAX_CTAS=$ctas")
-    fits carve 25 "2 GPUs, bf16, overlapped optimizer: NCCL_MAX_CTAS=$ctas TLM_SM_CARVEOUT=$carve" || break
-    mpi 2 "${env[@]}" "$TLM" bench "${common[@]}" -P bf16 -b $((BATCH * 2)) --ddp bucketed --bucket-mb 100,1000 \
-      --optimizer-overlap -f json -o "$R/tlm-carve-overlap-2-${ctas/#-/default}-${carve}.json" 2>> "$E" | row
-  done
+  carve_rows tlm-carve-2 25,100,1000 "${CARVE:-16/16 8/8 -/32 -/16}"
+  carve_rows tlm-carve-overlap-2 100,1000 "${CARVE_OVERLAP:-16/16 -/0}" --optimizer-overlap
   if fits carve 20 "1 GPU, bf16: TLM_SM_CARVEOUT=16 (what the target costs without NCCL beside)"; then
     TLM_SM_CARVEOUT=16 "$TLM" bench "${common[@]}" -P bf16 -b "$BATCH" --cuda-graph off -f json \
       -o "$R/tlm-carve-1-16.json" 2>> "$E" | row
