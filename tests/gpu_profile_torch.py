@@ -127,7 +127,7 @@ def main():
     if not torch.cuda.is_available():
         skip("no CUDA device visible to PyTorch")
     lib = os.path.join(os.path.dirname(os.path.abspath(a.tlm)), "libtlm_inject.so")
-    if not os.path.exists(lib) and not os.environ.get("TLM_INJECT_LIB"):
+    if not os.path.exists(lib):
         skip(f"no {lib} (tlm built without CUPTI)")
     tmp = a.keep or tempfile.mkdtemp(prefix="tlm_profile_torch_")
     os.makedirs(tmp, exist_ok=True)

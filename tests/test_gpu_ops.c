@@ -40,6 +40,7 @@
 #include "test_check.h"
 #include "tlm/backend.h"
 #include "tlm/rng.h"
+#include "tlm/tuning.h"
 
 /* Tolerances (normalized error against the CPU backend).
  * TOL: fp32 kernels (elementwise, row reductions); both sides round in fp32, only the order of
@@ -895,7 +896,8 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
     const char *only_op = NULL, *only_shape = NULL;
-    setenv("TLM_GEMM_TUNE", "1", 0); /* the GEMMs' algorithm timing (matmul.cu) checked too, unless set */
+    if (!tlm_knob_changed(TLM_KNOB_GEMM_TUNE)) /* the GEMMs' algorithm timing (matmul.cu) checked too, unless set */
+        die_on(tlm_knob_set(TLM_KNOB_GEMM_TUNE, "1"), "TLM_GEMM_TUNE");
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "perf") == 0) perf_mode = true;
         else if (strcmp(argv[i], "test") == 0) perf_mode = false;

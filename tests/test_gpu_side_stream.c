@@ -27,6 +27,7 @@
 #include <stdlib.h>
 
 #include "model_flash_checks.h"
+#include "tlm/tuning.h"
 
 static size_t differing(const float *a, const float *b, size_t n) {
     size_t d = 0;
@@ -58,10 +59,10 @@ static void compare(tlm_backend *on, tlm_backend *off, const mf_shape *s, const 
 
 int main(void) {
     tlm_backend *on = test_backend();
-    setenv("TLM_SIDE_STREAM", "0", 1);
+    die_on(tlm_knob_set(TLM_KNOB_SIDE_STREAM, "0"), "TLM_SIDE_STREAM");
     tlm_backend *off = NULL;
     die_on(tlm_backend_cuda_create(&off, 0), "the CUDA backend without a side stream");
-    unsetenv("TLM_SIDE_STREAM");
+    die_on(tlm_knob_set(TLM_KNOB_SIDE_STREAM, NULL), "TLM_SIDE_STREAM");
     check_limit(tlm_side_available(on) && !tlm_side_available(off),
                 "the side stream: available by default, not with TLM_SIDE_STREAM=0", 0, 0);
 

@@ -17,7 +17,8 @@
  * MiB = 2^20), a ratio is named for what it holds (speedup_vs_naive = naive time / this row's time).
  * Shared fields: status ("ok", "OOM", "failed", "unsupported", "skipped") and error (the message
  * when status is not ok). The header of every report holds tool, version, date (UTC), device,
- * threads and command (the command line that produced it).
+ * threads and command (the command line that produced it), and knobs: the TLM_* environment
+ * variables not at their default (tuning.h), when any is set.
  *
  *   tlm_report *r;
  *   TLM_TRY(tlm_report_open(&r, "tlm bench", fmt, out_path, argc, argv));

@@ -287,5 +287,6 @@ int cmd_allreduce(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_memory(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
+int cmd_knobs(int argc, char **argv);
 
 #endif

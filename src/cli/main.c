@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "tlm/tuning.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -28,6 +29,7 @@ static void usage(FILE *f) {
             "  plot      draws tlm's JSON results as PNG and SVG with gnuplot (memory timeline, peak vs context)\n"
             "  precision the mixed-precision experiments: accumulate (0.01 added 1000 times in fp32,\n"
             "            fp16, bf16), autocast (the ToyModel's dtypes), layernorm (LayerNorm in fp16/bf16)\n"
+            "  knobs     the TLM_* environment variables tlm reads, their defaults and values now\n"
             "\n"
             "Options:\n"
             "  -h, --help      this text\n"
@@ -43,8 +45,12 @@ int main(int argc, char **argv) {
         {"bench", cmd_bench},         {"train", cmd_train},         {"step", cmd_step},
         {"compare", cmd_compare},     {"precision", cmd_precision}, {"attention", cmd_attention},
         {"allreduce", cmd_allreduce}, {"profile", cmd_profile},     {"memory", cmd_memory},
-        {"plot", cmd_plot},
+        {"plot", cmd_plot},           {"knobs", cmd_knobs},
     };
+    if (tlm_tuning_init() != TLM_OK) { /* a bad TLM_* value is refused before any work */
+        fprintf(stderr, "tlm: %s (tlm knobs lists them)\n", tlm_last_error());
+        return TLM_EXIT_USAGE;
+    }
     if (argc >= 2 && (strcmp(argv[1], "-V") == 0 || strcmp(argv[1], "--version") == 0)) {
 #ifdef TLM_HAVE_CUDA
         const char *cuda = "CUDA backend built";

@@ -26,6 +26,7 @@
 
 #include "comm/comm_internal.h"
 #include "core/convert.h"
+#include "tlm/tuning.h"
 
 enum { STAGE_IN = 0, STAGE_RED = 1, STAGE_OUT = 2, NUM_STAGES = 3 };
 static const char *const stage_names[NUM_STAGES] = {"copy its chunk in", "reduce its slice", "copy the results out"};
@@ -78,8 +79,8 @@ tlm_status tlm_shm_create(tlm_shm **out, MPI_Comm comm, char *why, size_t n) {
     cpu_set_t mask;
     const long allowed = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : cores;
     const long share = cores > size ? cores / size : 1;
-    const char *forced = getenv("TLM_SHM_THREADS"); /* tests: the threaded path on a machine of few cores */
-    s->threads = forced && atoi(forced) > 0 ? atoi(forced) : (int)(share < allowed ? share : allowed);
+    const int forced = tlm_knob_int(TLM_KNOB_SHM_THREADS); /* tests: the threaded path on a machine of few cores */
+    s->threads = forced > 0 ? forced : (int)(share < allowed ? share : allowed);
     if (s->threads > TLM_SHM_MAX_THREADS) s->threads = TLM_SHM_MAX_THREADS;
 
     /* rank 0 makes the segment and reserves its space (a full /dev/shm fails here, not with SIGBUS

@@ -139,9 +139,11 @@ void tlm_tuning_print_doc(FILE *f, bool markdown) {
         if (markdown)
             fprintf(f, "| `%s` | %s | %s | %s | %s |\n", d->name, tlm_knob_kind_name((tlm_knob)k), dflt, range,
                     d->doc);
+        else if (current.set[k])
+            fprintf(f, "%-17s %-8s =%s (default %s)\n    %s\n", d->name, tlm_knob_kind_name((tlm_knob)k),
+                    current.text[k], dflt, d->doc);
         else
-            fprintf(f, "%-18s %-8s %-8s %s%s%s\n  %s\n", d->name, tlm_knob_kind_name((tlm_knob)k),
-                    current.set[k] ? current.text[k] : dflt, current.set[k] ? "(set; default " : "(default",
-                    current.set[k] ? dflt : "", ")", d->doc);
+            fprintf(f, "%-17s %-8s default %s (%s)\n    %s\n", d->name, tlm_knob_kind_name((tlm_knob)k), dflt, range,
+                    d->doc);
     }
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
+#include "tlm/tuning.h"
 
 static tlm_ops cuda_ops_table(void) {
     tlm_ops ops;
@@ -344,10 +345,8 @@ extern "C" tlm_status tlm_backend_cuda_create(tlm_backend **out, int gpu) {
                      cu->device_name);
         goto fail;
     }
-    { /* TLM_SIDE_STREAM=0: the backward's weight-gradient GEMMs stay on the compute stream */
-        const char *side = getenv("TLM_SIDE_STREAM");
-        cu->side_state = side && side[0] == '0' && side[1] == 0 ? -1 : 0;
-    }
+    /* TLM_SIDE_STREAM=0: the backward's weight-gradient GEMMs stay on the compute stream */
+    cu->side_state = tlm_knob_int(TLM_KNOB_SIDE_STREAM) ? 0 : -1;
     /* with a side stream, the compute stream (and the communication streams) take the device's
      * highest priority and the side stream its lowest: where both have blocks waiting for an SM,
      * the critical path's go first; without one, every stream has the default priority */

@@ -45,23 +45,16 @@
  *        them in the 16-bit output type), so the heuristic's first pick may differ from 0's.
  *   2    as 1, and each timed plan is printed to stderr (shape, the heuristic's ms, the kept one's, their
  *        split-K counts and reduction schemes).
- * The choice may differ between processes (timing noise), never between calls of one plan.
- *
- * SM carve-out (TLM_SM_CARVEOUT=N, read with TLM_GEMM_TUNE): every plan asks cuBLASLt for algorithms that
- * expect N fewer SMs than the device has (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), for GEMMs that share the
- * device with kernels that hold SMs for long: NCCL's, during a data-parallel backward. Unset or 0: no
- * target. A wave of tiles sized for all the SMs, N of them taken, runs as two (PyTorch: sm_carveout). */
+ * The choice may differ between processes (timing noise), never between calls of one plan. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
 #include "tlm/memory.h"
+#include "tlm/tuning.h"
 
 #define MATMUL_CACHE_SIZE 128
-#define GEMM_TUNE_DEFAULT 0         /* TLM_GEMM_TUNE unset or empty: off, as cudnn.benchmark: timed choices
-                                       * may differ between processes, and so may the last bits of a run
-                                       * (bench/results/h100-2026-11-24-gemm-tune) */
 #define GEMM_TUNE_CANDIDATES 8      /* heuristic results timed per plan */
 #define GEMM_TUNE_WORK_US 200.0     /* timed launches per candidate: about this much work, 5 to 50 launches */
 #define GEMM_TUNE_HOLD_US 1000      /* the stream is held 1 ms + 8 us per timed launch while they are queued */
@@ -91,7 +84,6 @@ struct tlm_cuda_matmul_cache {
     int last;       /* index of the last plan used: repeated calls hit it first */
     int next_evict; /* round robin once the table is full */
     int tune;       /* TLM_GEMM_TUNE: 0 heuristic, 1 timed, 2 timed and printed */
-    int sm_target;  /* TLM_SM_CARVEOUT: the SMs each GEMM is planned for (0: all of the device's) */
 };
 
 /* One call's operands in cuBLAS's column-major order (a = the caller's B, b = the caller's A):
@@ -149,41 +141,12 @@ __global__ void gemm_tune_hold_kernel(uint64_t ns) {
     } while (t - t0 < ns);
 }
 
-/* TLM_GEMM_TUNE as the header says: 0, 1 or 2; unset or empty: GEMM_TUNE_DEFAULT */
-static int gemm_tune_mode(void) {
-    const char *s = getenv("TLM_GEMM_TUNE");
-    if (!s || !*s) return GEMM_TUNE_DEFAULT;
-    if (strcmp(s, "0") == 0 || strcmp(s, "1") == 0 || strcmp(s, "2") == 0) return s[0] - '0';
-    fprintf(stderr, "tlm: TLM_GEMM_TUNE=%s is not 0, 1 or 2: using %d\n", s, GEMM_TUNE_DEFAULT);
-    return GEMM_TUNE_DEFAULT;
-}
-
-/* TLM_SM_CARVEOUT=N as the header says: the SMs a GEMM is planned for, the device's less N (0: no target) */
-static int gemm_sm_target(const char *op) {
-    const char *s = getenv("TLM_SM_CARVEOUT");
-    if (!s || !*s) return 0;
-    int dev = 0, sms = 0;
-    TLM_CUDA_CHECK_OP(op, cudaGetDevice(&dev));
-    TLM_CUDA_CHECK_OP(op, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    char *end;
-    const long n = strtol(s, &end, 10);
-    if (*end || n < 0 || n >= sms) {
-        fprintf(stderr, "tlm: TLM_SM_CARVEOUT=%s is not a count of SMs from 0 to %d: ignored\n", s, sms - 1);
-        return 0;
-    }
-    return n ? sms - (int)n : 0;
-}
-
-/* the plan's matmul descriptor: compute type, fp32 scale, the transposes, the SM target if any */
-static cublasLtMatmulDesc_t desc_create(const char *op, int32_t compute, cublasOperation_t ta, cublasOperation_t tb,
-                                        int32_t sm_target) {
+/* the plan's matmul descriptor: compute type, fp32 scale, the transposes */
+static cublasLtMatmulDesc_t desc_create(const char *op, int32_t compute, cublasOperation_t ta, cublasOperation_t tb) {
     cublasLtMatmulDesc_t d;
     TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescCreate(&d, (cublasComputeType_t)compute, CUDA_R_32F));
     TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    if (sm_target > 0)
-        TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target,
-                                                               sizeof sm_target));
     return d;
 }
 
@@ -287,8 +250,7 @@ static void plan_create(tlm_backend *be, const char *op, plan *p, const plan_key
     p->key = *k;
     const cublasOperation_t ta = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t tb = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const int32_t sm_target = cu->matmul_cache->sm_target;
-    p->desc = desc_create(op, k->compute, ta, tb, sm_target);
+    p->desc = desc_create(op, k->compute, ta, tb);
     /* stored shapes (column-major): A is (m,k), or (k,m) when transposed; B (k,n) or (n,k); C (m,n) */
     const cudaDataType_t ab = (cudaDataType_t)k->ab_type, cd = (cudaDataType_t)k->cd_type;
     p->a = make_layout(op, ab, ta == CUBLAS_OP_N ? k->m : k->k, ta == CUBLAS_OP_N ? k->k : k->m, k->lda, k->batch,
@@ -328,7 +290,7 @@ static void plan_create(tlm_backend *be, const char *op, plan *p, const plan_key
     if ((st != CUBLAS_STATUS_SUCCESS || returned == 0) && k->compute == CUBLAS_COMPUTE_32F_FAST_TF32) {
         /* no TF32 kernel for this shape or alignment: strict fp32 is a valid TF32 result */
         TLM_CUBLAS_CHECK_OP(op, cublasLtMatmulDescDestroy(p->desc));
-        p->desc = desc_create(op, CUBLAS_COMPUTE_32F, ta, tb, sm_target);
+        p->desc = desc_create(op, CUBLAS_COMPUTE_32F, ta, tb);
         returned = 0;
         st = cublasLtMatmulAlgoGetHeuristic(cu->lt, p->desc, p->a, p->b, p->c, p->c, pref, wanted, result,
                                             &returned);
@@ -363,8 +325,7 @@ static plan *plan_get(tlm_backend *be, const char *op, const plan_key *k, const 
     if (!cu->matmul_cache) {
         cu->matmul_cache = (struct tlm_cuda_matmul_cache *)calloc(1, sizeof *cu->matmul_cache);
         if (!cu->matmul_cache) tlm_fatal("%s: out of host memory for the GEMM plan cache", op);
-        cu->matmul_cache->tune = gemm_tune_mode();
-        cu->matmul_cache->sm_target = gemm_sm_target(op);
+        cu->matmul_cache->tune = tlm_knob_int(TLM_KNOB_GEMM_TUNE);
     }
     struct tlm_cuda_matmul_cache *mc = cu->matmul_cache;
     if (mc->plans[mc->last].used && memcmp(&mc->plans[mc->last].key, k, sizeof *k) == 0) return &mc->plans[mc->last];

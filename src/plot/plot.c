@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "tlm/output.h"
+#include "tlm/tuning.h"
 
 extern char **environ;
 
@@ -183,7 +184,7 @@ static void plot_free(tlm_plot *p) {
 /* ---- gnuplot ------------------------------------------------------------------------------------------- */
 
 tlm_status tlm_plot_find_gnuplot(char *path, size_t n) {
-    const char *env = getenv("TLM_GNUPLOT");
+    const char *env = tlm_knob_str(TLM_KNOB_GNUPLOT);
     if (env && *env) {
         if (access(env, X_OK) != 0)
             return tlm_fail(TLM_ERR_UNSUPPORTED, "TLM_GNUPLOT=%s is not an executable program", env);

@@ -3,6 +3,7 @@
  * ranges) and read back the profiles its CUDA processes wrote into a private temporary folder. */
 #define _GNU_SOURCE
 #include "profile/profile_exec.h"
+#include "tlm/tuning.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -35,21 +36,16 @@ tlm_status tlm_profile_find_program(const char *name, char *path, size_t n) {
 }
 
 tlm_status tlm_profile_inject_library(char *path, size_t n) {
-    const char *env = getenv("TLM_INJECT_LIB");
-    if (env && *env) {
-        snprintf(path, n, "%s", env);
-    } else {
-        char exe[4096];
-        const ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (k <= 0) return tlm_fail(TLM_ERR_IO, "cannot find tlm's own path (/proc/self/exe)");
-        exe[k] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = '\0';
-        snprintf(path, n, "%s/libtlm_inject.so", exe);
-    }
+    char exe[4096];
+    const ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k <= 0) return tlm_fail(TLM_ERR_IO, "cannot find tlm's own path (/proc/self/exe)");
+    exe[k] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    snprintf(path, n, "%s/libtlm_inject.so", exe);
     if (access(path, R_OK) != 0)
-        return tlm_fail(TLM_ERR_UNSUPPORTED, "--exec needs %s (built with CUDA and CUPTI; TLM_INJECT_LIB names another): "
-                                             "%s", path, strerror(errno));
+        return tlm_fail(TLM_ERR_UNSUPPORTED, "--exec needs %s (tlm built with CUDA and CUPTI): %s", path,
+                        strerror(errno));
     return TLM_OK;
 }
 
@@ -87,7 +83,7 @@ tlm_status tlm_profile_exec(char *const argv[], const char *inject_lib, tlm_prof
     if (pid == 0) {
         setenv("CUDA_INJECTION64_PATH", inject_lib, 1);
         setenv("NVTX_INJECTION64_PATH", inject_lib, 1);
-        setenv("TLM_PROFILE_DIR", dir, 1);
+        tlm_knob_set(TLM_KNOB_PROFILE_DIR, dir); /* the injected library's output folder */
         dup2(STDERR_FILENO, STDOUT_FILENO); /* stdout carries tlm's report alone */
         execv(program, argv);
         fprintf(stderr, "tlm profile: --exec: cannot run %s: %s\n", program, strerror(errno));

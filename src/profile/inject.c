@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "profile/cupti_collect.h"
+#include "tlm/tuning.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_DEPTH 256
@@ -68,7 +69,7 @@ static void command_line(char *out, size_t n) {
 static void finish(void);
 
 static void start(void) {
-    if (!getenv("TLM_PROFILE_DIR")) {
+    if (!*tlm_knob_str(TLM_KNOB_PROFILE_DIR)) {
         failed = true;
         return;
     }
@@ -113,7 +114,7 @@ static void finish(void) {
     if (host_clock) snprintf(P->device, sizeof P->device, "no CUDA device: NVTX ranges only (--exec)");
     else device_name(P->device, sizeof P->device);
     char path[4096], tmp[4200];
-    snprintf(path, sizeof path, "%s/profile-%d.bin", getenv("TLM_PROFILE_DIR"), (int)owner);
+    snprintf(path, sizeof path, "%s/profile-%d.bin", tlm_knob_str(TLM_KNOB_PROFILE_DIR), (int)owner);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     tlm_status s = f ? tlm_profile_write(P, f) : tlm_fail(TLM_ERR_IO, "cannot create %s", tmp);

@@ -10,7 +10,7 @@
  * INVALID_ARGUMENT "--exec: 'x' not found in PATH" / "is not an executable file" otherwise. */
 tlm_status tlm_profile_find_program(const char *name, char *path, size_t n);
 
-/* The injection library: $TLM_INJECT_LIB, else libtlm_inject.so beside the running tlm binary.
+/* The injection library: libtlm_inject.so beside the running tlm binary.
  * UNSUPPORTED when it cannot be read (a build without CUPTI has none). */
 tlm_status tlm_profile_inject_library(char *path, size_t n);
 

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "tlm/output.h"
+#include "tlm/tuning.h"
 
 static const char *const format_names[] = {"table", "csv", "json"};
 
@@ -124,6 +125,8 @@ tlm_status tlm_report_open(tlm_report **out, const char *tool, tlm_format fmt, c
         tlm_report_meta_str(r, "command", cmd);
         free(cmd);
     }
+    char knobs[1024]; /* the knobs not at their default (tuning.h), so the figures say what they ran with */
+    if (tlm_tuning_describe(knobs, sizeof knobs) > 0) tlm_report_meta_str(r, "knobs", knobs);
     *out = r;
     return TLM_OK;
 }
