@@ -9,8 +9,7 @@
  *        DEV     a developer's measurement of a variant (the GEMMs' timed algorithm choice);
  *        INTERNAL  set by tlm itself for a program it starts (never by a person).
  *
- * The list (TLM_KNOB(id, kind, type, default, min, max, doc)); type INT takes whole numbers in
- * [min, max], STR any text (min, max unused; its default is ""). */
+ * The list is tlm/knobs.def (an X-macro file, as tlm/ops.def). */
 #ifndef TLM_TUNING_H
 #define TLM_TUNING_H
 
@@ -24,30 +23,10 @@
 extern "C" {
 #endif
 
-#define TLM_KNOBS(X)                                                                                          \
-    X(FLASH_LOG, USER, INT, 0, 0, 1,                                                                          \
-      "1: print on stderr which attention kernel each pass runs (family, tile line, split) and why")          \
-    X(GNUPLOT, USER, STR, 0, 0, 0, "the gnuplot program `tlm plot` runs (default: gnuplot found in PATH)")    \
-    X(MPIRUN_FLAGS, USER, STR, 0, 0, 0,                                                                       \
-      "extra flags, space-separated, for the mpirun that `tlm allreduce --sweep` starts")                     \
-    X(FLASH_TILES, TEST, STR, 0, 0, 0,                                                                        \
-      "NAME[@D_HEAD],...: run these lines of src/cuda/attention/tiles.def instead of the selector's choice")   \
-    X(FLASH_SM90, TEST, INT, 1, 0, 3,                                                                         \
-      "Hopper attention kernels: 0 never, 1 where the selector takes them, 2 on every grid they can run, "     \
-      "3 as 2 with cp.async copies instead of TMA")                                                           \
-    X(FLASH_SPLIT, TEST, INT, 1, 0, 1, "0: no split-KV attention grids (every pass unsplit)")                 \
-    X(SIDE_STREAM, TEST, INT, 1, 0, 1, "0: the backward's weight-gradient GEMMs stay on the compute stream")  \
-    X(SHM_THREADS, TEST, INT, 0, 0, 64,                                                                       \
-      "threads per rank of the CPU all-reduce (0: the host's cores shared among the ranks, at most 8)")       \
-    X(GEMM_TUNE, DEV, INT, 0, 0, 2,                                                                           \
-      "cuBLASLt algorithm choice: 0 its heuristic, 1 timed per plan, 2 timed and each plan's times printed")  \
-    X(PROFILE_DIR, INTERNAL, STR, 0, 0, 0,                                                                    \
-      "where libtlm_inject.so writes its profile (set by `tlm profile --exec` for the program it runs)")
-
 typedef enum {
-#define TLM_KNOB_ENUM(id, kind, type, dflt, lo, hi, doc) TLM_KNOB_##id,
-    TLM_KNOBS(TLM_KNOB_ENUM)
-#undef TLM_KNOB_ENUM
+#define TLM_KNOB(id, kind, type, dflt, lo, hi, doc) TLM_KNOB_##id,
+#include "tlm/knobs.def"
+#undef TLM_KNOB
         TLM_KNOB_COUNT
 } tlm_knob;
 

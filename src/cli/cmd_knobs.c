@@ -1,4 +1,4 @@
-/* cmd_knobs.c — tlm knobs: the TLM_* environment variables tlm reads (the registry, tuning.h), their
+/* cmd_knobs.c — tlm knobs: the TLM_* environment variables tlm reads (the registry: tlm/knobs.def, tuning.h), their
  * kinds, defaults and current values; --markdown prints docs/tuning.md's table. */
 #include <stdio.h>
 #include <string.h>

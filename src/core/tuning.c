@@ -17,9 +17,9 @@ typedef struct {
 } knob_def;
 
 static const knob_def knobs[TLM_KNOB_COUNT] = {
-#define TLM_KNOB_DEF(id, kind, type, dflt, lo, hi, doc) {"TLM_" #id, TLM_KNOB_##kind, KNOB_##type, dflt, lo, hi, doc},
-    TLM_KNOBS(TLM_KNOB_DEF)
-#undef TLM_KNOB_DEF
+#define TLM_KNOB(id, kind, type, dflt, lo, hi, doc) {"TLM_" #id, TLM_KNOB_##kind, KNOB_##type, dflt, lo, hi, doc},
+#include "tlm/knobs.def"
+#undef TLM_KNOB
 };
 
 #define KNOB_TEXT 256 /* a STR knob's longest value, with its NUL */
