@@ -1,27 +1,7 @@
-#!/usr/bin/env bash
-# run-cpu.sh — tlm's CPU backend next to PyTorch on the same CPU, in one run, same model,
-# batch, context, warm-up and steps. The two alternate for ROUNDS rounds (a shared or virtual
-# CPU drifts by 10-20% over minutes; alternating exposes both to the same drift); the table
-# gives each round and the median over rounds. Writes markdown to bench/results/ (or $1).
-# Usage: bench/run-cpu.sh [OUT.md]
-#        (env: MODEL=small CTX=128 BATCH=4 WARMUP=1 STEPS=3 ROUNDS=3 THREADS=nproc)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-MODEL=${MODEL:-small} CTX=${CTX:-128} BATCH=${BATCH:-4} WARMUP=${WARMUP:-1} STEPS=${STEPS:-3}
-THREADS=${THREADS:-$(nproc)} ROUNDS=${ROUNDS:-3}
-out=${1:-bench/results/cpu-$(date -u +%Y-%m-%d).md}
-make -s build >/dev/null
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-common=(--model "$MODEL" --context-length "$CTX" --batch-size "$BATCH" --warmup "$WARMUP" --steps "$STEPS"
-        --pass train --threads "$THREADS" --format json)
-for r in $(seq 1 "$ROUNDS"); do
-  echo "round $r: tlm bench ${common[*]}" >&2
-  OMP_NUM_THREADS=$THREADS ./build/tlm bench --device cpu "${common[@]}" --out "$tmp/tlm.$r.json" >/dev/null
-  echo "round $r: pytorch_lm.py ${common[*]}" >&2
-  OMP_NUM_THREADS=$THREADS python3 bench/peers/pytorch_lm.py --device cpu "${common[@]}" --out "$tmp/torch.$r.json" >/dev/null
-done
-python3 - "$tmp" "$ROUNDS" "$out" "$THREADS" <<'PY'
+#!/usr/bin/env python3
+"""cpu_table.py DIR ROUNDS OUT.md THREADS — the table of bench/device/run.sh cpu: tlm against PyTorch on the
+CPU from DIR/tlm.N.json and DIR/torch.N.json (N = 1..ROUNDS): the median over rounds of each phase, each round,
+the peaks; written to OUT.md and printed."""
 import json, os, statistics, sys, datetime
 tmp, rounds, out, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 tlms = [json.load(open(f"{tmp}/tlm.{r}.json")) for r in range(1, rounds + 1)]
@@ -47,7 +27,7 @@ lines = [f"# tlm vs PyTorch on the CPU: {t['model']}, context {t['context_length
          f"- tlm {tlm['version']} (OpenBLAS, OpenMP); PyTorch {torch.__version__} eager, fp32",
          f"- {tlm['warmup']} warm-up + {tlm['steps']} timed steps per round, each phase synchronized; "
          f"{rounds} rounds, tlm and PyTorch alternating; the table gives the median over rounds of each round's mean",
-         f"- command: `bench/run-cpu.sh` (MODEL={t['model']} CTX={t['context_length']} BATCH={t['batch_size']})",
+         f"- command: `bench/device/run.sh cpu` (MODEL={t['model']} CTX={t['context_length']} BATCH={t['batch_size']})",
          "",
          "| phase | tlm ms | PyTorch ms | PyTorch / tlm |",
          "|---|---:|---:|---:|"]
@@ -70,4 +50,3 @@ with open(tmp, "w") as f:
     f.write("\n".join(lines))
 os.replace(tmp, out)
 print("\n".join(lines))
-PY
