@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""before_after.py DIR — the table of bench/run-before-after.sh: for each (model, precision), the median
-over the rounds of forward, backward and optimizer ms before and after, and after/before. Reads
-DIR/before-N.json and DIR/after-N.json (tlm bench --format json; field names of either schema)."""
+"""before_after.py DIR — the table of bench/device/run.sh's before-after stage: for each row (a model and
+precision of `tlm bench`, or a shape of `tlm attention`) and phase, the median over the rounds of the ms
+before and after, after/before of the medians, and the range of the rounds' own after/before (the noise).
+Reads DIR/before-*N.json and DIR/after-*N.json (any name between: before-lm-2.json, before-attn-2.json, or
+the older before-2.json), `tlm bench` or `tlm attention` --format json, field names of either schema."""
 import glob
 import json
+import os
+import re
 import statistics
 import sys
 
@@ -15,50 +19,88 @@ def field(row, *names):
     return None
 
 
+def bench_row(r):
+    f = field(r, "forward_ms", "fwd_ms_mean")
+    b = field(r, "backward_ms", "bwd_ms_mean")
+    o = field(r, "optimizer_ms", "opt_ms_mean")
+    key = (r["model"], r["precision"])
+    phases = {"forward": f, "backward": b, "optimizer": o}
+    if f is not None and b is not None:
+        phases["forward+backward"] = f + b
+        if o is not None:
+            phases["step"] = f + b + o
+    return key, phases
+
+
+def attention_row(r):
+    key = ("attention %s b%s h%s s%s d%s%s" % (r["impl"], r["batch_size"], r["num_heads"], r["context_length"],
+                                              r["d_head"], " causal" if r.get("causal") else ""), r["dtype"])
+    return key, {"forward": r.get("fwd_ms_mean"), "backward": r.get("bwd_ms_mean"),
+                 "forward+backward": r.get("fwdbwd_ms_mean")}
+
+
 def load(path):
     with open(path) as f:
         doc = json.load(f)
     out = {}
-    for r in doc["rows"]:
+    for r in doc.get("rows", []):
         if r.get("status") != "ok":
             continue
-        key = (r["model"], r["precision"])
-        out[key] = {"forward": field(r, "forward_ms", "fwd_ms_mean"), "backward": field(r, "backward_ms", "bwd_ms_mean"),
-                    "optimizer": field(r, "optimizer_ms", "opt_ms_mean"), "peak": field(r, "peak_bytes")}
-    return out, doc.get("device", "?")
+        key, phases = attention_row(r) if "d_head" in r and "model" not in r else bench_row(r)
+        out[key] = {p: v for p, v in phases.items() if v is not None}
+    return out, doc.get("device", "?"), doc.get("tuning") or doc.get("knobs")
 
 
 def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: before_after.py DIR (with before-*N.json and after-*N.json)")
     d = sys.argv[1]
-    runs = {"before": [], "after": []}
-    device = "?"
+    runs = {"before": {}, "after": {}}  # version -> round -> {key: phases}
+    device, knobs = "?", set()
     for v in runs:
-        for p in sorted(glob.glob(f"{d}/{v}-*.json")):
-            rows, device = load(p)
-            runs[v].append(rows)
-    keys = sorted({k for rows in runs["before"] + runs["after"] for k in rows})
-    print(f"device: {device}; medians over {len(runs['before'])} rounds, before/after alternating\n")
-    print("| model | prec | phase | before ms | after ms | after/before |")
-    print("|---|---|---|---:|---:|---:|")
-    worst = 1.0
+        for p in sorted(glob.glob(os.path.join(d, f"{v}-*.json"))):
+            m = re.search(r"-(\d+)\.json$", p)
+            if not m:
+                continue
+            try:
+                rows, device, kn = load(p)
+            except (OSError, ValueError, KeyError) as e:
+                print(f"skipped {p}: {e}", file=sys.stderr)
+                continue
+            runs[v].setdefault(int(m.group(1)), {}).update(rows)
+            if kn:
+                knobs.add(f"{v}: {kn}")
+    rounds = sorted(set(runs["before"]) & set(runs["after"]))
+    keys = sorted({k for v in runs for rows in runs[v].values() for k in rows})
+    print(f"device: {device}; medians over {len(rounds)} rounds, before and after alternating")
+    if knobs:
+        print("knobs not at their default: " + "; ".join(sorted(knobs)))
+    print()
+    print("| row | prec | phase | before ms | after ms | after/before | rounds' after/before |")
+    print("|---|---|---|---:|---:|---:|---|")
+    worst, worst_at = 0.0, ""
     for k in keys:
-        for phase in ("forward", "backward", "optimizer", "forward+backward"):
-            med = {}
+        phases = []
+        for v in runs:
+            for rows in runs[v].values():
+                phases += [p for p in rows.get(k, {}) if p not in phases]
+        for phase in phases:
+            med, per = {}, []
             for v in runs:
-                vals = []
-                for rows in runs[v]:
-                    if k not in rows:
-                        continue
-                    r = rows[k]
-                    x = r["forward"] + r["backward"] if phase == "forward+backward" else r[phase]
-                    if x is not None:
-                        vals.append(x)
+                vals = [rows[k][phase] for rows in runs[v].values() if phase in rows.get(k, {})]
                 med[v] = statistics.median(vals) if vals else None
+            for r in rounds:
+                a, b = runs["after"][r].get(k, {}).get(phase), runs["before"][r].get(k, {}).get(phase)
+                if a and b:
+                    per.append(a / b)
             if med["before"] and med["after"]:
                 ratio = med["after"] / med["before"]
-                worst = max(worst, ratio)
-                print(f"| {k[0]} | {k[1]} | {phase} | {med['before']:.3f} | {med['after']:.3f} | {ratio:.3f} |")
-    print(f"\nworst after/before: {worst:.3f}")
+                if ratio > worst:
+                    worst, worst_at = ratio, f"{k[0]} {k[1]} {phase}"
+                spread = f"{min(per):.3f}-{max(per):.3f}" if per else "-"
+                print(f"| {k[0]} | {k[1]} | {phase} | {med['before']:.3f} | {med['after']:.3f} | {ratio:.3f} | {spread} |")
+    if worst:
+        print(f"\nworst after/before: {worst:.3f} ({worst_at})")
 
 
 if __name__ == "__main__":

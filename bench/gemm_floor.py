@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gemm_floor.py TUNE_PLANS.txt [--dtype bf16|fp32] — the GEMM floor of one training step: for each
 model in the log of `TLM_GEMM_TUNE=2 tlm bench` (lines "tlm: gemm tune: ..."; "## model M round R"
-headers as bench/run-gemm-tune-device.sh writes them), each plan's time timed alone by cuBLASLt's
+headers as bench/device/run.sh gemm-tune writes them), each plan's time timed alone by cuBLASLt's
 candidates (the heuristic's pick and the fastest of the timed ones), times its calls per step, summed
 over the forward's and the backward's GEMMs. Calls per step: once for the LM head's plans (a
 dimension equal to the vocabulary, 10000 in every CS336 preset), num_layers times for the others.

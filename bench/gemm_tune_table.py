@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gemm_tune_table.py RUNS OUT — the table of bench/run-gemm-tune-device.sh. RUNS holds tuneV-MODEL-rR.json
+"""gemm_tune_table.py RUNS OUT — the table of bench/device/run.sh gemm-tune. RUNS holds tuneV-MODEL-rR.json
 (tlm bench --format json; V = the TLM_GEMM_TUNE value: 0 the heuristic's pick, 2 timed) and the
 tune-plans.txt lines are read from OUT. Writes OUT/heuristic.json and OUT/tuned.json (every round's rows,
 each with "tlm_gemm_tune" and "round" added; the header of the first file) and OUT/gemm-tune.md: per

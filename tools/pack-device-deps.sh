@@ -2,27 +2,32 @@
 # pack-device-deps.sh — the GPU machine has OpenBLAS but neither cJSON nor a network; this packs
 # this machine's OpenBLAS (OpenMP) and cJSON headers and libraries (Debian packages
 # libopenblas-openmp-dev, libcjson-dev) into .devdeps/deps.tar.xz, which a device call carries
-# (carry: [".devdeps"]) and bench/run-device.sh unpacks when the plain configure fails.
-#   --bin             also build tlm and the GPU tests here (build-dev: Release, CUDA on, -DTLM_NATIVE=OFF so the
-#                     other machine's CPU runs them) into .devdeps/bin.tar.xz, which bench/run-multi-gpu-device.sh
-#                     unpacks: a device call that builds nothing
+# (carry: [".devdeps"]) and bench/device/run.sh unpacks (bench/device/lib.sh: dev_deps) for its builds.
+#   --bin             also build tlm and every GPU test here (build-dev: Release, CUDA on, -DTLM_NATIVE=OFF so the
+#                     other machine's CPU runs them) into .devdeps/bin.tar.xz (bin/tlm, bin/libtlm_inject.so,
+#                     bin/tests/test_gpu_*), which bench/device/run.sh unpacks and uses instead of building when
+#                     they run there (lib.sh: dev_bin): a device call that builds nothing
+#   --base DIR        with --bin: also the tlm of the source tree DIR (the before-after stage's BASE, e.g.
+#                     .baseline), built the same way into build-dev-base, as base/tlm
 #   --nccl-tests DIR  with --bin: also nccl-tests' all_reduce_perf, built from its source in DIR (a checkout of
 #                     github.com/NVIDIA/nccl-tests) with MPI=0 for sm_90: one process driving N GPUs (-g N)
 # .devdeps/ is kept out of git by .gitignore.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=0 nccl_tests=""
+bin=0 nccl_tests="" base=""
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=1 ;;
     --nccl-tests) nccl_tests=${2:?--nccl-tests needs the nccl-tests source folder}; shift ;;
-    *) echo "pack-device-deps.sh: unknown argument '$1' (--bin, --nccl-tests DIR)" >&2; exit 2 ;;
+    --base) base=${2:?--base needs a source tree (e.g. .baseline)}; shift ;;
+    *) echo "pack-device-deps.sh: unknown argument '$1' (--bin, --base DIR, --nccl-tests DIR)" >&2; exit 2 ;;
   esac
   shift
 done
-if [ -n "$nccl_tests" ] && [ "$bin" = 0 ]; then
-  echo "pack-device-deps.sh: --nccl-tests goes with --bin (it packs into .devdeps/bin.tar.xz)" >&2; exit 2
+if { [ -n "$nccl_tests" ] || [ -n "$base" ]; } && [ "$bin" = 0 ]; then
+  echo "pack-device-deps.sh: --nccl-tests and --base go with --bin (they pack into .devdeps/bin.tar.xz)" >&2; exit 2
 fi
+[ -z "$base" ] || [ -f "$base/CMakeLists.txt" ] || { echo "pack-device-deps.sh: --base $base: no CMakeLists.txt there" >&2; exit 2; }
 bash tools/install-deps.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -40,11 +45,20 @@ tar cJf .devdeps/deps.tar.xz -C "$tmp" include lib
 echo "wrote .devdeps/deps.tar.xz ($(du -h .devdeps/deps.tar.xz | cut -f1))"
 
 [ "$bin" = 1 ] || exit 0
-rm -rf "$tmp"/* && mkdir -p "$tmp/bin"
+rm -rf "$tmp"/* && mkdir -p "$tmp/bin/tests"
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DTLM_CUDA=ON -DTLM_NATIVE=OFF > build-dev.configure.log
-cmake --build build-dev -j "$(nproc)" --target tlm test_gpu_comm test_gpu_ddp
-cp build-dev/tlm build-dev/libtlm_inject.so build-dev/tests/test_gpu_comm build-dev/tests/test_gpu_ddp "$tmp/bin/"
+cmake --build build-dev -j "$(nproc)"
+cp build-dev/tlm "$tmp/bin/"
+[ -f build-dev/libtlm_inject.so ] && cp build-dev/libtlm_inject.so "$tmp/bin/"
+cp build-dev/tests/test_gpu_* "$tmp/bin/tests/"
 what=(bin)
+if [ -n "$base" ]; then
+  mkdir -p "$tmp/base"
+  cmake -S "$base" -B build-dev-base -DCMAKE_BUILD_TYPE=Release -DTLM_CUDA=ON -DTLM_NATIVE=OFF > build-dev-base.configure.log
+  cmake --build build-dev-base -j "$(nproc)" --target tlm
+  cp build-dev-base/tlm "$tmp/base/" && what+=(base)
+  [ -f "$base/.commit" ] && cp "$base/.commit" "$tmp/base/"
+fi
 if [ -n "$nccl_tests" ]; then
   make -C "$nccl_tests/src" "$tmp/nccl-tests/all_reduce_perf" BUILDDIR="$tmp/nccl-tests" MPI=0 \
     NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" NCCL_HOME="$(dirname "$(dirname "$(command -v nvcc)")")"
