@@ -116,7 +116,8 @@ static tlm_status check_model(const tlm_train_args *args, const tlm_checkpoint *
             return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "--model %s (%s %d) contradicts the checkpoint %s, whose model "
                             "has %d", args->preset_name, flags[i] + 2, preset[i], ck->dir, model[i]);
     }
-    if (!isnan(args->rope_theta)) TLM_TRY(tlm_checkpoint_check_value(ck, "--rope-theta", true, args->rope_theta, m->rope_theta));
+    if (!isnan(args->rope_theta))
+        TLM_TRY(tlm_checkpoint_check_value(ck, "--rope-theta", true, args->rope_theta, m->rope_theta));
     return TLM_OK;
 }
 
@@ -125,11 +126,11 @@ tlm_status tlm_train_plan_resume(const tlm_train_args *args, const tlm_checkpoin
     TLM_TRY(check_model(args, ck));
     TLM_TRY(check_recipe(args, ck));
     if (args->precision_given && args->precision != ck->precision)
-        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "--precision %s contradicts the checkpoint %s, whose run trained in %s",
-                        tlm_precision_name(args->precision), d, tlm_precision_name(ck->precision));
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "--precision %s contradicts the checkpoint %s, whose run trained "
+                        "in %s", tlm_precision_name(args->precision), d, tlm_precision_name(ck->precision));
     if (args->val_data_given && !ck->val_data_path)
-        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "--val-data contradicts the checkpoint %s, whose run had no validation "
-                        "data", d);
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "--val-data contradicts the checkpoint %s, whose run had no "
+                        "validation data", d);
     tlm_train_config *r = out;
     *r = ck->config;
     /* the budget may grow */
@@ -139,8 +140,8 @@ tlm_status tlm_train_plan_resume(const tlm_train_args *args, const tlm_checkpoin
         r->steps = (int64_t)ceil(VALUE(args, TOKENS) / per_step);
     }
     if (r->steps <= ck->step)
-        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the budget of %lld steps is already reached: the checkpoint %s is at "
-                        "step %lld (give a larger --steps or --tokens to go on)", (long long)r->steps, d,
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the budget of %lld steps is already reached: the checkpoint %s "
+                        "is at step %lld (give a larger --steps or --tokens to go on)", (long long)r->steps, d,
                         (long long)ck->step);
     return TLM_OK;
 }

@@ -125,7 +125,8 @@ void tlm_train_log_begin(const tlm_train_run_config *c, const tlm_train *t) {
                         "loss: the step's mean training loss before its update; val_loss: mean over the fixed "
                         "validation batches after the step; grad_norm: global L2 norm before clipping; step_ms, "
                         "tokens_per_s, mfu: wall clock of the steps since the last row, logging included (evaluation "
-                        "and checkpoints not counted); mfu = 3 x forward matmul FLOPs per step (tlm bench's count) / time / peak; "
+                        "and checkpoints not counted); mfu = 3 x forward matmul FLOPs per step (tlm bench's count) "
+                        "/ time / peak; "
                         "rows before resumed_from are the checkpoint's log (no timing); with several ranks: loss and "
                         "tokens over every rank, MFU per GPU, comm_ms the communication a step waited for (ddp.h) and "
                         "comm_share its part of the step");
@@ -141,7 +142,7 @@ void tlm_train_log_begin(const tlm_train_run_config *c, const tlm_train *t) {
         if (row_due(&t->log[i], c->log_every, r->steps)) log_row(rep, &t->log[i], NULL, fp16, norm);
 }
 
-/* ---- several ranks ------------------------------------------------------------------------------------------------ */
+/* ---- several ranks ---------------------------------------------------------------------------------------- */
 
 /* *flag = whether it is set on any rank */
 static tlm_status any_rank(tlm_comm *comm, bool *flag) {
@@ -161,7 +162,8 @@ static tlm_status peaks_per_rank(tlm_comm *comm, tlm_backend *be, char *buf, siz
     size_t used = 0;
     buf[0] = '\0';
     for (int r = 0; s == TLM_OK && r < comm->world_size && used < n; r++)
-        used += (size_t)snprintf(buf + used, n - used, "%sr%d %.3f GiB", r ? ", " : "", r, (double)all[r] / 1073741824.0);
+        used += (size_t)snprintf(buf + used, n - used, "%sr%d %.3f GiB", r ? ", " : "", r,
+                                 (double)all[r] / 1073741824.0);
     free(all);
     return s;
 }
@@ -220,7 +222,8 @@ static tlm_train_window clock_step(const tlm_train *t, const tlm_train_run_confi
 }
 
 /* rank 0 writes the checkpoint; the others wait for it in the next step's first collective */
-static tlm_status save_checkpoint(tlm_train *t, const tlm_train_run_config *c, run_clock *k, tlm_train_run_result *res) {
+static tlm_status save_checkpoint(tlm_train *t, const tlm_train_run_config *c, run_clock *k,
+                                  tlm_train_run_result *res) {
     free(res->checkpoint);
     res->checkpoint = NULL;
     TLM_TRY(tlm_checkpoint_save(t, &c->sources, c->checkpoint_dir, c->keep_checkpoints, &res->checkpoint));
@@ -309,7 +312,7 @@ tlm_status tlm_train_run(tlm_train *t, const tlm_train_run_config *c, tlm_train_
     return s;
 }
 
-/* ---- the summary --------------------------------------------------------------------------------------------------- */
+/* ---- the summary ------------------------------------------------------------------------------------------- */
 
 void tlm_train_log_summary(const tlm_train_run_config *c, const tlm_train *t, const tlm_train_run_result *res) {
     tlm_report *rep = c->report;
