@@ -343,7 +343,8 @@ static int train_and_report(train_cli *x) {
     const run_plan *p = &x->plan;
     tlm_train *t = &x->run.train;
     const int rank = x->proc.world.rank;
-    tlm_train_progress pr = {.out = stderr, .prefix = "tlm train", .tty = isatty(STDERR_FILENO) != 0, .quiet = rank};
+    tlm_train_progress pr = {.out = stderr, .prefix = "tlm train", .tty = isatty(STDERR_FILENO) != 0,
+                             .quiet = rank != 0};
     const tlm_train_run_config c = {
         .backend = x->be, .comm = x->proc.comm, .model = &p->model, .report = x->rep,
         .sources = {p->train_path, p->val_path}, .checkpoint_dir = x->ckpt_dir, .save_every = p->save_every,
