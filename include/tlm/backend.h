@@ -91,6 +91,7 @@ typedef struct tlm_backend_iface {
     void (*stream_ops)(tlm_backend *be, tlm_stream *s);
 
     void (*destroy)(tlm_backend *be); /* frees impl; the generic part frees the rest */
+    double (*peak_tflops)(tlm_backend *be, tlm_precision p); /* NULL: unknown (tlm_backend_peak_tflops) */
 } tlm_backend_iface;
 
 struct tlm_backend_state; /* src/core: the allocator's table, hooks, listeners, scope */
@@ -148,6 +149,12 @@ size_t tlm_device_memory_total(tlm_backend *be);
  * backend's pool back to the device (torch.cuda.empty_cache's counterpart), so that
  * tlm_device_memory_used counts live allocations only. A no-op where nothing is cached (CPU). */
 void tlm_backend_release_cached(tlm_backend *be);
+
+/* The device's dense peak in TFLOP/s (10^12 FLOP/s) for the GEMMs precision mode p runs on (fp32: FP32
+ * CUDA cores; tf32: TF32 tensor cores; bf16, fp16: 16-bit tensor cores), from the device's datasheet:
+ * the denominator of MFU. CUDA: H100/H200 SXM 67 / 494 / 989, H100 PCIe 51 / 378 / 756 (fp32 / tf32 /
+ * bf16 and fp16), recognized by the device's name. 0 where unknown (another GPU; the CPU). */
+double tlm_backend_peak_tflops(tlm_backend *be, tlm_precision p);
 
 /* ---- memory ------------------------------------------------------------------------------------
  * Allocation: memory.h. Copies between host and backend memory, in order on the compute stream.

@@ -19,9 +19,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "tlm/ddp.h"
 #include "tlm/model.h"
 #include "tlm/npy.h"
+#include "tlm/report.h"
 #include "tlm/safetensors.h"
 #include "tlm/status.h"
 
@@ -220,6 +222,224 @@ void tlm_checkpoint_close(tlm_checkpoint *ck);
  * Everything is checked (every moment present, float32, the parameter's shape, finite) before
  * anything changes. Errors: INVALID_ARGUMENT / FORMAT naming the file and tensor, OUT_OF_MEMORY. */
 tlm_status tlm_checkpoint_restore(tlm_train *t, const tlm_checkpoint *ck);
+
+/* ---- planning a run (src/train/plan.c) --------------------------------------------------------------
+ * A run's recipe from what its caller was given (tlm train's flags): a fresh run's from the defaults
+ * and the given values, a resumed run's from its checkpoint, every given value checked against it.
+ * The messages name the values by their tlm train flag (tlm_train_arg_flag). */
+
+typedef enum {
+    TLM_TRAIN_ARG_STEPS = 0,         /* the budget in optimizer steps */
+    TLM_TRAIN_ARG_TOKENS,            /* the budget in tokens: steps = ceil(tokens / (global batch x T)) */
+    TLM_TRAIN_ARG_LR_MAX,
+    TLM_TRAIN_ARG_LR_MIN,
+    TLM_TRAIN_ARG_WARMUP_ITERS,
+    TLM_TRAIN_ARG_COSINE_CYCLE_ITERS,
+    TLM_TRAIN_ARG_BETA1,
+    TLM_TRAIN_ARG_BETA2,
+    TLM_TRAIN_ARG_EPS,
+    TLM_TRAIN_ARG_WEIGHT_DECAY,
+    TLM_TRAIN_ARG_MAX_GRAD_NORM,
+    TLM_TRAIN_ARG_EVAL_EVERY,
+    TLM_TRAIN_ARG_EVAL_BATCHES,
+    TLM_TRAIN_ARG_BATCH_SIZE,        /* the global batch: rows per step over every rank */
+    TLM_TRAIN_ARG_CONTEXT_LENGTH,
+    TLM_TRAIN_ARG_SEED,              /* its value is `seed` (a double holds no 64-bit seed) */
+    TLM_TRAIN_NUM_ARGS
+} tlm_train_arg;
+
+/* The model's sizes a run may be given, by their flags: --vocab-size, --d-model, --d-ff, --num-layers,
+ * --num-heads, --max-context-length (the RoPE table's length: the config's context_length). */
+enum { TLM_TRAIN_SIZE_VOCAB, TLM_TRAIN_SIZE_D_MODEL, TLM_TRAIN_SIZE_D_FF, TLM_TRAIN_SIZE_NUM_LAYERS,
+       TLM_TRAIN_SIZE_NUM_HEADS, TLM_TRAIN_SIZE_CONTEXT, TLM_TRAIN_NUM_SIZES };
+
+/* "--steps", "--lr-max", ...: the tlm train flag of an argument ("?" for anything else). */
+const char *tlm_train_arg_flag(tlm_train_arg arg);
+
+/* What a run was given: each argument with whether it was given, in the argument's units (whole
+ * numbers for iterations, batches and budgets; the caller checks each value's domain). */
+typedef struct {
+    bool given[TLM_TRAIN_NUM_ARGS];
+    double value[TLM_TRAIN_NUM_ARGS];
+    uint64_t seed;                   /* the batch draws' seed (given or not: the caller's default) */
+    bool precision_given;            /* a resumed run: `precision` must be the checkpoint's */
+    tlm_precision precision;
+    bool val_data_given;             /* a resumed run: refused when its run had no validation data */
+    /* a resumed run's model is the checkpoint's: each size given must be its, and so must the sizes of the
+     * preset named (preset_name NULL: none) where no size is given */
+    long sizes[TLM_TRAIN_NUM_SIZES]; /* < 0: not given */
+    double rope_theta;               /* NaN: not given */
+    const char *preset_name;
+    tlm_config preset;
+} tlm_train_args;
+
+/* A fresh run's recipe for `model` over `world_size` ranks: tlm_train_defaults of the budget (STEPS,
+ * or TOKENS over a global batch x T; one of them must be given), the global batch (default 4 a rank)
+ * divided over the ranks (out->batch_size is a rank's rows), T (default: 256, or the model's
+ * context_length when shorter), the seed, and every given recipe value (a default lr_min above a
+ * given lr_max becomes lr_max / 10; a default cosine_cycle_iters below the warm-up becomes it).
+ * Errors: INVALID_ARGUMENT for a batch that does not divide over the ranks, or the recipe's
+ * (tlm_train_config_check). */
+tlm_status tlm_train_plan_fresh(const tlm_train_args *args, const tlm_config *model, int world_size,
+                                tlm_train_config *out);
+
+/* A resumed run's recipe: first its model's sizes, rope_theta and preset are checked against the
+ * checkpoint's model ("--model <name> (<size> N) contradicts the checkpoint <dir>, whose model has M");
+ * then the checkpoint's recipe, with a larger budget when STEPS or TOKENS is given (TOKENS
+ * over the checkpoint's global batch). Every other given value must be the checkpoint's (AdamW's as
+ * float32; the batch as the global batch; the precision); VAL_DATA given to a run without validation
+ * data is refused. Errors: INVALID_ARGUMENT naming the flag, its value, the checkpoint and the value
+ * it holds; or a budget the checkpoint's step already reached. */
+tlm_status tlm_train_plan_resume(const tlm_train_args *args, const tlm_checkpoint *ck, tlm_train_config *out);
+
+/* Where a run saves its checkpoints: `given` (a malloc'ed copy), else when `saving` and resuming (ck
+ * not NULL) the ROOT the checkpoint came from (its step directory's parent, "." for a bare "step-N"),
+ * else NULL. A fresh run refuses a `given` ROOT that already holds a run's checkpoints (its `latest`):
+ * INVALID_ARGUMENT. OUT_OF_MEMORY. */
+tlm_status tlm_train_plan_checkpoint_dir(const char *given, bool saving, const tlm_checkpoint *ck, char **out);
+
+/* One value given to a resumed run against the checkpoint's: TLM_OK when not given or equal, else
+ * INVALID_ARGUMENT "<flag> <value> contradicts the checkpoint <dir>, whose run has <ckpt_value>: ...". */
+tlm_status tlm_checkpoint_check_value(const tlm_checkpoint *ck, const char *flag, bool given, double value,
+                                      double ckpt_value);
+
+/* ---- a run: the loop (src/train/run.c) ----------------------------------------------------------------
+ * tlm_train_run takes the steps from t->step to the budget, one tlm_train_step each, with the cadence
+ * of the recipe and the run: validation when tlm_train_eval_due, a checkpoint every save_every steps
+ * and after the last (rank 0 writes; the others meet it in the next step's first collective), a log
+ * row every log_every steps, at each evaluation and at the last step. Timing: a step's time runs
+ * from the end of the last one's (its logging included) to the end of its own, the evaluations and
+ * checkpoints between left out (the device is synchronized before them); the window is the steps since
+ * the last row. MFU = 3 x forward matmul FLOPs a step (tlm_config_forward_flops, tlm bench's count)
+ * / time / peak. Stopping: after each step every rank looks whether a stop signal came (stop_on_signals)
+ * and with several ranks the answers are gathered, so every rank stops after the same step (a checkpoint is saved then
+ * when the run saves). The log (tlm_report) receives the run's description (tlm_train_log_begin),
+ * one row per logged step and the summary (tlm_train_log_summary). */
+
+/* The figures of the steps since the last row. NaN step_ms: none (a row replayed from a checkpoint);
+ * NaN mfu: no peak known; NaN comm_ms: one rank. */
+typedef struct {
+    double step_ms;        /* mean wall clock of a step, ms */
+    double tokens_per_s;   /* tokens of every rank per second */
+    double mfu;            /* model FLOPs utilization, a fraction of peak_tflops (per GPU) */
+    double elapsed_s;      /* since the run began */
+    double comm_ms;        /* several ranks: the communication a step waited for (ddp.h), ms */
+} tlm_train_window;
+
+typedef struct {
+    tlm_backend *backend;        /* the model's (synchronized before evaluations and checkpoints) */
+    tlm_comm *comm;              /* several ranks: the world (stop agreement, peaks); NULL alone */
+    const tlm_config *model;     /* the model's config (the FLOPs of a step) */
+    tlm_report *report;          /* the loss log; every rank writes to its own (rank 0's is the one kept) */
+    tlm_train_sources sources;   /* the data files, recorded in checkpoints and the log */
+    const char *checkpoint_dir;  /* ROOT of the checkpoints; NULL: none are saved */
+    int64_t save_every;          /* a checkpoint every this many steps and after the last; 0: none */
+    int keep_checkpoints;        /* the newest this many step directories are kept; 0: all */
+    int64_t log_every;           /* a log row every this many steps (>= 1) */
+    double peak_tflops;          /* the device's dense peak for MFU (tlm_backend_peak_tflops); 0: MFU n/a */
+    /* the run's description in the log (tlm_train_log_begin) */
+    const char *model_name;      /* "small", "checkpoint", ... */
+    tlm_precision precision;
+    tlm_attention attention;     /* as the model resolved it */
+    bool cuda_graphs;            /* the steps run as CUDA graphs */
+    const tlm_ddp_config *ddp;   /* several ranks: the reducer's configuration; NULL alone */
+    const char *resumed_from;    /* the checkpoint's step directory; NULL: a fresh run */
+    /* what a person watches */
+    struct tlm_train_progress *progress; /* the progress line (below); NULL: none */
+    bool stop_on_signals;        /* SIGINT/SIGTERM stop the run after the current step (a second one ends the
+                                    process: the default action); the handlers before are restored after */
+} tlm_train_run_config;
+
+/* What a run did. */
+typedef struct {
+    tlm_status status;      /* TLM_OK, or the failure that ended it (the message is set) */
+    int64_t first_step;     /* t->step when it began (a resumed run's checkpoint step) */
+    bool stopped;           /* a stop signal reached some rank: every rank stopped after the same step */
+    bool together;          /* every rank ended alike; false: this rank's failure alone (with several
+                               ranks a collective may then hang: leave without one) */
+    char *checkpoint;       /* the last checkpoint written (malloc'ed: tlm_train_run_result_free), or NULL */
+    double train_s;         /* the steps' time (evaluations and checkpoints left out), s */
+    double steady_s;        /* the same without the first skip_steps steps (warm-up) */
+    int64_t steady_steps, skip_steps;
+    int stop_signal;        /* stopped: the signal this rank received (SIGTERM when the stop came from another
+                               rank); the exit status of a stopped run is 128 + stop_signal */
+    char stop_note[96];     /* stopped: "stopped by signal S after step N of M" */
+} tlm_train_run_result;
+
+/* Writes the run's description to c->report: the model, the ranks, the recipe, the data, the peak,
+ * the notes; declares the log table (its columns shown as the run has them) and replays the rows of
+ * t's log (a resumed run's, from its checkpoint) that are due under log_every. */
+void tlm_train_log_begin(const tlm_train_run_config *c, const tlm_train *t);
+
+/* Runs t to its budget as above (t set up by tlm_train_init, restored when resuming, t->ddp set with
+ * several ranks). Returns res->status: a step's, an evaluation's or a checkpoint's failure, or the
+ * stop agreement's; after a failure the log gets a row "failed" (step t->step + 1, the message). One run
+ * at a time in a process (stop_on_signals' handler is the process's). */
+tlm_status tlm_train_run(tlm_train *t, const tlm_train_run_config *c, tlm_train_run_result *res);
+
+/* The log's summary: steps run, last step, the mean step time over the steady steps, tokens/s, MFU,
+ * the final training and validation losses, the last checkpoint, with several ranks (when the run
+ * ended well) every rank's peak memory (a collective: every rank calls it), and a stop (stop_note). */
+void tlm_train_log_summary(const tlm_train_run_config *c, const tlm_train *t, const tlm_train_run_result *res);
+
+void tlm_train_run_result_free(tlm_train_run_result *res);
+
+/* ---- the progress line (src/train/progress.c) -------------------------------------------------------
+ * What a person watches on a terminal: "<prefix>: step S/N loss L lr X grad norm G | T tok/s MFU M | ETA E",
+ * rewritten in place on a terminal (shown at each log row and every 0.2 s, erased before a log row and
+ * before other text), a plain line at each log row otherwise; "<prefix>: step S: checkpoint DIR" after a
+ * save. tlm_train_run shows it through these (tlm_train_run_config's progress). */
+typedef struct tlm_train_progress {
+    FILE *out;          /* stderr */
+    const char *prefix; /* "tlm train" */
+    bool tty;           /* out is a terminal */
+    bool quiet;         /* nothing is shown (ranks other than 0) */
+    bool shown;         /* a line is on the terminal now */
+    double last_show;   /* when it was shown, s (CLOCK_MONOTONIC) */
+} tlm_train_progress;
+
+/* after a step: shown at a log row (row: then erased, the row follows) and on a terminal every 0.2 s */
+void tlm_train_progress_step(tlm_train_progress *p, const tlm_train_record *rec, int64_t steps,
+                             const tlm_train_window *w, double eta_s, bool row);
+void tlm_train_progress_checkpoint(tlm_train_progress *p, int64_t step, const char *dir);
+void tlm_train_progress_clear(tlm_train_progress *p); /* erases the line shown on a terminal */
+
+/* ---- a run's pieces (src/train/session.c) ------------------------------------------------------------
+ * The data, the model, the training state and the gradient reducer of a run, set up in order and freed
+ * together. Zero-initialize, then: _load, _create, and with several ranks _join. */
+typedef struct {
+    tlm_tokens train_data, val_data;
+    bool have_val_data;              /* val_data was loaded (a run with validation) */
+    tlm_config config;               /* the model's (_create) */
+    tlm_model *model;
+    tlm_train train;                 /* valid when have_train */
+    bool have_train;
+    tlm_ddp *ddp;                    /* several ranks (_join); NULL alone */
+} tlm_train_session;
+
+/* Loads the token files of src (val NULL: none), every id below `vocab`; a resumed run's (ck not NULL)
+ * must hold as many tokens as the checkpoint's run trained on. Errors: "training data: ..." or
+ * "validation data: ..." (npy.h's: IO, FORMAT, INVALID_ARGUMENT, naming the file); INVALID_ARGUMENT
+ * "<what> <path> holds N tokens, but the checkpoint <dir> was trained on M: not the same data". */
+tlm_status tlm_train_session_load(tlm_train_session *s, const tlm_train_sources *src, int vocab,
+                                  const tlm_checkpoint *ck);
+
+/* Creates the model on be (model.h, tlm_model_create with run), initialized from `seed` (model.h's
+ * random init) or, resuming, restored with the training state from ck (tlm_checkpoint_restore); sets up
+ * the training state (tlm_train_init) of `recipe` as rank `rank` of `world_size`. Errors: theirs. */
+tlm_status tlm_train_session_create(tlm_train_session *s, tlm_backend *be, const tlm_config *model,
+                                    const tlm_run_config *run, const tlm_train_config *recipe, uint64_t seed,
+                                    int rank, int world_size, const tlm_checkpoint *ck);
+
+/* Several ranks (a collective): checks that every rank runs the same model, recipe, precision and data
+ * (tlm_comm_check_same: INVALID_ARGUMENT naming the ranks that differ), then creates the reducer of
+ * `ddp` (tlm_ddp_create: rank 0's weights everywhere) and gives it to the training state. */
+tlm_status tlm_train_session_join(tlm_train_session *s, tlm_comm *comm, tlm_precision precision,
+                                  const tlm_ddp_config *ddp);
+
+/* Frees what was set up; the reducer only when free_ddp (after this rank's failure alone its collectives
+ * may hang: the process ends without them). */
+void tlm_train_session_free(tlm_train_session *s, bool free_ddp);
 
 #ifdef __cplusplus
 }

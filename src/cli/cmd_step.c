@@ -182,6 +182,127 @@ static bool step_config(const cli_args *a, const step_opts *o, const tlm_safeten
     return true;
 }
 
+/* The batch a step runs on: rows drawn from --data, or --inputs and --targets read. */
+typedef struct {
+    int32_t *inputs, *targets; /* (B*T) */
+    int B, T;
+} step_batch;
+
+/* The batch (its shape checked against the data before anything of its size is allocated), and the RoPE
+ * table lengthened to cover it. Returns the exit code, or -1 to go on. */
+static int load_batch(const cli_args *a, const step_opts *o, tlm_config *cfg, step_batch *b) {
+    const char *cmd = "step";
+    b->B = a->num_batch_sizes ? a->batch_sizes[0] : 4;
+    b->T = a->num_contexts ? a->contexts[0] : 128;
+    if (o->data) {
+        tlm_tokens toks;
+        if (tlm_tokens_load(o->data, cfg->vocab_size, &toks) != TLM_OK) {
+            cli_error(cmd, "%s", tlm_last_error());
+            return TLM_EXIT_FAILURE;
+        }
+        if ((int64_t)b->T + 1 > toks.n) {
+            cli_error(cmd, "--context-length %d needs %d tokens, but %s holds %lld", b->T, b->T + 1, o->data,
+                      (long long)toks.n);
+            tlm_tokens_free(&toks);
+            return TLM_EXIT_FAILURE;
+        }
+        b->inputs = malloc((size_t)b->B * b->T * sizeof(int32_t));
+        b->targets = malloc((size_t)b->B * b->T * sizeof(int32_t));
+        const tlm_batch_draw draw = {.seed = a->seed, .step = 0, .rank = 0, .world_size = 1};
+        tlm_status s = b->inputs && b->targets ? tlm_tokens_get_batch(&toks, b->B, b->T, draw, b->inputs, b->targets)
+                                               : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the batch");
+        tlm_tokens_free(&toks);
+        if (s != TLM_OK) {
+            cli_error(cmd, "%s", tlm_last_error());
+            return TLM_EXIT_FAILURE;
+        }
+    } else {
+        int Bt, Tt;
+        if (!read_batch_file(o->inputs, "inputs", cfg->vocab_size, &b->inputs, &b->B, &b->T) ||
+            !read_batch_file(o->targets, "targets", cfg->vocab_size, &b->targets, &Bt, &Tt))
+            return TLM_EXIT_FAILURE;
+        if (Bt != b->B || Tt != b->T) {
+            cli_error(cmd, "targets %s has shape [%d, %d] but inputs %s has [%d, %d]", o->targets, Bt, Tt, o->inputs,
+                      b->B, b->T);
+            return TLM_EXIT_FAILURE;
+        }
+    }
+    if (b->T > cfg->context_length) {
+        if (a->shape.max_context != CLI_NOT_GIVEN) {
+            cli_error(cmd, "the batch's context length %d conflicts with --max-context-length %ld", b->T,
+                      a->shape.max_context);
+            return TLM_EXIT_USAGE;
+        }
+        cfg->context_length = b->T; /* the RoPE table covers the batch */
+    }
+    return -1;
+}
+
+/* The first forward (and its logits), the backward (and its gradients), the AdamW steps and the weights
+ * after them, written together or not at all. */
+static tlm_status run_passes(tlm_model *m, const step_opts *o, const step_batch *b, int vocab,
+                             tlm_precision precision) {
+    float loss = 0, *logits = NULL;
+    const int B = b->B, T = b->T, V = vocab;
+    tlm_status s = tlm_model_forward(m, b->inputs, b->targets, B, T, &loss);
+    if (s == TLM_OK) printf("loss %.7f\n", loss);
+    tlm_output_batch_begin(); /* every output of the run, or none */
+    if (s == TLM_OK && o->out_logits) {
+        const size_t n = (size_t)B * T * V;
+        if (!(logits = malloc(n * sizeof(float))))
+            s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the logits");
+        if (s == TLM_OK) s = tlm_model_copy_logits(m, logits);
+        const int64_t shape3[3] = {B, T, V};
+        if (s == TLM_OK) s = tlm_npy_write(o->out_logits, TLM_DTYPE_F32, 3, shape3, logits);
+        free(logits);
+    }
+    if (s == TLM_OK && (o->out_grads || o->opt_steps > 0)) s = tlm_model_backward(m);
+    if (s == TLM_OK && o->out_grads) s = tlm_model_save_grads(m, o->out_grads);
+    for (long i = 0; s == TLM_OK && i < o->opt_steps; i++) {
+        if (i > 0) {
+            s = tlm_model_forward(m, b->inputs, b->targets, B, T, &loss);
+            if (s == TLM_OK) s = tlm_model_backward(m);
+        }
+        if (s == TLM_OK) s = tlm_model_adamw_step(m, &o->adamw);
+        if (s == TLM_OK && precision == TLM_PRECISION_FP16)
+            printf("adamw step %ld: loss before %.7f, loss scale after %g%s\n", i + 1, loss, m->scaler.scale,
+                   m->scaler.last_step_skipped ? " (step skipped: inf/NaN gradient)" : "");
+        else if (s == TLM_OK)
+            printf("adamw step %ld: loss before %.7f\n", i + 1, loss);
+    }
+    if (s == TLM_OK && o->out_weights) s = tlm_model_save(m, o->out_weights);
+    if (s != TLM_OK) tlm_output_batch_end(false);
+    else s = tlm_output_batch_end(true);
+    return s;
+}
+
+/* The flags checked together; false after printing the error. */
+static bool check_flags(const cli_args *a, const step_opts *o) {
+    const char *cmd = "step";
+    if (o->data && (o->inputs || o->targets)) {
+        cli_error(cmd, "--data conflicts with --inputs/--targets: give one or the other");
+        return false;
+    }
+    if (!o->data && (!o->inputs || !o->targets)) {
+        cli_error(cmd, "give both --inputs and --targets (or --data)");
+        return false;
+    }
+    if (!cli_refuse_together(cmd, a, CLI_BATCH_SIZE, o->inputs != NULL, "--inputs",
+                             "the batch's shape is the shape of the --inputs array") ||
+        !cli_refuse_together(cmd, a, CLI_CONTEXT_LENGTH, o->inputs != NULL, "--inputs",
+                             "the batch's shape is the shape of the --inputs array"))
+        return false;
+    if (o->strip_prefix && !o->weights) {
+        cli_error(cmd, "--strip-prefix needs --weights");
+        return false;
+    }
+    if (tlm_adamw_config_check(&o->adamw) != TLM_OK) {
+        cli_error(cmd, "%s", tlm_last_error());
+        return false;
+    }
+    return true;
+}
+
 int cmd_step(int argc, char **argv) {
     const char *cmd = "step";
     step_opts given = {.adamw = tlm_adamw_defaults()}, *o = &given;
@@ -189,27 +310,7 @@ int cmd_step(int argc, char **argv) {
     int rc = cli_parse(&step_cmd, o, argc, argv, &a);
     if (rc >= 0) return rc;
     rc = TLM_EXIT_USAGE;
-    if (o->data && (o->inputs || o->targets)) {
-        cli_error(cmd, "--data conflicts with --inputs/--targets: give one or the other");
-        goto out;
-    }
-    if (!o->data && (!o->inputs || !o->targets)) {
-        cli_error(cmd, "give both --inputs and --targets (or --data)");
-        goto out;
-    }
-    if (!cli_refuse_together(cmd, &a, CLI_BATCH_SIZE, o->inputs != NULL, "--inputs",
-                             "the batch's shape is the shape of the --inputs array") ||
-        !cli_refuse_together(cmd, &a, CLI_CONTEXT_LENGTH, o->inputs != NULL, "--inputs",
-                             "the batch's shape is the shape of the --inputs array"))
-        goto out;
-    if (o->strip_prefix && !o->weights) {
-        cli_error(cmd, "--strip-prefix needs --weights");
-        goto out;
-    }
-    if (tlm_adamw_config_check(&o->adamw) != TLM_OK) {
-        cli_error(cmd, "%s", tlm_last_error());
-        goto out;
-    }
+    if (!check_flags(&a, o)) goto out;
     const char *inputs_of_run[] = {o->weights, o->inputs, o->targets, o->data};
     for (int i = 0; i < 4; i++) tlm_output_input(inputs_of_run[i]); /* an output may not replace them */
 
@@ -224,59 +325,15 @@ int cmd_step(int argc, char **argv) {
         have_st = true;
     }
     tlm_config cfg;
-    int32_t *inputs = NULL, *targets = NULL;
-    int B = a.num_batch_sizes ? a.batch_sizes[0] : 4, T = a.num_contexts ? a.contexts[0] : 128;
+    step_batch b = {0};
     tlm_backend *be = NULL;
     tlm_model *m = NULL;
-    float *logits = NULL;
     if (!step_config(&a, o, have_st ? &st : NULL, &cfg)) {
         rc = TLM_EXIT_USAGE;
         goto done;
     }
-
-    /* the batch */
-    if (o->data) {
-        tlm_tokens toks;
-        if (tlm_tokens_load(o->data, cfg.vocab_size, &toks) != TLM_OK) {
-            cli_error(cmd, "%s", tlm_last_error());
-            goto done;
-        }
-        /* the shape is checked against the data before anything of its size is allocated */
-        if ((int64_t)T + 1 > toks.n) {
-            cli_error(cmd, "--context-length %d needs %d tokens, but %s holds %lld", T, T + 1, o->data,
-                      (long long)toks.n);
-            tlm_tokens_free(&toks);
-            goto done;
-        }
-        inputs = malloc((size_t)B * T * sizeof(int32_t));
-        targets = malloc((size_t)B * T * sizeof(int32_t));
-        const tlm_batch_draw draw = {.seed = a.seed, .step = 0, .rank = 0, .world_size = 1};
-        tlm_status s = inputs && targets ? tlm_tokens_get_batch(&toks, B, T, draw, inputs, targets)
-                                         : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the batch");
-        tlm_tokens_free(&toks);
-        if (s != TLM_OK) {
-            cli_error(cmd, "%s", tlm_last_error());
-            goto done;
-        }
-    } else {
-        int Bt, Tt;
-        if (!read_batch_file(o->inputs, "inputs", cfg.vocab_size, &inputs, &B, &T)) goto done;
-        if (!read_batch_file(o->targets, "targets", cfg.vocab_size, &targets, &Bt, &Tt)) goto done;
-        if (Bt != B || Tt != T) {
-            cli_error(cmd, "targets %s has shape [%d, %d] but inputs %s has [%d, %d]", o->targets, Bt, Tt, o->inputs,
-                      B, T);
-            goto done;
-        }
-    }
-    if (T > cfg.context_length) {
-        if (a.shape.max_context != CLI_NOT_GIVEN) {
-            cli_error(cmd, "the batch's context length %d conflicts with --max-context-length %ld", T,
-                      a.shape.max_context);
-            rc = TLM_EXIT_USAGE;
-            goto done;
-        }
-        cfg.context_length = T; /* the RoPE table covers the batch */
-    }
+    if ((rc = load_batch(&a, o, &cfg, &b)) >= 0) goto done;
+    rc = TLM_EXIT_FAILURE;
 
     if (!(be = cli_create_backend(cmd, &a))) goto done;
     const tlm_run_config run = {.precision = a.num_precisions ? a.precisions[0] : TLM_PRECISION_FP32,
@@ -293,43 +350,15 @@ int cmd_step(int argc, char **argv) {
     if (s == TLM_OK && converted != TLM_DTYPE_F32)
         fprintf(stderr, "tlm step: note: %s stores %s tensors: converted to float32\n", o->weights,
                 tlm_dtype_name(converted));
-    float loss = 0;
-    if (s == TLM_OK) s = tlm_model_forward(m, inputs, targets, B, T, &loss);
-    if (s == TLM_OK) printf("loss %.7f\n", loss);
-    tlm_output_batch_begin(); /* every output of the run, or none */
-    if (s == TLM_OK && o->out_logits) {
-        const size_t n = (size_t)B * T * cfg.vocab_size;
-        if (!(logits = malloc(n * sizeof(float)))) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the logits");
-        if (s == TLM_OK) s = tlm_model_copy_logits(m, logits);
-        const int64_t shape3[3] = {B, T, cfg.vocab_size};
-        if (s == TLM_OK) s = tlm_npy_write(o->out_logits, TLM_DTYPE_F32, 3, shape3, logits);
-    }
-    if (s == TLM_OK && (o->out_grads || o->opt_steps > 0)) s = tlm_model_backward(m);
-    if (s == TLM_OK && o->out_grads) s = tlm_model_save_grads(m, o->out_grads);
-    for (long i = 0; s == TLM_OK && i < o->opt_steps; i++) {
-        if (i > 0) {
-            s = tlm_model_forward(m, inputs, targets, B, T, &loss);
-            if (s == TLM_OK) s = tlm_model_backward(m);
-        }
-        if (s == TLM_OK) s = tlm_model_adamw_step(m, &o->adamw);
-        if (s == TLM_OK && run.precision == TLM_PRECISION_FP16)
-            printf("adamw step %ld: loss before %.7f, loss scale after %g%s\n", i + 1, loss, m->scaler.scale,
-                   m->scaler.last_step_skipped ? " (step skipped: inf/NaN gradient)" : "");
-        else if (s == TLM_OK)
-            printf("adamw step %ld: loss before %.7f\n", i + 1, loss);
-    }
-    if (s == TLM_OK && o->out_weights) s = tlm_model_save(m, o->out_weights);
-    if (s != TLM_OK) tlm_output_batch_end(false);
-    else s = tlm_output_batch_end(true);
+    if (s == TLM_OK) s = run_passes(m, o, &b, cfg.vocab_size, run.precision);
     if (s != TLM_OK) cli_error(cmd, "%s", tlm_last_error());
     else rc = TLM_EXIT_OK;
 done:
     if (have_st) tlm_safetensors_free(&st);
-    free(logits);
     tlm_model_free(m);
     tlm_backend_destroy(be);
-    free(inputs);
-    free(targets);
+    free(b.inputs);
+    free(b.targets);
 out:
     cli_args_free(&a);
     return rc;

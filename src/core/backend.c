@@ -71,6 +71,10 @@ size_t tlm_device_memory_total(tlm_backend *be) {
     return be->iface->device_memory_total ? be->iface->device_memory_total(be) : 0;
 }
 
+double tlm_backend_peak_tflops(tlm_backend *be, tlm_precision p) {
+    return be->iface->peak_tflops ? be->iface->peak_tflops(be, p) : 0;
+}
+
 void tlm_backend_release_cached(tlm_backend *be) {
     if (be->iface->release_cached) be->iface->release_cached(be);
 }

@@ -79,6 +79,7 @@ static const tlm_backend_iface cpu_iface = {
     .copy_to_host = cpu_copy,
     .memset_zero = cpu_memset_zero,
     .destroy = cpu_destroy,
+    /* no .peak_tflops: the CPU's peak is not known (tlm_backend_peak_tflops gives 0: MFU n/a) */
 };
 
 tlm_status tlm_backend_cpu_create(tlm_backend **out, int threads) {

@@ -259,6 +259,16 @@ static void cuda_destroy(tlm_backend *be) {
     be->impl = NULL;
 }
 
+/* dense TFLOP/s of the GEMMs of a precision mode (backend.h): Hopper's datasheet, by the device's name */
+static double cuda_peak_tflops(tlm_backend *be, tlm_precision p) {
+    const char *d = be->description;
+    const bool pcie = strstr(d, "PCIe") != NULL, hopper = strstr(d, "H100") || strstr(d, "H200");
+    if (!hopper) return 0;
+    if (p == TLM_PRECISION_FP32) return pcie ? 51 : 67;
+    if (p == TLM_PRECISION_TF32) return pcie ? 378 : 494;
+    return pcie ? 756 : 989; /* bf16, fp16 */
+}
+
 static const tlm_backend_iface cuda_iface = {
     cuda_supports,
     cuda_device_memory_used,
@@ -287,6 +297,7 @@ static const tlm_backend_iface cuda_iface = {
     cuda_side_join,
     cuda_stream_ops,
     cuda_destroy,
+    cuda_peak_tflops,
 };
 
 /* ---- creation ------------------------------------------------------------------------------------------ */

@@ -1,0 +1,73 @@
+/* session.c — a training run's pieces (train.h, tlm_train_session): its token files, its model and
+ * training state (restored from a checkpoint when resuming) and, with several ranks, the check that
+ * every rank runs the same and the gradient reducer. */
+#include <stdio.h>
+#include <string.h>
+
+#include "tlm/train.h"
+
+/* one token file, named `what` in the messages; expect > 0: the count the checkpoint `ckpt` recorded */
+static tlm_status load_tokens(const char *path, const char *what, int vocab, int64_t expect, const char *ckpt,
+                              tlm_tokens *t) {
+    tlm_status s = tlm_tokens_load(path, vocab, t);
+    if (s != TLM_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", tlm_last_error()); /* the message names the file */
+        return tlm_fail(s, "%s: %s", what, why);
+    }
+    if (expect > 0 && t->n != expect) {
+        s = tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s %s holds %lld tokens, but the checkpoint %s was trained on %lld: "
+                     "not the same data", what, path, (long long)t->n, ckpt, (long long)expect);
+        tlm_tokens_free(t);
+        memset(t, 0, sizeof *t);
+    }
+    return s;
+}
+
+tlm_status tlm_train_session_load(tlm_train_session *s, const tlm_train_sources *src, int vocab,
+                                  const tlm_checkpoint *ck) {
+    const char *dir = ck ? ck->dir : NULL;
+    TLM_TRY(load_tokens(src->train_data_path, "training data", vocab, ck ? ck->train_data_tokens : 0, dir,
+                        &s->train_data));
+    if (!src->val_data_path) return TLM_OK;
+    TLM_TRY(load_tokens(src->val_data_path, "validation data", vocab, ck ? ck->val_data_tokens : 0, dir,
+                        &s->val_data));
+    s->have_val_data = true;
+    return TLM_OK;
+}
+
+tlm_status tlm_train_session_create(tlm_train_session *s, tlm_backend *be, const tlm_config *model,
+                                    const tlm_run_config *run, const tlm_train_config *recipe, uint64_t seed,
+                                    int rank, int world_size, const tlm_checkpoint *ck) {
+    s->config = *model;
+    TLM_TRY(tlm_model_create(&s->model, model, run, be));
+    if (!ck) TLM_TRY(tlm_model_init_random(s->model, seed));
+    TLM_TRY(tlm_train_init(&s->train, s->model, recipe, &s->train_data, s->have_val_data ? &s->val_data : NULL, rank,
+                           world_size));
+    s->have_train = true;
+    return ck ? tlm_checkpoint_restore(&s->train, ck) : TLM_OK;
+}
+
+tlm_status tlm_train_session_join(tlm_train_session *s, tlm_comm *comm, tlm_precision precision,
+                                  const tlm_ddp_config *ddp) {
+    const tlm_config *m = &s->config;
+    const tlm_train_config *r = &s->train.config;
+    char text[1024];
+    snprintf(text, sizeof text, "model %d %d %d %d %d %d; recipe batch %d ctx %d steps %lld seed %llu lr %g %g; %s; "
+             "data %lld %lld", m->vocab_size, m->d_model, m->d_ff, m->num_layers, m->num_heads, m->context_length,
+             r->batch_size, r->context_length, (long long)r->steps, (unsigned long long)r->seed, r->lr_max, r->lr_min,
+             tlm_precision_name(precision), (long long)s->train_data.n, (long long)s->val_data.n);
+    TLM_TRY(tlm_comm_check_same(comm, "the run's configuration", text));
+    TLM_TRY(tlm_ddp_create(&s->ddp, s->model, comm, ddp));
+    s->train.ddp = s->ddp;
+    return TLM_OK;
+}
+
+void tlm_train_session_free(tlm_train_session *s, bool free_ddp) {
+    if (free_ddp) tlm_ddp_free(s->ddp);
+    if (s->have_train) tlm_train_free(&s->train);
+    tlm_model_free(s->model);
+    if (s->train_data.ids) tlm_tokens_free(&s->train_data);
+    if (s->val_data.ids) tlm_tokens_free(&s->val_data);
+    memset(s, 0, sizeof *s);
+}
