@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/convert.h"
+#include "core/convert.h"
 #include "model/activations.h"
 #include "model/model_internal.h"
 
