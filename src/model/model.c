@@ -240,8 +240,8 @@ void tlm_model_free_activations(tlm_model *m) {
 
 tlm_status tlm_model_refresh_lowp_weights(tlm_model *m) {
     tlm_backend *be = m->backend;
+    if (!m->plan.weight_copy) return TLM_OK; /* fp32, tf32 */
     const tlm_dtype dt = tlm_precision_act_dtype(m->run.precision);
-    if (dt == TLM_DTYPE_F32) return TLM_OK;
     if (!m->params_lp) {
         tlm_graph_reset(be, &m->graph_fwd);
         tlm_graph_reset(be, &m->graph_bwd);
