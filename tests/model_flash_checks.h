@@ -119,8 +119,11 @@ static inline mf_out mf_run_with(tlm_backend *be, const mf_shape *s, const tlm_r
     const bool updates = run->optimizer_in_backward || run->optimizer_overlap;
     tlm_copy_to_host(be, o.grads, updates ? m->params : m->grads, m->layout.flat_numel * sizeof(float));
     tlm_synchronize(be);
-    if (!updates)
-        for (size_t i = 0; i < m->layout.flat_numel; i++) o.grads[i] /= m->grads_scale;
+    if (!updates) {
+        float grads_scale;
+        tlm_model_grad_factors(m, &grads_scale, NULL);
+        for (size_t i = 0; i < m->layout.flat_numel; i++) o.grads[i] /= grads_scale;
+    }
     o.act_bytes = tlm_activations_bytes(m->acts, TLM_MEM_ACTIVATIONS);
     o.num_tensors = m->layout.num_tensors;
     o.tensors = malloc((size_t)m->layout.num_tensors * sizeof *o.tensors);

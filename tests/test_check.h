@@ -93,6 +93,7 @@ static inline tlm_backend *test_backend(void) {
         printf("no GPU: skipped (%s)\n", tlm_cuda_available() ? tlm_last_error() : "no CUDA device");
         exit(77);
     }
+    tlm_backends_register_builtin();
     if (!be) die_on(tlm_backend_create(&be, TLM_TEST_DEVICE, 0, 0), TLM_TEST_DEVICE " backend");
     printf("# %s\n", be->description);
     return be;

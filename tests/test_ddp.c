@@ -246,7 +246,7 @@ static float *host_params(const tlm_model *m) {
 /* the elements of the model's GEMM copy (bf16/fp16) that are not its weights p (host) rounded to nearest even:
  * 0 when the copy is up to date; -1 when there is none or the model marks it stale (the next forward casts) */
 static long lowp_off(const tlm_model *m, const float *p) {
-    if (!m->params_lp || m->params_lp_stale) return -1;
+    if (!tlm_model_weight_copy_current(m)) return -1;
     const size_t n = m->layout.flat_numel;
     uint16_t *lp = malloc(n * sizeof *lp), *want = malloc(n * sizeof *want);
     TLM_ASSERT(lp && want);

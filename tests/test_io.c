@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "io/convert.h"
+#include "core/convert.h"
 #include "tlm/dtype.h"
 #include "tlm/npy.h"
 #include "tlm/rng.h"

@@ -91,6 +91,18 @@ static float *host_grads(tlm_model *m) {
     return g;
 }
 
+/* the factors the gradients carry (model.h, tlm_model_grad_factors) */
+static float grads_scale(const tlm_model *m) {
+    float f;
+    tlm_model_grad_factors(m, &f, NULL);
+    return f;
+}
+static float grads_clip(const tlm_model *m) {
+    float f;
+    tlm_model_grad_factors(m, NULL, &f);
+    return f;
+}
+
 static void test_clipping(void) {
     tlm_model *m = tiny_model(TLM_PRECISION_FP32);
     void *scratch = tlm_alloc(be, TLM_CLIP_SCRATCH_BYTES, TLM_MEM_WORKSPACE, "test");
@@ -108,7 +120,7 @@ static void test_clipping(void) {
 
     die_on(tlm_clip_grad_norm(m, 2 * norm, scratch, &norm, &clipped), "clip");
     float *g1 = host_grads(m);
-    check(!clipped && m->grads_clip == 1.0f && memcmp(g0, g1, n * sizeof(float)) == 0,
+    check(!clipped && grads_clip(m) == 1.0f && memcmp(g0, g1, n * sizeof(float)) == 0,
           "max_grad_norm 2x the norm: not clipped, nothing recorded, unchanged");
     const double max = norm / 2;
     die_on(tlm_clip_grad_norm(m, max, scratch, &norm, &clipped), "clip");
@@ -117,7 +129,7 @@ static void test_clipping(void) {
     const float coef = (float)(max / (norm + 1e-6));
     double after = 0;
     die_on(tlm_grad_norm(m, scratch, &after), "norm");
-    check(clipped && m->grads_clip == coef && memcmp(g0, g1, n * sizeof(float)) == 0 && fabs(after - max) < 1e-5 * max,
+    check(clipped && grads_clip(m) == coef && memcmp(g0, g1, n * sizeof(float)) == 0 && fabs(after - max) < 1e-5 * max,
           "max_grad_norm half the norm: the factor (float)(max/(norm + 1e-6)) = %.9g recorded for the AdamW pass, "
           "the gradients untouched; norm after %.9g (want %.9g)", (double)coef, after, max);
 
@@ -126,12 +138,12 @@ static void test_clipping(void) {
     g1[3] = 3.0f;
     g1[n - 1] = 4.0f;
     tlm_copy_to_backend(be, m->grads, g1, n * sizeof(float));
-    m->grads_clip = 1.0f; /* new gradients, as a backward leaves them */
+    tlm_model_grads_replaced(m); /* new gradients, as a backward leaves them */
     die_on(tlm_clip_grad_norm(m, 1.0, scratch, &norm, &clipped), "clip");
     free(g1);
     g1 = host_grads(m);
-    const float e3 = g1[3] * m->grads_clip, e4 = g1[n - 1] * m->grads_clip; /* what the AdamW pass reads */
-    check(norm == 5.0 && clipped && m->grads_clip == (float)(1.0 / 5.000001) && fabsf(e3 - 0.6f) < 1e-6f &&
+    const float e3 = g1[3] * grads_clip(m), e4 = g1[n - 1] * grads_clip(m); /* what the AdamW pass reads */
+    check(norm == 5.0 && clipped && grads_clip(m) == (float)(1.0 / 5.000001) && fabsf(e3 - 0.6f) < 1e-6f &&
               fabsf(e4 - 0.8f) < 1e-6f,
           "gradients 3 and 4: norm %g (5), clipped to 1: %.9g %.9g (0.6, 0.8 less 2e-7 relative)", norm,
           (double)e3, (double)e4);
@@ -153,18 +165,18 @@ static void test_clipping(void) {
     forward_backward(m);
     g0 = host_grads(m);
     sum = 0;
-    for (size_t i = 0; i < m->layout.flat_numel; i++) sum += ((double)g0[i] / m->grads_scale) * ((double)g0[i] / m->grads_scale);
+    for (size_t i = 0; i < m->layout.flat_numel; i++) sum += ((double)g0[i] / grads_scale(m)) * ((double)g0[i] / grads_scale(m));
     die_on(tlm_grad_norm(m, scratch, &norm), "norm");
-    check(m->grads_scale == 65536.0f && fabs(norm - sqrt(sum)) <= 1e-12 * sqrt(sum),
-          "fp16: gradients scaled by %g, norm %.9g = the unscaled gradients' %.9g", (double)m->grads_scale, norm,
+    check(grads_scale(m) == 65536.0f && fabs(norm - sqrt(sum)) <= 1e-12 * sqrt(sum),
+          "fp16: gradients scaled by %g, norm %.9g = the unscaled gradients' %.9g", (double)grads_scale(m), norm,
           sqrt(sum));
     die_on(tlm_clip_grad_norm(m, norm / 4, scratch, &norm, &clipped), "clip");
     g1 = host_grads(m);
     const double want_scale = 65536.0 / ((norm / 4) / (norm + 1e-6));
     check(clipped && memcmp(g0, g1, m->layout.flat_numel * sizeof(float)) == 0 &&
-              fabs(m->grads_scale - want_scale) <= 1e-6 * want_scale,
+              fabs(grads_scale(m) - want_scale) <= 1e-6 * want_scale,
           "fp16 clipped to a quarter: gradients untouched, their scale %.1f = 65536 / coef (the unscale clips)",
-          (double)m->grads_scale);
+          (double)grads_scale(m));
     free(g1);
     free(g0);
     tlm_model_free(m);

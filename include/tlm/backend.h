@@ -117,7 +117,35 @@ tlm_status tlm_backend_cpu_create(tlm_backend **out, int threads);
  * a GPU that does not exist (the message says how many are visible). */
 tlm_status tlm_backend_cuda_create(tlm_backend **out, int gpu);
 
-/* By name: "cpu", "cuda", or NULL (cuda when a GPU is visible, else cpu). */
+/* ---- creation by name: a table of backend kinds, registered with core -----------------------
+ * core calls no backend's code: each backend defines its entry (src/cpu/backend_cpu.c, src/cuda/
+ * backend_cuda.cu or no_cuda.c) and whoever creates backends by name registers them first
+ * (tlm_backends_register_builtin: the CLI, the tests). */
+typedef struct {
+    const char *name;                                                  /* "cpu", "cuda": --device */
+    tlm_status (*create)(tlm_backend **out, int gpu, int cpu_threads); /* gpu: an ordinal among the
+                                                                          visible GPUs; cpu_threads <= 0:
+                                                                          OpenMP's default */
+    int (*device_count)(void); /* devices usable now: 0 when none (the CPU: 1) */
+} tlm_backend_entry;
+
+/* Adds `e` (static storage, not copied) to the table; an entry of the same name is replaced. At most 8
+ * names: INVALID_ARGUMENT beyond. Not thread-safe: register before creating backends. */
+tlm_status tlm_backend_register(const tlm_backend_entry *e);
+
+extern const tlm_backend_entry tlm_backend_cpu_entry;  /* src/cpu/backend_cpu.c */
+extern const tlm_backend_entry tlm_backend_cuda_entry; /* src/cuda/backend_cuda.cu; no_cuda.c without nvcc */
+
+/* Registers the built-in backends, cuda before cpu (the order of the default choice). */
+static inline void tlm_backends_register_builtin(void) {
+    tlm_backend_register(&tlm_backend_cuda_entry);
+    tlm_backend_register(&tlm_backend_cpu_entry);
+}
+
+/* By name among the registered kinds: "cpu", "cuda", or NULL (the first registered with a usable
+ * device: cuda when a GPU is visible, else cpu). INVALID_ARGUMENT for a name not registered (the
+ * message lists those that are; none registered: says to call tlm_backends_register_builtin); the
+ * entry's create's errors. */
 tlm_status tlm_backend_create(tlm_backend **out, const char *device, int gpu, int cpu_threads);
 
 bool tlm_cuda_available(void);  /* built with CUDA and at least one GPU visible */

@@ -57,13 +57,14 @@
  * sums of squares, gathered over the ranks and added in rank order, so every rank clips alike).
  * fp16: the loss scaler's overflow count is all-reduced (loss_scaler.h), every rank skips alike.
  *
- * The overlapped optimizer (model.h, run.optimizer_overlap; not with ZeRO): once a bucket's average is
+ * The overlapped optimizer (model.h, run.optimizer_overlap: the step plan's OVERLAPPED; not with ZeRO): once a bucket's average is
  * complete (NCCL: an event of its own on the communication stream), its AdamW update is issued on the
  * model's optimizer stream (tlm_model_overlap_update), so the updates run beside the rest of the
  * backward and the reductions still queued; MPI: right after the synchronous reduction.
  * Not supported: ZeRO with optimizer-in-backward (each group's update would need its group's shard
  * before the next group is complete) or with the overlapped optimizer, CUDA graphs (a world of more
- * than one rank runs the passes eagerly: tlm_ddp_create turns run.cuda_graphs off). With
+ * than one rank runs the passes eagerly: tlm_ddp_create tells the model, tlm_model_plan_data_parallel,
+ * whose step plan then captures no graph). With
  * optimizer-in-backward and no ZeRO, each group is all-reduced in its callback on the compute stream,
  * before its update (one reduction per group whatever the mode: there is no flat gradient buffer to
  * bucket), so nothing of it is hidden: the overlapped optimizer is the way to hide the updates. */
@@ -140,11 +141,12 @@ typedef struct tlm_ddp tlm_ddp;
 /* Sets up data parallelism for model m (its parameters allocated and set on rank 0 at least) over
  * communicator c (the model's backend's; every rank calls it, with the same config: checked, with the
  * model's layout and precision, before the first collective). Broadcasts the parameters from rank 0,
- * registers the grads-ready callback, gives the model the communicator (tlm_model_set_comm), turns
- * run.cuda_graphs off, creates the communication stream and its events (NCCL), the bf16 staging
+ * registers the grads-ready callback, gives the model the communicator (tlm_model_set_comm), tells
+ * the model's step plan (tlm_model_plan_data_parallel: no CUDA graphs; with ZeRO the update is this
+ * layer's, step_plan.h's SHARDED), creates the communication stream and its events (NCCL), the bf16 staging
  * buffer (reduce_dtype BF16; tag WORKSPACE) and with ZeRO the shard's AdamW state (tag OPTIMIZER,
  * allocated by the first step, as AdamW's). Errors: INVALID_ARGUMENT (a bad config; ranks that
- * disagree; a world of one), UNSUPPORTED (ZeRO with optimizer-in-backward), OUT_OF_MEMORY, BACKEND
+ * disagree; a world of one), UNSUPPORTED (ZeRO with optimizer-in-backward or the overlapped optimizer), OUT_OF_MEMORY, BACKEND
  * (a collective failed). Every rank returns the same status for the first three. */
 tlm_status tlm_ddp_create(tlm_ddp **out, tlm_model *m, tlm_comm *c, const tlm_ddp_config *cfg);
 
@@ -158,10 +160,10 @@ void tlm_ddp_free(tlm_ddp *d);
  * (a collective failed: named), INVALID_ARGUMENT (no backward since the last call). */
 tlm_status tlm_ddp_sync_grads(tlm_ddp *d);
 
-/* The global L2 norm of the averaged gradients (as tlm_grad_norm, train.h: unscaled in fp16, after a
+/* The global L2 norm of the averaged gradients (as tlm_grad_norm, model.h: unscaled in fp16, after a
  * clip already recorded), the same on every rank. Without ZeRO the whole buffer (every rank holds the
  * average); with ZeRO the pieces' float64 sums of squares, gathered over the ranks and added in rank
- * order (tails counted once). scratch: TLM_CLIP_SCRATCH_BYTES of backend memory (train.h). */
+ * order (tails counted once). scratch: TLM_CLIP_SCRATCH_BYTES of backend memory (model.h). */
 tlm_status tlm_ddp_grad_norm(tlm_ddp *d, void *scratch, double *norm);
 
 /* The optimizer step with these hyperparameters: without ZeRO the model's (tlm_model_adamw_step: every

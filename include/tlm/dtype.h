@@ -1,4 +1,5 @@
-/* dtype.h — element types of tensors in files (safetensors, .npy) and their conversions. */
+/* dtype.h — element types of tensors (in files: safetensors, .npy; on backends: F32, BF16, F16), their
+ * sizes and names (src/core/dtype.c); conversions between them: src/core/convert.h. */
 #ifndef TLM_DTYPE_H
 #define TLM_DTYPE_H
 

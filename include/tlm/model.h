@@ -10,8 +10,11 @@
  * Its parts, one job each: the flat parameter layout (layout.h: parameters, gradients and the two
  * AdamW moments each live in ONE flat allocation of that layout); the gradients, whose groups the
  * backward pass announces as complete (tlm_model_on_grads_ready: where a layer's gradients become
- * ready); the optimizer (optimizer.h); the fp16 loss scaler (loss_scaler.h); the activations with
- * their lifetimes (src/model/activations.h); the passes (src/model/forward.c, backward.c). */
+ * ready); the optimizer (optimizer.h); the fp16 loss scaler (loss_scaler.h); the step plan, the
+ * step's modes decided once per run (step_plan.h, src/model/step_plan.c: where the update runs, loss
+ * scaling, clipping, the GEMM weight copy, graphs); the activations with their lifetimes
+ * (src/model/activations.h); the passes (src/model/forward.c, backward.c). Only src/model writes a
+ * field of tlm_model; other folders call its functions. */
 #ifndef TLM_MODEL_H
 #define TLM_MODEL_H
 
@@ -27,6 +30,7 @@
 #include "tlm/precision.h"
 #include "tlm/safetensors.h"
 #include "tlm/status.h"
+#include "tlm/step_plan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -76,7 +80,8 @@ bool tlm_recompute_parse(const char *name, tlm_recompute *out); /* those three; 
 
 /* How a model runs (the backend holds no such state). precision, attention and cuda_graphs are chosen
  * when the model is created; forward_only, recompute and optimizer_in_backward may be changed in
- * m->run between steps (the next forward plans the step's memory again).
+ * m->run between steps (the next forward decides the step plan, step_plan.h, and plans the step's
+ * memory again). The run is what was asked; m->plan is what the step does.
  *
  * Memory: a step's activations, backward scratch and gradients live in one arena planned for the
  * batch shape and these options (src/model/activations.h): a buffer occupies bytes only from the
@@ -136,10 +141,13 @@ struct tlm_model;
 typedef void (*tlm_grads_ready_fn)(void *user, struct tlm_model *m, const tlm_param_group *group);
 
 struct tlm_activations; /* src/model/activations.h */
+struct tlm_step_state;  /* src/model/model_internal.h: the step's mutable state, private to src/model */
 
 typedef struct tlm_model {
     tlm_config config;
     tlm_run_config run;            /* run.attention is NAIVE or FLASH, never AUTO */
+    tlm_step_plan plan;            /* the step's modes (step_plan.h), decided from run at creation and
+                                      again by a forward after run changed; written by src/model only */
     tlm_backend *backend;          /* not owned */
     tlm_param_layout layout;       /* names, shapes, offsets, groups */
 
@@ -147,18 +155,12 @@ typedef struct tlm_model {
     tlm_views w;                   /* views of params */
     void *params_lp;               /* (flat_numel) bf16/fp16 copy of params for the GEMMs, cast once
                                       per step (the AdamW pass refreshes it); NULL in fp32/tf32 */
-    bool params_lp_stale;          /* params changed since the last cast */
 
     float *grads;                  /* (flat_numel) the gradients of the last backward, in the step's
                                       arena; set when a backward starts, NULL from the next forward
                                       on, and always NULL with optimizer_in_backward; padding zero */
     tlm_views g;                   /* views of each gradient in the arena (they hold gradients only
                                       while m->grads is set, or during their group's callback) */
-    float grads_scale;             /* the factor the gradients in `grads` carry now: the loss scale
-                                      after backward in fp16, 1 after unscaling and in other modes */
-    float grads_clip;              /* the factor gradient clipping asks the next AdamW step to apply
-                                      to the gradients inside its pass (fp32, tf32, bf16; fp16 folds
-                                      it into grads_scale's unscale); 1 after each backward */
     tlm_grads_ready_fn grads_ready;
     void *grads_ready_user;
 
@@ -171,11 +173,8 @@ typedef struct tlm_model {
     float *step_scalars;           /* (2) backend memory: [0] the mean loss, [1] found_inf */
     int B, T;                      /* shape of the last forward */
     bool have_forward;             /* a forward with targets ran and backward may follow */
-    bool updated_in_backward;      /* optimizer_in_backward, _overlap: the last backward took the step */
-    struct tlm_stream *opt_stream; /* optimizer_overlap: where the updates run (made at the first) */
-    struct tlm_event *opt_after, *opt_done; /* the compute stream's point an update follows; the end of them */
-    bool opt_pending;              /* updates issued that the compute stream has not waited for */
-    bool overlap_failed;           /* the last backward could not issue an update (its error set) */
+    struct tlm_step_state *step;   /* the gradients' scale and clip factors, the GEMM copy's staleness,
+                                      the overlapped updates' stream, events and flags: src/model only */
     tlm_graph graph_fwd, graph_bwd;
 } tlm_model;
 
@@ -190,6 +189,70 @@ void tlm_model_free(tlm_model *m);
  * TLM_ERR_UNSUPPORTED, message set and the model unchanged, when the backend cannot run it. A
  * change frees the activations (the next forward allocates the new layout). */
 tlm_status tlm_model_set_attention(tlm_model *m, tlm_attention a);
+
+/* ---- the step plan (step_plan.h; src/model/step_plan.c) ------------------------------------------ */
+
+/* The plan `run` gives (no clipping, no data parallelism attached). Errors: INVALID_ARGUMENT (an
+ * unknown precision or recompute mode; optimizer_in_backward and optimizer_overlap both), UNSUPPORTED
+ * (either with fp16). */
+tlm_status tlm_step_plan_decide(tlm_step_plan *out, const tlm_run_config *run);
+
+/* Gradient clipping by the global norm on or off for the steps to come (tlm train's --max-grad-norm).
+ * UNSUPPORTED (the model unchanged) when on and the plan's updates run in the backward pass: they
+ * are taken before the global norm is known. */
+tlm_status tlm_model_plan_clipping(tlm_model *m, bool on);
+
+/* A data-parallel reducer attaches (ddp.h): its grads-ready callback must run on the host every
+ * step (no CUDA graphs from now on), and with `sharded` (ZeRO-1) the update is its own, through
+ * tlm_model_adamw_step_by. UNSUPPORTED (the model unchanged) for sharded with optimizer-in-backward
+ * or the overlapped optimizer (ddp.h says why). */
+tlm_status tlm_model_plan_data_parallel(tlm_model *m, bool sharded);
+
+/* The parameters changed outside the model's own passes (a broadcast, a sharded update, a load):
+ * `copy_current` true when the writer refreshed the bf16/fp16 GEMM copy too, false when the next
+ * forward must cast it again. */
+void tlm_model_params_changed(tlm_model *m, bool copy_current);
+
+/* The gradients in m->grads are the caller's own (written by hand; no loss scale, no clip asked):
+ * their scale and clip factors return to 1. */
+void tlm_model_grads_replaced(tlm_model *m);
+
+/* The factors the gradients in m->grads carry now: *scale the loss scale (fp16 after the backward;
+ * divided by a clip folded into the unscale), 1 after unscaling and in other modes; *clip the factor
+ * that clipping asks the next update to multiply them by (1 after each backward). The true gradient
+ * of element i is grads[i] / scale, and the update reads grads[i] * clip. Either may be NULL. */
+void tlm_model_grad_factors(const tlm_model *m, float *scale, float *clip);
+
+/* true when the bf16/fp16 GEMM copy exists and matches the parameters (the next forward casts nothing) */
+bool tlm_model_weight_copy_current(const tlm_model *m);
+
+/* A checkpoint's optimizer state: AdamW's step count t (the moments are written by the caller into
+ * m->optimizer.m / .v) and the loss scaler (its last step counts as not skipped). */
+void tlm_model_restore_optimizer_state(tlm_model *m, int64_t t, const tlm_loss_scaler *scaler);
+
+/* ---- the global gradient norm and clipping (src/model/clip.c) ------------------------------------
+ * CS336 Assignment 1 §4.5, gradient_clipping (as torch.nn.utils.clip_grad_norm_): the L2 norm of all
+ * gradients together, total = sqrt(sum g^2) (the sum_squares op over the one flat gradient buffer,
+ * float64, a fixed order: reproducible); coef = max_norm / (total + 1e-6); when coef < 1 every
+ * gradient is multiplied by coef, else left alone. The multiply has no pass of its own (the plan's
+ * clip_in_unscale): clipping records coef as the clip factor and the AdamW pass multiplies each
+ * gradient as it reads it (ops.def, adamw_step's grad_scale: the same bits as a multiply
+ * beforehand); gradients carrying a loss scale (fp16, tlm_model_grad_factors' scale != 1) are
+ * measured unscaled (the sum divided by the scale squared) and the clip divides the scale by coef, so
+ * the unscale before the update applies it. The norm is of the gradients as the update will see them.
+ * Cost: one read of the gradients (the norm).
+ * scratch: TLM_CLIP_SCRATCH_BYTES of backend memory (tlm_alloc). Waits for the norm (a host copy).
+ * Errors: INVALID_ARGUMENT when m holds no gradients (no backward since the last forward, or
+ * optimizer-in-backward, which never has them all at once). A non-finite gradient gives a non-finite
+ * norm (and no clipping); tlm_grad_nonfinite_tensor names where it is. */
+#define TLM_CLIP_SCRATCH_BYTES 16
+tlm_status tlm_grad_norm(tlm_model *m, void *scratch, double *norm);
+tlm_status tlm_clip_grad_norm(tlm_model *m, double max_norm, void *scratch, double *norm, bool *clipped);
+/* The clip of a norm measured elsewhere (data parallelism: ddp.h's norm of the averaged gradients):
+ * records coef as tlm_clip_grad_norm does; nothing when norm is not finite or within max_norm. */
+void tlm_clip_to_norm(tlm_model *m, double max_norm, double norm, bool *clipped);
+/* The name of the first tensor (layout order) whose gradient holds a NaN or inf, or NULL. */
+const char *tlm_grad_nonfinite_tensor(tlm_model *m, void *scratch);
 
 /* Calls fn (NULL: none) each time a group of gradients is complete (tlm_grads_ready_fn). */
 void tlm_model_on_grads_ready(tlm_model *m, tlm_grads_ready_fn fn, void *user);
@@ -287,8 +350,9 @@ tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt);
  * shard of the parameters with its own AdamW state): what tlm_model_adamw_step does around its own
  * AdamW pass (the optimizer phase, the step's memory stage: the gradients' life ends with it; in fp16
  * the unscale and overflow check, `update` skipped on an overflow), with update(user, m) in place of
- * that pass. update reads m->grads (unscaled) times m->grads_clip, writes m->params, and sets
- * m->params_lp_stale when the GEMM copy no longer matches them. Not with optimizer-in-backward.
+ * that pass. update reads m->grads (unscaled) times the clip factor (tlm_model_grad_factors), writes
+ * m->params, and says whether it refreshed the GEMM copy (tlm_model_params_changed). Not with
+ * optimizer-in-backward.
  * Errors: INVALID_ARGUMENT without gradients; update's. */
 tlm_status tlm_model_adamw_step_by(tlm_model *m, tlm_status (*update)(void *user, tlm_model *m), void *user);
 

@@ -42,28 +42,8 @@ extern "C" {
 double tlm_lr_cosine_schedule(int64_t it, double lr_max, double lr_min, int64_t warmup_iters,
                               int64_t cosine_cycle_iters);
 
-/* ---- the global gradient norm and clipping (src/train/clip.c) ------------------------------------
- * CS336 Assignment 1 §4.5, gradient_clipping (as torch.nn.utils.clip_grad_norm_): the L2 norm of all
- * gradients together, total = sqrt(sum g^2) (the sum_squares op over the one flat gradient buffer,
- * float64, a fixed order: reproducible); coef = max_norm / (total + 1e-6); when coef < 1 every
- * gradient is multiplied by coef, else left alone. The multiply has no pass of its own: clipping
- * records coef in m->grads_clip and the AdamW pass multiplies each gradient as it reads it (ops.def,
- * adamw_step's grad_scale: the same bits as a multiply beforehand); gradients carrying a loss scale
- * (fp16, m->grads_scale != 1) are measured unscaled (the sum divided by the scale squared) and the
- * clip divides m->grads_scale by coef, so the unscale before the update applies it. The norm is of
- * the gradients as the update will see them. Cost: one read of the gradients (the norm).
- * scratch: TLM_CLIP_SCRATCH_BYTES of backend memory (tlm_alloc). Waits for the norm (a host copy).
- * Errors: INVALID_ARGUMENT when m holds no gradients (no backward since the last forward, or
- * optimizer-in-backward, which never has them all at once). A non-finite gradient gives a non-finite
- * norm (and no clipping); tlm_grad_nonfinite_tensor names where it is. */
-#define TLM_CLIP_SCRATCH_BYTES 16
-tlm_status tlm_grad_norm(tlm_model *m, void *scratch, double *norm);
-tlm_status tlm_clip_grad_norm(tlm_model *m, double max_norm, void *scratch, double *norm, bool *clipped);
-/* The clip of a norm measured elsewhere (data parallelism: ddp.h's norm of the averaged gradients):
- * records coef as tlm_clip_grad_norm does; nothing when norm is not finite or within max_norm. */
-void tlm_clip_to_norm(tlm_model *m, double max_norm, double norm, bool *clipped);
-/* The name of the first tensor (layout order) whose gradient holds a NaN or inf, or NULL. */
-const char *tlm_grad_nonfinite_tensor(tlm_model *m, void *scratch);
+/* The global gradient norm and clipping (tlm_grad_norm, tlm_clip_grad_norm, tlm_clip_to_norm,
+ * tlm_grad_nonfinite_tensor, TLM_CLIP_SCRATCH_BYTES) are the model's: model.h, src/model/clip.c. */
 
 /* ---- the recipe ----------------------------------------------------------------------------------- */
 

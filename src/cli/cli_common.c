@@ -684,6 +684,7 @@ tlm_backend *cli_create_backend(const char *cmd, const cli_args *a) {
         return NULL;
     }
     tlm_backend *be = NULL;
+    tlm_backends_register_builtin();
     if (tlm_backend_create(&be, a->device, a->gpu, a->threads) != TLM_OK) {
         cli_error(cmd, "%s", tlm_last_error());
         return NULL;

@@ -44,12 +44,38 @@ void tlm_backend_destroy(tlm_backend *be) {
     free(be);
 }
 
+/* ---- the registered backend kinds (backend.h: core calls no backend's code) ---------------------- */
+
+enum { MAX_BACKEND_KINDS = 8 };
+static const tlm_backend_entry *backend_kinds[MAX_BACKEND_KINDS];
+static int num_backend_kinds;
+
+tlm_status tlm_backend_register(const tlm_backend_entry *e) {
+    for (int i = 0; i < num_backend_kinds; i++)
+        if (strcmp(backend_kinds[i]->name, e->name) == 0) {
+            backend_kinds[i] = e;
+            return TLM_OK;
+        }
+    if (num_backend_kinds == MAX_BACKEND_KINDS)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "backend '%s': the table holds %d kinds at most", e->name,
+                        MAX_BACKEND_KINDS);
+    backend_kinds[num_backend_kinds++] = e;
+    return TLM_OK;
+}
+
 tlm_status tlm_backend_create(tlm_backend **out, const char *device, int gpu, int cpu_threads) {
     *out = NULL;
-    if (!device) device = tlm_cuda_available() ? "cuda" : "cpu";
-    if (strcmp(device, "cpu") == 0) return tlm_backend_cpu_create(out, cpu_threads);
-    if (strcmp(device, "cuda") == 0) return tlm_backend_cuda_create(out, gpu);
-    return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown device '%s' (known: cpu, cuda)", device);
+    if (num_backend_kinds == 0)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "no backend is registered (call tlm_backends_register_builtin)");
+    for (int i = 0; i < num_backend_kinds; i++) {
+        const tlm_backend_entry *e = backend_kinds[i];
+        if (device ? strcmp(device, e->name) == 0 : (i == num_backend_kinds - 1 || e->device_count() > 0))
+            return e->create(out, gpu, cpu_threads);
+    }
+    char known[128] = "";
+    for (int i = 0; i < num_backend_kinds; i++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", backend_kinds[i]->name);
+    return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown device '%s' (known: %s)", device, known);
 }
 
 /* ---- the device ------------------------------------------------------------------------------------ */

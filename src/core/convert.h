@@ -1,5 +1,6 @@
-/* convert.h — float32 <-> bf16 / fp16 conversions, `static inline` so that hot loops (the CPU
- * backend's bf16/fp16 paths) inline them; src/io (file tensors) uses the same functions.
+/* convert.h — float32 <-> bf16 / fp16 conversions (internal): the scalar ones `static inline` so
+ * that hot loops (the CPU backend's bf16/fp16 paths) inline them; the array forms for buffers that
+ * may be unaligned (file tensors, src/io) and any float dtype to float32 (src/core/dtype.c).
  *
  * fp16: IEEE 754 binary16 (1 sign, 5 exponent, 10 mantissa bits; max 65504, smallest
  *       subnormal 2^-24). bf16: bfloat16, the top 16 bits of a float32 (8 exponent bits,
@@ -21,6 +22,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "tlm/dtype.h"
+#include "tlm/status.h"
 
 #ifdef __cplusplus
 #define TLM_CONVERT_RESTRICT __restrict__
@@ -134,5 +138,28 @@ static inline void tlm_f32_to_16_n(const float *TLM_CONVERT_RESTRICT src, uint16
     if (bf16) for (size_t i = 0; i < n; i++) dst[i] = tlm_f32_to_bf16(src[i]);
     else for (size_t i = 0; i < n; i++) dst[i] = tlm_f32_to_f16(src[i]);
 }
+
+/* ---- buffers that may be unaligned (src/core/dtype.c) -------------------------------------------
+ * The 16-bit side is bytes that may be unaligned (file buffers), little-endian (tlm only builds on
+ * little-endian hosts); n is a count of elements. Same roundings as the scalar functions above. */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* dst[i] = widen(src[i]); src: n 16-bit values, maybe unaligned. */
+void tlm_f16_to_f32_array(const void *src, float *dst, int64_t n);
+void tlm_bf16_to_f32_array(const void *src, float *dst, int64_t n);
+/* dst[i] = narrow(src[i]); dst: n 16-bit values, maybe unaligned. */
+void tlm_f32_to_f16_array(const float *src, void *dst, int64_t n);
+void tlm_f32_to_bf16_array(const float *src, void *dst, int64_t n);
+
+/* dst[i] = float32(src[i]) for n elements of a float dtype (F32, F64, F16, BF16; F64 beyond the
+ * float range becomes +-inf), src maybe unaligned. TLM_ERR_FORMAT for an integer dtype, the
+ * message starting with `label` ("tensor 'w'", "a.npy"). Behind tlm_st_tensor_to_f32 and
+ * tlm_array_to_f32 (src/io). */
+tlm_status tlm_dtype_to_f32(const void *src, tlm_dtype t, int64_t n, float *dst, const char *label);
+#ifdef __cplusplus
+}
+#endif
 
 #endif

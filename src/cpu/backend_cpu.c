@@ -99,3 +99,8 @@ tlm_status tlm_backend_cpu_create(tlm_backend **out, int threads) {
     *out = be;
     return TLM_OK;
 }
+
+/* the entry tlm_backend_create finds by name (backend.h): one device, always present */
+static tlm_status cpu_create(tlm_backend **out, int gpu, int cpu_threads) { return tlm_backend_cpu_create(out, cpu_threads); }
+static int cpu_device_count(void) { return 1; }
+const tlm_backend_entry tlm_backend_cpu_entry = {"cpu", cpu_create, cpu_device_count};

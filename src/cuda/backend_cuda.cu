@@ -393,3 +393,7 @@ fail:
     tlm_backend_destroy(be); /* frees what was allocated, then cuda_destroy */
     return s;
 }
+
+/* the entry tlm_backend_create finds by name (backend.h) */
+static tlm_status cuda_create(tlm_backend **out, int gpu, int cpu_threads) { return tlm_backend_cuda_create(out, gpu); }
+extern "C" const tlm_backend_entry tlm_backend_cuda_entry = {"cuda", cuda_create, tlm_cuda_device_count};

@@ -110,9 +110,11 @@ tlm_status tlm_ddp_memory_estimate(const tlm_config *cfg, const tlm_run_config *
     if (world_size < 1) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "world size %d", world_size);
     TLM_TRY(tlm_ddp_config_check(c));
     if (world_size == 1) return TLM_OK;
-    if (c->zero && (run->optimizer_in_backward || run->optimizer_overlap))
+    tlm_step_plan plan;
+    TLM_TRY(tlm_step_plan_decide(&plan, run));
+    if (c->zero && plan.updates_in_backward)
         return tlm_fail(TLM_ERR_UNSUPPORTED, "ZeRO-1 with %s is not supported (ddp.h)",
-                        run->optimizer_in_backward ? "optimizer-in-backward" : "the overlapped optimizer");
+                        tlm_update_place_name(plan.update));
     tlm_param_layout l;
     TLM_TRY(tlm_layout_build(&l, cfg));
     tlm_status s = TLM_OK;

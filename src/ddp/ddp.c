@@ -11,7 +11,7 @@
 
 #include "ddp/ddp_internal.h"
 #include "tlm/ddp.h"
-#include "tlm/train.h"
+#include "tlm/model.h"
 
 struct tlm_ddp {
     tlm_ddp_config cfg;
@@ -29,7 +29,7 @@ struct tlm_ddp {
     double *sq;                /* ZeRO: [nb] backend float64: each piece's sum of squares (the norm) */
     uint16_t *staging;         /* (flat_numel) bf16: the compressed gradients (reduce_dtype BF16) */
     tlm_stream *stream;        /* NCCL: the communication stream */
-    tlm_event **averaged;      /* NCCL, run.optimizer_overlap: [nb] bucket k's average is complete */
+    tlm_event **averaged;      /* NCCL, plan.update OVERLAPPED: [nb] bucket k's average is complete */
     tlm_event *ev_ready, *ev_bwd_end, *ev_comm_done, *ev_joined, *ev_upd_end, *ev_ag_joined;
     /* the step */
     int next_bucket;           /* buckets issued so far */
@@ -76,7 +76,7 @@ static tlm_status issue_ready(tlm_ddp *d, int upto) {
         const int k = d->next_bucket++;
         const tlm_ddp_bucket *b = &d->buckets[k];
         TLM_TRY(reduce_span(d, d->m->grads + b->offset, b->offset, b->numel, b->sharded, d->stream));
-        if (!d->m->run.optimizer_overlap) continue;
+        if (d->m->plan.update != TLM_UPDATE_OVERLAPPED) continue;
         if (d->nccl && !d->averaged)
             return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the overlapped optimizer was turned on after the data-parallel "
                             "reducer was made (make the reducer after setting m->run)");
@@ -114,9 +114,10 @@ static void on_grads_ready(void *user, tlm_model *m, const tlm_param_group *g) {
         d->collectives = 0;
         d->bytes = 0;
     }
-    if (d->status != TLM_OK || (!d->overlapped && !m->run.optimizer_in_backward)) return;
+    const bool in_backward = m->plan.update == TLM_UPDATE_IN_BACKWARD;
+    if (d->status != TLM_OK || (!d->overlapped && !in_backward)) return;
     const double t0 = now_ms();
-    if (m->run.optimizer_in_backward) { /* the group's update follows on the compute stream: reduce it there */
+    if (in_backward) { /* the group's update follows on the compute stream: reduce it there */
         d->status = reduce_span(d, tlm_model_group_grads(m, gi), g->offset, g->numel, false, NULL);
     } else {
         comm_waits_compute(d);
@@ -130,7 +131,7 @@ static void on_grads_ready(void *user, tlm_model *m, const tlm_param_group *g) {
 static tlm_status create_streams(tlm_ddp *d) {
     if (!d->nccl) return TLM_OK;
     TLM_TRY(tlm_stream_create(d->be, &d->stream));
-    if (d->m->run.optimizer_overlap) {
+    if (d->m->plan.update == TLM_UPDATE_OVERLAPPED) {
         if (!(d->averaged = calloc((size_t)d->nb, sizeof *d->averaged)))
             return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the buckets' events");
         for (int k = 0; k < d->nb; k++) TLM_TRY(tlm_event_create(d->be, &d->averaged[k]));
@@ -186,24 +187,18 @@ static tlm_status setup(tlm_ddp *d) {
     /* the same reducer on every rank, before the first collective: a different plan would hang */
     char text[512];
     snprintf(text, sizeof text, "mode %s bucket_mb %.17g reduce %s zero %d; layout %zu floats, %d tensors; %s; "
-             "optimizer-in-backward %d, overlapped %d", tlm_ddp_mode_name(cfg->mode), cfg->bucket_mb,
+             "update %s", tlm_ddp_mode_name(cfg->mode), cfg->bucket_mb,
              tlm_dtype_name(cfg->reduce_dtype), cfg->zero, l->flat_numel, l->num_tensors,
-             tlm_precision_name(m->run.precision), (int)m->run.optimizer_in_backward, (int)m->run.optimizer_overlap);
+             tlm_precision_name(m->run.precision), tlm_update_place_name(m->plan.update));
     TLM_TRY(tlm_comm_check_same(d->c, "the data-parallel configuration", text));
     TLM_TRY(tlm_ddp_config_check(cfg)); /* the same on every rank from here on */
-    if (cfg->zero && m->run.optimizer_in_backward)
-        return tlm_fail(TLM_ERR_UNSUPPORTED, "ZeRO-1 with optimizer-in-backward: a layer's update would need its "
-                        "shard's averaged gradients, which the reduce-scatter of its bucket gives only once the "
-                        "bucket is complete (use one or the other)");
-    if (cfg->zero && m->run.optimizer_overlap)
-        return tlm_fail(TLM_ERR_UNSUPPORTED, "ZeRO-1 with the overlapped optimizer: ZeRO's update and all-gather "
-                        "already follow the backward on the communication stream (use one or the other)");
+    /* the model's plan: the callbacks run on the host every step; ZeRO's update is ours (step_plan.h) */
+    TLM_TRY(tlm_model_plan_data_parallel(m, cfg->zero != 0));
     TLM_TRY(tlm_ddp_agree(d->c, local_setup(d))); /* no rank goes on to the broadcast alone */
     /* rank 0's parameters everywhere; the GEMM copy follows them in the next forward */
     TLM_TRY(tlm_comm_broadcast(d->c, m->params, m->params, l->flat_numel, TLM_DTYPE_F32, 0, NULL));
     TLM_TRY(tlm_comm_synchronize(d->c, NULL));
-    m->params_lp_stale = true;
-    m->run.cuda_graphs = false; /* the callbacks must run on the host every step */
+    tlm_model_params_changed(m, false);
     tlm_model_set_comm(m, d->c);
     tlm_model_on_grads_ready(m, on_grads_ready, d);
     return TLM_OK;
@@ -260,7 +255,7 @@ tlm_status tlm_ddp_sync_grads(tlm_ddp *d) {
     if (!d->pending) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "no backward pass to reduce the gradients of");
     d->pending = false;
     TLM_TRY(d->status);
-    if (d->m->run.optimizer_in_backward) return TLM_OK; /* each group was reduced before its update */
+    if (d->m->plan.update == TLM_UPDATE_IN_BACKWARD) return TLM_OK; /* each group was reduced before its update */
     const double t0 = now_ms();
     if (d->nccl) tlm_event_record(d->be, d->ev_bwd_end, NULL);
     comm_waits_compute(d); /* NAIVE, FLAT: the whole backward; the overlapped modes issued every bucket */
@@ -292,7 +287,9 @@ tlm_status tlm_ddp_grad_norm(tlm_ddp *d, void *scratch, double *norm) {
     for (int r = 0; r < d->world; r++) total += all[r]; /* rank order: the same sum everywhere */
     free(host);
     TLM_TRY(s);
-    *norm = sqrt(total) / ((double)m->grads_scale / m->grads_clip);
+    float scale, clip;
+    tlm_model_grad_factors(m, &scale, &clip);
+    *norm = sqrt(total) / ((double)scale / clip);
     return TLM_OK;
 }
 
@@ -319,12 +316,14 @@ static tlm_status zero_update(void *user, tlm_model *m) {
     TLM_TRY(tlm_adamw_begin_step(o)); /* t += 1; the first allocates the shard's moments */
     const tlm_adamw_config *h = &o->config;
     const tlm_dtype dt = m->params_lp ? tlm_precision_act_dtype(m->run.precision) : TLM_DTYPE_F32;
+    float clip;
+    tlm_model_grad_factors(m, NULL, &clip);
     double comm_ms = 0;
     for (int k = 0; k < d->nb; k++) {
         const tlm_ddp_bucket *b = &d->buckets[k];
         const size_t piece = b->sharded ? b->numel / (size_t)d->world : b->numel;
         const size_t at = b->offset + (b->sharded ? (size_t)d->rank * piece : 0);
-        tlm_adamw_step(d->be, m->params + at, m->grads + at, m->grads_clip, o->m + d->moment_off[k],
+        tlm_adamw_step(d->be, m->params + at, m->grads + at, clip, o->m + d->moment_off[k],
                        o->v + d->moment_off[k], piece, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, o->t,
                        dt != TLM_DTYPE_F32 ? lowp_at(m, at, dt) : NULL, dt);
         if (!b->sharded) continue; /* a tail: every rank updated it alike */
@@ -344,7 +343,7 @@ static tlm_status zero_update(void *user, tlm_model *m) {
     d->timed_params = d->nccl;
     if (!d->nccl) d->host_params = comm_ms;
     /* without a GEMM copy kept up to date here, the next forward casts it from the gathered parameters */
-    m->params_lp_stale = dt == TLM_DTYPE_F32;
+    tlm_model_params_changed(m, dt != TLM_DTYPE_F32);
     return TLM_OK;
 }
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/convert.h"
+#include "core/convert.h"
 #include "io/input.h"
 #include "tlm/output.h"
 #include "tlm/rng.h"
@@ -333,7 +333,7 @@ tlm_status tlm_array_check_shape(const tlm_array *a, int ndim, int64_t max_dim, 
 
 tlm_status tlm_array_to_f32(const tlm_array *a, float *dst, const char *what) {
     TLM_ASSERT(a && (dst || a->numel == 0));
-    return tlm_io_to_f32(a->data, a->dtype, a->numel, dst, what ? what : "array");
+    return tlm_dtype_to_f32(a->data, a->dtype, a->numel, dst, what ? what : "array");
 }
 
 /* ---- writing ------------------------------------------------------------------------------ */

@@ -21,7 +21,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "io/convert.h"
+#include "core/convert.h"
 #include "io/input.h"
 #include "tlm/output.h"
 
@@ -430,32 +430,11 @@ void tlm_safetensors_free(tlm_safetensors *st) {
     memset(st, 0, sizeof *st);
 }
 
-tlm_status tlm_io_to_f32(const void *data, tlm_dtype t, int64_t n, float *dst, const char *label) {
-    const unsigned char *src = data;
-    switch (t) {
-    case TLM_DTYPE_F32:
-        if (n) memcpy(dst, src, (size_t)n * sizeof(float));
-        return TLM_OK;
-    case TLM_DTYPE_F64:
-        for (int64_t i = 0; i < n; i++) {
-            double d;
-            memcpy(&d, src + 8 * i, 8);
-            dst[i] = (float)d;
-        }
-        return TLM_OK;
-    case TLM_DTYPE_F16: tlm_f16_to_f32_array(src, dst, n); return TLM_OK;
-    case TLM_DTYPE_BF16: tlm_bf16_to_f32_array(src, dst, n); return TLM_OK;
-    default:
-        return tlm_fail(TLM_ERR_FORMAT, "%s: dtype %s is not a float dtype (F32 F64 F16 BF16)", label,
-                        tlm_dtype_name(t));
-    }
-}
-
 tlm_status tlm_st_tensor_to_f32(const tlm_st_tensor *t, float *dst) {
     char label[300];
     if (t->name) snprintf(label, sizeof label, "tensor '%s'", t->name);
     else snprintf(label, sizeof label, "an unnamed tensor");
-    return tlm_io_to_f32(t->data, t->dtype, t->numel, dst, label);
+    return tlm_dtype_to_f32(t->data, t->dtype, t->numel, dst, label);
 }
 
 /* ---- writing ------------------------------------------------------------------------------ */

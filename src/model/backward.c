@@ -32,11 +32,11 @@ static tlm_side_mark linear_backward(tlm_backend *be, void *dx, float *dw, const
 static void grads_ready(tlm_model *m, int i) {
     const tlm_param_group *g = &m->layout.groups[i];
     if (m->grads_ready) m->grads_ready(m->grads_ready_user, m, g);
-    if (m->run.optimizer_overlap && !m->grads_ready) { /* the callback, if any, issues the updates */
-        if (tlm_model_overlap_update(m, g->offset, g->numel, NULL) != TLM_OK) m->overlap_failed = true;
+    if (m->plan.update == TLM_UPDATE_OVERLAPPED && !m->grads_ready) { /* the callback, if any, issues the updates */
+        if (tlm_model_overlap_update(m, g->offset, g->numel, NULL) != TLM_OK) m->step->overlap_failed = true;
         return;
     }
-    if (!m->run.optimizer_in_backward) return;
+    if (m->plan.update != TLM_UPDATE_IN_BACKWARD) return;
     /* the group's AdamW update (optimizer.h: update_span), then its gradients are dead */
     const tlm_dtype dt = tlm_precision_act_dtype(m->run.precision);
     void *lp = m->params_lp ? tlm_at(m->params_lp, g->offset, dt) : NULL;
@@ -137,35 +137,35 @@ tlm_status tlm_model_backward(tlm_model *m) {
     if (!m->have_forward || !m->acts || m->acts->shape.forward_only)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "backward needs a forward pass with targets first");
     if (m->acts->shape.recompute != m->run.recompute ||
-        m->acts->shape.optimizer_in_backward != m->run.optimizer_in_backward)
+        m->acts->shape.optimizer_in_backward != (m->plan.update == TLM_UPDATE_IN_BACKWARD))
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the run's recompute or optimizer-in-backward changed since the "
                         "forward pass: run the forward again");
     tlm_backend *be = m->backend;
-    const bool oib = m->run.optimizer_in_backward, overlap = m->run.optimizer_overlap;
+    const bool updates = m->plan.updates_in_backward; /* in the backward, or overlapped beside it */
     tlm_phase_begin(be, TLM_PHASE_BACKWARD);
-    m->overlap_failed = false;
-    if (oib || overlap) { /* this step's t, and the moments on the first step */
+    m->step->overlap_failed = false;
+    if (updates) { /* this step's t, and the moments on the first step */
         const tlm_status s = tlm_adamw_begin_step(&m->optimizer);
         if (s != TLM_OK) {
             tlm_phase_end(be);
             return s;
         }
     }
-    const float scale = m->run.precision == TLM_PRECISION_FP16 ? m->scaler.scale : 1.0f;
+    const float scale = m->plan.loss_scaling ? m->scaler.scale : 1.0f;
     uint32_t scale_bits;
     memcpy(&scale_bits, &scale, sizeof scale_bits);
     m->grads = m->acts->grads; /* NULL with optimizer-in-backward */
     /* with optimizer-in-backward the pass runs eagerly: each step's updates take t from the host */
-    tlm_graph_run(be, &m->graph_bwd, m->run.cuda_graphs && !oib && !overlap, backward_pass, m, scale_bits);
+    tlm_graph_run(be, &m->graph_bwd, m->plan.backward_graph, backward_pass, m, scale_bits);
     tlm_phase_end(be);
-    if (m->overlap_failed)
+    if (m->step->overlap_failed)
         return tlm_fail(TLM_ERR_BACKEND, "the overlapped optimizer's stream could not be made: %s", tlm_last_error());
-    m->grads_scale = scale;
-    m->grads_clip = 1.0f;
+    m->step->grads_scale = scale;
+    m->step->grads_clip = 1.0f;
     m->have_forward = false; /* the logits now hold their gradient */
-    if (oib || overlap) {
-        m->updated_in_backward = true;
-        m->params_lp_stale = false; /* each update refreshed its span of the GEMM copy */
+    if (updates) {
+        m->step->updated_in_backward = true;
+        m->step->params_lp_stale = false; /* each update refreshed its span of the GEMM copy */
     }
     return TLM_OK;
 }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/convert.h"
+#include "core/convert.h"
 #include "model/activations.h"
 #include "model/model_internal.h"
 
@@ -85,7 +85,7 @@ static tlm_status ensure_activations(tlm_model *m, int B, int T) {
     const tlm_step_shape s = {.B = B, .T = T, .dt = tlm_precision_act_dtype(m->run.precision),
                               .attention = m->run.attention, .recompute = m->run.recompute,
                               .forward_only = m->run.forward_only,
-                              .optimizer_in_backward = m->run.optimizer_in_backward};
+                              .optimizer_in_backward = m->plan.update == TLM_UPDATE_IN_BACKWARD};
     const tlm_activations *a = m->acts;
     if (a && a->shape.B == s.B && a->shape.T == s.T && a->shape.dt == s.dt && a->shape.attention == s.attention &&
         a->shape.recompute == s.recompute && a->shape.forward_only == s.forward_only &&
@@ -113,19 +113,13 @@ tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t 
     const size_t N = (size_t)B * T;
     TLM_TRY(check_tokens(inputs, N, c->vocab_size, "inputs"));
     if (targets) TLM_TRY(check_tokens(targets, N, c->vocab_size, "targets"));
-    if ((unsigned)m->run.recompute > TLM_RECOMPUTE_BLOCK)
-        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown recompute mode %d", (int)m->run.recompute);
-    if ((m->run.optimizer_in_backward || m->run.optimizer_overlap) && m->run.precision == TLM_PRECISION_FP16)
-        return tlm_fail(TLM_ERR_UNSUPPORTED, "%s does not support fp16 (use bf16)",
-                        m->run.optimizer_in_backward ? "optimizer-in-backward" : "the overlapped optimizer");
-    if (m->run.optimizer_in_backward && m->run.optimizer_overlap)
-        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "optimizer-in-backward and the overlapped optimizer: choose one");
+    TLM_TRY(tlm_model_replan(m)); /* m->run may have changed since the last step (step_plan.h) */
     tlm_backend *be = m->backend;
     tlm_model_overlap_join(m); /* the last step's updates land before this forward reads the weights */
     tlm_phase_begin(be, TLM_PHASE_FORWARD); /* the activations are allocated in the forward phase */
     m->grads = NULL; /* this forward's buffers take the last gradients' bytes */
     m->have_forward = false;
-    m->updated_in_backward = false;
+    m->step->updated_in_backward = false;
     tlm_status s = ensure_activations(m, B, T);
     if (s == TLM_OK) s = tlm_model_refresh_lowp_weights(m);
     if (s == TLM_OK) {
@@ -134,7 +128,7 @@ tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t 
         tlm_activations_enter(m->acts, be, TLM_STAGE_INPUT); /* a new step */
         tlm_copy_to_backend(be, m->acts->inputs, inputs, N * sizeof(int32_t));
         if (targets) tlm_copy_to_backend(be, m->acts->targets, targets, N * sizeof(int32_t));
-        tlm_graph_run(be, &m->graph_fwd, m->run.cuda_graphs, forward_pass, m, targets != NULL);
+        tlm_graph_run(be, &m->graph_fwd, m->plan.forward_graph, forward_pass, m, targets != NULL);
         if (targets && m->comm && m->comm->world_size > 1) /* the sum of the ranks' means */
             s = m->comm->all_reduce_sum_f32(m->comm, be, &m->step_scalars[0], 1);
     }

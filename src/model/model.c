@@ -35,22 +35,6 @@ bool tlm_recompute_parse(const char *name, tlm_recompute *out) {
     return i >= 0;
 }
 
-/* the run options the passes cannot take (INVALID_ARGUMENT, UNSUPPORTED) */
-static tlm_status check_run(const tlm_run_config *r) {
-    if ((unsigned)r->precision >= TLM_PRECISION_COUNT)
-        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown precision mode %d", (int)r->precision);
-    if ((unsigned)r->recompute > TLM_RECOMPUTE_BLOCK)
-        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown recompute mode %d (known: none, attention, block)",
-                        (int)r->recompute);
-    if ((r->optimizer_in_backward || r->optimizer_overlap) && r->precision == TLM_PRECISION_FP16)
-        return tlm_fail(TLM_ERR_UNSUPPORTED, "%s does not support fp16: dynamic loss scaling must see every "
-                        "gradient for inf/NaN before any update is taken (use bf16)",
-                        r->optimizer_in_backward ? "optimizer-in-backward" : "the overlapped optimizer");
-    if (r->optimizer_in_backward && r->optimizer_overlap)
-        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "optimizer-in-backward and the overlapped optimizer are two ways "
-                        "of updating in the backward pass: choose one");
-    return TLM_OK;
-}
 
 /* ---- attention: naive or FlashAttention-2 ---------------------------------------------------- */
 
@@ -143,9 +127,9 @@ static tlm_status create(tlm_model *m) {
     if (!m->step_scalars) return TLM_ERR_OUT_OF_MEMORY;
     tlm_adamw_init(&m->optimizer, be, m->layout.flat_numel, NULL);
     tlm_loss_scaler_init(&m->scaler);
-    m->grads_scale = 1.0f;
-    m->grads_clip = 1.0f;
-    m->params_lp_stale = true;
+    m->step->grads_scale = 1.0f;
+    m->step->grads_clip = 1.0f;
+    m->step->params_lp_stale = true;
     return TLM_OK;
 }
 
@@ -153,13 +137,19 @@ tlm_status tlm_model_create(tlm_model **out, const tlm_config *cfg, const tlm_ru
     *out = NULL;
     TLM_TRY(tlm_config_validate(cfg));
     tlm_run_config r = run ? *run : tlm_run_defaults();
-    TLM_TRY(check_run(&r));
+    tlm_step_plan plan;
+    TLM_TRY(tlm_step_plan_decide(&plan, &r)); /* the step's modes, once (step_plan.h) */
     r.attention = tlm_attention_resolve(be, cfg, r.precision, r.attention);
     TLM_TRY(tlm_attention_check(be, cfg, r.precision, r.attention));
     tlm_model *m = calloc(1, sizeof *m);
+    if (m && !(m->step = calloc(1, sizeof *m->step))) {
+        free(m);
+        m = NULL;
+    }
     if (!m) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the model");
     m->config = *cfg;
     m->run = r;
+    m->plan = plan;
     m->backend = be;
     tlm_status s = create(m);
     if (s == TLM_OK) *out = m;
@@ -170,11 +160,11 @@ tlm_status tlm_model_create(tlm_model **out, const tlm_config *cfg, const tlm_ru
 void tlm_model_free(tlm_model *m) {
     if (!m) return;
     tlm_backend *be = m->backend;
-    if (m->opt_stream) tlm_stream_synchronize(be, m->opt_stream); /* no update still reads the buffers */
+    if (m->step->opt_stream) tlm_stream_synchronize(be, m->step->opt_stream); /* no update still reads the buffers */
     tlm_model_free_activations(m);
-    tlm_event_destroy(be, m->opt_after);
-    tlm_event_destroy(be, m->opt_done);
-    tlm_stream_destroy(be, m->opt_stream);
+    tlm_event_destroy(be, m->step->opt_after);
+    tlm_event_destroy(be, m->step->opt_done);
+    tlm_stream_destroy(be, m->step->opt_stream);
     tlm_adamw_free(&m->optimizer);
     tlm_free(be, m->params);
     tlm_free(be, m->params_lp);
@@ -183,6 +173,7 @@ void tlm_model_free(tlm_model *m) {
     tlm_free(be, m->step_scalars);
     tlm_views_free(&m->w);
     tlm_layout_free(&m->layout);
+    free(m->step);
     free(m);
 }
 
@@ -205,7 +196,8 @@ tlm_status tlm_model_memory_estimate(tlm_backend *be, const tlm_config *cfg, con
     memset(out, 0, sizeof *out);
     TLM_TRY(tlm_config_validate(cfg));
     tlm_run_config r = run ? *run : tlm_run_defaults();
-    TLM_TRY(check_run(&r));
+    tlm_step_plan plan;
+    TLM_TRY(tlm_step_plan_decide(&plan, &r));
     if (B < 1 || T < 1 || T > cfg->context_length)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "batch %d x context %d (context_length %d)", B, T,
                         cfg->context_length);
@@ -215,7 +207,7 @@ tlm_status tlm_model_memory_estimate(tlm_backend *be, const tlm_config *cfg, con
     const tlm_step_shape shape = {.B = B, .T = T, .dt = dt,
                                   .attention = tlm_attention_resolve(be, cfg, r.precision, r.attention),
                                   .recompute = r.recompute, .forward_only = r.forward_only,
-                                  .optimizer_in_backward = r.optimizer_in_backward};
+                                  .optimizer_in_backward = plan.update == TLM_UPDATE_IN_BACKWARD};
     tlm_activations *a = NULL;
     const tlm_status s = tlm_activations_plan(&a, NULL, cfg, &layout, &shape, false);
     if (s == TLM_OK) {
@@ -248,18 +240,18 @@ void tlm_model_free_activations(tlm_model *m) {
 
 tlm_status tlm_model_refresh_lowp_weights(tlm_model *m) {
     tlm_backend *be = m->backend;
+    if (!m->plan.weight_copy) return TLM_OK; /* fp32, tf32 */
     const tlm_dtype dt = tlm_precision_act_dtype(m->run.precision);
-    if (dt == TLM_DTYPE_F32) return TLM_OK;
     if (!m->params_lp) {
         tlm_graph_reset(be, &m->graph_fwd);
         tlm_graph_reset(be, &m->graph_bwd);
         m->params_lp = tlm_alloc(be, m->layout.flat_numel * tlm_dtype_size(dt), TLM_MEM_PARAMETERS,
                                  dt == TLM_DTYPE_BF16 ? "parameters.bf16" : "parameters.fp16");
         if (!m->params_lp) return TLM_ERR_OUT_OF_MEMORY;
-        m->params_lp_stale = true;
+        m->step->params_lp_stale = true;
     }
-    if (m->params_lp_stale) tlm_cast(be, m->params_lp, m->params, m->layout.flat_numel, dt);
-    m->params_lp_stale = false;
+    if (m->step->params_lp_stale) tlm_cast(be, m->params_lp, m->params, m->layout.flat_numel, dt);
+    m->step->params_lp_stale = false;
     return TLM_OK;
 }
 
@@ -302,14 +294,14 @@ tlm_status tlm_model_init_random(tlm_model *m, uint64_t seed) {
     }
     free(staging);
     m->optimizer.t = 0;
-    m->params_lp_stale = true;
+    m->step->params_lp_stale = true;
     return TLM_OK;
 }
 
 void tlm_model_set_params(tlm_model *m, const float *host) {
     tlm_copy_to_backend(m->backend, m->params, host, m->layout.flat_numel * sizeof(float));
     m->optimizer.t = 0;
-    m->params_lp_stale = true;
+    m->step->params_lp_stale = true;
 }
 
 /* ---- the optimizer step ------------------------------------------------------------------------------- */
@@ -318,17 +310,17 @@ void tlm_model_set_params(tlm_model *m, const float *host) {
 static tlm_status own_update(void *user, tlm_model *m) {
     m->optimizer.config = *(const tlm_adamw_config *)user;
     /* the GEMM copy of the weights (bf16/fp16) is refreshed in the same pass */
-    const tlm_status s = tlm_adamw_update_scaled(&m->optimizer, m->params, m->grads, m->grads_clip, m->params_lp,
+    const tlm_status s = tlm_adamw_update_scaled(&m->optimizer, m->params, m->grads, m->step->grads_clip, m->params_lp,
                                                  tlm_precision_act_dtype(m->run.precision));
-    if (s == TLM_OK) m->params_lp_stale = m->params_lp == NULL;
+    if (s == TLM_OK) m->step->params_lp_stale = m->params_lp == NULL;
     return s;
 }
 
-/* ---- the overlapped optimizer (run.optimizer_overlap) ------------------------------------------------------ */
+/* ---- the overlapped optimizer (plan.update OVERLAPPED) ------------------------------------------------------ */
 
 tlm_status tlm_model_overlap_update(tlm_model *m, size_t offset, size_t n, tlm_event *after) {
     tlm_backend *be = m->backend;
-    if (!m->opt_stream) { /* all three, or none kept */
+    if (!m->step->opt_stream) { /* all three, or none kept */
         tlm_stream *s = NULL;
         tlm_event *after_ev = NULL, *done_ev = NULL;
         tlm_status st = tlm_stream_create_background(be, &s);
@@ -340,38 +332,38 @@ tlm_status tlm_model_overlap_update(tlm_model *m, size_t offset, size_t n, tlm_e
             tlm_stream_destroy(be, s);
             return st;
         }
-        m->opt_stream = s, m->opt_after = after_ev, m->opt_done = done_ev;
+        m->step->opt_stream = s, m->step->opt_after = after_ev, m->step->opt_done = done_ev;
     }
     if (!after) {
-        tlm_event_record(be, m->opt_after, NULL);
-        after = m->opt_after;
+        tlm_event_record(be, m->step->opt_after, NULL);
+        after = m->step->opt_after;
     }
-    tlm_stream_wait_event(be, m->opt_stream, after);
+    tlm_stream_wait_event(be, m->step->opt_stream, after);
     const tlm_dtype dt = tlm_precision_act_dtype(m->run.precision);
     void *lp = m->params_lp ? tlm_at(m->params_lp, offset, dt) : NULL;
-    tlm_stream_ops_begin(be, m->opt_stream);
+    tlm_stream_ops_begin(be, m->step->opt_stream);
     tlm_adamw_update_span(&m->optimizer, offset, n, m->params + offset, m->grads + offset, lp, dt);
     tlm_stream_ops_end(be);
-    m->opt_pending = true;
+    m->step->opt_pending = true;
     return TLM_OK;
 }
 
 void tlm_model_overlap_join(tlm_model *m) {
-    if (!m->opt_pending) return;
-    tlm_event_record(m->backend, m->opt_done, m->opt_stream);
-    tlm_stream_wait_event(m->backend, NULL, m->opt_done);
-    m->opt_pending = false;
+    if (!m->step->opt_pending) return;
+    tlm_event_record(m->backend, m->step->opt_done, m->step->opt_stream);
+    tlm_stream_wait_event(m->backend, NULL, m->step->opt_done);
+    m->step->opt_pending = false;
 }
 
 tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt) {
     tlm_backend *be = m->backend;
-    if (m->run.optimizer_in_backward || m->run.optimizer_overlap) { /* the updates ran in the backward pass */
-        if (!m->updated_in_backward)
+    if (m->plan.updates_in_backward) { /* the updates ran in the backward pass */
+        if (!m->step->updated_in_backward)
             return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "AdamW step needs a backward pass first (with %s the backward "
-                            "pass takes the step)", m->run.optimizer_in_backward ? "optimizer-in-backward"
+                            "pass takes the step)", m->plan.update == TLM_UPDATE_IN_BACKWARD ? "optimizer-in-backward"
                                                                                  : "the overlapped optimizer");
         m->optimizer.config = *opt; /* for the next step's updates */
-        m->updated_in_backward = false;
+        m->step->updated_in_backward = false;
         tlm_phase_begin(be, TLM_PHASE_OPTIMIZER);
         tlm_model_overlap_join(m); /* overlapped: the compute stream waits for the updates (timed here) */
         tlm_activations_enter(m->acts, be, tlm_stage_optimizer(m->config.num_layers));
@@ -389,13 +381,13 @@ tlm_status tlm_model_adamw_step_by(tlm_model *m, tlm_status (*update)(void *user
     bool skip = false;
     tlm_phase_begin(be, TLM_PHASE_OPTIMIZER);
     tlm_activations_enter(m->acts, be, tlm_stage_optimizer(m->config.num_layers));
-    if (m->run.precision == TLM_PRECISION_FP16) { /* GradScaler: unscale, skip on inf/NaN */
-        s = tlm_loss_scaler_unscale_check(&m->scaler, be, m->grads, m->layout.flat_numel, m->grads_scale,
+    if (m->plan.loss_scaling) { /* GradScaler: unscale, skip on inf/NaN */
+        s = tlm_loss_scaler_unscale_check(&m->scaler, be, m->grads, m->layout.flat_numel, m->step->grads_scale,
                                           &m->step_scalars[1], m->comm, &skip);
-        m->grads_scale = 1.0f;
+        m->step->grads_scale = 1.0f;
     }
     if (s == TLM_OK && !skip) s = update(user, m);
-    m->grads_clip = 1.0f;
+    m->step->grads_clip = 1.0f;
     tlm_activations_leave_all(m->acts, be); /* the step ends: the gradients' bytes are free (their
                                                values stay until the next forward) */
     tlm_phase_end(be);

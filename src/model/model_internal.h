@@ -4,6 +4,29 @@
 
 #include "tlm/model.h"
 
+/* The step's mutable state (model.h's m->step): written by src/model only; other folders read it
+ * through tlm_model_grad_factors / tlm_model_weight_copy_current and change it through model
+ * functions (tlm_clip_to_norm, tlm_model_params_changed, tlm_model_grads_replaced). */
+typedef struct tlm_step_state {
+    float grads_scale;             /* the factor the gradients in m->grads carry now: the loss scale
+                                      after backward in fp16, 1 after unscaling and in other modes */
+    float grads_clip;              /* the factor gradient clipping asks the next AdamW step to apply
+                                      to the gradients inside its pass (fp32, tf32, bf16; fp16 folds
+                                      it into grads_scale's unscale); 1 after each backward */
+    bool params_lp_stale;          /* params changed since the last cast of the GEMM copy */
+    bool updated_in_backward;      /* updates in the backward (plan): the last backward took the step */
+    struct tlm_stream *opt_stream; /* OVERLAPPED: where the updates run (made at the first) */
+    struct tlm_event *opt_after, *opt_done; /* the compute stream's point an update follows; the end of them */
+    bool opt_pending;              /* updates issued that the compute stream has not waited for */
+    bool overlap_failed;           /* the last backward could not issue an update (its error set) */
+    /* what was attached to the model, kept across a new plan when m->run changes */
+    bool clipping, data_parallel, sharded;
+} tlm_step_state;
+
+/* step_plan.c: the plan again from m->run and what is attached (a forward, after m->run changed).
+ * The plan's errors (tlm_step_plan_decide); the model unchanged then. */
+tlm_status tlm_model_replan(tlm_model *m);
+
 /* model.c: frees the activations (and forgets the captured graphs that use them) */
 void tlm_model_free_activations(tlm_model *m);
 
@@ -12,7 +35,7 @@ void tlm_model_free_activations(tlm_model *m);
 void tlm_block_forward(tlm_model *m, int l, bool to_output);
 
 /* model.c: the compute stream waits for the overlapped optimizer's updates issued so far
- * (run.optimizer_overlap); nothing when none is pending */
+ * (plan.update OVERLAPPED); nothing when none is pending */
 void tlm_model_overlap_join(tlm_model *m);
 
 /* model.c: casts the parameters to their bf16/fp16 GEMM copy when they changed (allocating it the

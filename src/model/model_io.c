@@ -200,7 +200,7 @@ tlm_status tlm_model_load_from(tlm_model *m, const tlm_safetensors *st, const ch
             else if (pass == 1) tlm_copy_to_backend(m->backend, m->params + t->offset, staging, t->numel * sizeof(float));
         }
     free(staging);
-    if (s == TLM_OK) m->params_lp_stale = true;
+    if (s == TLM_OK) m->step->params_lp_stale = true;
     return s;
 }
 
@@ -259,5 +259,5 @@ tlm_status tlm_model_save(const tlm_model *m, const char *path) {
 }
 
 tlm_status tlm_model_save_grads(const tlm_model *m, const char *path) {
-    return save_flat(m, m->grads, m->grads_scale / m->grads_clip, path, "gradients");
+    return save_flat(m, m->grads, m->step->grads_scale / m->step->grads_clip, path, "gradients");
 }

@@ -582,7 +582,6 @@ tlm_status tlm_checkpoint_restore(tlm_train *t, const tlm_checkpoint *ck) {
     if (s == TLM_OK) s = tlm_model_load_from(m, &ck->weights, weights, NULL, NULL); /* checks, then copies */
     if (s == TLM_OK && ck->adamw_t > 0 && !m->optimizer.m) s = tlm_adamw_begin_step(&m->optimizer); /* allocates */
     if (s == TLM_OK) {
-        m->optimizer.t = ck->adamw_t;
         for (int k = 0; k < 2 && m->optimizer.m; k++)
             for (int i = 0; i < m->layout.num_tensors; i++) {
                 const tlm_tensor_info *p = &m->layout.tensors[i];
@@ -592,8 +591,7 @@ tlm_status tlm_checkpoint_restore(tlm_train *t, const tlm_checkpoint *ck) {
                 tlm_copy_to_backend(m->backend, (k ? m->optimizer.v : m->optimizer.m) + p->offset, x->data,
                                     p->numel * sizeof(float));
             }
-        m->scaler = ck->scaler;
-        m->scaler.last_step_skipped = false;
+        tlm_model_restore_optimizer_state(m, ck->adamw_t, &ck->scaler);
         t->step = ck->step;
         t->tokens = ck->tokens;
         free(t->log);

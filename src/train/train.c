@@ -20,11 +20,11 @@ tlm_status tlm_train_init(tlm_train *t, tlm_model *m, const tlm_train_config *c,
                           const tlm_tokens *val_data, int rank, int world_size) {
     memset(t, 0, sizeof *t);
     TLM_TRY(tlm_train_config_check(c));
-    if (m->run.optimizer_in_backward || m->run.optimizer_overlap)
-        return tlm_fail(TLM_ERR_UNSUPPORTED, "training with %s: the updates run before the global gradient norm "
-                        "is known (clipping needs every gradient)",
-                        m->run.optimizer_in_backward ? "optimizer-in-backward" : "the overlapped optimizer");
+    if (!m->plan.whole_grads) /* the step plan's (step_plan.h) */
+        return tlm_fail(TLM_ERR_UNSUPPORTED, "training with %s: the updates run before the global "
+                        "gradient norm is known (clipping needs every gradient)", tlm_update_place_name(m->plan.update));
     if (m->run.forward_only) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "training a model created forward-only");
+    TLM_TRY(tlm_model_plan_clipping(m, c->max_grad_norm > 0));
     if (c->context_length > m->config.context_length)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "context length %d exceeds the model's context_length %d",
                         c->context_length, m->config.context_length);

@@ -1,14 +1,15 @@
-/* clip.c — the global L2 norm of the gradients and CS336's gradient clipping (train.h), over the
+/* clip.c — the global L2 norm of the gradients and CS336's gradient clipping (model.h), over the
  * one flat gradient buffer: the sum_squares op (float64, fixed order) and one host copy; the
- * multiply is the AdamW pass's (m->grads_clip) or, in fp16, the unscale's. */
+ * multiply is the AdamW pass's (the clip factor) or, in fp16, the unscale's (the step plan's
+ * clip_in_unscale). */
 #include <math.h>
 
-#include "tlm/train.h"
+#include "model/model_internal.h"
 
 static tlm_status need_grads(const tlm_model *m) {
     if (!m->grads)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "no gradients to measure: run a backward pass first%s",
-                        m->run.optimizer_in_backward ? " (optimizer-in-backward never holds them all at once)" : "");
+                        m->plan.update == TLM_UPDATE_IN_BACKWARD ? " (optimizer-in-backward never holds them all at once)" : "");
     return TLM_OK;
 }
 
@@ -23,7 +24,7 @@ static double sum_squares(tlm_model *m, const float *x, size_t n, void *scratch)
 tlm_status tlm_grad_norm(tlm_model *m, void *scratch, double *norm) {
     TLM_TRY(need_grads(m));
     /* fp16: the gradients carry the loss scale; a clip already asked for multiplies them in the update */
-    const double scale = (double)m->grads_scale / m->grads_clip;
+    const double scale = (double)m->step->grads_scale / m->step->grads_clip;
     *norm = sqrt(sum_squares(m, m->grads, m->layout.flat_numel, scratch)) / scale;
     return TLM_OK;
 }
@@ -43,8 +44,9 @@ void tlm_clip_to_norm(tlm_model *m, double max_norm, double norm, bool *clipped)
     *clipped = true;
     /* no pass of its own: fp16's unscale before the update multiplies by coef too; in the other modes
      * the AdamW pass multiplies the gradients by it as it reads them */
-    if (m->grads_scale != 1.0f) m->grads_scale = (float)((double)m->grads_scale / coef);
-    else m->grads_clip = (float)((double)m->grads_clip * coef); /* the norm was of the clipped gradients */
+    tlm_step_state *st = m->step;
+    if (st->grads_scale != 1.0f) st->grads_scale = (float)((double)st->grads_scale / coef);
+    else st->grads_clip = (float)((double)st->grads_clip * coef); /* the norm was of the clipped gradients */
 }
 
 const char *tlm_grad_nonfinite_tensor(tlm_model *m, void *scratch) {
