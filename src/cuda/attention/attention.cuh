@@ -84,7 +84,9 @@ typedef struct {
  * Tk keys, d_head D; causal; layout: TLM_ATTN_* flags), decided here and nowhere else, read in
  * this order (TLM_FLASH_* knobs: include/tlm/tuning.h):
  *  1. fp32 tensors (p FP32 or TF32): TF32 when p is TF32, layout has TLM_ATTN_TF32_ALIGNED and the
- *     pass's tf32 tiles fit the device's shared memory; else F32 (exact). Split as in 4.
+ *     pass's tf32 tiles fit the device's shared memory; else F32 (exact). Split-KV as in 4 (the
+ *     32-bit plan, which also rebalances a grid of nearly a wave), F32 only with
+ *     TLM_ATTN_F32_SPLITS.
  *  2. bf16/fp16: TLM_FLASH_TILES naming a line of tiles.def for (pass, D): MMA on that line (split
  *     only if it is a LONG line), never SM90.
  *  3. SM90 on a compute-capability 9.x device for d_head 32, 64, 80 and 128 when the grid is at
@@ -106,7 +108,9 @@ tlm_attn_choice tlm_cuda_attention_select(tlm_backend *be, tlm_attn_pass pass, t
  * or out of memory). NULL for a choice that does not split. */
 float *tlm_attn_take_split(tlm_backend *be, tlm_attn_choice *c);
 /* TLM_FLASH_LOG=1: one line on stderr, "tlm flash forward: B=.. H=.. Tq=.. Tk=.. D=.. causal: WHAT
- * (WHY)[, split-KV]", whenever a pass's shape or choice differs from the pass's previous one */
+ * (WHY)[, split-KV]" (WHAT: the tile line's name, "sm90 wgmma[, N consumers]", "tf32 mma.sync" or
+ * "fp32 exact"), whenever a pass's shape or choice differs from the pass's previous one; called
+ * after tlm_attn_take_split, so a split that could not get its buffer shows as unsplit */
 void tlm_attn_log(tlm_attn_pass pass, const tlm_attn_choice *c, int B, int H, int Tq, int Tk, int D, bool causal);
 /* "q<BR>k<BC>w<WARPS>" (forward), "k<BC>q<BR>w<WARPS>" (backward) */
 void tlm_attn_tile_name(const tlm_attn_tile *t, char *buf, size_t cap);

@@ -65,7 +65,7 @@
  * of 16 keys, 32-query tiles (dK and dV take 2 D registers per 16 keys). Shared memory
  * (2 BC + 4 BR) (D + 4) + BR (BC + 4) floats: 118.5 KiB at D 64, 201 KiB at D 80, 214.5 KiB at
  * D 128 (an H100 allows 227; a GPU that allows less runs the exact kernels instead).
- * The tiles follow tiles.def's choices for its bf16 kernels and have not been timed on
+ * The tiles follow the bf16 kernels' LONG lines (tiles.def) and have not been timed on
  * a GPU for tf32 yet.
  *
  * Split-KV (split.cu's header: the same plans, buffer and combine, through
