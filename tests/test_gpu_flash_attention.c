@@ -1,7 +1,7 @@
 /* test_gpu_flash_attention.c — the CUDA FlashAttention-2 ops (ops.def: flash_attention_forward,
  * flash_attention_backward; the device's `supports` says which (d_head, dtype) they take;
- * src/cuda/flash_attention.cu for bf16/fp16, flash_attention_tf32.cu for tf32, flash_attention_f32.cu
- * for fp32), called through the dispatch on the CUDA backend in each precision mode, against a float64
+ * src/cuda/attention/: select.cu's rule picks among mma_forward.cu / mma_backward.cu and the Hopper
+ * sm90_forward.cu / sm90_backward.cu for bf16/fp16, tf32.cu for tf32, f32.cu for fp32), called through the dispatch on the CUDA backend in each precision mode, against a float64
  * naive attention computed here on the host, and at a large size against the CUDA naive attention
  * op. The semantics are those of include/tlm/flash_attention.h (the CPU reference is the spec):
  * layout (B,T,H,D) with row strides, bottom-right causal mask, a fully masked row gives out = 0 and
@@ -37,14 +37,14 @@
  *    poison bytes; the inputs (q, k, v, dout, padding included) bitwise unchanged by both passes
  *    and out, lse unchanged by the backward.
  * 3b. d_head 80 in bf16 and fp16 at the shapes that reach every path of the Hopper kernels'
- *    d_head-80 layout (flash_attention_sm90.cu: tiles of two 64-column blocks, the second 16 wide;
+ *    d_head-80 layout (sm90_forward.cu: tiles of two 64-column blocks, the second 16 wide;
  *    the backward's dQ split 64 + 16 between its warpgroups): Tq a multiple of 64 (the tiled dQ
  *    accumulator and its bulk adds) with several key and query tiles, heads and batch, causal and
  *    not, Tk > Tq and Tk < Tq (whole query tiles fully masked), the LM's fused layout (B = 2,
  *    T = 256, H = 8), and Tq odd (the float4-atomic dQ); inputs from a stream of their own (the
  *    other cases' inputs are what they were before it existed); against float64 as in 3. The
  *    sm90 twin runs them on the wgmma kernels, the others on whatever their rules pick.
- * 3c. d_head 32 in bf16 and fp16 likewise (flash_attention_sm90.cu: tiles of one 64-column block
+ * 3c. d_head 32 in bf16 and fp16 likewise (sm90_forward.cu: tiles of one 64-column block
  *    of which only the first 32 columns are used; the backward's dQ all by warpgroup 0): Tq a
  *    multiple of 64 (tiled dQ, bulk adds by one warpgroup) and not (97, 1500: float4 atomics),
  *    several key and query tiles, causal and not, Tk > Tq and Tk < Tq, Tq >= 1024 (the forward's
@@ -52,18 +52,18 @@
  * 4. A large case exercising many tiles: B = 1, H = 16, T = 4096, D = 64, bf16, causal, fused
  *    ld = 3*C, against the CUDA naive attention op on the same inputs (normalized error of out,
  *    dq, dk, dv), and a sample of rows (out, lse, dq) against float64.
- * 4b. Split-KV (flash_attention.cu: a grid of too few (batch x heads x tiles) blocks for the GPU
+ * 4b. Split-KV (split.cu: a grid of too few (batch x heads x tiles) blocks for the GPU
  *    splits each query tile's key range in the forward, merged by a log-sum-exp combine, and each
  *    key tile's query range in the backward, dK and dV added in fp32): batch 1, 1 head, bf16 (one
  *    case fp16), seq 1999..4096, every d_head, causal and not, Tq != Tk both ways (Tk < Tq causal:
  *    whole query tiles fully masked, so whole splits see no key), against float64 as in 3; the
- *    same in fp32 (the exact kernels of flash_attention_f32.cu) and tf32 (flash_attention_tf32.cu),
+ *    same in fp32 (the exact kernels of f32.cu) and tf32 (tf32.cu),
  *    seq 1000..4096, every d_head, on 16-byte rows (what their split needs); then
  *    that the backend holds its split buffer ("cuda.flash_split"): the split path ran (unless
  *    TLM_FLASH_SPLIT=0, which turns it off: then that it does not).
- * 4c. Every tile configuration of the bf16/fp16 kernels: each line of src/cuda/flash_tiles.def
+ * 4c. Every tile configuration of the bf16/fp16 kernels: each line of src/cuda/attention/tiles.def
  *    (included here, so a line added there is tested), forced through TLM_FLASH_TILES=<name>@<d_head>
- *    (setenv before each case: flash_attention.cu reads it at every launch; a named line also
+ *    (tlm_knob_set before each case: the selector reads it at every launch; a named line also
  *    bypasses the Hopper kernels), on its d_head: B = 2, H = 3, T = 257 causal (odd, several tiles
  *    of every size, batch and heads), T = 100 not causal in fp16 (separate, padded buffers),
  *    Tq = 200 > Tk = 64 causal (136 fully masked rows a head: whole query tiles of them), Tq = 33 <
@@ -76,7 +76,7 @@
  *    reported). The same rows in tf32 go to the exact kernels (the TF32 kernels need 16-byte rows),
  *    so they are held to fp32's tolerances; that every aligned tf32 case ran the TF32 kernels shows
  *    in its O error, above fp32's tolerance (checked on the smallest one). The bf16/fp16 kernels require ld_qkv, ld_out multiples of 8 and 16-byte aligned
- *    tensors (flash_attention.cu refuses anything else, fatally), so their cases keep rows 16-byte
+ *    tensors (ops.cu refuses anything else, fatally), so their cases keep rows 16-byte
  *    aligned: padding of 8 columns.
  * Skipped causal tiles are a performance property (test_flash_attention_cpu counts them on the
  * CPU); determinism is not required (the backward may add dQ with atomics).
@@ -123,6 +123,7 @@
 #include "core/convert.h"
 #include "tlm/backend.h"
 #include "tlm/rng.h"
+#include "tlm/tuning.h"
 #include "test_check.h"
 #include "attention_reference.h"
 
@@ -752,10 +753,9 @@ static void test_split(void) {
     run_case(&(fa_case){1, 1999, 4096, 1, 16, true, tf, true, 8, 8, false}, &rng_tf32); /* Tk > Tq */
     size_t held = 0;
     tlm_mem_for_each(gpu, add_split_held_, &held);
-    const char *env = getenv("TLM_FLASH_SPLIT");
-    const bool off = env && strcmp(env, "0") == 0;
-    check(off ? held == 0 : held > 0, "split-KV %s: the backend's split buffer holds %zu bytes (TLM_FLASH_SPLIT=%s)",
-          off ? "off" : "taken", held, env ? env : "unset");
+    const bool off = tlm_knob_int(TLM_KNOB_FLASH_SPLIT) == 0;
+    check(off ? held == 0 : held > 0, "split-KV %s: the backend's split buffer holds %zu bytes (TLM_FLASH_SPLIT=%d)",
+          off ? "off" : "taken", held, tlm_knob_int(TLM_KNOB_FLASH_SPLIT));
     printf("# split-KV cases: %.1f s\n", now_s() - t0);
 }
 
@@ -768,7 +768,7 @@ typedef struct {
 static const tile_line tile_lines[] = {
 #define TLM_FLASH_FWD(D, BR, BC, W, MINB, ROLE) {0, D, BR, BC, W, #ROLE},
 #define TLM_FLASH_BWD(D, BC, BR, W, MINB, ROLE) {1, D, BC, BR, W, #ROLE},
-#include "cuda/flash_tiles.def"
+#include "cuda/attention/tiles.def"
 #undef TLM_FLASH_FWD
 #undef TLM_FLASH_BWD
 };
@@ -782,7 +782,7 @@ static void test_tiles(bool sanitizer) {
         char tiles[32];
         snprintf(tiles, sizeof tiles, t->pass == 0 ? "q%dk%dw%d@%d" : "k%dq%dw%d@%d", t->outer, t->inner, t->warps,
                  t->d);
-        setenv("TLM_FLASH_TILES", tiles, 1);
+        check(tlm_knob_set(TLM_KNOB_FLASH_TILES, tiles) == TLM_OK, "TLM_FLASH_TILES=%s is accepted", tiles);
         snprintf(case_note, sizeof case_note, ", TLM_FLASH_TILES=%s (%s)", tiles, t->role);
         const int D = t->d;
         /* B, Tq, Tk, H, D, causal, p, fused, pad_qkv, pad_out, cs336 */
@@ -796,9 +796,9 @@ static void test_tiles(bool sanitizer) {
         run_case(&(fa_case){1, 33, 300, 2, D, true, bf, false, 0, 8, false}, &rng);
         run_case(&(fa_case){3, 1, 1, 1, D, true, f16, true, 0, 0, false}, &rng);
     }
-    unsetenv("TLM_FLASH_TILES");
+    tlm_knob_set(TLM_KNOB_FLASH_TILES, NULL);
     case_note[0] = 0;
-    printf("# tile configurations (%d lines of flash_tiles.def): %.1f s\n", n, now_s() - t0);
+    printf("# tile configurations (%d lines of tiles.def): %.1f s\n", n, now_s() - t0);
 }
 
 int main(void) {
@@ -885,7 +885,7 @@ int main(void) {
     /* 4b */
     if (!only) test_split();
     /* 4c: the plain run only, and not when TLM_FLASH_TILES is set for the whole test (4c would override it) */
-    if (!getenv("TLM_FLASH_SM90") && !getenv("TLM_FLASH_TILES")) test_tiles(only != NULL);
+    if (!tlm_knob_changed(TLM_KNOB_FLASH_SM90) && !tlm_knob_changed(TLM_KNOB_FLASH_TILES)) test_tiles(only != NULL);
 
     printf("worst errors against float64, normalized (L in tf32: RMS) (tolerances fp32 %.0e, bf16 %.0e, fp16 %.0e, "
            "tf32 %.0e; L fp32 %.0e, bf16/fp16 %.0e, tf32 %.0e):\n",

@@ -2,7 +2,7 @@
  * (model_flash_checks.h says what is checked and why):
  * - flash against naive on CUDA in fp32, tf32, bf16 and fp16, CUDA graphs off and on: the tiny
  *   preset (context 32, d_head 16) and a model with d_head 64 at context 256 (d_model 256, 4
- *   heads); tf32 flash runs the TF32 kernels (flash_attention_tf32.cu);
+ *   heads); tf32 flash runs the TF32 kernels (tf32.cu);
  * - choosing: auto is flash on CUDA for those d_head; for a d_head the kernels do not take
  *   (24) flash is refused with a message naming it and auto falls back to naive.
  * (The tiny model with flash against the PyTorch fixtures: test_gpu_model_fixture.) Exit 77

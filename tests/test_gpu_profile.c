@@ -146,7 +146,7 @@ static double check_run(const tlm_config *cfg, tlm_attention att, bool graphs) {
         every_op_launched &= o->kernels_per_call >= 1;
         if (single_kernel_op(o->op)) singles &= o->kernels_per_call == 1.0;
         /* FlashAttention's forward: one kernel, or two where it splits the key ranges (the pieces,
-         * then their merge: src/cuda/flash_attention.cu's split-KV) */
+         * then their merge: src/cuda/attention/split.cu's split-KV) */
         if (o->op == TLM_OP_FLASH_ATTENTION_FORWARD) singles &= o->kernels_per_call == 1.0 || o->kernels_per_call == 2.0;
         if (o->op == TLM_OP_MATMUL_FORWARD || o->op == TLM_OP_ATTENTION_FORWARD || !single_kernel_op(o->op))
             printf("#   %s %s forward %-22s %5.1f calls, %.2f kernels per call\n", an, what, tlm_op_name(o->op),

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_common.cuh"
+#include "cuda/attention/attention.cuh"
 #include "tlm/tuning.h"
 
 static tlm_ops cuda_ops_table(void) {

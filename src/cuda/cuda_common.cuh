@@ -80,7 +80,7 @@ typedef struct tlm_cuda {
     float *scratch;                  /* (TLM_CUDA_SCRATCH_BYTES / 4) per-block partial sums */
     size_t scratch_floats;
     float *flash_split;              /* (flash_split_floats) FlashAttention's split-KV partials, made by
-                                        the first launch that splits (tlm_cuda_flash_split_buffer) */
+                                        the first launch that splits (attention/split.cu) */
     size_t flash_split_floats;
     bool flash_split_failed;         /* it could not be allocated: the kernels run unsplit */
     struct tlm_cuda_matmul_cache *matmul_cache;
@@ -151,151 +151,12 @@ tlm_status tlm_cuda_nvtx_hook_install(tlm_backend *be);
 
 /* tlm_cuda_<op> for every op of the list (tlm/ops.def), with its parameters after `tlm_backend *be`;
  * one file per op family (embedding.cu, rmsnorm.cu, layernorm.cu, relu.cu, matmul.cu, cast.cu,
- * rope.cu, attention.cu, flash_attention.cu, swiglu.cu, cross_entropy.cu, reduce.cu, adamw.cu,
- * grad_unscale.cu) */
+ * rope.cu, attention/naive.cu, attention/ops.cu (the FlashAttention ops; their internal interface:
+ * attention/attention.cuh), swiglu.cu, cross_entropy.cu, reduce.cu, adamw.cu, grad_unscale.cu) */
 #define TLM_OP(ID, name, cls, params, args, flops, bytes) void tlm_cuda_##name(tlm_backend *be, TLM_UNPAREN params);
 #include "tlm/ops.def"
 #undef TLM_OP
 
-/* the d_head values the FlashAttention kernels are instantiated for (both files), and the switch
- * from a runtime D to a compile-time one: f(std::integral_constant<int, D>{}); another D is fatal */
-static inline bool tlm_cuda_flash_supports_d(int D) { return D == 16 || D == 32 || D == 64 || D == 80 || D == 128; }
-template <typename F> static inline void tlm_cuda_flash_dispatch_d(int D, const char *op, F &&f) {
-    switch (D) {
-    case 16: f(std::integral_constant<int, 16>{}); return;
-    case 32: f(std::integral_constant<int, 32>{}); return;
-    case 64: f(std::integral_constant<int, 64>{}); return;
-    case 80: f(std::integral_constant<int, 80>{}); return;
-    case 128: f(std::integral_constant<int, 128>{}); return;
-    default: tlm_fatal("%s: d_head %d has no FlashAttention kernel (16, 32, 64, 80, 128)", op, D);
-    }
-}
-/* TLM_OK when the FlashAttention-2 ops have kernels for (D, dt), else TLM_ERR_UNSUPPORTED naming
- * what they have (flash_attention.cu; the backend's `supports` asks it) */
-tlm_status tlm_cuda_flash_attention_check(int D, tlm_dtype dt);
-/* the exact-fp32 kernels (flash_attention_f32.cu), called by the ops above in the fp32 mode (and
- * in the tf32 mode where the TF32 kernels do not apply); same arguments and semantics */
-void tlm_cuda_flash_forward_f32(tlm_backend *be, float *out, float *lse, const float *q, const float *k,
-                                const float *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
-                                bool causal);
-void tlm_cuda_flash_backward_f32(tlm_backend *be, float *dq, float *dk, float *dv, float *workspace,
-                                 const float *dout, const float *q, const float *k, const float *v,
-                                 const float *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq, int Tk,
-                                 int H, int D, bool causal);
-/* the fp32 backward's first and last kernels (flash_attention_f32.cu), for every fp32 backward that
- * keeps its workspace layout (tlm_flash_workspace_floats: the dQ accumulator dq_acc (B,H,Tq,D)
- * first, then delta (B,H,Tq)): _prep writes delta = rowsum(dout * out) (dout, out (B,Tq,H*D), row
- * stride ld_out) and zeroes dq_acc, and, when dkv is not NULL, the split backward's dK and dV
- * accumulators dkv (B,H,Tk,D) and dkv + B*H*Tk*D (no memset); _dq writes dq (B,Tq,H,D), row stride
- * ld_qkv, = dq_acc / sqrt(D). Exact fp32; on st, in order; D one of tlm_cuda_flash_supports_d's. */
-void tlm_cuda_flash_backward_f32_prep(cudaStream_t st, float *workspace, const float *dout, const float *out,
-                                      int ld_out, int B, int Tq, int H, int D, float *dkv, int Tk);
-void tlm_cuda_flash_backward_f32_dq(cudaStream_t st, float *dq, const float *workspace, int ld_qkv, int B, int Tq,
-                                    int H, int D);
-/* the tf32 mode's kernels (flash_attention_tf32.cu: mma.sync m16n8k8 on TF32 operands, fp32
- * accumulation), same arguments and semantics as the fp32 ones: each runs the op's work on the
- * backend's stream and returns true when it applies (D one of tlm_cuda_flash_supports_d's; q, k, v,
- * out, dout, dq, dk, dv and the workspace 16-byte aligned, ld_qkv and ld_out multiples of 4; the
- * tiles' shared memory within the device's limit), false, doing nothing, otherwise: the caller then
- * runs the exact kernels. The caller has checked the shapes. */
-bool tlm_cuda_flash_forward_tf32(tlm_backend *be, float *out, float *lse, const float *q, const float *k,
-                                 const float *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
-                                 bool causal);
-bool tlm_cuda_flash_backward_tf32(tlm_backend *be, float *dq, float *dk, float *dv, float *workspace,
-                                  const float *dout, const float *q, const float *k, const float *v,
-                                  const float *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq, int Tk,
-                                  int H, int D, bool causal);
-/* the Hopper forward (flash_attention_sm90.cu: wgmma, bf16/fp16, d_head 32, 64, 80 and 128): runs
- * the forward op's work and returns true when it applies (a
- * compute-capability 9.x device, D 32, 64, 80 or 128, dt BF16 or F16, B*H*ceil(Tq/BR) blocks at
- * least 2/3 of the SM count (fa90_applies), BR 192 or 128, or TLM_FLASH_SM90=2; never with
- * TLM_FLASH_SM90=0); false, doing nothing, otherwise. Same arguments and semantics as the op; the
- * caller has checked them. */
-bool tlm_cuda_flash_forward_sm90(tlm_backend *be, tlm_dtype dt, void *out, float *lse, const void *q, const void *k,
-                                 const void *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
-                                 bool causal);
-/* the Hopper backward's main kernel (d_head 32, 64, 80 and 128): dQ
- * added to the zeroed dq_acc, dk, dv written; delta (B,H,Tq) from the caller's pre-pass; true when
- * it ran (the forward's conditions with B*H*ceil(Tk/128) blocks), false, doing nothing, otherwise.
- * *dq_tiled says dq_acc's layout: 0: (B,H,Tq,D) rows; else (when Tq % 64 == 0): per (b, h), tiles
- * of 64 query rows of 64 x D floats each, in the wgmma accumulator's order, in blocks of
- * *dq_tiled columns (tlm_cuda_flash_dq_tiled_index) */
-bool tlm_cuda_flash_backward_sm90(tlm_backend *be, tlm_dtype dt, float *dq_acc, void *dk, void *dv,
-                                  const void *dout, const void *q, const void *k, const void *v, const float *lse,
-                                  const float *delta, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
-                                  bool causal, int *dq_tiled);
-/* whether tlm_cuda_flash_backward_sm90 would run for these arguments (the caller's pre-pass is
- * launched before it, and zeroes the split path's accumulators when it would not) */
-bool tlm_cuda_flash_backward_sm90_applies(tlm_backend *be, tlm_dtype dt, int B, int Tk, int H, int D);
-/* where row i, column d (d even: d and d + 1 are adjacent) of a (b, h) slice sits in the tiled dQ
- * layout with column blocks of `cols` (32 or 64: the columns one warpgroup computes; the last
- * block may be narrower, D % cols columns: 16 at D = 80, cols 64; at D = 32, cols 32, one block,
- * all of warpgroup 0), from the slice's start: tile i / 64 of 64 x D floats; inside it, block
- * d / cols (64 x cols floats, the last 64 x its width), in which thread tw = 32 warp + 4 g + t4
- * of the warpgroup that computed it (row i % 64 = 16 warp + 8 hi + g, column d % cols =
- * 8 c + 2 t4 + (d & 1)) stored its accumulator registers 4c .. 4c + 3
- * (rows g, g + 8 of column pair c) as one float4 at float offset (c * 128 + tw) * 4 */
-__host__ __device__ __forceinline__ int64_t tlm_cuda_flash_dq_tiled_index(int64_t i, int d, int D, int cols) {
-    const int r = (int)(i & 63), warp = r >> 4, hi = (r >> 3) & 1, g = r & 7, c = (d % cols) >> 3, t4 = (d & 7) >> 1;
-    const int tw = warp * 32 + g * 4 + t4;
-    return (i >> 6) * 64 * D + (int64_t)(d / cols) * 64 * cols + ((int64_t)c * 128 + tw) * 4 + 2 * hi + (d & 1);
-}
-
-/* Split-KV (flash_attention.cu; FlashAttention-2's and Flash-Decoding's split of the key range,
- * Dao et al. 2023), for grids of too few (batch x heads x query tiles) blocks to fill the GPU; used
- * by the bf16/fp16 kernels (flash_attention.cu), the tf32 ones (flash_attention_tf32.cu) and the
- * exact fp32 ones (flash_attention_f32.cu).
- * tlm_cuda_flash_split_buffer: the backend's split workspace, TLM_FLASH_SPLIT_FLOATS_PER_SM floats
- * per SM (16.6 MiB on a 132-SM H100: the forward's partials of 2 x SMs tiles of 128 rows at
- * d_head 128, or the backward's dK, dV accumulators of B*H*Tk = SMs x 128 keys at d_head 128),
- * allocated by the first launch that splits, outside graph capture (tracked: TLM_MEM_WORKSPACE,
- * "cuda.flash_split"; freed with the backend), never regrown (a captured graph keeps its
- * address); NULL when TLM_FLASH_SPLIT=0, while capturing before it exists, or when it could not be
- * allocated: the caller then runs unsplit. *floats: its size. Its users run in stream order on
- * the compute stream, one op at a time.
- * tlm_cuda_flash_split_combine: merges S partial results into out (B,Tq,H*D) dt (row stride
- * ld_out) and lse (B,H,Tq) float32, with the unsplit kernel's semantics; part holds, for
- * P = B*H*Tq rows (r = (b*H + h)*Tq + i):
- *   o_part   float32 [S][P][D] at part: split s's output normalized by its own softmax sum;
- *   lse_part float32 [S][P] at part + S*P*D: split s's natural-log logsumexp of its (scaled)
- *            scores, -inf when split s saw no key of row r (its o_part row is then never read).
- * lse = log sum_s exp(lse_s), out = sum_s exp(lse_s - lse) o_s; a row with every lse_s = -inf
- * gets out 0, lse -inf. Any forward kernel that writes this layout may use it. */
-#define TLM_FLASH_SPLIT_FLOATS_PER_SM ((size_t)2 * 128 * 129)
-float *tlm_cuda_flash_split_buffer(tlm_backend *be, size_t *floats);
-/* dt F32 (the fp32 and tf32 kernels): out written as float, no rounding; rows 16-byte aligned
- * (ld_out a multiple of 4, out 16-byte aligned); BF16, F16: ld_out a multiple of 8 */
-void tlm_cuda_flash_split_combine(tlm_backend *be, void *out, float *lse, const float *part, int S, int B, int Tq,
-                                  int H, int D, int ld_out, tlm_dtype dt);
-/* The split plans, for every FlashAttention kernel family (bf16/fp16 mma.sync, tf32, exact fp32):
- * the kernel's tiles (BR query rows, BC keys) and resident blocks per SM (occ, of the split
- * instantiation) in, the split out; splitting only grids under one wave (SMs x occ blocks), and
- * nothing at all with TLM_FLASH_SPLIT=0.
- * family: TLM_FLASH_SPLIT_16BIT for the bf16/fp16 kernels, TLM_FLASH_SPLIT_32BIT for the tf32 and
- * exact-fp32 ones, whose tiles cost more per key. It sets whether a grid no split fits in one wave
- * is split by the estimate (32-bit only: flash_attention.cu's fa_split_chunk). A piece's least
- * length in keys (forward) or queries (backward) is 64 for both (flash-benchmarking on the H100,
- * batch 1, 1 head: 32-bit fwd+bwd 0.69-1.01x the time with 128, itself 0.61-0.95x the time with 256
- * at seq 256-2048, bench/results/h100-2026-11-24-pingpong; 16-bit, 64 against 256: d_head 128 at
- * seq 512-1024 0.045-0.055 ms against 0.074-0.079, seq 2048 on unchanged,
- * bench/results/h100-2026-11-24-tma; TLM_FLASH_SPLIT_MIN=rows overrides it, timing).
- * tlm_cuda_flash_fwd_split: returns keys per piece (a multiple of BC, at least the least length;
- *   0: unsplit), *S the pieces per query tile, *part the partials in the split buffer (the layout
- *   of tlm_cuda_flash_split_combine, S*B*H*Tq*(D+1) floats), or NULL (then 0 and *S = 1: run
- *   unsplit). part NULL: the plan only, nothing allocated.
- * tlm_cuda_flash_bwd_split: returns query tiles (of BR) per piece (0: unsplit), *S the pieces per
- *   key tile, *dkv the fp32 dK, dV accumulators (B,H,Tk,D) each, dV at dkv + B*H*Tk*D, in the split
- *   buffer (NULL: unsplit); the caller zeroes them, the kernels add dK already scaled by
- *   1/sqrt(D), and tlm_cuda_flash_split_dkv writes them out. */
-typedef enum { TLM_FLASH_SPLIT_16BIT, TLM_FLASH_SPLIT_32BIT } tlm_flash_split_family;
-int tlm_cuda_flash_fwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal,
-                             tlm_flash_split_family family, int occ, int *S, float **part);
-int tlm_cuda_flash_bwd_split(tlm_backend *be, int B, int H, int Tq, int Tk, int D, int BR, int BC, bool causal,
-                             tlm_flash_split_family family, int occ, int *S, float **dkv);
-/* dk, dv (B,Tk,H*D) dt, row stride ld_qkv (head h at column h*D) = the accumulators dkv (above),
- * rounded to dt (F32: copied; 8-byte aligned rows: ld_qkv even, dk and dv 8-byte aligned) */
-void tlm_cuda_flash_split_dkv(tlm_backend *be, void *dk, void *dv, const float *dkv, int ld_qkv, int B, int H, int Tk,
-                              int D, tlm_dtype dt);
 /* ---- launch helpers ---------------------------------------------------------------------------- */
 
 static inline bool tlm_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }

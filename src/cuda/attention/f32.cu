@@ -1,8 +1,8 @@
-/* flash_attention_f32.cu — FlashAttention-2 in exact fp32 on the GPU (Dao 2023, "FlashAttention-2:
+/* f32.cu — FlashAttention-2 in exact fp32 on the GPU (Dao 2023, "FlashAttention-2:
  * Faster Attention with Better Parallelism and Work Partitioning", Algorithm 1 forward,
  * Algorithm 2 backward): CUDA-core (SIMT) kernels, every product and sum an fp32 FMA, no tensor
- * cores and no TF32, called by the ops of flash_attention.cu in the fp32 mode (and in the tf32
- * mode where the TF32 kernels of flash_attention_tf32.cu do not apply). Semantics, layout and
+ * cores and no TF32, called by the ops of ops.cu in the fp32 mode (and in the tf32
+ * mode where the TF32 kernels of tf32.cu do not apply). Semantics, layout and
  * masking are those of the CPU reference (tlm/flash_attention.h, src/cpu/flash_attention.c):
  * q (B,Tq,H,D), k, v (B,Tk,H,D) row stride ld_qkv; out (B,Tq,H*D) row stride ld_out; lse (B,H,Tq)
  * natural log; causal mask bottom-right aligned (key j visible to query i iff j <= i + Tk - Tq),
@@ -48,7 +48,7 @@
  *      workspace); dk = dK / sqrt(D), dv = dV.
  *   3. dq, one warp per query row: dq = dQacc / sqrt(D).
  *   Kernels 1 and 3 are also the TF32 backward's (tlm_cuda_flash_backward_f32_prep, _dq:
- *   flash_attention_tf32.cu uses this workspace layout).
+ *   tf32.cu uses this workspace layout).
  *   5 tile products per tile pair, the paper's schedule. (An earlier version had a dq kernel
  *   per query tile that recomputed S and dP: 7 products, deterministic, but 40% more FMAs; at
  *   D = 128 on an H100 it was slower than naive attention on cuBLAS fp32 GEMMs.) The atomics
@@ -66,8 +66,8 @@
  * The forward, main backward and dq kernels write (=) every row of their tile in the H*D
  * columns, fully masked query rows included (out = 0, lse = -inf, dq = 0).
  *
- * Split-KV (flash_attention.cu's header: the same plans, buffer and combine, through
- * cuda_common.cuh), for grids under one wave of the GPU (flash_attention.cu's fa_split_chunk;
+ * Split-KV (split.cu's header: the same plans, buffer and combine, through
+ * attention.cuh), for grids under one wave of the GPU (split.cu's fa_split_chunk;
  * the CS336 flash-benchmarking rows: batch 1, 1 head; at seq 4096, 32 forward and 64 backward
  * blocks on 132 SMs, each walking up to 32 and 64 tiles in sequence): the forward and main
  * backward kernels are instantiated a second time with SPLIT = true, blockIdx.y the piece.
@@ -84,7 +84,7 @@
  * recomputed in the epilogue rather than kept through the loop, which spilled at D 32 and 64). */
 #include <math.h>
 
-#include "cuda/cuda_common.cuh"
+#include "cuda/attention/attention.cuh"
 
 #define FA32_THREADS 256 /* 16 x 16 */
 #define FA32_TX 16       /* threads along a tile's columns: a half-warp shares a row */
@@ -641,7 +641,7 @@ __global__ void __launch_bounds__(FA32_THREADS, D <= 64 ? 2 : 1) fa32_backward_k
     fa32_wait<0>();
 
     /* dk = dK_j / sqrt(D), dv = dV_j: split, added to the accumulators (16-byte aligned rows) */
-    if (float *const acc = SPLIT ? a.part : nullptr) { /* runtime test: see flash_attention_tf32.cu */
+    if (float *const acc = SPLIT ? a.part : nullptr) { /* runtime test: see tf32.cu */
         float *dka = acc + ((int64_t)bh * a.Tk + j0) * D, *dva = dka + (int64_t)a.BH * a.Tk * D;
 #pragma unroll
         for (int i = 0; i < RM; i++) {
@@ -692,21 +692,16 @@ static unsigned fa32_grid(int T, int tile, int BH, const char *op) {
     return (unsigned)blocks;
 }
 
-/* The launchers split (tlm_cuda_flash_fwd_split / _bwd_split: a grid under one wave) when
- * can_split: the forward's out rows 16-byte aligned (the combine's float4 stores), the backward's
- * dk, dv rows too (the accumulators' copy). */
+/* The launchers split as the selector planned it (tlm_cuda_flash_fwd_split / _bwd_split: a grid
+ * under one wave) where it may: the forward's out rows 16-byte aligned (the combine's float4
+ * stores), the backward's dk, dv rows too (the accumulators' copy); part: the partials or the dK, dV
+ * accumulators, NULL unsplit. */
 template <int D>
-static void fa32_forward_launch(tlm_backend *be, fa32_args a, int B, bool can_split, const char *op) {
+static void fa32_forward_launch(tlm_backend *be, fa32_args a, int B, int S, const char *op) {
     constexpr size_t smem = fa32_forward_smem<D>();
     constexpr auto split_kernel = fa32_forward_kernel<D, true>;
     tlm_cuda_set_smem<fa32_forward_kernel<D, false>>(op, smem);
-    int S = 1;
-    if (can_split) {
-        tlm_cuda_set_smem<split_kernel>(op, smem);
-        a.split = tlm_cuda_flash_fwd_split(be, B, a.H, a.Tq, a.Tk, D, FA32_FWD_BR, FA32_FWD_BC, a.causal,
-                                           TLM_FLASH_SPLIT_32BIT,
-                                           tlm_cuda_occupancy<split_kernel>(op, FA32_THREADS, smem), &S, &a.part);
-    }
+    if (a.part) tlm_cuda_set_smem<split_kernel>(op, smem);
     const dim3 grid(fa32_grid(a.Tq, FA32_FWD_BR, a.BH, op), (unsigned)S);
     (a.part ? split_kernel : fa32_forward_kernel<D, false>)<<<grid, FA32_THREADS, smem, tlm_cuda_stream(be)>>>(a);
     TLM_CUDA_CHECK_LAUNCH();
@@ -715,24 +710,38 @@ static void fa32_forward_launch(tlm_backend *be, fa32_args a, int B, bool can_sp
 }
 
 template <int D>
-static void fa32_backward_launch(tlm_backend *be, fa32_args a, int B, bool can_split, const char *op) {
+static void fa32_backward_launch(tlm_backend *be, fa32_args a, int B, int S, const char *op) {
     constexpr size_t smem = fa32_backward_smem<D>();
     constexpr auto split_kernel = fa32_backward_kernel<D, true>;
     cudaStream_t st = tlm_cuda_stream(be);
     tlm_cuda_set_smem<fa32_backward_kernel<D, false>>(op, smem);
-    int S = 1;
-    if (can_split) {
-        tlm_cuda_set_smem<split_kernel>(op, smem);
-        a.split = tlm_cuda_flash_bwd_split(be, B, a.H, a.Tq, a.Tk, D, FA32_BWD_BR, FA32_BWD_BC, a.causal,
-                                           TLM_FLASH_SPLIT_32BIT,
-                                           tlm_cuda_occupancy<split_kernel>(op, FA32_THREADS, smem), &S, &a.part);
-    }
+    if (a.part) tlm_cuda_set_smem<split_kernel>(op, smem);
     /* delta, the dQ accumulator zeroed, and (split) the dK, dV accumulators */
     tlm_cuda_flash_backward_f32_prep(st, a.dq_acc, a.dout, a.o, (int)a.ld_out, B, a.Tq, a.H, D, a.part, a.Tk);
     const dim3 grid(fa32_grid(a.Tk, FA32_BWD_BC, a.BH, op), (unsigned)S);
     (a.part ? split_kernel : fa32_backward_kernel<D, false>)<<<grid, FA32_THREADS, smem, st>>>(a);
     TLM_CUDA_CHECK_LAUNCH();
     if (a.part) tlm_cuda_flash_split_dkv(be, a.dk, a.dv, a.part, (int)a.ld_qkv, B, a.H, a.Tk, D, TLM_DTYPE_F32);
+}
+
+int tlm_attn_f32_occupancy(tlm_attn_pass pass, int D, int *br, int *bc) {
+    const char *op = pass == TLM_ATTN_FORWARD ? "flash_attention_forward (fp32)" : "flash_attention_backward (fp32)";
+    int occ = 0;
+    tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
+        constexpr int DD = decltype(dc)::value;
+        if (pass == TLM_ATTN_FORWARD) {
+            constexpr size_t smem = fa32_forward_smem<DD>();
+            tlm_cuda_set_smem<fa32_forward_kernel<DD, true>>(op, smem);
+            *br = FA32_FWD_BR, *bc = FA32_FWD_BC;
+            occ = tlm_cuda_occupancy<fa32_forward_kernel<DD, true>>(op, FA32_THREADS, smem);
+        } else {
+            constexpr size_t smem = fa32_backward_smem<DD>();
+            tlm_cuda_set_smem<fa32_backward_kernel<DD, true>>(op, smem);
+            *br = FA32_BWD_BR, *bc = FA32_BWD_BC;
+            occ = tlm_cuda_occupancy<fa32_backward_kernel<DD, true>>(op, FA32_THREADS, smem);
+        }
+    });
+    return occ;
 }
 
 /* backward kernels 1 and 3 for any caller of this workspace layout (the TF32 backward too):
@@ -765,40 +774,41 @@ void tlm_cuda_flash_backward_f32_dq(cudaStream_t st, float *dq, const float *wor
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
-void tlm_cuda_flash_forward_f32(tlm_backend *be, float *out, float *lse, const float *q, const float *k,
-                                const float *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
-                                bool causal) {
+void tlm_attn_f32_forward(tlm_backend *be, const tlm_attn_choice *c, const tlm_attn_fwd_args *fa, float *part) {
     /* out (B,Tq,H*D) ld_out; lse (B,H,Tq); q (B,Tq,H,D), k, v (B,Tk,H,D) ld_qkv */
-    if (B <= 0 || Tq <= 0 || Tk <= 0 || H <= 0) return;
     const char *op = "flash_attention_forward (fp32)";
+    const float *q = (const float *)fa->q, *k = (const float *)fa->k, *v = (const float *)fa->v;
+    float *out = (float *)fa->out, *lse = fa->lse;
+    const int ld_qkv = fa->ld_qkv, B = fa->B;
     TLM_ASSERT(out && lse && q && k && v);
-    fa32_args a = fa32_make_args(ld_qkv, ld_out, B, Tq, Tk, H, D, causal, op);
+    fa32_args a = fa32_make_args(ld_qkv, fa->ld_out, B, fa->Tq, fa->Tk, fa->H, fa->D, fa->causal, op);
     a.out = out, a.lse = lse, a.q = q, a.k = k, a.v = v;
     a.vec_qkv = ld_qkv % 4 == 0 && tlm_aligned16(q) && tlm_aligned16(k) && tlm_aligned16(v);
-    const bool can_split = ld_out % 4 == 0 && tlm_aligned16(out);
-    tlm_cuda_flash_dispatch_d(D, op,
-                              [&](auto dc) { fa32_forward_launch<decltype(dc)::value>(be, a, B, can_split, op); });
+    a.part = part, a.split = part ? c->split_len : 0;
+    const int S = part ? c->split : 1;
+    tlm_cuda_flash_dispatch_d(fa->D, op, [&](auto dc) { fa32_forward_launch<decltype(dc)::value>(be, a, B, S, op); });
 }
 
-void tlm_cuda_flash_backward_f32(tlm_backend *be, float *dq, float *dk, float *dv, float *workspace,
-                                 const float *dout, const float *q, const float *k, const float *v,
-                                 const float *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq, int Tk,
-                                 int H, int D, bool causal) {
+void tlm_attn_f32_backward(tlm_backend *be, const tlm_attn_choice *c, const tlm_attn_bwd_args *fa, float *dkv) {
     /* dq (B,Tq,H,D), dk, dv (B,Tk,H,D) ld_qkv; workspace (tlm_flash_workspace_floats): the dQ
      * accumulator (B,H,Tq,D) first, then delta (B,H,Tq); dout, out (B,Tq,H*D) ld_out; lse (B,H,Tq) */
-    if (B <= 0 || Tq <= 0 || Tk <= 0 || H <= 0) return;
     const char *op = "flash_attention_backward (fp32)";
+    float *dq = (float *)fa->dq, *dk = (float *)fa->dk, *dv = (float *)fa->dv, *workspace = fa->workspace;
+    const float *dout = (const float *)fa->dout, *q = (const float *)fa->q, *k = (const float *)fa->k;
+    const float *v = (const float *)fa->v, *out = (const float *)fa->out, *lse = fa->lse;
+    const int ld_qkv = fa->ld_qkv, ld_out = fa->ld_out, B = fa->B, Tq = fa->Tq, H = fa->H, D = fa->D;
     TLM_ASSERT(dq && dk && dv && workspace && dout && q && k && v && out && lse);
-    fa32_args a = fa32_make_args(ld_qkv, ld_out, B, Tq, Tk, H, D, causal, op);
+    fa32_args a = fa32_make_args(ld_qkv, ld_out, B, Tq, fa->Tk, H, D, fa->causal, op);
     a.dq = dq, a.dk = dk, a.dv = dv;
     a.dq_acc = workspace, a.delta = workspace + (size_t)B * H * Tq * D;
     a.q = q, a.k = k, a.v = v, a.dout = dout, a.o = out, a.lse_in = lse;
     a.vec_qkv = ld_qkv % 4 == 0 && tlm_aligned16(q) && tlm_aligned16(k) && tlm_aligned16(v);
     a.vec_out = ld_out % 4 == 0 && tlm_aligned16(dout);
     a.vec_acc = tlm_aligned16(workspace); /* rows of D floats, D a multiple of 16 */
-    const bool can_split = ld_qkv % 4 == 0 && tlm_aligned16(dk) && tlm_aligned16(dv);
+    a.part = dkv, a.split = dkv ? c->split_len : 0;
+    const int S = dkv ? c->split : 1;
     cudaStream_t st = tlm_cuda_stream(be);
     tlm_cuda_flash_dispatch_d(D, op, /* the pre-pass too, once the split is known */
-                              [&](auto dc) { fa32_backward_launch<decltype(dc)::value>(be, a, B, can_split, op); });
+                              [&](auto dc) { fa32_backward_launch<decltype(dc)::value>(be, a, B, S, op); });
     tlm_cuda_flash_backward_f32_dq(st, dq, workspace, ld_qkv, B, Tq, H, D);
 }

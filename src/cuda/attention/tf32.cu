@@ -1,13 +1,13 @@
-/* flash_attention_tf32.cu — FlashAttention-2 on TF32 tensor cores, the tf32 precision mode's
+/* tf32.cu — FlashAttention-2 on TF32 tensor cores, the tf32 precision mode's
  * (Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning",
  * Algorithm 1 forward, Algorithm 2 backward; the products are PTX's warp-level
  * mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, PTX ISA "Matrix fragments for mma.m16n8k8"
- * with .tf32). Called by the ops of flash_attention.cu in the tf32 mode; the fp32 mode keeps the
- * exact kernels of flash_attention_f32.cu, and so does the tf32 mode where these do not apply
+ * with .tf32). Called by the ops of ops.cu in the tf32 mode; the fp32 mode keeps the
+ * exact kernels of f32.cu, and so does the tf32 mode where these do not apply
  * (rows not 16-byte aligned, or a GPU whose shared memory per block is too small for the tiles).
  *
  * What it computes: the semantics of the CPU reference (tlm/flash_attention.h) and of
- * flash_attention_f32.cu: q (B,Tq,H,D), k, v (B,Tk,H,D) fp32 with row stride ld_qkv; out
+ * f32.cu: q (B,Tq,H,D), k, v (B,Tk,H,D) fp32 with row stride ld_qkv; out
  * (B,Tq,H*D) row stride ld_out; lse (B,H,Tq) natural log; causal mask bottom-right aligned (key j
  * visible to query i iff j <= i + Tk - Tq), tiles above the diagonal skipped; fully masked rows
  * (causal, Tk < Tq) give out = 0, lse = -inf and no gradient; any Tq, Tk >= 1. Every product
@@ -51,7 +51,7 @@
  * (BR + 4 BC) (D + 4) floats: 102 KiB at D 64 (two blocks per SM), 132 KiB at D 128 (one).
  *
  * Backward (Algorithm 2): a first kernel writes delta = rowsum(dO * O) and zeroes the fp32 dQ
- * accumulator, the last one writes dq = dQacc / sqrt(D): both are flash_attention_f32.cu's, with
+ * accumulator, the last one writes dq = dQacc / sqrt(D): both are f32.cu's, with
  * its workspace layout (tlm_cuda_flash_backward_f32_prep, _dq). Between them, one block per (key
  * tile, head, batch) (split: per piece too, below): WARPS warps of RK x 16 keys; K and V in shared memory, dK and dV in
  * registers; query tiles of BR double-buffered, from the first that sees the block's keys. Per
@@ -60,16 +60,16 @@
  * dV += P^T dO, dK += dS^T Q, dS to shared memory; then the block's dQ_i += dS K (warps as
  * BR/16 row groups x column groups) added to the accumulator with float4 atomics
  * (tlm_cuda_atomic_add_c_block; the order of the adds varies, so dq is not bitwise
- * reproducible, dk and dv are). Tiles as flash_attention.cu's mma.sync backward: D <= 64: 4 warps
+ * reproducible, dk and dv are). Tiles as mma_backward.cu's mma.sync backward: D <= 64: 4 warps
  * of 32 keys (BC 128), 32-query tiles; D 80: 8 warps of 16 keys, 64-query tiles; D 128: 8 warps
  * of 16 keys, 32-query tiles (dK and dV take 2 D registers per 16 keys). Shared memory
  * (2 BC + 4 BR) (D + 4) + BR (BC + 4) floats: 118.5 KiB at D 64, 201 KiB at D 80, 214.5 KiB at
  * D 128 (an H100 allows 227; a GPU that allows less runs the exact kernels instead).
- * The tiles follow flash_attention.cu's choices for its bf16 kernels and have not been timed on
+ * The tiles follow the bf16 kernels' LONG lines (tiles.def) and have not been timed on
  * a GPU for tf32 yet.
  *
- * Split-KV (flash_attention.cu's header: the same plans, buffer and combine, through
- * cuda_common.cuh), for grids under one wave of the GPU (the CS336 flash-benchmarking rows: batch
+ * Split-KV (split.cu's header: the same plans, buffer and combine, through
+ * attention.cuh), for grids under one wave of the GPU (the CS336 flash-benchmarking rows: batch
  * 1, 1 head; at seq 1024, d_head 64, 8 forward and 8 backward blocks on 132 SMs): the kernels are
  * instantiated a second time with SPLIT = true. Forward: blockIdx.x = split * q_tiles + tile, each
  * block a piece of split_keys keys (a multiple of BC, at least 64) of its tile's key range,
@@ -89,7 +89,8 @@
  * model's layouts); anything else runs the exact fp32 kernels. */
 #include <math.h>
 
-#include "cuda/cuda_common.cuh"
+#include "cuda/attention/attention.cuh"
+#include "cuda/attention/common.cuh"
 
 #define FT_PAD 4 /* floats of padding per shared-memory row: rows D + 4 floats apart */
 #define FT_LOG2E 1.4426950408889634f
@@ -174,8 +175,6 @@ __device__ __forceinline__ void ft_load_tile(float *s, const float *g, int64_t l
                      "l"(g + (int64_t)(ok ? row0 + r : 0) * ld + col), "r"(ok ? 16 : 0));
     }
 }
-__device__ __forceinline__ void ft_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void ft_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 /* ---- forward ----------------------------------------------------------------------------------- */
 
@@ -184,13 +183,13 @@ template <int N> __device__ __forceinline__ void ft_wait() { asm volatile("cp.as
  * [kv_begin, kv_end): all the tile needs, [0, n_end), unsplit; split (SPLIT), the piece
  * [split * split_keys, +split_keys) of it (split_keys a multiple of BC: whole tiles, masked as
  * unsplit). Output: unsplit, out and lse; split, the fp32 partials part in the layout of
- * tlm_cuda_flash_split_combine (cuda_common.cuh; S = gridDim.x / q_tiles): the piece's O
+ * tlm_cuda_flash_split_combine (attention.cuh; S = gridDim.x / q_tiles): the piece's O
  * normalized by its own sum and its lse (-inf for a row that saw no key of it; an empty piece
- * writes only that), as flash_attention.cu's flash_fwd_kernel. SPLIT = false compiles the split
+ * writes only that), as mma_forward.cu's flash_fwd_kernel. SPLIT = false compiles the split
  * away (split_keys_arg, part_arg unread). Shared memory: Q [BR][D+4], K and V [2][BC][D+4]. */
 /* Launch bounds: 1 block per SM as the floor (ptxas may use up to 255 registers): left to its own
  * choice, ptxas held the unsplit d_head 32 instantiation at 168 registers and spilled once the
- * split parameters were added (it had taken 186 before), as flash_attention.cu's split kernels. */
+ * split parameters were added (it had taken 186 before), as mma_forward.cu's split kernels. */
 template <int D, int BC, int WARPS, int R, bool SPLIT>
 __global__ void __launch_bounds__(WARPS * 32, 1)
     ft_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ q,
@@ -229,7 +228,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         ft_load_tile<BC, D, NT>(sK, kb, ld_qkv, kv_begin, Tk, tid);
         ft_load_tile<BC, D, NT>(sV, vb, ld_qkv, kv_begin, Tk, tid);
     }
-    ft_commit();
+    fa_commit();
 
     float o[R][KD][4], m[R][2], l[R][2]; /* O (unnormalized), running max (log2 units), partial sums */
 #pragma unroll
@@ -245,10 +244,10 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         if (t + 1 < n_tiles) { /* the next key/value tile into the other buffer */
             ft_load_tile<BC, D, NT>(sK + (buf ^ 1) * BC * LDS, kb, ld_qkv, j0 + BC, Tk, tid);
             ft_load_tile<BC, D, NT>(sV + (buf ^ 1) * BC * LDS, vb, ld_qkv, j0 + BC, Tk, tid);
-            ft_commit();
-            ft_wait<1>();
+            fa_commit();
+            fa_wait<1>();
         } else {
-            ft_wait<0>();
+            fa_wait<0>();
         }
         __syncthreads();
         if constexpr (QREG) {
@@ -338,7 +337,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         }
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
-    if (n_tiles == 0) ft_wait<0>();
+    if (n_tiles == 0) fa_wait<0>();
 
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -412,7 +411,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         ft_load_tile<BR, D, NT>(sQ + (m_begin & 1) * BR * LDS, qb, ld_qkv, m_begin * BR, Tq, tid);
         ft_load_tile<BR, D, NT>(sdO + (m_begin & 1) * BR * LDS, dob, ld_out, m_begin * BR, Tq, tid);
     }
-    ft_commit();
+    fa_commit();
 
     float dk_acc[RK][KD][4], dv_acc[RK][KD][4];
 #pragma unroll
@@ -428,10 +427,10 @@ __global__ void __launch_bounds__(WARPS * 32)
         if (mb + 1 < m_end) {
             ft_load_tile<BR, D, NT>(sQ + (buf ^ 1) * BR * LDS, qb, ld_qkv, i0 + BR, Tq, tid);
             ft_load_tile<BR, D, NT>(sdO + (buf ^ 1) * BR * LDS, dob, ld_out, i0 + BR, Tq, tid);
-            ft_commit();
-            ft_wait<1>();
+            fa_commit();
+            fa_wait<1>();
         } else {
-            ft_wait<0>();
+            fa_wait<0>();
         }
         __syncthreads();
         const float *sQb = sQ + buf * BR * LDS, *sdOb = sdO + buf * BR * LDS;
@@ -525,9 +524,9 @@ __global__ void __launch_bounds__(WARPS * 32)
         tlm_cuda_atomic_add_c_block(dqa, D, i0 + rg * 16, cg * DW, Tq, acc[0], 1.0f);
         __syncthreads(); /* sdS and this buffer are free for the next tile */
     }
-    ft_wait<0>(); /* the K, V loads when it ran no tile */
+    fa_wait<0>(); /* the K, V loads when it ran no tile */
 
-    /* split: dK (scaled), dV added to the accumulators (a runtime test, as flash_attention.cu's: an
+    /* split: dK (scaled), dV added to the accumulators (a runtime test, as mma_backward.cu's: an
      * `if constexpr` would leave the unsplit stores below unreachable in the split instantiation) */
     if (float *const dkv = SPLIT ? dkv_arg : nullptr) {
         float *dka = dkv + ((int64_t)b * H + h) * Tk * D, *dva = dka + (int64_t)gridDim.z * H * Tk * D;
@@ -585,60 +584,66 @@ static size_t ft_smem_limit(tlm_backend *be) {
     return (size_t)limit;
 }
 
-/* the rows' alignment the kernels need: 16-byte pieces (cp.async, float2 stores, float4 atomics) */
-static bool ft_aligned(int ld_qkv, int ld_out, const void *const *ptrs, int n) {
-    if (ld_qkv % 4 || ld_out % 4) return false;
-    for (int i = 0; i < n; i++)
-        if (!tlm_aligned16(ptrs[i])) return false;
-    return true;
+int tlm_attn_tf32_occupancy(tlm_backend *be, tlm_attn_pass pass, int D, int *br, int *bc) {
+    const char *op = pass == TLM_ATTN_FORWARD ? "flash_attention_forward (tf32)" : "flash_attention_backward (tf32)";
+    int occ = 0;
+    tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
+        constexpr int DD = decltype(dc)::value;
+        if (pass == TLM_ATTN_FORWARD) {
+            using c = ft_fwd_cfg_of<DD>;
+            constexpr auto split_kernel = ft_fwd_kernel<DD, c::bc, c::warps, c::r, true>;
+            constexpr size_t smem = ft_fwd_smem<DD>();
+            if (smem > ft_smem_limit(be)) return;
+            tlm_cuda_set_smem<split_kernel>(op, smem);
+            *br = c::br, *bc = c::bc;
+            occ = tlm_cuda_occupancy<split_kernel>(op, c::warps * 32, smem);
+        } else {
+            using c = ft_bwd_cfg_of<DD>;
+            constexpr auto split_kernel = ft_bwd_kernel<DD, c::br, c::warps, c::rk, true>;
+            constexpr size_t smem = ft_bwd_smem<DD>();
+            if (smem > ft_smem_limit(be)) return;
+            tlm_cuda_set_smem<split_kernel>(op, smem);
+            *br = c::br, *bc = c::bc;
+            occ = tlm_cuda_occupancy<split_kernel>(op, c::warps * 32, smem);
+        }
+    });
+    return occ;
 }
 
-bool tlm_cuda_flash_forward_tf32(tlm_backend *be, float *out, float *lse, const float *q, const float *k,
-                                 const float *v, int ld_qkv, int ld_out, int B, int Tq, int Tk, int H, int D,
-                                 bool causal) {
+void tlm_attn_tf32_forward(tlm_backend *be, const tlm_attn_choice *ch, const tlm_attn_fwd_args *a, float *part) {
     const char *op = "flash_attention_forward (tf32)";
-    const void *ptrs[] = {out, q, k, v};
-    if (!tlm_cuda_flash_supports_d(D) || !ft_aligned(ld_qkv, ld_out, ptrs, 4)) return false;
-    bool ran = false;
-    tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
+    float *out = (float *)a->out, *lse = a->lse;
+    const float *q = (const float *)a->q, *k = (const float *)a->k, *v = (const float *)a->v;
+    const int ld_qkv = a->ld_qkv, ld_out = a->ld_out, B = a->B, Tq = a->Tq, Tk = a->Tk, H = a->H;
+    const bool causal = a->causal;
+    tlm_cuda_flash_dispatch_d(a->D, op, [&](auto dc) {
         constexpr int DD = decltype(dc)::value;
         using c = ft_fwd_cfg_of<DD>;
         constexpr auto kernel = ft_fwd_kernel<DD, c::bc, c::warps, c::r, false>;
         constexpr auto split_kernel = ft_fwd_kernel<DD, c::bc, c::warps, c::r, true>;
         constexpr size_t smem = ft_fwd_smem<DD>();
-        if (smem > ft_smem_limit(be)) return;
         tlm_cuda_set_smem<kernel>(op, smem);
         tlm_cuda_set_smem<split_kernel>(op, smem);
-        /* split-KV when the grid is under one wave (tlm_cuda_flash_fwd_split) */
-        int S = 1;
-        float *part = NULL;
-        const int split_keys = tlm_cuda_flash_fwd_split(be, B, H, Tq, Tk, DD, c::br, c::bc, causal,
-                                                        TLM_FLASH_SPLIT_32BIT,
-                                                        tlm_cuda_occupancy<split_kernel>(op, c::warps * 32, smem), &S,
-                                                        &part);
+        /* split-KV as the selector planned it (a grid under one wave: tlm_cuda_flash_fwd_split) */
+        const int S = part ? ch->split : 1, split_keys = part ? ch->split_len : 0;
         const dim3 grid((unsigned)((Tq + c::br - 1) / c::br * S), (unsigned)H, (unsigned)B);
         (part ? split_kernel : kernel)<<<grid, c::warps * 32, smem, tlm_cuda_stream(be)>>>(
             out, lse, q, k, v, ld_qkv, ld_out, Tq, Tk, H, FT_LOG2E / sqrtf((float)DD), causal ? 1 : 0, split_keys,
             part);
         TLM_CUDA_CHECK_OP(op, cudaGetLastError());
         if (part) tlm_cuda_flash_split_combine(be, out, lse, part, S, B, Tq, H, DD, ld_out, TLM_DTYPE_F32);
-        ran = true;
     });
-    return ran;
 }
 
-bool tlm_cuda_flash_backward_tf32(tlm_backend *be, float *dq, float *dk, float *dv, float *workspace,
-                                  const float *dout, const float *q, const float *k, const float *v,
-                                  const float *out, const float *lse, int ld_qkv, int ld_out, int B, int Tq, int Tk,
-                                  int H, int D, bool causal) {
+void tlm_attn_tf32_backward(tlm_backend *be, const tlm_attn_choice *ch, const tlm_attn_bwd_args *a, float *dkv) {
     const char *op = "flash_attention_backward (tf32)";
-    const void *ptrs[] = {dq, dk, dv, workspace, dout, q, k, v, out};
-    if (!tlm_cuda_flash_supports_d(D) || !ft_aligned(ld_qkv, ld_out, ptrs, 9)) return false;
-    bool fits = false;
-    tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) { fits = ft_bwd_smem<decltype(dc)::value>() <= ft_smem_limit(be); });
-    if (!fits) return false;
+    float *dq = (float *)a->dq, *dk = (float *)a->dk, *dv = (float *)a->dv, *workspace = a->workspace;
+    const float *dout = (const float *)a->dout, *q = (const float *)a->q, *k = (const float *)a->k;
+    const float *v = (const float *)a->v, *out = (const float *)a->out, *lse = a->lse;
+    const int ld_qkv = a->ld_qkv, ld_out = a->ld_out, B = a->B, Tq = a->Tq, Tk = a->Tk, H = a->H, D = a->D;
+    const bool causal = a->causal;
     cudaStream_t st = tlm_cuda_stream(be);
-    /* workspace: the dQ accumulator (B,H,Tq,D), then delta (B,H,Tq): flash_attention_f32.cu's layout */
+    /* workspace: the dQ accumulator (B,H,Tq,D), then delta (B,H,Tq): f32.cu's layout */
     const float *delta = workspace + (size_t)B * H * Tq * D;
     tlm_cuda_flash_dispatch_d(D, op, [&](auto dc) {
         constexpr int DD = decltype(dc)::value;
@@ -648,13 +653,8 @@ bool tlm_cuda_flash_backward_tf32(tlm_backend *be, float *dq, float *dk, float *
         constexpr size_t smem = ft_bwd_smem<DD>();
         tlm_cuda_set_smem<kernel>(op, smem);
         tlm_cuda_set_smem<split_kernel>(op, smem);
-        /* split query ranges when the grid is under one wave (tlm_cuda_flash_bwd_split) */
-        int S = 1;
-        float *dkv = NULL;
-        const int split_q = tlm_cuda_flash_bwd_split(be, B, H, Tq, Tk, DD, c::br, c::bc, causal,
-                                                     TLM_FLASH_SPLIT_32BIT,
-                                                     tlm_cuda_occupancy<split_kernel>(op, c::warps * 32, smem), &S,
-                                                     &dkv);
+        /* split query ranges as the selector planned them (tlm_cuda_flash_bwd_split) */
+        const int S = dkv ? ch->split : 1, split_q = dkv ? ch->split_len : 0;
         /* delta, the dQ accumulator zeroed, and (split) the dK, dV accumulators: no memset */
         tlm_cuda_flash_backward_f32_prep(st, workspace, dout, out, ld_out, B, Tq, H, DD, dkv, Tk);
         const float scale = 1.0f / sqrtf((float)DD);
@@ -666,5 +666,4 @@ bool tlm_cuda_flash_backward_tf32(tlm_backend *be, float *dq, float *dk, float *
         if (dkv) tlm_cuda_flash_split_dkv(be, dk, dv, dkv, ld_qkv, B, H, Tk, DD, TLM_DTYPE_F32);
     });
     tlm_cuda_flash_backward_f32_dq(st, dq, workspace, ld_qkv, B, Tq, H, D);
-    return true;
 }
