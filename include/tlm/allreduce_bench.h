@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include "tlm/comm.h"
 #include "tlm/dtype.h"
+#include "tlm/report.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,6 +69,66 @@ typedef struct {
  * in r->status and r->error with TLM_OK returned; other errors (a communication failure, a case
  * that is invalid: bytes not a multiple of the element size, iters < 1) are returned. */
 tlm_status tlm_allreduce_bench_run(tlm_comm *c, const tlm_allreduce_case *k, tlm_allreduce_result *r);
+
+/* ---- the command's runs (src/bench/allreduce_launch.c, allreduce_report.c) -------------------------
+ * `tlm allreduce` under a launcher runs every size of the options on every rank (tlm_allreduce_run);
+ * `tlm allreduce --sweep` starts itself under mpirun for each backend and process count and merges the
+ * runs' JSON reports into one (tlm_allreduce_sweep). Both print their errors on stderr as
+ * "tlm allreduce: ..." and return an exit status: 0 every element right, 1 a failure (a rank, a
+ * run, the report) or a wrong element, 2 the ranks were given different configurations. */
+
+#define TLM_ALLREDUCE_MAX_SIZES 64
+#define TLM_ALLREDUCE_MAX_NPROC 16
+
+typedef struct {
+    uint64_t sizes[TLM_ALLREDUCE_MAX_SIZES]; /* bytes per rank, whole elements of dtype */
+    int num_sizes;
+    tlm_comm_kind backends[2];  /* one without the sweep */
+    int num_backends;
+    tlm_dtype dtype;            /* TLM_DTYPE_F32 or TLM_DTYPE_BF16 */
+    tlm_reduce_op op;
+    long iters, warmup;
+    bool check;
+    double timeout;             /* seconds: the watchdog's (comm.h) */
+    tlm_mpi_algo mpi_algo;
+    uint64_t shm_chunk;         /* bytes; 0: the default by size (comm.h) */
+    int nprocs[TLM_ALLREDUCE_MAX_NPROC]; /* the sweep's process counts */
+    int num_nprocs;
+    bool given_gpu;             /* --gpu given: rank r uses GPU gpu + its local rank */
+    int gpu;
+} tlm_allreduce_options;
+
+/* Opens the report (of the command's --format and --out); NULL after printing why. */
+typedef tlm_report *(*tlm_allreduce_open_report)(void *user);
+
+/* One run on every rank of the launcher's world: joins it, makes the backend (NCCL: the GPU
+ * gpu + local rank, or the one GPU a rank sees; MPI: the CPU) and communicator, checks that every
+ * rank has the same options, and measures each size; rank 0 opens the report and writes a row per
+ * size and placement. */
+int tlm_allreduce_run(const tlm_allreduce_options *o, tlm_allreduce_open_report open_report, void *user);
+
+/* The sweep: for each backend x process count, `mpirun -np N [--allow-run-as-root] [--oversubscribe
+ * --bind-to none for mpi] $TLM_MPIRUN_FLAGS <this program> allreduce <the options> --format json --out
+ * <a temporary file>` (mpirun found in PATH; its stdout dropped); NCCL counts above the visible GPUs
+ * and NCCL without an NCCL build are skipped rows; then one report of every run's rows, a row per run
+ * skipped or failed, and each run's command, ranks, devices and links. */
+int tlm_allreduce_sweep(const tlm_allreduce_options *o, tlm_allreduce_open_report open_report, void *user);
+
+/* The report's parts (allreduce_report.c): the rows' columns (backend, nranks, bytes, count, dtype, op,
+ * algorithm, in_place, time_us_mean/min/max, algbw_gb_per_s, busbw_gb_per_s, wrong) and the header's
+ * notes on the options; the tally of the rows and the summary (mean busbw of the rows that ran, wrong
+ * elements, the result line). */
+typedef struct {
+    double busbw_sum;
+    int ok_rows, failed_rows, skipped_rows;
+    int64_t wrong;
+} tlm_allreduce_tally;
+
+void tlm_allreduce_report_begin(tlm_report *rep, const tlm_allreduce_options *o);
+void tlm_allreduce_report_row(tlm_report *rep, const char *backend, const char *algo, int nranks, uint64_t bytes,
+                              const tlm_allreduce_options *o, bool in_place, const tlm_allreduce_result *r,
+                              tlm_allreduce_tally *t);
+void tlm_allreduce_report_summary(tlm_report *rep, const tlm_allreduce_tally *t);
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,16 @@ typedef struct tlm_bench_weights tlm_bench_weights;
 tlm_bench_weights *tlm_bench_weights_new(void); /* NULL: out of host memory */
 void tlm_bench_weights_free(tlm_bench_weights *w);
 
+/* What a caller adds to a case's steps (tlm memory records its memory timeline so): before_steps
+ * runs with the model created and its initial weights set, right before the first warm-up step;
+ * after_steps right after the last step (steps: the steps' outcome), before the model is freed. Either
+ * may be NULL. An error they return fails the case (its r->status and r->error). */
+typedef struct {
+    tlm_status (*before_steps)(void *user, tlm_model *m);
+    tlm_status (*after_steps)(void *user, tlm_model *m, tlm_status steps);
+    void *user;
+} tlm_bench_hooks;
+
 typedef struct {
     char model_name[32];   /* preset name or "custom" */
     tlm_config config;
@@ -59,6 +69,7 @@ typedef struct {
                               batch, batch_size / world_size rows a rank (it must divide) */
     size_t max_context_bytes; /* > 0: also find the longest context that fits in these bytes
                                  (tlm_bench_max_context; result max_context); 0: not asked */
+    const tlm_bench_hooks *hooks; /* not owned; NULL: none */
 } tlm_bench_case;
 
 typedef struct {

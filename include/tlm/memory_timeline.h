@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "tlm/backend.h"
+#include "tlm/bench.h"
 #include "tlm/memory.h"
 #include "tlm/ops.h"
 #include "tlm/status.h"
@@ -199,6 +200,46 @@ tlm_status tlm_mem_timeline_write_json(const tlm_mem_timeline *t, const char *pa
  * The frames name, innermost first, the buffer and its category, the op next issued with its phase
  * and layer, and the step. Written through the one file writer (output.h). */
 tlm_status tlm_mem_timeline_write_snapshot(const tlm_mem_timeline *t, const char *path, int device);
+
+/* ---- tlm memory's measurement of a case (src/memory/measure.c) --------------------------------------- */
+
+#define TLM_MEM_MAX_TOP 100
+
+/* One of the largest allocations: its lifetime from the op first run with it to the last before it
+ * was freed ("before the warm-up", "still alive" at the window's ends). */
+typedef struct {
+    char name[64];
+    size_t bytes;
+    tlm_memcat category;
+    tlm_memwhy why;
+    char from[96], to[96];
+} tlm_mem_top;
+
+typedef struct {
+    tlm_status status;           /* TLM_OK, or the case's failure (OUT_OF_MEMORY: an OOM row) */
+    char error[400];
+    tlm_attention attention;     /* the attention the case runs */
+    tlm_mem_peaks peaks;         /* of the measured step */
+    tlm_memory_estimate plan;    /* the model's memory plan of the case */
+    tlm_mem_top top[TLM_MEM_MAX_TOP];
+    int n_top;
+    int max_context;             /* tlm_bench_max_context within memory_limit; -1: not asked */
+} tlm_mem_measurement;
+
+/* Measures case c on `be` through the benchmark's step (tlm_bench_run, c->warmup warm-up steps and
+ * one measured step, without CUDA graphs) with the timeline recording from right after the model's
+ * creation to its last step: the peaks of the measured step, the model's plan, the `top` (<=
+ * TLM_MEM_MAX_TOP) largest allocations, and with memory_limit > 0 the longest context that fits in
+ * it. The case's failure (out of memory) is r->status; *out (NULL: not wanted) gets the timeline for
+ * the files (the caller frees it; NULL when the case failed). Returns OUT_OF_MEMORY (host) or the
+ * like when the measurement could not run. */
+tlm_status tlm_mem_measure(tlm_backend *be, const tlm_bench_case *c, size_t memory_limit, int top,
+                           tlm_mem_measurement *r, tlm_mem_timeline **out);
+
+/* The files of a measured case: the event stream as JSON (json_path; its meta: the case, the
+ * attention and the device) and the snapshot (snapshot_path); a NULL path is not written. */
+tlm_status tlm_mem_write_case_files(const tlm_mem_timeline *t, const tlm_bench_case *c, tlm_attention attention,
+                                    const tlm_backend *be, const char *json_path, const char *snapshot_path);
 
 #ifdef __cplusplus
 }

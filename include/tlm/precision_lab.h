@@ -23,6 +23,7 @@
 #include "tlm/backend.h"
 #include "tlm/dtype.h"
 #include "tlm/precision.h"
+#include "tlm/report.h"
 #include "tlm/status.h"
 
 #ifdef __cplusplus
@@ -76,6 +77,16 @@ tlm_status tlm_accumulate_run(tlm_backend *be, double value, tlm_accumulation *o
  * __float2bfloat16_rn of (float)value, passed at run time so the compiler cannot fold the loop.
  * TLM_ERR_UNSUPPORTED in a build without CUDA (src/cuda/no_cuda.c). */
 tlm_status tlm_accumulate_run_cuda(tlm_backend *be, double value, tlm_accumulation *out);
+
+/* tlm_accumulate_run on be, and on a CUDA backend the same on the CPU backend: *same counts the ways
+ * whose addend and every partial sum equal the CPU's software rounding bit for bit
+ * (TLM_ACC_NUM_WAYS on the CPU, where there is nothing to compare). */
+/* The report's table "ways" (a row per way: way, sum_dtype, addend_dtype, addend and addend_exact, sum
+ * and sum_exact, error, representation_error, rounding_error, inexact_adds, spacing_at_sum,
+ * last_increment, last_change) and the list "why" (tlm_accumulate_why of each way), from acc. */
+void tlm_accumulate_report_ways(tlm_report *rep, const tlm_accumulation *acc);
+
+tlm_status tlm_accumulate_run_checked(tlm_backend *be, double value, tlm_accumulation *out, int *same);
 
 /* What a trajectory says, all of it computed from the trajectory and the formats' encodings. */
 typedef struct {
@@ -182,6 +193,9 @@ tlm_status tlm_ln_lab_run(const tlm_ln_lab_config *cfg, tlm_ln_lab *out);
  * statistics leave, and whether bf16 needs them. Returns the number written. */
 #define TLM_LN_LAB_LINE 1024
 int tlm_ln_lab_findings(const tlm_ln_lab *lab, char (*lines)[TLM_LN_LAB_LINE], int max_lines);
+
+/* The inputs that overflowed the input dtype, over every cell of the grid. */
+size_t tlm_ln_lab_inputs_overflowed(const tlm_ln_lab *lab);
 
 #ifdef __cplusplus
 }

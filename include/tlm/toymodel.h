@@ -119,6 +119,28 @@ void tlm_toymodel_set_params(tlm_toymodel *m, const float *host);
 /* The tensors a report lists, in forward-then-backward order: n of them into list. */
 int tlm_toymodel_tensors(const tlm_toymodel *m, const tlm_toy_tensor **list, int max);
 
+/* "fc1: Linear(in, 10, no bias) -> ReLU -> LayerNorm(10) -> fc2: Linear(10, out, no bias); loss mse
+ * (mean of squared errors against a random target); batch B, seed S" into buf (n bytes). */
+void tlm_toymodel_describe(const tlm_toymodel_config *cfg, char *buf, size_t n);
+/* The dtypes the run gave (SPEC.md §2.4's question): "parameters fp32, fc1 output fp16, ReLU output fp16,
+ * LayerNorm output fp32, logits fp16, loss fp32, gradients fp32" (mixed: not all fp32) into buf. */
+void tlm_toymodel_dtypes(const tlm_toymodel *m, char *buf, size_t n);
+
+/* The model of cfg and the same model (same seed) in fp32, each run forward and backward: *m and *ref
+ * (free both, also after an error; NULL where not created) and their losses. */
+tlm_status tlm_toymodel_run_pair(tlm_backend *be, const tlm_toymodel_config *cfg, tlm_toymodel **m,
+                                 tlm_toymodel **ref, float *loss, float *ref_loss);
+
+/* A gradient of m against the fp32 model ref's: its name, both L2 norms (float64 sums) and
+ * tlm_rel_error_f32 of the two. */
+typedef struct {
+    const char *name;
+    double norm, ref_norm, rel_diff;
+} tlm_toy_grad_compare;
+#define TLM_TOY_NUM_GRADS 4 /* fc1.weight, ln.weight, ln.bias, fc2.weight */
+tlm_status tlm_toymodel_compare_grads(const tlm_toymodel *m, const tlm_toymodel *ref,
+                                      tlm_toy_grad_compare out[TLM_TOY_NUM_GRADS]);
+
 #ifdef __cplusplus
 }
 #endif

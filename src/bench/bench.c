@@ -181,6 +181,8 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     if (s == TLM_OK) s = initial_weights(m, c);
     if (comm && (s = tlm_ddp_agree(comm, s)) == TLM_OK) s = tlm_ddp_create(&d, m, comm, &c->ddp); /* symmetric errors */
     r->mem_after_init_bytes = tlm_mem_stats_now(be).current_total;
+    const tlm_bench_hooks *hooks = c->hooks;
+    if (s == TLM_OK && hooks && hooks->before_steps) s = hooks->before_steps(hooks->user, m);
     const tlm_adamw_config opt = tlm_adamw_defaults();
     double *fwd = ms, *bwd = ms + c->steps, *upd = ms + 2 * c->steps, *step = ms + 3 * c->steps;
     for (int i = 0; s == TLM_OK && i < c->warmup + c->steps; i++) {
@@ -220,6 +222,10 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
             if (timed == 0) r->loss_first = loss;
             r->loss_last = loss;
         }
+    }
+    if (m && hooks && hooks->after_steps) {
+        const tlm_status after = hooks->after_steps(hooks->user, m, s);
+        if (s == TLM_OK) s = after;
     }
     if (s == TLM_OK) {
         r->forward = summarize(fwd, c->steps);

@@ -12,10 +12,9 @@
 #include "tlm/bench.h"
 #include "tlm/memory_timeline.h"
 #include "tlm/output.h"
-#include "tlm/rng.h"
 
 #define MIB (1.0 / (1024.0 * 1024.0))
-#define MAX_TOP 100
+#define MAX_TOP TLM_MEM_MAX_TOP
 
 enum { OPT_SUITE = 3100, OPT_TOP, OPT_SNAPSHOT, OPT_TIMELINE };
 
@@ -89,25 +88,6 @@ static const cli_command memory_cmd = {
 
 /* ---- one configuration ----------------------------------------------------------------------------------- */
 
-typedef struct {
-    char name[64];
-    size_t bytes;
-    tlm_memcat category;
-    tlm_memwhy why;
-    char from[96], to[96];
-} top_entry;
-
-typedef struct {
-    tlm_status status;
-    char error[400];
-    tlm_attention attention;
-    tlm_mem_peaks peaks;
-    tlm_memory_estimate plan;
-    top_entry top[MAX_TOP];
-    int n_top;
-    int max_context; /* -1: not asked */
-} result;
-
 /* the configuration as a file-name part: 2.7B-ctx256-b4-fp32-train */
 static void case_label(const tlm_bench_case *c, const memory_opts *o, char *buf, size_t n) {
     snprintf(buf, n, "%s-ctx%d-b%d-%s-%s%s%s%s", c->model_name, c->context_length, c->batch_size,
@@ -129,111 +109,21 @@ static void file_for(const char *path, const char *label, char *buf, size_t n) {
 }
 
 
-static tlm_status one_step(tlm_model *m, const tlm_bench_case *c, const int32_t *tokens, int index, bool warmup) {
-    const tlm_adamw_config opt = tlm_adamw_defaults();
-    tlm_backend *be = m->backend;
-    tlm_step_begin(be, index, warmup);
-    tlm_status s = tlm_model_forward(m, tokens, tokens + 1, c->batch_size, c->context_length, NULL);
-    if (s == TLM_OK && c->pass >= TLM_PASS_FORWARD_BACKWARD) s = tlm_model_backward(m);
-    if (s == TLM_OK && c->pass == TLM_PASS_TRAIN) s = tlm_model_adamw_step(m, &opt);
-    tlm_step_end(be);
-    tlm_synchronize(be);
-    return s;
-}
-
-/* the file outputs of one configuration */
-static tlm_status write_files(const tlm_mem_timeline *t, const tlm_bench_case *c, const memory_opts *o,
-                              const char *label, const tlm_backend *be, const result *r) {
-    char path[4200];
-    if (o->timeline) {
-        file_for(o->timeline, label, path, sizeof path);
-        char ctx[16], batch[16], title[256];
-        snprintf(ctx, sizeof ctx, "%d", c->context_length);
-        snprintf(batch, sizeof batch, "%d", c->batch_size);
-        snprintf(title, sizeof title, "%s, context %d, batch %d, %s, %s%s%s%s, %s attention (%s)", c->model_name,
-                 c->context_length, c->batch_size, tlm_precision_name(c->precision), tlm_pass_name(c->pass),
-                 c->recompute ? ", recompute " : "", c->recompute ? tlm_recompute_name(c->recompute) : "",
-                 c->optimizer_in_backward ? ", optimizer in backward" : "", tlm_attention_name(r->attention), be->name);
-        const char *keys[] = {"title", "model", "context_length", "batch_size", "precision", "pass", "attention",
-                              "recompute", "optimizer_in_backward", "device"};
-        const char *values[] = {title, c->model_name, ctx, batch, tlm_precision_name(c->precision),
-                                tlm_pass_name(c->pass), tlm_attention_name(r->attention),
-                                tlm_recompute_name(c->recompute), c->optimizer_in_backward ? "true" : "false",
-                                be->description};
-        TLM_TRY(tlm_mem_timeline_write_json(t, path, keys, values, (int)(sizeof keys / sizeof keys[0])));
-    }
-    if (o->snapshot) {
-        file_for(o->snapshot, label, path, sizeof path);
-        TLM_TRY(tlm_mem_timeline_write_snapshot(t, path, be->device_index));
-    }
-    return TLM_OK;
-}
-
-static void fail(result *r, tlm_status s) {
-    r->status = s;
-    snprintf(r->error, sizeof r->error, "%s", tlm_last_error());
-}
-
-/* Runs one configuration; a failure of the configuration (out of memory) is in r->status, a failure
- * to write its files is returned. */
+/* Measures one configuration (memory_timeline.h: through the benchmark's step) and writes its files; a
+ * failure of the configuration (out of memory) is in r->status, a failure to measure or to write its
+ * files is returned. */
 static tlm_status run_case(tlm_backend *be, const tlm_bench_case *c, const memory_opts *o, const char *label,
-                           result *r) {
-    memset(r, 0, sizeof *r);
-    r->max_context = -1;
-    tlm_config cfg = c->config;
-    if (cfg.context_length < c->context_length) cfg.context_length = c->context_length;
-    tlm_run_config run = tlm_bench_run_config(c);
-    run.cuda_graphs = false; /* the hooks see every op only when the passes are issued eagerly */
-    r->attention = tlm_attention_resolve(be, &cfg, c->precision, c->attention);
-    if (o->memory_limit) r->max_context = tlm_bench_max_context(be, c, o->memory_limit);
-    tlm_status s = tlm_model_memory_estimate(be, &cfg, &run, c->batch_size, c->context_length, &r->plan);
-    if (s != TLM_OK) {
-        fail(r, s);
-        return TLM_OK;
-    }
-    tlm_backend_release_cached(be); /* what earlier configurations freed is not counted by the device */
-    const size_t N = (size_t)c->batch_size * c->context_length;
-    int32_t *tokens = malloc((N + 1) * sizeof *tokens);
-    if (!tokens) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the batch");
-    uint64_t rng = tlm_rng_stream(c->seed, 0xBA7C4);
-    for (size_t i = 0; i <= N; i++) tokens[i] = (int32_t)tlm_rng_below(&rng, (uint64_t)cfg.vocab_size);
-    tlm_model *m = NULL;
+                           tlm_mem_measurement *r) {
     tlm_mem_timeline *t = NULL;
-    s = tlm_model_create(&m, &cfg, &run, be);
-    if (s == TLM_OK) s = tlm_model_init_random(m, c->seed);
-    if (s == TLM_OK) s = tlm_mem_timeline_start(&t, be);
-    for (int i = 0; s == TLM_OK && i < c->warmup; i++) s = one_step(m, c, tokens, i, true);
-    if (s == TLM_OK) s = one_step(m, c, tokens, 0, false);
-    tlm_status files = TLM_OK;
-    if (t) {
-        const tlm_status stopped = tlm_mem_timeline_stop(t);
-        if (s == TLM_OK) s = stopped;
-    }
-    if (s == TLM_OK) s = tlm_mem_timeline_peaks(t, 0, &r->peaks);
-    int idx[MAX_TOP];
-    if (s == TLM_OK && o->top > 0) s = tlm_mem_timeline_largest(t, 0, o->top, idx, &r->n_top);
-    if (s == TLM_OK) {
-        const tlm_mem_allocation *al = tlm_mem_timeline_allocations(t);
-        for (int k = 0; k < r->n_top; k++) {
-            const tlm_mem_allocation *a = &al[idx[k]];
-            top_entry *e = &r->top[k];
-            snprintf(e->name, sizeof e->name, "%s", a->name);
-            e->bytes = a->bytes;
-            e->category = a->category;
-            e->why = tlm_mem_allocation_why(a);
-            if (a->before) snprintf(e->from, sizeof e->from, "before the warm-up");
-            else tlm_mem_timeline_op_label(t, a->alloc_op, e->from, sizeof e->from);
-            if (a->free_op == UINT64_MAX) snprintf(e->to, sizeof e->to, "still alive");
-            else tlm_mem_timeline_op_label(t, a->free_op ? a->free_op - 1 : 0, e->to, sizeof e->to);
-        }
-        files = write_files(t, c, o, label, be, r);
-    } else {
-        fail(r, s);
-    }
+    TLM_TRY(tlm_mem_measure(be, c, o->memory_limit, o->top, r, &t));
+    char json[4200], snapshot[4200];
+    if (o->timeline) file_for(o->timeline, label, json, sizeof json);
+    if (o->snapshot) file_for(o->snapshot, label, snapshot, sizeof snapshot);
+    const tlm_status s = t ? tlm_mem_write_case_files(t, c, r->attention, be, o->timeline ? json : NULL,
+                                                      o->snapshot ? snapshot : NULL)
+                           : TLM_OK;
     tlm_mem_timeline_free(t);
-    tlm_model_free(m);
-    free(tokens);
-    return files;
+    return s;
 }
 
 /* ---- the report ------------------------------------------------------------------------------------------- */
@@ -287,7 +177,7 @@ static void build_columns(void) {
         peak_columns[num_peak_columns++] = extra_columns[i];
 }
 
-static void peaks_row(tlm_report *rep, const tlm_bench_case *c, const memory_opts *o, const result *r) {
+static void peaks_row(tlm_report *rep, const tlm_bench_case *c, const memory_opts *o, const tlm_mem_measurement *r) {
     tlm_report_row_begin(rep);
     tlm_bench_report_case(rep, c);
     tlm_report_str(rep, "attention", tlm_attention_name(r->attention));
@@ -321,9 +211,9 @@ static void peaks_row(tlm_report *rep, const tlm_bench_case *c, const memory_opt
     tlm_report_row_end(rep);
 }
 
-static void top_rows(tlm_report *rep, const tlm_bench_case *c, const result *r) {
+static void top_rows(tlm_report *rep, const tlm_bench_case *c, const tlm_mem_measurement *r) {
     for (int k = 0; k < r->n_top; k++) {
-        const top_entry *e = &r->top[k];
+        const tlm_mem_top *e = &r->top[k];
         tlm_report_row_begin(rep);
         tlm_report_str(rep, "model", c->model_name);
         tlm_report_int(rep, "context_length", c->context_length);
@@ -364,7 +254,7 @@ int cmd_memory(int argc, char **argv) {
     static char *seeds_model[] = {"2.7B"}, *gpu_model[] = {"2.7B"}, *cpu_model[] = {"small"};
     tlm_backend *be = NULL;
     tlm_bench_case *cases = NULL;
-    result *res = NULL;
+    tlm_mem_measurement *res = NULL;
     tlm_report *rep = NULL;
     int n = 0;
     bool batch = false;

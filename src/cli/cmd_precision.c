@@ -42,41 +42,6 @@ static const cli_command accumulate_cmd = {
         "1 if any differs).\n\n",
     .name = "precision accumulate", CLI_USES(accumulate_uses)};
 
-static const tlm_column accumulate_columns[] = {
-    {"way", TLM_FIELD_STR, "way", "", -19, 0, 0, TLM_COL_KEY},
-    TLM_COL_HIDDEN("sum_dtype", TLM_FIELD_STR),
-    TLM_COL_HIDDEN("addend_dtype", TLM_FIELD_STR),
-    TLM_COL_HIDDEN("addend", TLM_FIELD_NUM),
-    {"addend_exact", TLM_FIELD_STR, "addend as stored", "", -34, 0, 0, 0},
-    {"sum", TLM_FIELD_NUM, "sum", "", 11, 6, 0, 0},
-    {"sum_exact", TLM_FIELD_STR, "sum, exactly", "", -26, 0, 0, 0},
-    {"error", TLM_FIELD_NUM, "error", "", 12, 4, 0, TLM_COL_SCI},
-    TLM_COL_HIDDEN("representation_error", TLM_FIELD_NUM),
-    TLM_COL_HIDDEN("rounding_error", TLM_FIELD_NUM),
-    TLM_COL_HIDDEN("inexact_adds", TLM_FIELD_INT),
-    TLM_COL_HIDDEN("spacing_at_sum", TLM_FIELD_NUM),
-    TLM_COL_HIDDEN("last_increment", TLM_FIELD_NUM),
-    TLM_COL_HIDDEN("last_change", TLM_FIELD_INT),
-};
-
-/* the six ways on be, and on the GPU the count of ways whose trajectories equal the CPU's software
- * rounding bit for bit (*same; TLM_ACC_NUM_WAYS on the CPU) */
-static tlm_status accumulate(tlm_backend *be, tlm_accumulation *acc, int *same) {
-    static tlm_accumulation cpu_acc;
-    TLM_TRY(tlm_accumulate_run(be, TLM_ACCUMULATE_VALUE, acc));
-    *same = TLM_ACC_NUM_WAYS;
-    if (be->kind != TLM_DEVICE_CUDA) return TLM_OK;
-    tlm_backend *cpu = NULL;
-    tlm_status s = tlm_backend_cpu_create(&cpu, 1);
-    if (s == TLM_OK) s = tlm_accumulate_run(cpu, TLM_ACCUMULATE_VALUE, &cpu_acc);
-    tlm_backend_destroy(cpu);
-    *same = 0;
-    for (int w = 0; s == TLM_OK && w < TLM_ACC_NUM_WAYS; w++)
-        *same += memcmp(acc->partial[w], cpu_acc.partial[w], sizeof acc->partial[w]) == 0 &&
-                 acc->addend[w] == cpu_acc.addend[w];
-    return s;
-}
-
 static int run_accumulate(int argc, char **argv) {
     const char *cmd = "precision accumulate";
     cli_args a;
@@ -88,7 +53,7 @@ static int run_accumulate(int argc, char **argv) {
     int same = 0;
     tlm_report *rep = NULL;
     rc = TLM_EXIT_FAILURE;
-    if (accumulate(be, &acc, &same) != TLM_OK) {
+    if (tlm_accumulate_run_checked(be, TLM_ACCUMULATE_VALUE, &acc, &same) != TLM_OK) {
         cli_error(cmd, "%s", tlm_last_error());
         goto done;
     }
@@ -102,36 +67,8 @@ static int run_accumulate(int argc, char **argv) {
                                  "(the correctly rounded sum: src/precision/lowp.h)");
     tlm_report_meta_str(rep, "addend", "0.01 rounded to the addend's dtype (through fp32); error = sum - 1000 x 0.01; "
                                        "the floats are printed exactly");
-    tlm_report_table(rep, "ways", accumulate_columns, (int)(sizeof accumulate_columns / sizeof accumulate_columns[0]));
-    tlm_accumulate_analysis an[TLM_ACC_NUM_WAYS];
-    char why[640], line[700], addend[64], sum[64];
-    for (int w = 0; w < TLM_ACC_NUM_WAYS; w++) {
-        const tlm_accumulate_way_info *info = tlm_accumulate_way_get((tlm_accumulate_way)w);
-        tlm_accumulate_analyze(&acc, (tlm_accumulate_way)w, TLM_ACCUMULATE_VALUE, &an[w]);
-        tlm_exact_decimal(an[w].addend, addend, sizeof addend);
-        tlm_exact_decimal(an[w].sum, sum, sizeof sum);
-        tlm_report_row_begin(rep);
-        tlm_report_str(rep, "way", info->name);
-        tlm_report_str(rep, "sum_dtype", tlm_act_dtype_name(info->sum_dtype));
-        tlm_report_str(rep, "addend_dtype", tlm_act_dtype_name(info->addend_dtype));
-        tlm_report_num(rep, "addend", an[w].addend);
-        tlm_report_str(rep, "addend_exact", addend);
-        tlm_report_num(rep, "sum", an[w].sum);
-        tlm_report_str(rep, "sum_exact", sum);
-        tlm_report_num(rep, "error", an[w].error);
-        tlm_report_num(rep, "representation_error", an[w].representation);
-        tlm_report_num(rep, "rounding_error", an[w].rounding);
-        tlm_report_int(rep, "inexact_adds", an[w].inexact_adds);
-        tlm_report_num(rep, "spacing_at_sum", an[w].spacing);
-        tlm_report_num(rep, "last_increment", an[w].last_increment);
-        tlm_report_int(rep, "last_change", an[w].last_change);
-        tlm_report_row_end(rep);
-    }
-    for (int w = 0; w < TLM_ACC_NUM_WAYS; w++) {
-        tlm_accumulate_why((tlm_accumulate_way)w, &an[w], why, sizeof why);
-        snprintf(line, sizeof line, "%-19s %s", tlm_accumulate_way_get((tlm_accumulate_way)w)->name, why);
-        tlm_report_list(rep, "why", line);
-    }
+    tlm_accumulate_report_ways(rep, &acc);
+    char line[160];
     if (on_gpu) {
         snprintf(line, sizeof line, "the GPU's trajectories (all %d partial sums) equal the CPU's software rounding "
                                     "bit for bit in %d of %d ways", TLM_ACCUMULATE_STEPS, same, TLM_ACC_NUM_WAYS);
@@ -222,12 +159,6 @@ static const tlm_column toy_result_columns[] = {
     {"rel_diff_vs_fp32", TLM_FIELD_NUM, "rel. diff.", "", 10, 2, 0, TLM_COL_SCI},
 };
 
-static double norm(const float *v, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += (double)v[i] * v[i];
-    return sqrt(s);
-}
-
 static void toy_result_row(tlm_report *rep, const char *name, double v, double v32, double rel) {
     tlm_report_row_begin(rep);
     tlm_report_str(rep, "quantity", name);
@@ -240,10 +171,7 @@ static void toy_result_row(tlm_report *rep, const char *name, double v, double v
 static tlm_status autocast_report(tlm_report *rep, tlm_toymodel *m, tlm_toymodel *ref, float loss, float ref_loss) {
     const tlm_toymodel_config *cfg = &m->cfg;
     char line[512];
-    snprintf(line, sizeof line, "fc1: Linear(%d, %d, no bias) -> ReLU -> LayerNorm(%d) -> fc2: Linear(%d, %d, no bias); "
-                                "loss %s (%s of squared errors against a random target); batch %d, seed %llu",
-             cfg->in_features, cfg->hidden, cfg->hidden, cfg->hidden, cfg->out_features, tlm_toy_loss_name(cfg->loss),
-             cfg->loss == TLM_TOY_LOSS_MSE ? "mean" : "sum", cfg->batch_size, (unsigned long long)cfg->seed);
+    tlm_toymodel_describe(cfg, line, sizeof line);
     tlm_report_meta_str(rep, "model", line);
     snprintf(line, sizeof line, "%s%s", tlm_act_dtype_name(m->dt), m->dt == TLM_DTYPE_F32 ? " (no autocast)" : " autocast");
     tlm_report_meta_str(rep, "mode", line);
@@ -268,33 +196,15 @@ static tlm_status autocast_report(tlm_report *rep, tlm_toymodel *m, tlm_toymodel
         tlm_report_str(rep, "shape", shape);
         tlm_report_row_end(rep);
     }
-    const bool grads_f32 = m->fc1_weight_grad.dtype == TLM_DTYPE_F32 && m->ln_weight_grad.dtype == TLM_DTYPE_F32 &&
-                           m->ln_bias_grad.dtype == TLM_DTYPE_F32 && m->fc2_weight_grad.dtype == TLM_DTYPE_F32;
-    const bool params_f32 = m->fc1_weight.dtype == TLM_DTYPE_F32 && m->ln_weight.dtype == TLM_DTYPE_F32 &&
-                            m->ln_bias.dtype == TLM_DTYPE_F32 && m->fc2_weight.dtype == TLM_DTYPE_F32;
-    snprintf(line, sizeof line, "parameters %s, fc1 output %s, ReLU output %s, LayerNorm output %s, logits %s, loss %s, "
-                                "gradients %s", params_f32 ? "fp32" : "mixed", tlm_act_dtype_name(m->fc1_out.dtype),
-             tlm_act_dtype_name(m->relu_out.dtype), tlm_act_dtype_name(m->ln_out.dtype),
-             tlm_act_dtype_name(m->logits.dtype), tlm_act_dtype_name(m->loss.dtype), grads_f32 ? "fp32" : "mixed");
+    tlm_toymodel_dtypes(m, line, sizeof line);
     tlm_report_list(rep, "answer (SPEC.md §2.4's question)", line);
 
     tlm_report_table(rep, "results", toy_result_columns, 4);
     toy_result_row(rep, "loss", loss, ref_loss, fabs((double)loss - ref_loss) / fabs((double)ref_loss));
-    const tlm_toy_tensor *grads[] = {&m->fc1_weight_grad, &m->ln_weight_grad, &m->ln_bias_grad, &m->fc2_weight_grad};
-    const tlm_toy_tensor *ref_grads[] = {&ref->fc1_weight_grad, &ref->ln_weight_grad, &ref->ln_bias_grad,
-                                         &ref->fc2_weight_grad};
-    float *g = malloc(m->num_params * sizeof(float)), *g32 = malloc(m->num_params * sizeof(float));
-    if (!g || !g32) {
-        free(g), free(g32);
-        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
-    }
-    for (int i = 0; i < 4; i++) { /* the gradients' norms, and how far each is from the fp32 run's */
-        const size_t k = tlm_toy_numel(grads[i]);
-        tlm_toymodel_read(m, grads[i], g);
-        tlm_toymodel_read(ref, ref_grads[i], g32);
-        toy_result_row(rep, grads[i]->name, norm(g, k), norm(g32, k), tlm_rel_error_f32(g, g32, k));
-    }
-    free(g), free(g32);
+    tlm_toy_grad_compare g[TLM_TOY_NUM_GRADS];
+    TLM_TRY(tlm_toymodel_compare_grads(m, ref, g));
+    for (int i = 0; i < TLM_TOY_NUM_GRADS; i++) /* the gradients' norms, and how far each is from the fp32 run's */
+        toy_result_row(rep, g[i].name, g[i].norm, g[i].ref_norm, g[i].rel_diff);
     return TLM_OK;
 }
 
@@ -310,15 +220,11 @@ static int run_autocast(int argc, char **argv) {
     tlm_backend *be = cli_create_backend(cmd, &a);
     if (!be) return TLM_EXIT_FAILURE;
     /* the model in the chosen mode, and the same model (same seed) in fp32 for comparison */
-    tlm_toymodel_config ref_cfg = toy_cfg;
-    ref_cfg.precision = TLM_PRECISION_FP32;
     tlm_toymodel *m = NULL, *ref = NULL;
     tlm_report *rep = NULL;
     float loss = 0.0f, ref_loss = 0.0f;
     rc = TLM_EXIT_FAILURE;
-    if (tlm_toymodel_create(&m, be, &toy_cfg) != TLM_OK || tlm_toymodel_create(&ref, be, &ref_cfg) != TLM_OK ||
-        tlm_toymodel_forward(m, &loss) != TLM_OK || tlm_toymodel_backward(m) != TLM_OK ||
-        tlm_toymodel_forward(ref, &ref_loss) != TLM_OK || tlm_toymodel_backward(ref) != TLM_OK) {
+    if (tlm_toymodel_run_pair(be, &toy_cfg, &m, &ref, &loss, &ref_loss) != TLM_OK) {
         cli_error(cmd, "%s", tlm_last_error());
         goto done;
     }
@@ -440,10 +346,7 @@ static int run_layernorm(int argc, char **argv) {
     ln_grid(rep, lab, "mean_error", "mean error |mean - mean64| / std64 (worst row)", 1);
     ln_grid(rep, lab, "variance_error", "variance error |var - var64| / var64 (worst row)", 2);
     ln_grid(rep, lab, "sum_of_squares", "sum of squares sum((x - mean)^2) as computed (largest row)", 3);
-    size_t bad_inputs = 0;
-    for (int s = 0; s < TLM_LN_NUM_SCHEMES; s++)
-        for (int wi = 0; wi < TLM_LN_LAB_WIDTHS; wi++)
-            for (int mi = 0; mi < TLM_LN_LAB_MAGNITUDES; mi++) bad_inputs += lab->cell[s][wi][mi].input_overflow;
+    const size_t bad_inputs = tlm_ln_lab_inputs_overflowed(lab);
     if (bad_inputs) tlm_report_summary_int(rep, "inputs_overflowed", (int64_t)bad_inputs);
     char lines[4][TLM_LN_LAB_LINE];
     const int n = tlm_ln_lab_findings(lab, lines, 4);

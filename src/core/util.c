@@ -1,8 +1,12 @@
-/* util.c — name tables and the normwise relative error (util.h). */
+/* util.c — name tables, the normwise relative error and the PATH search (util.h). */
 #include "tlm/util.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int tlm_name_index(const char *const *names, int n, const char *name) {
     for (int i = 0; i < n; i++)
@@ -18,4 +22,18 @@ double tlm_rel_error_f32(const float *got, const float *want, size_t n) {
         den += (double)want[i] * want[i];
     }
     return sqrt(num / (den > 0.0 ? den : 1.0));
+}
+
+bool tlm_find_program(const char *name, char *path, size_t n) {
+    const char *env = getenv("PATH");
+    char *dirs = strdup(env && *env ? env : "/usr/local/bin:/usr/bin:/bin");
+    if (!dirs) return false;
+    bool found = false;
+    for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
+        const int len = snprintf(path, n, "%s/%s", d, name);
+        struct stat st;
+        found = len > 0 && (size_t)len < n && stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+    }
+    free(dirs);
+    return found;
 }

@@ -22,6 +22,7 @@
 
 #include "tlm/output.h"
 #include "tlm/tuning.h"
+#include "tlm/util.h"
 
 extern char **environ;
 
@@ -191,21 +192,7 @@ tlm_status tlm_plot_find_gnuplot(char *path, size_t n) {
         snprintf(path, n, "%s", env);
         return TLM_OK;
     }
-    const char *dirs = getenv("PATH");
-    for (const char *d = dirs ? dirs : ""; *d;) {
-        const char *end = strchr(d, ':');
-        const size_t len = end ? (size_t)(end - d) : strlen(d);
-        char cand[4096];
-        if (len && len + 9 < sizeof cand) {
-            snprintf(cand, sizeof cand, "%.*s/gnuplot", (int)len, d);
-            struct stat st;
-            if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) {
-                snprintf(path, n, "%s", cand);
-                return TLM_OK;
-            }
-        }
-        d += len + (end ? 1 : 0);
-    }
+    if (tlm_find_program("gnuplot", path, n)) return TLM_OK;
     return tlm_fail(TLM_ERR_UNSUPPORTED, "gnuplot not found on PATH: tlm plot draws with gnuplot; install the Debian "
                     "package gnuplot-nox (apt-get install gnuplot-nox) or set TLM_GNUPLOT to the program");
 }

@@ -144,3 +144,19 @@ void tlm_accumulate_why(tlm_accumulate_way w, const tlm_accumulate_analysis *a, 
              a->inexact_adds, steps, a->rounding < 0 ? "lose" : "gain", fabs(a->rounding), tlm_act_dtype_name(S),
              spacing, detail);
 }
+
+tlm_status tlm_accumulate_run_checked(tlm_backend *be, double value, tlm_accumulation *acc, int *same) {
+    static tlm_accumulation cpu_acc;
+    TLM_TRY(tlm_accumulate_run(be, value, acc));
+    *same = TLM_ACC_NUM_WAYS;
+    if (be->kind != TLM_DEVICE_CUDA) return TLM_OK;
+    tlm_backend *cpu = NULL;
+    tlm_status s = tlm_backend_cpu_create(&cpu, 1);
+    if (s == TLM_OK) s = tlm_accumulate_run(cpu, value, &cpu_acc);
+    tlm_backend_destroy(cpu);
+    *same = 0;
+    for (int w = 0; s == TLM_OK && w < TLM_ACC_NUM_WAYS; w++)
+        *same += memcmp(acc->partial[w], cpu_acc.partial[w], sizeof acc->partial[w]) == 0 &&
+                 acc->addend[w] == cpu_acc.addend[w];
+    return s;
+}

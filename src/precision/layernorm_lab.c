@@ -242,3 +242,11 @@ int tlm_ln_lab_findings(const tlm_ln_lab *lab, char (*lines)[TLM_LN_LAB_LINE], i
     }
     return k;
 }
+
+size_t tlm_ln_lab_inputs_overflowed(const tlm_ln_lab *lab) {
+    size_t bad = 0;
+    for (int s = 0; s < TLM_LN_NUM_SCHEMES; s++)
+        for (int wi = 0; wi < TLM_LN_LAB_WIDTHS; wi++)
+            for (int mi = 0; mi < TLM_LN_LAB_MAGNITUDES; mi++) bad += lab->cell[s][wi][mi].input_overflow;
+    return bad;
+}

@@ -4,12 +4,15 @@
  * passes call the ops with those dtypes (and assert that an op's operands agree), so the dtypes a
  * report prints are the ones the arithmetic used. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/convert.h"
+#include "tlm/precision.h"
 #include "tlm/rng.h"
 #include "tlm/toymodel.h"
+#include "tlm/util.h"
 
 const char *tlm_toy_loss_name(tlm_toy_loss l) { return l == TLM_TOY_LOSS_SUM ? "sum" : "mse"; }
 
@@ -280,4 +283,62 @@ int tlm_toymodel_tensors(const tlm_toymodel *m, const tlm_toy_tensor **list, int
     int n = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0] && n < max; i++) list[n++] = all[i];
     return n;
+}
+
+tlm_status tlm_toymodel_run_pair(tlm_backend *be, const tlm_toymodel_config *cfg, tlm_toymodel **m,
+                                 tlm_toymodel **ref, float *loss, float *ref_loss) {
+    *m = *ref = NULL;
+    tlm_toymodel_config ref_cfg = *cfg;
+    ref_cfg.precision = TLM_PRECISION_FP32;
+    TLM_TRY(tlm_toymodel_create(m, be, cfg));
+    TLM_TRY(tlm_toymodel_create(ref, be, &ref_cfg));
+    TLM_TRY(tlm_toymodel_forward(*m, loss));
+    TLM_TRY(tlm_toymodel_backward(*m));
+    TLM_TRY(tlm_toymodel_forward(*ref, ref_loss));
+    return tlm_toymodel_backward(*ref);
+}
+
+static double l2_norm(const float *v, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)v[i] * v[i];
+    return sqrt(s);
+}
+
+tlm_status tlm_toymodel_compare_grads(const tlm_toymodel *m, const tlm_toymodel *ref,
+                                      tlm_toy_grad_compare out[TLM_TOY_NUM_GRADS]) {
+    const tlm_toy_tensor *grads[] = {&m->fc1_weight_grad, &m->ln_weight_grad, &m->ln_bias_grad, &m->fc2_weight_grad};
+    const tlm_toy_tensor *ref_grads[] = {&ref->fc1_weight_grad, &ref->ln_weight_grad, &ref->ln_bias_grad,
+                                         &ref->fc2_weight_grad};
+    float *g = malloc(m->num_params * sizeof(float)), *g32 = malloc(m->num_params * sizeof(float));
+    if (!g || !g32) {
+        free(g), free(g32);
+        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
+    }
+    for (int i = 0; i < TLM_TOY_NUM_GRADS; i++) {
+        const size_t k = tlm_toy_numel(grads[i]);
+        tlm_toymodel_read(m, grads[i], g);
+        tlm_toymodel_read(ref, ref_grads[i], g32);
+        out[i] = (tlm_toy_grad_compare){.name = grads[i]->name, .norm = l2_norm(g, k), .ref_norm = l2_norm(g32, k),
+                                        .rel_diff = tlm_rel_error_f32(g, g32, k)};
+    }
+    free(g), free(g32);
+    return TLM_OK;
+}
+
+void tlm_toymodel_describe(const tlm_toymodel_config *cfg, char *buf, size_t n) {
+    snprintf(buf, n, "fc1: Linear(%d, %d, no bias) -> ReLU -> LayerNorm(%d) -> fc2: Linear(%d, %d, no bias); "
+                     "loss %s (%s of squared errors against a random target); batch %d, seed %llu",
+             cfg->in_features, cfg->hidden, cfg->hidden, cfg->hidden, cfg->out_features, tlm_toy_loss_name(cfg->loss),
+             cfg->loss == TLM_TOY_LOSS_MSE ? "mean" : "sum", cfg->batch_size, (unsigned long long)cfg->seed);
+}
+
+void tlm_toymodel_dtypes(const tlm_toymodel *m, char *buf, size_t n) {
+    const bool grads_f32 = m->fc1_weight_grad.dtype == TLM_DTYPE_F32 && m->ln_weight_grad.dtype == TLM_DTYPE_F32 &&
+                           m->ln_bias_grad.dtype == TLM_DTYPE_F32 && m->fc2_weight_grad.dtype == TLM_DTYPE_F32;
+    const bool params_f32 = m->fc1_weight.dtype == TLM_DTYPE_F32 && m->ln_weight.dtype == TLM_DTYPE_F32 &&
+                            m->ln_bias.dtype == TLM_DTYPE_F32 && m->fc2_weight.dtype == TLM_DTYPE_F32;
+    snprintf(buf, n, "parameters %s, fc1 output %s, ReLU output %s, LayerNorm output %s, logits %s, loss %s, "
+                     "gradients %s", params_f32 ? "fp32" : "mixed", tlm_act_dtype_name(m->fc1_out.dtype),
+             tlm_act_dtype_name(m->relu_out.dtype), tlm_act_dtype_name(m->ln_out.dtype),
+             tlm_act_dtype_name(m->logits.dtype), tlm_act_dtype_name(m->loss.dtype), grads_f32 ? "fp32" : "mixed");
 }

@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tlm/util.h"
+
 tlm_status tlm_profile_find_program(const char *name, char *path, size_t n) {
     struct stat st;
     if (strchr(name, '/')) {
@@ -23,16 +25,8 @@ tlm_status tlm_profile_find_program(const char *name, char *path, size_t n) {
         snprintf(path, n, "%s", name);
         return TLM_OK;
     }
-    const char *env = getenv("PATH");
-    char *dirs = strdup(env && *env ? env : "/usr/local/bin:/usr/bin:/bin");
-    if (!dirs) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
-    bool found = false;
-    for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
-        snprintf(path, n, "%s/%s", *d ? d : ".", name);
-        found = stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
-    }
-    free(dirs);
-    return found ? TLM_OK : tlm_fail(TLM_ERR_INVALID_ARGUMENT, "--exec: '%s' not found in PATH", name);
+    return tlm_find_program(name, path, n) ? TLM_OK
+                                           : tlm_fail(TLM_ERR_INVALID_ARGUMENT, "--exec: '%s' not found in PATH", name);
 }
 
 tlm_status tlm_profile_inject_library(char *path, size_t n) {

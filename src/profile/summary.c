@@ -337,6 +337,55 @@ static void say(tlm_prof_findings *f, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* 6. of the findings: inside attention, the naive stages against their FLOPs, or the fused kernel */
+static void attention_findings(const tlm_profile *p, const size_t *ix, size_t n, const tlm_prof_context *ctx,
+                               tlm_prof_summary *s) {
+    tlm_prof_findings *f = &s->findings;
+    const tlm_prof_phase_stats *fw = &s->phase[TLM_PHASE_FORWARD], *bw = &s->phase[TLM_PHASE_BACKWARD];
+    double stage_us[3] = {0, 0, 0}, flash_us[2] = {0, 0};
+    const char *const stages[3] = {STAGE_SCORES, STAGE_SOFTMAX, STAGE_FINAL};
+    for (size_t i = 0; i < n; i++) {
+        const tlm_prof_activity *a = &p->acts[ix[i]];
+        if (a->phase == TLM_PHASE_FORWARD && a->range >= 0)
+            for (int k = 0; k < 3; k++)
+                if (enclosing_named(p, a->range, stages[k]) >= 0) stage_us[k] += dur_us(a);
+        static const char *const fused[] = {"flash", "fmha"};
+        const bool flash_op = a->op >= 0 && (size_t)a->op < p->n_ops &&
+                              (p->ops[a->op].op == TLM_OP_FLASH_ATTENTION_FORWARD ||
+                               p->ops[a->op].op == TLM_OP_FLASH_ATTENTION_BACKWARD);
+        if (flash_op || (a->op < 0 && a->kind == TLM_PROF_KERNEL && has_any(tlm_profile_str(p, a->name), fused, 2))) {
+            if (a->phase == TLM_PHASE_FORWARD) flash_us[0] += dur_us(a);
+            if (a->phase == TLM_PHASE_BACKWARD) flash_us[1] += dur_us(a);
+        }
+    }
+    f->attn_scores_ms = stage_us[0] / s->steps * 1e-3;
+    f->attn_softmax_ms = stage_us[1] / s->steps * 1e-3;
+    f->attn_final_ms = stage_us[2] / s->steps * 1e-3;
+    f->attn_matmul_flops_per_softmax_flop = ctx && ctx->d_head > 0 ? 4.0 * ctx->d_head / 5.0 : NAN;
+    f->flash_fwd_ms = flash_us[0] / s->steps * 1e-3;
+    f->flash_bwd_ms = flash_us[1] / s->steps * 1e-3;
+    const double mm = f->attn_scores_ms + f->attn_final_ms;
+    if (f->attn_softmax_ms > 0 && mm > 0) {
+        char ratio[160] = "";
+        if (isfinite(f->attn_matmul_flops_per_softmax_flop))
+            snprintf(ratio, sizeof ratio, " for 1/%.1f of their FLOPs (per score: the two matmuls 4 x d_head = %d, "
+                                          "softmax 5)", f->attn_matmul_flops_per_softmax_flop, 4 * ctx->d_head);
+        say(f, "naive attention, forward: softmax %.3f ms per step against the two matmuls' %.3f ms (scores %.3f, "
+               "final %.3f): %.2fx their time%s", f->attn_softmax_ms, mm, f->attn_scores_ms, f->attn_final_ms,
+            f->attn_softmax_ms / mm, ratio);
+    } else if (f->flash_fwd_ms > 0) {
+        char back[96] = "";
+        if (f->flash_bwd_ms > 0 && bw->busy_us > 0)
+            snprintf(back, sizeof back, "; backward %.3f ms (%.1f%% of the backward)", f->flash_bwd_ms,
+                     100.0 * f->flash_bwd_ms * 1e3 / bw->busy_us);
+        say(f, "fused attention (FlashAttention-2, no softmax of its own to time): forward %.3f ms per step (%.1f%% "
+               "of the forward)%s", f->flash_fwd_ms, 100.0 * f->flash_fwd_ms * 1e3 / fw->busy_us, back);
+    } else {
+        say(f, "attention: no naive stages (computing attention scores / computing softmax / final matmul) and no "
+               "fused attention kernel profiled");
+    }
+}
+
 static void findings(const tlm_profile *p, const filter *flt, const size_t *ix, size_t n, const tlm_prof_context *ctx,
                      tlm_prof_summary *s) {
     tlm_prof_findings *f = &s->findings;
@@ -439,50 +488,8 @@ static void findings(const tlm_profile *p, const filter *flt, const size_t *ix, 
     else
         say(f, "GEMM share: %.1f%% of the forward pass, %.1f%% of all profiled phases (no optimizer step profiled)",
             f->gemm_pct_forward, f->gemm_pct_step);
-    /* 6. inside attention: the naive stages against their FLOPs, or the fused kernel */
-    double stage_us[3] = {0, 0, 0}, flash_us[2] = {0, 0};
-    const char *const stages[3] = {STAGE_SCORES, STAGE_SOFTMAX, STAGE_FINAL};
-    for (size_t i = 0; i < n; i++) {
-        const tlm_prof_activity *a = &p->acts[ix[i]];
-        if (a->phase == TLM_PHASE_FORWARD && a->range >= 0)
-            for (int k = 0; k < 3; k++)
-                if (enclosing_named(p, a->range, stages[k]) >= 0) stage_us[k] += dur_us(a);
-        static const char *const fused[] = {"flash", "fmha"};
-        const bool flash_op = a->op >= 0 && (size_t)a->op < p->n_ops &&
-                              (p->ops[a->op].op == TLM_OP_FLASH_ATTENTION_FORWARD ||
-                               p->ops[a->op].op == TLM_OP_FLASH_ATTENTION_BACKWARD);
-        if (flash_op || (a->op < 0 && a->kind == TLM_PROF_KERNEL && has_any(tlm_profile_str(p, a->name), fused, 2))) {
-            if (a->phase == TLM_PHASE_FORWARD) flash_us[0] += dur_us(a);
-            if (a->phase == TLM_PHASE_BACKWARD) flash_us[1] += dur_us(a);
-        }
-    }
     (void)flt;
-    f->attn_scores_ms = stage_us[0] / s->steps * 1e-3;
-    f->attn_softmax_ms = stage_us[1] / s->steps * 1e-3;
-    f->attn_final_ms = stage_us[2] / s->steps * 1e-3;
-    f->attn_matmul_flops_per_softmax_flop = ctx && ctx->d_head > 0 ? 4.0 * ctx->d_head / 5.0 : NAN;
-    f->flash_fwd_ms = flash_us[0] / s->steps * 1e-3;
-    f->flash_bwd_ms = flash_us[1] / s->steps * 1e-3;
-    const double mm = f->attn_scores_ms + f->attn_final_ms;
-    if (f->attn_softmax_ms > 0 && mm > 0) {
-        char ratio[160] = "";
-        if (isfinite(f->attn_matmul_flops_per_softmax_flop))
-            snprintf(ratio, sizeof ratio, " for 1/%.1f of their FLOPs (per score: the two matmuls 4 x d_head = %d, "
-                                          "softmax 5)", f->attn_matmul_flops_per_softmax_flop, 4 * ctx->d_head);
-        say(f, "naive attention, forward: softmax %.3f ms per step against the two matmuls' %.3f ms (scores %.3f, "
-               "final %.3f): %.2fx their time%s", f->attn_softmax_ms, mm, f->attn_scores_ms, f->attn_final_ms,
-            f->attn_softmax_ms / mm, ratio);
-    } else if (f->flash_fwd_ms > 0) {
-        char back[96] = "";
-        if (f->flash_bwd_ms > 0 && bw->busy_us > 0)
-            snprintf(back, sizeof back, "; backward %.3f ms (%.1f%% of the backward)", f->flash_bwd_ms,
-                     100.0 * f->flash_bwd_ms * 1e3 / bw->busy_us);
-        say(f, "fused attention (FlashAttention-2, no softmax of its own to time): forward %.3f ms per step (%.1f%% "
-               "of the forward)%s", f->flash_fwd_ms, 100.0 * f->flash_fwd_ms * 1e3 / fw->busy_us, back);
-    } else {
-        say(f, "attention: no naive stages (computing attention scores / computing softmax / final matmul) and no "
-               "fused attention kernel profiled");
-    }
+    attention_findings(p, ix, n, ctx, s); /* 6. */
     if (s->unattributed > 0 && !p->foreign)
         say(f, "%lld activities could not be tied to an op or a range (no launch record; the tables list them "
                "under setup)",
