@@ -44,7 +44,7 @@ stage_before_after() {
     est=$((SECONDS - t0 + 5))
   done
   {
-    echo "before: ${BASE:-.baseline} ($(cat "${BASE:-.baseline}/.commit" .devdeps/base/.commit 2>/dev/null | head -1 | grep . || echo 'commit not recorded'));" \
+    echo "before: ${BASE:-.baseline} ($(cat "${BASE:-.baseline}/.commit" 2>/dev/null || cat .devdeps/base/.commit 2>/dev/null || echo 'commit not recorded'));" \
          "after: the working tree ($(grep '^# tree' "$R/info.txt" | cut -d' ' -f3-))"
     x python3 bench/before_after.py "$R/ba"
   } > "$R/before-after.md"
