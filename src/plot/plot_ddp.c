@@ -9,7 +9,7 @@
  *                reduction) for each 1-GPU row given: one running a rank's rows (weak scaling) and one
  *                running the whole global batch (strong scaling), beside the ideal N-fold line.
  * The rows drawn: status "ok" (pytorch_ddp.py's rows carry none), the train pass, ZeRO 0, and neither
- * optimizer-in-backward nor the overlapped optimizer (another comparison: run-ddp-device.sh's table).
+ * optimizer-in-backward nor the overlapped optimizer (another comparison: bench/ddp_table.py's table).
  * Where a tool has several 1-GPU rows of a precision (and batch), the one without CUDA graphs is the
  * baseline (the data-parallel rows run eagerly: ddp.h). */
 #include <math.h>

@@ -96,12 +96,17 @@ static void describe_run(const tlm_train_run_config *c, const tlm_train *t) {
     tlm_report_meta_str(rep, "precision", tlm_precision_name(c->precision));
     tlm_report_meta_str(rep, "attention", tlm_attention_name(c->attention));
     tlm_report_meta_bool(rep, "cuda_graphs", c->cuda_graphs);
-    tlm_report_meta_num(rep, "lr_max", r->lr_max);
-    tlm_report_meta_num(rep, "lr_min", r->lr_min);
-    tlm_report_meta_int(rep, "warmup_iters", r->warmup_iters);
-    tlm_report_meta_int(rep, "cosine_cycle_iters", r->cosine_cycle_iters);
-    tlm_report_meta_num(rep, "max_grad_norm", r->max_grad_norm);
-    tlm_report_meta_num(rep, "weight_decay", r->adamw.weight_decay);
+    const struct {
+        const char *key;
+        double value; /* the header prints a whole number as one (%.10g), as tlm_report_meta_int does */
+    } recipe[] = {{"lr_max", r->lr_max},
+                  {"lr_min", r->lr_min},
+                  {"warmup_iters", r->warmup_iters},
+                  {"cosine_cycle_iters", r->cosine_cycle_iters},
+                  {"max_grad_norm", r->max_grad_norm},
+                  {"weight_decay", r->adamw.weight_decay}};
+    for (size_t i = 0; i < sizeof recipe / sizeof recipe[0]; i++)
+        tlm_report_meta_num(rep, recipe[i].key, recipe[i].value);
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->seed);
     tlm_report_meta_str(rep, "seed", seed);

@@ -108,7 +108,7 @@ tlm_attn_choice tlm_cuda_attention_select(tlm_backend *be, tlm_attn_pass pass, t
  * or out of memory). NULL for a choice that does not split. */
 float *tlm_attn_take_split(tlm_backend *be, tlm_attn_choice *c);
 /* TLM_FLASH_LOG=1: one line on stderr, "tlm flash forward: B=.. H=.. Tq=.. Tk=.. D=.. causal: WHAT
- * (WHY)[, split-KV]" (WHAT: the tile line's name, "sm90 wgmma[, N consumers]", "tf32 mma.sync" or
+ * (WHY)[, split-KV into S]" (WHAT: the tile line's name, "sm90 wgmma[, N consumers]", "tf32 mma.sync" or
  * "fp32 exact"), whenever a pass's shape or choice differs from the pass's previous one; called
  * after tlm_attn_take_split, so a split that could not get its buffer shows as unsplit */
 void tlm_attn_log(tlm_attn_pass pass, const tlm_attn_choice *c, int B, int H, int Tq, int Tk, int D, bool causal);

@@ -213,9 +213,10 @@ void tlm_attn_log(tlm_attn_pass pass, const tlm_attn_choice *c, int B, int H, in
     case TLM_ATTN_TF32: snprintf(what, sizeof what, "tf32 mma.sync"); break;
     default: snprintf(what, sizeof what, "fp32 exact"); break;
     }
-    /* the format bench/run-flash-short-device.sh parses: the split as the ", split-KV" suffix */
+    char split[32] = "";
+    if (c->split > 1) snprintf(split, sizeof split, ", split-KV into %d", c->split);
     snprintf(line, sizeof line, "B=%d H=%d Tq=%d Tk=%d D=%d %s: %s (%s)%s", B, H, Tq, Tk, D,
-             causal ? "causal" : "full", what, c->why, c->split > 1 ? ", split-KV" : "");
+             causal ? "causal" : "full", what, c->why, split);
     if (strcmp(line, last[pass]) == 0) return;
     snprintf(last[pass], sizeof last[pass], "%s", line);
     fprintf(stderr, "tlm flash %s: %s\n", pass == TLM_ATTN_FORWARD ? "forward" : "backward", line);
