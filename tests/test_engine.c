@@ -1,4 +1,4 @@
-/* test_engine.c — the engine's seams on the CPU backend (issue 9): what profilers, the memory
+/* test_engine.c — the engine's seams on the CPU backend: what profilers, the memory
  * timeline and data parallelism plug into.
  * 1. The dispatch: a hook sees every op of a training step of the tiny model, in order
  *    (op_seq), with its phase and layer; the op counts per pass follow the model (one embedding,

@@ -202,7 +202,7 @@ static void test_convert_hand(void) {
           "bf16(NaN) = 0x%04x, bf16(sNaN 0x7f800001) = 0x%04x (not inf), bf16(-NaN) = 0x%04x", bn, bs, bm);
     check(isnan(tlm_bf16_to_f32(0x7fc0)) && isnan(tlm_bf16_to_f32(0x7f81)), "f32(bf16 NaNs) are NaN");
 
-    /* SPEC.md seed 3: adding 0.01 a thousand times in fp16 gives 9.9531 */
+    /* the accumulation experiment: adding 0.01 a thousand times in fp16 gives 9.9531 */
     uint16_t acc = 0, h001 = tlm_f32_to_f16(0.01f);
     for (int i = 0; i < 1000; i++) acc = tlm_f32_to_f16(tlm_f16_to_f32(acc) + tlm_f16_to_f32(h001));
     check(fabs(tlm_f16_to_f32(acc) - 9.953125) < 1e-9, "0.01 summed 1000 times in fp16 = %.6f (PyTorch: 9.9531)",
@@ -759,7 +759,7 @@ static void test_npy_malformed(void) {
     free(raw);
 }
 
-/* ---- issue 10: the readers against hostile files -------------------------------------------- */
+/* ---- hardening: the readers against hostile files -------------------------------------------- */
 
 /* the reference's rules (huggingface/safetensors read_metadata, Metadata::validate) */
 static void test_safetensors_reference(void) {

@@ -1,4 +1,4 @@
-/* test_memory_step.c — a step that needs fewer bytes computes the same step (issue 12, part 2).
+/* test_memory_step.c — a step that needs fewer bytes computes the same step .
  * 1. The planner (src/model/memory_plan.h): on random buffers, no two that live at the same stage
  *    share a byte, fixed buffers stay where asked, the arena is at least the bytes alive at once.
  * 2. Recompute (attention, block) and optimizer-in-backward, each and together, in fp32, bf16 and

@@ -1,4 +1,4 @@
-/* test_memory_timeline.c — the memory timeline (memory_timeline.h) on the tiny model (issue 12):
+/* test_memory_timeline.c — the memory timeline (memory_timeline.h) on the tiny model:
  * 1. The recorded event stream balances: a model created, trained (a warm-up and a measured step)
  *    and freed inside the window: every allocation made in it is freed in it, after it was made;
  *    the bytes in use after each event are the running sum and never negative, the categories add up

@@ -1,4 +1,4 @@
-/* test_model.c — the model's bookkeeping: preset parameter counts (SPEC.md §1), config
+/* test_model.c — the model's bookkeeping: preset parameter counts (docs/experiments.md, the model), config
  * validation, the flat layout, the CS336 initialisation's statistics, and the errors of
  * forward/backward/load on bad input. */
 #include <math.h>
@@ -20,7 +20,7 @@ static void test_presets(void) {
         tlm_status s = tlm_config_preset(want[i].name, &c);
         int64_t n = s == TLM_OK ? tlm_config_num_params(&c) : -1;
         check(s == TLM_OK && n == want[i].params && tlm_config_validate(&c) == TLM_OK,
-              "preset %s has %lld parameters (SPEC: %lld)", want[i].name, (long long)n, (long long)want[i].params);
+              "preset %s has %lld parameters (expected %lld)", want[i].name, (long long)n, (long long)want[i].params);
     }
     tlm_config c;
     tlm_status s = tlm_config_preset("huge", &c);

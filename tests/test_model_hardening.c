@@ -1,4 +1,4 @@
-/* test_model_hardening.c — the model refuses what would give a silent wrong answer (issue 10):
+/* test_model_hardening.c — the model refuses what would give a silent wrong answer:
  * weights with NaN/Inf, on save and on load (naming the tensor, the model unchanged) and in memory (a forward
  * that reads the loss names the tensor instead of returning a NaN loss); gradients with NaN/Inf are
  * not written to a file (the error names the tensor, no file appears); a model whose size overflows

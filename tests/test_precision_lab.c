@@ -9,7 +9,7 @@
  *   correctly rounded to 53 bits, and rounding twice to nearest is innocuous when 53 >= 2p + 2
  *   (Figueroa 1995; p <= 24 here).
  * - accumulate: each way's 1001 partial sums equal the reference trajectory bit for bit; the four
- *   sums of SPEC.md §2.3 print as 10.0001, 9.9531, 10.0021, 10.0021 to 4 decimals; the software
+ *   sums of docs/experiments.md print as 10.0001, 9.9531, 10.0021, 10.0021 to 4 decimals; the software
  *   fp16/bf16 arithmetic of src/precision/lowp.h equals the reference on random operands
  *   (subnormals, wide exponent gaps: where one float32 rounding is not exact); the analysis and
  *   the exact decimals agree with what this file computes.
@@ -144,13 +144,13 @@ static void test_accumulate(void) {
         check(round_fmt(TLM_ACCUMULATE_VALUE, A) == x, "accumulate %-19s: 0.01 -> %s directly = through fp32",
               info->name, A.name);
     }
-    /* SPEC.md §2.3's figures, to 4 decimals, from the reference sums */
+    /* the accumulation figures, to 4 decimals, from the reference sums */
     const char *spec[4] = {"10.0001", "9.9531", "10.0021", "10.0021"};
     for (int w = 0; w < 4; w++) {
         char got[32];
         snprintf(got, sizeof got, "%.4f", ref_sum[w]);
         check(strcmp(got, spec[w]) == 0 && ref_sum[w] == acc.partial[w][TLM_ACCUMULATE_STEPS],
-              "accumulate %-19s = %s to 4 decimals (SPEC.md §2.3: %s)",
+              "accumulate %-19s = %s to 4 decimals (expected %s)",
               tlm_accumulate_way_get((tlm_accumulate_way)w)->name, got, spec[w]);
     }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""pytorch_attention.py — the PyTorch peer of `tlm attention` (SPEC.md §2.7-2.8; CS336 assignment 2,
+"""pytorch_attention.py — the PyTorch peer of `tlm attention` (docs/experiments.md; CS336 assignment 2,
 pytorch_attention, flash_benchmarking and the leaderboard setting).
 
 Implementations (--impl, comma list; default all):

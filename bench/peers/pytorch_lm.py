@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """pytorch_lm.py — the CS336 (Spring 2025) BasicsTransformerLM and its AdamW in PyTorch, written
-from ../../../shared/SPEC.md §1, and the PyTorch peer of `tlm bench` (SPEC.md §2.1).
+from docs/experiments.md, and the PyTorch peer of `tlm bench`.
 
 Importable: TransformerLM, AdamW, cross_entropy, PRESETS, make_config.
 Runnable:   python3 bench/peers/pytorch_lm.py --device cuda --model small,medium \
@@ -54,7 +54,7 @@ class annotate:
         return False
 
 # ----------------------------------------------------------------------------------------------
-# Configuration (SPEC.md §1; include/tlm/config.h)
+# Configuration (docs/experiments.md, the model; include/tlm/config.h)
 
 
 @dataclass(frozen=True)
@@ -259,7 +259,7 @@ class TransformerBlock(nn.Module):
 
 class TransformerLM(nn.Module):
     """token_embeddings -> num_layers blocks -> ln_final -> lm_head. Returns logits (B, T, V).
-    No bias, no weight tying. State-dict names as in CS336 (SPEC.md §1)."""
+    No bias, no weight tying. State-dict names as in CS336 (docs/experiments.md, the model)."""
 
     def __init__(self, cfg: LMConfig, attention: str = "naive", device=None, dtype=None):
         super().__init__()
@@ -334,7 +334,7 @@ class AdamW(torch.optim.Optimizer):
 
 
 # ----------------------------------------------------------------------------------------------
-# Benchmark (SPEC.md §2.1): w warm-up steps, n timed steps; forward, backward and optimizer step
+# Benchmark (docs/experiments.md): w warm-up steps, n timed steps; forward, backward and optimizer step
 # timed separately with a device synchronization around each phase.
 
 FIELDS = ["impl", "model", "context_length", "batch_size", "precision", "pass",

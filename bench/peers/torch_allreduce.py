@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""torch_allreduce.py — the PyTorch peer of `tlm allreduce` (SPEC.md §2.9; CS336 assignment 2's
+"""torch_allreduce.py — the PyTorch peer of `tlm allreduce` (docs/experiments.md; CS336 assignment 2's
 all-reduce benchmark): torch.distributed all_reduce with the gloo backend (CPU tensors, as the seeds
 measured) or nccl (one GPU per rank), the same sizes, iterations and field names.
 

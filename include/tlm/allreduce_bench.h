@@ -1,4 +1,4 @@
-/* allreduce_bench.h — `tlm allreduce`'s measurement of one size (SPEC.md §2.9), in nccl-tests'
+/* allreduce_bench.h — `tlm allreduce`'s measurement of one size (docs/experiments.md), in nccl-tests'
  * conventions (NVIDIA nccl-tests, doc/PERFORMANCE.md):
  *   time   the mean time of one all-reduce on a rank: `iters` back-to-back all-reduces, after
  *          `warmup` untimed ones and a barrier, timed between two events on the communicator's

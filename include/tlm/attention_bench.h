@@ -1,4 +1,4 @@
-/* attention_bench.h — `tlm attention`, the attention benchmark (SPEC.md §2.7-2.8; CS336
+/* attention_bench.h — `tlm attention`, the attention benchmark (docs/experiments.md, attention; CS336
  * assignment 2, pytorch_attention and flash_benchmarking): one case = one implementation
  * (naive or flash) at (batch, heads, seq, d_head, precision mode, causal). The mode is what the
  * model's would be (precision.h): its dtype holds q, k, v, dout and the outputs; tf32 keeps

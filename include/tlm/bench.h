@@ -1,4 +1,4 @@
-/* bench.h — the end-to-end benchmark of SPEC.md §2.1: build the model from its
+/* bench.h — the end-to-end benchmark of docs/experiments.md, benchmarking: build the model from its
  * hyperparameters, a random batch, `warmup` untimed steps, then `steps` timed steps, each
  * phase (forward, backward, optimizer) timed between events on the compute stream (CUDA events
  * on CUDA, the host clock on the CPU); mean and population standard deviation (divide by n) per

@@ -1,6 +1,6 @@
 /* config.h — the hyperparameters of the CS336 BasicsTransformerLM and its presets.
  * Source: Stanford CS336 (Spring 2025) Assignment 2, §1.1.2, table of model sizes;
- * ../shared/SPEC.md §1. */
+ * docs/experiments.md. */
 #ifndef TLM_CONFIG_H
 #define TLM_CONFIG_H
 
@@ -23,7 +23,7 @@ typedef struct {
 } tlm_config;
 
 /* Presets: "tiny" (tests: vocab 512, d_model 64, d_ff 172, 2 layers, 4 heads, context 32),
- * "small", "medium", "large", "xl", "2.7B" (SPEC.md §1; vocab 10000, context 1024).
+ * "small", "medium", "large", "xl", "2.7B" (docs/experiments.md, the model; vocab 10000, context 1024).
  * Unknown name: TLM_ERR_INVALID_ARGUMENT, message listing the known names. */
 tlm_status tlm_config_preset(const char *name, tlm_config *out);
 

@@ -49,7 +49,7 @@ typedef struct {
 typedef struct {
     int num_tensors;
     tlm_tensor_info *tensors;   /* host memory, in layout order */
-    size_t num_params;          /* real parameter count (SPEC.md §1 table) */
+    size_t num_params;          /* real parameter count (docs/experiments.md) */
     size_t flat_numel;          /* floats in each flat buffer, padding included */
     int num_groups;             /* num_layers + 2 */
     tlm_param_group *groups;    /* in the order the backward completes them */

@@ -17,7 +17,7 @@
  * Ops and layers are known where the passes are issued on the host (eagerly, or while a CUDA graph
  * is captured; a replay issues no host calls): `tlm memory` runs without CUDA graphs.
  *
- * For tlm profile's counter track (issue 11): tlm_mem_timeline_event's in_use, footprint and
+ * For tlm profile's counter track: tlm_mem_timeline_event's in_use, footprint and
  * by_category over time_us are the bytes in use per category after each event. */
 #ifndef TLM_MEMORY_TIMELINE_H
 #define TLM_MEMORY_TIMELINE_H

@@ -2,7 +2,7 @@
  * backward to every parameter gradient, and the CS336 AdamW step. One model, any backend
  * (backend.h): this code orders the ops (through the dispatch, ops.h); the backend computes them.
  *
- * Architecture (SPEC.md §1): token embedding -> num_layers pre-norm blocks
+ * Architecture (docs/experiments.md, the model): token embedding -> num_layers pre-norm blocks
  *   h = x + output_proj(attn(RoPE(q_proj(ln1(x))), RoPE(k_proj(..)), v_proj(..)))
  *   x' = h + w2(silu(w1(ln2(h))) * w3(ln2(h)))
  * -> ln_final -> lm_head -> logits (B,T,V). No biases, no weight tying.

@@ -1,8 +1,8 @@
 /* precision_lab.h — the mixed-precision experiments of `tlm precision` (CS336 Assignment 2,
- * SPEC.md §2.3-2.4), computed by tlm itself: every figure they print comes from arithmetic done
+ * docs/experiments.md), computed by tlm itself: every figure they print comes from arithmetic done
  * here, never from a table.
  *
- * - accumulate: 0.01 added 1000 times to a running sum, in the four ways of SPEC.md §2.3 plus
+ * - accumulate: 0.01 added 1000 times to a running sum, in the four ways of docs/experiments.md plus
  *   two in bf16; on the CPU with exact software rounding (src/precision/lowp.h says why it is
  *   exact), on the GPU with __half / __nv_bfloat16 arithmetic in one thread.
  * - layernorm: LayerNorm computed entirely in fp16, entirely in bf16, and with fp32 statistics,
@@ -34,7 +34,7 @@ extern "C" {
 /* The largest finite value of fp32, fp16 or bf16, from the encoding (fp16: 65504). */
 double tlm_lab_dtype_max(tlm_dtype dt);
 
-/* ---- accumulation (SPEC.md §2.3) ---------------------------------------------------------- */
+/* ---- accumulation (docs/experiments.md) ---------------------------------------------------------- */
 
 #define TLM_ACCUMULATE_STEPS 1000 /* adds */
 #define TLM_ACCUMULATE_VALUE 0.01 /* the value added, before it is rounded to the addend's dtype */
@@ -113,7 +113,7 @@ void tlm_accumulate_why(tlm_accumulate_way w, const tlm_accumulate_analysis *a, 
  * 0.010002136230468750 for fp16(0.01); "inf", "-inf", "nan" otherwise. */
 void tlm_exact_decimal(double v, char *buf, size_t n);
 
-/* ---- LayerNorm in low precision (SPEC.md §2.4) ---------------------------------------------
+/* ---- LayerNorm in low precision (docs/experiments.md) ---------------------------------------------
  * y = (x - mean) * rstd, mean = sum(x)/C, var = sum((x - mean)^2)/C, rstd = 1/sqrt(var + eps),
  * eps 1e-5 (LayerNorm's affine weight 1 and bias 0, their initial values, are exact and left
  * out). Rows x = M (1 + z), z ~ N(0, 1) seeded: mean M, standard deviation M, a row with a

@@ -21,7 +21,7 @@
  *   3. The analysis (tlm_profile_summarize): the kernel table per phase, the op table with the
  *      roofline columns (ops.def's FLOPs and bytes against ceilings measured on the device),
  *      the layer table, kernel time per range name, and the findings that answer the CS336
- *      profiling questions (SPEC.md §2.2) from those tables; and the Chrome trace-event file.
+ *      profiling questions (docs/experiments.md) from those tables; and the Chrome trace-event file.
  *
  * Clock: every time in a profile is in nanoseconds since the profile's origin (int64), on one
  * clock per profile: CUPTI's timestamp (cuptiGetTimestamp) on CUDA, CLOCK_MONOTONIC on the CPU.
@@ -306,7 +306,7 @@ typedef struct {
 
 #define TLM_PROF_MAX_FINDINGS 12
 
-/* The answers to the seeds' questions (SPEC.md §2.2), each from the tables; NaN / NULL where the
+/* The answers to the seeds' questions (docs/experiments.md), each from the tables; NaN / NULL where the
  * profile has no such phase. */
 typedef struct {
     double fwd_busy_ms, fwd_span_ms, fwd_wall_ms;

@@ -1,4 +1,4 @@
-/* toymodel.h — the ToyModel of CS336 Assignment 2's mixed-precision question (SPEC.md §2.4), run
+/* toymodel.h — the ToyModel of CS336 Assignment 2's mixed-precision question (docs/experiments.md), run
  * forward and backward through the backend ops (backend.h) under PyTorch's autocast policy, so
  * that `tlm precision autocast` can report the dtype every tensor was actually computed in.
  *
@@ -122,7 +122,7 @@ int tlm_toymodel_tensors(const tlm_toymodel *m, const tlm_toy_tensor **list, int
 /* "fc1: Linear(in, 10, no bias) -> ReLU -> LayerNorm(10) -> fc2: Linear(10, out, no bias); loss mse
  * (mean of squared errors against a random target); batch B, seed S" into buf (n bytes). */
 void tlm_toymodel_describe(const tlm_toymodel_config *cfg, char *buf, size_t n);
-/* The dtypes the run gave (SPEC.md §2.4's question): "parameters fp32, fc1 output fp16, ReLU output fp16,
+/* The dtypes the run gave (the autocast question): "parameters fp32, fc1 output fp16, ReLU output fp16,
  * LayerNorm output fp32, logits fp16, loss fp32, gradients fp32" (mixed: not all fp32) into buf. */
 void tlm_toymodel_dtypes(const tlm_toymodel *m, char *buf, size_t n);
 

@@ -1,4 +1,4 @@
-/* cmd_allreduce.c — `tlm allreduce`: the communication benchmark (SPEC.md §2.9) in nccl-tests'
+/* cmd_allreduce.c — `tlm allreduce`: the communication benchmark (docs/experiments.md) in nccl-tests'
  * conventions, run under a launcher (`mpirun -np 4 tlm allreduce`), or `--sweep`, which starts itself
  * under mpirun for each backend and process count and merges the runs into one report. This file reads
  * the flags; the runs are src/bench/allreduce_launch.c's (allreduce_bench.h). */
@@ -120,7 +120,7 @@ static bool handle(void *user, int opt, const char *arg) {
 static const cli_command allreduce_cmd = {
     .help =
         "Usage: mpirun -np N tlm allreduce [options]      (or srun, mpiexec; tlm allreduce --sweep starts mpirun)\n"
-        "All-reduce benchmark (SPEC.md §2.9) in nccl-tests' conventions: per size, out-of-place and in-place\n"
+        "All-reduce benchmark in nccl-tests' conventions: per size, out-of-place and in-place\n"
         "time (us: the mean over the ranks of each rank's mean over --iters back-to-back all-reduces after\n"
         "--warmup), algbw = bytes / time and busbw = algbw x 2(n-1)/n (GB/s = 10^9 bytes/s; nccl-tests'\n"
         "doc/PERFORMANCE.md), #wrong (--check: every element of every rank against the expected sum), and\n"

@@ -1,4 +1,4 @@
-/* cmd_attention.c — `tlm attention`: the attention benchmark (SPEC.md §2.7-2.8), naive
+/* cmd_attention.c — `tlm attention`: the attention benchmark (docs/experiments.md, attention), naive
  * attention against FlashAttention-2 over batch x heads x seq x d_head x precision mode (fp32,
  * tf32, bf16, fp16; --dtype is the older spelling of the three that are dtypes), with the CS336
  * suites as presets. One case per row: attention_bench.h runs it. */
@@ -114,7 +114,7 @@ static const struct option attention_options[] = {
 static const cli_command attention_cmd = {
     .help =
         "Usage: tlm attention [options]\n"
-        "Attention benchmark (SPEC.md §2.7-2.8): naive attention (softmax(QK^T/sqrt(d)) V, the probabilities\n"
+        "Attention benchmark: naive attention (softmax(QK^T/sqrt(d)) V, the probabilities\n"
         "saved) against FlashAttention-2 (tiled, online softmax, only the logsumexp saved). Random normal q,\n"
         "k, v, dout (seeded); warm-up passes, then --iters timed forward and --iters timed backward passes,\n"
         "each synchronized (the backward reuses the last forward's saved outputs). Reports ms (forward,\n"

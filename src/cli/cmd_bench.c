@@ -23,7 +23,7 @@ static const cli_use bench_uses[] = {
 static const cli_command bench_cmd = {
     .help =
         "Usage: tlm bench [options]\n"
-        "End-to-end benchmark of the CS336 Transformer LM (SPEC.md §2.1): random weights and batch, warm-up\n"
+        "End-to-end benchmark of the CS336 Transformer LM: random weights and batch, warm-up\n"
         "steps, then timed steps; forward, backward and the AdamW step each timed between device events.\n"
         "Every combination of the list flags is one row.\n\n",
     .help_after =
@@ -163,7 +163,7 @@ int cmd_bench(int argc, char **argv) {
         }
         const tlm_bench_result *twin = r->status == TLM_OK && bc->precision != TLM_PRECISION_FP32
                                            ? fp32_twin(cases, res, i) : NULL;
-        if (twin && r->forward.mean_ms + r->backward.mean_ms > 0) /* the speed-up over fp32 (SPEC.md §2.5) */
+        if (twin && r->forward.mean_ms + r->backward.mean_ms > 0) /* the speed-up over fp32 */
             r->speedup_vs_fp32 = (twin->forward.mean_ms + twin->backward.mean_ms) /
                                  (r->forward.mean_ms + r->backward.mean_ms);
         tlm_bench_report_row(rep, bc, r);

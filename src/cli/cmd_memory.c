@@ -1,4 +1,4 @@
-/* cmd_memory.c — `tlm memory`: where every byte goes over a training step (issue 12, SPEC.md §2.6).
+/* cmd_memory.c — `tlm memory`: where every byte goes over a training step (docs/experiments.md, memory).
  * For each configuration of the bench flags: the model, warm-up steps and one measured step with the
  * memory timeline recording (memory_timeline.h); then the peaks table (peak, its phase, what was live
  * by category, bytes around the phases, the device's own count), the largest allocations with their
@@ -75,7 +75,7 @@ static const cli_command memory_cmd = {
         "Runs without CUDA graphs (ops and layers are seen as they are issued). Every combination of the list\n"
         "flags is one configuration; one that does not fit gives an OOM row.\n\n",
     .help_after =
-        "      --suite seeds           the seeds' experiment (SPEC.md §2.6): 2.7B (or --model) at context 128,\n"
+        "      --suite seeds           the seeds' experiment: 2.7B (or --model) at context 128,\n"
         "                              256, 512, forward only and a full training step, fp32 and bf16, batch 4,\n"
         "                              with the size of one residual-stream tensor from the shapes\n"
         "      --top N                 the N largest allocations per configuration (default: 10; 0: none)\n"
@@ -352,7 +352,7 @@ int cmd_memory(int argc, char **argv) {
         failed += res[i].status != TLM_OK;
         hard += res[i].status != TLM_OK && res[i].status != TLM_ERR_OUT_OF_MEMORY;
     }
-    if (o.seeds || a.given[CLI_MODEL]) { /* the residual stream from the shapes (SPEC.md §2.6) */
+    if (o.seeds || a.given[CLI_MODEL]) { /* the residual stream from the shapes (docs/experiments.md) */
         const tlm_bench_case *big = &cases[0];
         for (int i = 1; i < n; i++)
             if (cases[i].context_length > big->context_length) big = &cases[i];

@@ -1,4 +1,4 @@
-/* cmd_precision.c — `tlm precision <experiment>`: the mixed-precision experiments of SPEC.md
+/* cmd_precision.c — `tlm precision <experiment>`: the mixed-precision experiments of docs/experiments.md
  * §2.3-2.4 (accumulate, autocast, layernorm), computed by tlm (precision_lab.h, toymodel.h).
  * Every figure printed here comes from those computations. */
 #include <math.h>
@@ -14,7 +14,7 @@
 static void precision_usage(FILE *f) {
     fprintf(f,
             "Usage: tlm precision <experiment> [options]   (tlm precision <experiment> --help for its options)\n"
-            "The mixed-precision experiments of CS336 Assignment 2 (SPEC.md §2.3-2.4), computed by tlm:\n"
+            "The mixed-precision experiments of CS336 Assignment 2 (docs/experiments.md), computed by tlm:\n"
             "\n"
             "  accumulate   add 0.01 a thousand times: fp32 into fp32, fp16 into fp16, fp16 into fp32, fp16\n"
             "               converted to fp32 into fp32, bf16 into bf16, bf16 into fp32; each sum, its error\n"
@@ -34,7 +34,7 @@ static const cli_use accumulate_uses[] = {{CLI_DEVICE, NULL, 1}, {CLI_GPU, "0", 
 static const cli_command accumulate_cmd = {
     .help =
         "Usage: tlm precision accumulate [options]\n"
-        "s = 0, then s += 0.01 a thousand times, in six ways (SPEC.md §2.3): fp32 += fp32, fp16 += fp16,\n"
+        "s = 0, then s += 0.01 a thousand times, in six ways: fp32 += fp32, fp16 += fp16,\n"
         "fp32 += fp16 (type promotion), fp32 += fp32(fp16) (converted first), bf16 += bf16, fp32 += bf16.\n"
         "On the CPU every fp16/bf16 add is computed in fp32 and rounded to nearest even, which gives the\n"
         "correctly rounded 16-bit sum (src/precision/lowp.h); on the GPU one thread adds with __half and\n"
@@ -60,7 +60,7 @@ static int run_accumulate(int argc, char **argv) {
     if (!(rep = cli_open_report(cmd, &a, "tlm precision accumulate", argc, argv))) goto done;
     const bool on_gpu = be->kind == TLM_DEVICE_CUDA;
     cli_report_device(rep, be);
-    tlm_report_meta_str(rep, "experiment", "s = 0, then s += 0.01, 1000 times (SPEC.md §2.3)");
+    tlm_report_meta_str(rep, "experiment", "s = 0, then s += 0.01, 1000 times (docs/experiments.md)");
     tlm_report_meta_str(rep, "arithmetic",
                         on_gpu ? "one GPU thread: __fadd_rn, __hadd on __half and __nv_bfloat16 (one rounding per add)"
                                : "fp32 adds of the CPU; fp16/bf16 adds computed in fp32 and rounded to nearest even "
@@ -128,7 +128,7 @@ static void autocast_usage(FILE *f, const cli_command *c) {
     const tlm_toymodel_config d = tlm_toymodel_defaults();
     fprintf(f,
             "Usage: tlm precision autocast [options]\n"
-            "The ToyModel of SPEC.md §2.4 (fc1: Linear(in, 10, no bias) -> ReLU -> LayerNorm(10) -> fc2:\n"
+            "The autocast ToyModel (fc1: Linear(in, 10, no bias) -> ReLU -> LayerNorm(10) -> fc2:\n"
             "Linear(10, out, no bias); squared-error loss against a random target) forward and backward\n"
             "through tlm's backend ops under PyTorch's autocast policy (include/tlm/toymodel.h). Prints the\n"
             "dtype each tensor was stored in and the ops were called with, the loss and the gradient norms,\n"
@@ -197,7 +197,7 @@ static tlm_status autocast_report(tlm_report *rep, tlm_toymodel *m, tlm_toymodel
         tlm_report_row_end(rep);
     }
     tlm_toymodel_dtypes(m, line, sizeof line);
-    tlm_report_list(rep, "answer (SPEC.md §2.4's question)", line);
+    tlm_report_list(rep, "answer (the autocast question)", line);
 
     tlm_report_table(rep, "results", toy_result_columns, 4);
     toy_result_row(rep, "loss", loss, ref_loss, fabs((double)loss - ref_loss) / fabs((double)ref_loss));
@@ -330,7 +330,7 @@ static int run_layernorm(int argc, char **argv) {
         return TLM_EXIT_FAILURE;
     }
     char line[512];
-    tlm_report_meta_str(rep, "experiment", "LayerNorm y = (x - mean) / sqrt(var + 1e-5) in low precision (SPEC.md §2.4)");
+    tlm_report_meta_str(rep, "experiment", "LayerNorm y = (x - mean) / sqrt(var + 1e-5) in low precision");
     snprintf(line, sizeof line, "x = M (1 + z), z ~ N(0, 1) (mean M, std M), %d rows per cell, seed %llu; sums %s",
              ln_cfg.rows, (unsigned long long)ln_cfg.seed, ln_cfg.pairwise ? "pairwise (a balanced tree)" : "left to right");
     tlm_report_meta_str(rep, "rows", line);

@@ -1,4 +1,4 @@
-/* cmd_profile.c — `tlm profile`: where the time of a training step goes (SPEC.md §2.2), per kernel, per
+/* cmd_profile.c — `tlm profile`: where the time of a training step goes, per kernel, per
  * phase, per layer and per op, with the roofline columns and the findings; or, with --exec, the same
  * kernel tables for another CUDA program (the PyTorch peer) run under tlm's injected profiler.
  * The profiler, the runs and the tables are src/profile (profile.h, profile_run.h); this file reads the
@@ -77,14 +77,14 @@ static const cli_command profile_cmd = {
     .help =
         "Usage: tlm profile [options]                 profile tlm's training step (the tlm bench flags)\n"
         "       tlm profile [options] --exec -- CMD ARGS...   profile another CUDA program\n"
-        "Where the time of a step goes (SPEC.md §2.2): every kernel (CUDA, through CUPTI) or op (CPU, host clock)\n"
+        "Where the time of a step goes: every kernel (CUDA, through CUPTI) or op (CPU, host clock)\n"
         "attributed to its phase (warm-up steps left out), layer and op, CUDA graphs on or off. Per configuration:\n"
         "the kernel table per phase (calls per step, total/mean/min/max us, % of the phase, class), the op table\n"
         "with the roofline columns (ops.def's FLOPs and bytes, achieved TFLOP/s and GB/s, % of the ceilings that\n"
         "tlm measures on the same device: a GEMM per precision and a copy), the time per range, and the findings\n"
         "that answer the seeds' questions from those numbers.\n\n",
     .help_after =
-        "  -S, --suite seeds           SPEC.md §2.2's sweep: small..2.7B at context 128,256,512,1024, naive\n"
+        "  -S, --suite seeds           the profiling sweep: small..2.7B at context 128,256,512,1024, naive\n"
         "                              attention, out-of-memory cases as OOM rows\n"
         "  -T, --trace FILE.json       also write a Chrome trace-event file (open it in ui.perfetto.dev or\n"
         "                              chrome://tracing): ranges on the host track, kernels per stream,\n"

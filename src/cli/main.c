@@ -35,7 +35,7 @@ static void usage(FILE *f) {
             "  -h, --help      this text\n"
             "  -V, --version   version and build (CUDA backend built or not)\n"
             "\n"
-            "Models (--model): %s (SPEC: CS336 Assignment 2, Table 1).\n"
+            "Models (--model): %s (CS336 Assignment 2's sizes).\n"
             "Devices (--device): cpu (always), cuda (when built with nvcc and a GPU is present).\n",
             TLM_VERSION, tlm_config_preset_names());
 }

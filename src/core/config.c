@@ -1,4 +1,4 @@
-/* config.c — model presets (SPEC.md §1), validation, parameter and FLOP counts. */
+/* config.c — model presets (docs/experiments.md, the model), validation, parameter and FLOP counts. */
 #include "tlm/config.h"
 
 #include <string.h>

@@ -1,4 +1,4 @@
-/* precision_lab.cu — the accumulation experiment of `tlm precision accumulate` (SPEC.md §2.3) on
+/* precision_lab.cu — the accumulation experiment of `tlm precision accumulate` (docs/experiments.md) on
  * the GPU: 0.01 added a thousand times in the six ways of precision_lab.h, by one thread (the adds
  * are sequential by nature), with the GPU's own arithmetic: __fadd_rn for fp32, __hadd on __half
  * and __nv_bfloat16 (one rounding to nearest even per add), __float2half_rn / __float2bfloat16_rn

@@ -1,5 +1,5 @@
 /* plot_allreduce.c — the all-reduce plot kinds of `tlm plot` (plot.h), the seeds' three pictures
- * (SPEC.md §2.9) from `tlm allreduce --format json` files (a run under mpirun, or a --sweep) and
+ * (docs/experiments.md) from `tlm allreduce --format json` files (a run under mpirun, or a --sweep) and
  * bench/peers/torch_allreduce.py's and bench/peers/nccl_tests_json.py's (the same field names), one or
  * more at once:
  *   allreduce-size      time per all-reduce against the size, log-log, one line per implementation

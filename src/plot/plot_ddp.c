@@ -1,5 +1,5 @@
-/* plot_ddp.c — the data-parallel plot kinds of `tlm plot` (plot.h), issue 15's two pictures (SPEC.md
- * §2.10), from `tlm bench --format json` files (rows of a run under a launcher, and one-process rows:
+/* plot_ddp.c — the data-parallel plot kinds of `tlm plot` (plot.h), the two data-parallel pictures
+ * (docs/experiments.md), from `tlm bench --format json` files (rows of a run under a launcher, and one-process rows:
  * the 1-GPU step) and bench/peers/pytorch_ddp.py's (tlm bench's field names), one or more at once:
  *   ddp-buckets  the step time against the bucket size (log x), one panel per precision, one line per
  *                tool, GPU count and gradient-reduction dtype (tlm's bucketed rows, PyTorch DDP's);

@@ -1,4 +1,4 @@
-/* accumulate.c — SPEC.md §2.3: 0.01 added a thousand times to a running sum, in the four ways of
+/* accumulate.c — docs/experiments.md: 0.01 added a thousand times to a running sum, in the four ways of
  * the seed (fp32 into fp32; fp16 into fp16; fp16 into fp32; fp16 converted to fp32 into fp32)
  * and two in bf16, on the CPU with exact software rounding (lowp.h), and the analysis of each
  * trajectory that the "why" lines print. The GPU version is src/cuda/precision_lab.cu. */

@@ -1,4 +1,4 @@
-/* layernorm_lab.c — SPEC.md §2.4: what goes wrong computing LayerNorm in fp16 or bf16, and what
+/* layernorm_lab.c — docs/experiments.md: what goes wrong computing LayerNorm in fp16 or bf16, and what
  * fp32 statistics leave. Over input magnitudes x row widths, each scheme of precision_lab.h
  * computes mean, variance and the normalized row with every operation rounded to its dtypes
  * (lowp.h: exact software rounding), against float64 two-pass LayerNorm of the same inputs; then

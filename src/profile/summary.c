@@ -1,6 +1,6 @@
 /* summary.c — from a profile to its tables and findings (profile.h, tlm_profile_summarize): the
  * kernel table per phase, the op table with the roofline columns, the layer table, kernel time
- * per range name, and the answers to the CS336 profiling questions (SPEC.md §2.2), each computed
+ * per range name, and the answers to the CS336 profiling questions (docs/experiments.md), each computed
  * from those numbers. Only activities of profiled steps count (warm-up steps and work outside any
  * step, such as the model's initialisation, are left out). */
 #define _GNU_SOURCE /* qsort_r, RTLD_DEFAULT */

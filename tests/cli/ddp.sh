@@ -80,7 +80,7 @@ assert all(v > 0 for v in mc.values()), mc
 assert all(mc[k] > mc[(k[0], k[1], 0)] for k in mc if k[2] == 1), mc"
 fi
 
-# issue 15's pictures from these rows and a one-process row: step against bucket size, speed-up against ranks
+# the data-parallel pictures from these rows and a one-process row: step against bucket size, speed-up against ranks
 expect_ok "one process at a rank's rows (2) and at the global batch (4): the rows the pictures compare with" \
   "$TLM" bench --device cpu -m tiny -c 32 -b 2,4 -w 1 -n 2 -f json -o "$TMP/bench-one.json"
 # rank 1 draws no weights of its own (rank 0's are broadcast): every 2-rank row's first loss is one process's

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hardening.sh — issue 10's command-line cases: every one gives a clear message naming the problem
+# hardening.sh — the hardening's command-line cases: every one gives a clear message naming the problem
 # and a non-zero exit, or (the writer's cases) leaves every existing file as it was. Files are made
 # with bash, or with python3's standard library where one is needed (skipped without python3).
 source "$(dirname "$0")/lib.bash"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # precision.sh — `tlm precision` end to end on the CPU: the three experiments run and print what
-# they compute (the sums of SPEC.md §2.3, the autocast dtypes of §2.4, the LayerNorm grids and
+# they compute (the accumulation sums, the autocast dtypes, the LayerNorm grids and
 # findings), and bad input gives a clear message and exit status 2.
 source "$(dirname "$0")/lib.bash"
 P=("$TLM" precision)
@@ -17,7 +17,7 @@ expect_usage() {
   fi
 }
 
-# accumulate: SPEC.md §2.3's four sums (to 4 decimals, from the %.6f column), bf16, the why lines
+# accumulate: the four accumulation sums (to 4 decimals, from the %.6f column), bf16, the why lines
 run_ok "accumulate exits 0" "${P[@]}" accumulate --device cpu
 sum_of() { awk -v w="$1" 'index($0, w) == 1 { n = split(substr($0, length(w) + 1), f, " "); printf "%.4f", f[2] }' <<<"$out"; }
 check "fp32 += fp32 = 10.0001" test "$(sum_of 'fp32 += fp32 ')" = 10.0001
@@ -32,7 +32,7 @@ if command -v python3 >/dev/null; then
   check "accumulate json parses, 6 ways" python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert len(d['ways'])==6 and len(d['why'])==6" "$out"
 fi
 
-# autocast: the dtypes of SPEC.md §2.4, fp16 and bf16
+# autocast: the autocast dtypes, fp16 and bf16
 run_ok "autocast --dtype fp16 exits 0" "${P[@]}" autocast --dtype fp16 --device cpu
 check "fp16 summary: parameters fp32, fc1 output fp16, LayerNorm output fp32, logits fp16, loss fp32, gradients fp32" \
   grep -q 'parameters fp32, fc1 output fp16, ReLU output fp16, LayerNorm output fp32, logits fp16, loss fp32, gradients fp32' <<<"$out"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# srun.sh — tlm under Slurm's srun instead of mpirun (issue 13: "mpirun and srun both work"), on a private
+# srun.sh — tlm under Slurm's srun instead of mpirun ("mpirun and srun both work"), on a private
 # one-node Slurm cluster this script starts and stops itself: slurmctld and slurmd from Debian's slurmctld and
 # slurmd packages (tools/install-deps.sh installs them when root), auth/none, its own ports, spool and logs
 # under $TMP, the node's CPUs oversubscribed. Open MPI joins srun's tasks through PMIx (srun --mpi=pmix).

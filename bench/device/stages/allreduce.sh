@@ -1,4 +1,4 @@
-# stage allreduce — `tlm allreduce` (SPEC.md §2.9) on the machine's GPUs and CPU cores: the communication tests
+# stage allreduce — `tlm allreduce` on the machine's GPUs and CPU cores: the communication tests
 #   (NCCL on the GPUs present, MPI under mpirun, the fault test), NCCL through tlm (world size 1 on one GPU:
 #   a sanity run; every process count up to the GPUs otherwise, and NCCL's network transport as between
 #   machines), the MPI communicator on the cores beside torch.distributed's gloo (target: MPI >= 2x gloo at

@@ -3,7 +3,7 @@
 # Files: tlm.json, tlm-grid.json (GRID_CTX), torch-eager.json, torch-compile.json, side-by-side.md (kept).
 # env: MODELS (small,medium,large,xl,2.7B) CTX (256) BATCH (4) WARMUP (5) STEPS (10)
 #      TLM_PRECISIONS (fp32,tf32,bf16,fp16) PEER_PRECISIONS (fp32,bf16) GRID_CTX (empty: none; e.g.
-#      128,256,512,1024 for the context grid in fp32 and bf16, SPEC.md §2.2, §2.5) EAGER (1)
+#      128,256,512,1024 for the context grid in fp32 and bf16, docs/experiments.md) EAGER (1)
 #      COMPILE_MODELS (small,large,2.7B; empty: none)
 needs_bench_peer="tree gpu"
 bench_common() {

@@ -1,4 +1,4 @@
-# stage ddp — data-parallel training (issue 15, SPEC.md §2.10) on one host of 2 or 4 GPUs, each part only when
+# stage ddp — data-parallel training (docs/experiments.md, data parallelism) on one host of 2 or 4 GPUs, each part only when
 #   its estimate fits the budget (the estimates: 4 H100, 2026-11-27), in this order:
 #   tests  test_gpu_ddp under mpirun at 2 (and 4) ranks (N-rank training of the tiny model = one process:
 #          fp32 within 1e-6, bf16 within one ulp, ZeRO-1 = DDP), test_gpu_comm at every GPU, test_ddp (CPU, MPI)

@@ -1,4 +1,4 @@
-# stage memory — issue 12's measurements: the GPU tests of the memory work, `tlm memory --suite seeds` (2.7B,
+# stage memory — the memory work's measurements: the GPU tests of the memory work, `tlm memory --suite seeds` (2.7B,
 #   context 128/256/512, forward and train, fp32 and bf16) with a timeline and a memory_viz snapshot of each,
 #   `tlm bench` of every size at context 256 (fp32, bf16) plain and with --optimizer-in-backward, and 2.7B bf16
 #   at context 4096 with --recompute block, with the recompute cost at 1024 (block against none)

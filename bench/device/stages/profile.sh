@@ -1,9 +1,9 @@
-# stage profile — `tlm profile` (issue 11): the CUPTI smoke test, the profiler's GPU tests, the overhead of
+# stage profile — `tlm profile`: the CUPTI smoke test, the profiler's GPU tests, the overhead of
 #   profiling (small and medium, fp32 and bf16, graphs on and off), every size at context CTX, and a Perfetto
 #   trace of small's bf16 step
 # stage profile-peer — the PyTorch peer (eager, naive attention, --nvtx) under `tlm profile --exec` beside tlm
 #   profiled with the same attention: profile-side-by-side.md
-# stage profile-sweep — `tlm profile --suite seeds` (SPEC.md §2.2), timed (target: 10 minutes on an H100)
+# stage profile-sweep — `tlm profile --suite seeds`, timed (target: 10 minutes on an H100)
 # Files: tests.txt, profile-overhead.json (kept), profile-ctxCTX.json and .txt (kept), trace-small-bf16.json.gz,
 #   peer/ (every JSON and log), profile-side-by-side.md (kept), profile-seeds.json and .txt.
 # env: MODELS (small,medium,large,xl,2.7B) CTX (256) PRECISIONS (fp32,bf16) WARMUP (3) STEPS (5)

@@ -1,4 +1,4 @@
-# stage sanitizer — compute-sanitizer over the GPU tests (issue 10): memcheck (out-of-bounds and misaligned
+# stage sanitizer — compute-sanitizer over the GPU tests: memcheck (out-of-bounds and misaligned
 #   accesses, leaks of device memory) over every GPU test binary, racecheck (shared-memory hazards) over the
 #   kernels that use shared memory the most (the FlashAttention test in bf16/fp16, the ops at the tiny shape),
 #   each run under a time limit; one log a run and the table sanitizer.md (kept).

@@ -439,7 +439,7 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
 
 /* the backward's (head, batch) groups (fa90_block_of): 4 at d_head 64 (leaderboard backward, H100,
  * alternating processes: 3.43-3.54 ms, mean 3.48, against 3.45-3.56, mean 3.52, with 1; faster in 5
- * of 6 rounds: bench/results/h100-2026-11-24-issue17-final, calls 9 and 10), 1 (head by head) at the
+ * of 6 rounds: bench/results/h100-2026-11-24-speed-final, calls 9 and 10), 1 (head by head) at the
  * others (d_head 128: 5.53-5.65 with 4 against 5.49-5.58 with 1, call 9) */
 #define FA90_BWD_GROUP(D) ((D) == 64 ? 4 : 1)
 template <typename E, int D, bool TILED_DQ>
