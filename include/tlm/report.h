@@ -70,9 +70,10 @@ typedef enum { TLM_FIELD_STR = 0, TLM_FIELD_INT, TLM_FIELD_NUM, TLM_FIELD_BOOL }
  * NO_TABLE: not in the fixed-width table (still in CSV and JSON). SCI: the table prints the number in
  * scientific notation (%.{prec}e). WIDE: a secondary column: in the table only with --wide (always in
  * CSV and JSON); a column without it is primary. BYTES: an integer byte count the table shows with
- * its own unit per cell (B, KiB, MiB, GiB; three significant digits). */
+ * its own unit per cell (B, KiB, MiB, GiB; three significant digits). OVER100: a percentage of a
+ * measured ceiling; the table marks a value above 100 with "!" ("163.1!"). */
 enum { TLM_COL_KEY = 1u << 0, TLM_COL_NO_TABLE = 1u << 1, TLM_COL_SCI = 1u << 2, TLM_COL_WIDE = 1u << 3,
-       TLM_COL_BYTES = 1u << 4 };
+       TLM_COL_BYTES = 1u << 4, TLM_COL_OVER100 = 1u << 5 };
 
 /* One column of a table: its field name in CSV and JSON (unit in the name), and how the fixed-width
  * table shows it: heading, units row, width (negative: left-aligned), digits after the point for

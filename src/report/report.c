@@ -443,7 +443,8 @@ static void cell_text(const tlm_column *c, const cJSON *v, char *buf, size_t n) 
     else if (cJSON_IsString(v)) snprintf(buf, n, "%s", v->valuestring);
     else if (cJSON_IsBool(v)) snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "yes" : "no");
     else if (c->type == TLM_FIELD_INT && scale == 1.0) snprintf(buf, n, "%lld", (long long)v->valuedouble);
-    else snprintf(buf, n, (c->flags & TLM_COL_SCI) ? "%.*e" : "%.*f", c->prec, v->valuedouble * scale);
+    else snprintf(buf, n, (c->flags & TLM_COL_SCI) ? "%.*e%s" : "%.*f%s", c->prec, v->valuedouble * scale,
+                  (c->flags & TLM_COL_OVER100) && v->valuedouble * scale > 100 ? "!" : "");
 }
 
 /* a CSV field: quoted when it holds a comma, a quote or a line break (RFC 4180) */
