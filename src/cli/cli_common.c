@@ -226,11 +226,8 @@ static const flag_info flags[CLI_NUM_FLAGS] = {
                          "80GB) or in the GPU's memory (device); the model's memory plan, not run; the CUDA context "
                          "and libraries (NCCL's buffers too) not included; tlm bench under a launcher: a rank's rows "
                          "and memory (ZeRO-1: its shard of the moments)"},
-    [CLI_WIDE] = {"wide", 0, NULL, NULL, "the table shows every column (by default the primary ones: at most 160 "
-                                         "characters; CSV and JSON always hold every column)"},
-    [CLI_VERBOSE] = {"verbose", 0, NULL, NULL, "every header field above the table: what ran, how each figure was "
-                                               "measured, what the columns hold (by default at most 4 lines; JSON "
-                                               "and the CSV's FILE.meta.json always hold them)"},
+    [CLI_WIDE] = {"wide", 0, NULL, NULL, "every column in the table (default: the primary ones, 160 characters)"},
+    [CLI_VERBOSE] = {"verbose", 0, NULL, NULL, "every header field above the table: how each figure was measured"},
 };
 
 const char *cli_flag_name(cli_flag f) {
