@@ -384,8 +384,8 @@ static bool parse_shared(const cli_command *c, cli_flag f, const char *arg, cli_
     case CLI_MAX_CONTEXT:
         if (strcmp(arg, "device") == 0) return (a->max_context_device = true);
         return cli_parse_bytes(cmd, flag, arg, 1, (uint64_t)1 << 50, &a->max_context_bytes);
-    case CLI_WIDE: a->wide = true; return true;
-    case CLI_VERBOSE: a->verbose = true; return true;
+    case CLI_WIDE:
+    case CLI_VERBOSE: /* set by cli_parse: they come with --format */
     case CLI_NUM_FLAGS: break;
     }
     return false;
@@ -445,7 +445,8 @@ int cli_parse(const cli_command *c, void *opts, int argc, char **argv, cli_args 
             else cli_error(c->name, "unknown option '%s' (see tlm %s --help)", word, c->name);
             return TLM_EXIT_USAGE;
         } else if (opt == OPT_SHARED + CLI_WIDE || opt == OPT_SHARED + CLI_VERBOSE) {
-            a->given[opt - OPT_SHARED] = parse_shared(c, (cli_flag)(opt - OPT_SHARED), NULL, a);
+            *(opt == OPT_SHARED + CLI_WIDE ? &a->wide : &a->verbose) = true; /* not in c->uses: no parse_shared */
+            a->given[opt - OPT_SHARED] = true;
         } else if (opt >= OPT_SHAPE && opt < OPT_SHAPE + SHAPE_COUNT) {
             ok = parse_shape(c->name, opt - OPT_SHAPE, optarg, &a->shape);
         } else {
