@@ -104,6 +104,10 @@ typedef struct {
 
 typedef struct tlm_report tlm_report;
 
+/* A byte count as the table shows it, in the unit that shows it: "812 B", "12.3 KiB", "513 MiB",
+ * "1.21 GiB" (2^10, 2^20, 2^30 bytes; three significant digits), into buf (n bytes; 16 hold any). */
+void tlm_report_bytes_text(double bytes, char *buf, size_t n);
+
 /* Starts a report of `tool` ("tlm bench") in format fmt; out_path NULL writes fmt to stdout,
  * otherwise the file gets fmt and stdout the table. argv (argc words) is recorded as the command.
  * Fills tool, version, date and command. Errors: the file writer's (output.h) for out_path, named. */

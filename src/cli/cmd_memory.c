@@ -13,7 +13,6 @@
 #include "tlm/memory_timeline.h"
 #include "tlm/output.h"
 
-#define MIB (1.0 / (1024.0 * 1024.0))
 #define MAX_TOP TLM_MEM_MAX_TOP
 
 enum { OPT_SUITE = 3100, OPT_TOP, OPT_SNAPSHOT, OPT_TIMELINE };
@@ -360,11 +359,12 @@ int cmd_memory(int argc, char **argv) {
         const tlm_bench_case *big = &cases[0];
         for (int i = 1; i < n; i++)
             if (cases[i].context_length > big->context_length) big = &cases[i];
-        char line[256];
+        char line[256], size[32];
         const double bytes = (double)big->batch_size * big->context_length * big->config.d_model * 4;
+        tlm_report_bytes_text(bytes, size, sizeof size);
         snprintf(line, sizeof line, "one residual-stream tensor of %s: batch %d x context %d x d_model %d x 4 bytes "
-                 "(float32) = %.0f bytes = %.2f MiB", big->model_name, big->batch_size, big->context_length,
-                 big->config.d_model, bytes, bytes * MIB);
+                 "(float32) = %.0f bytes = %s", big->model_name, big->batch_size, big->context_length,
+                 big->config.d_model, bytes, size);
         tlm_report_list(rep, "findings", line);
     }
     if (o.top > 0) {

@@ -426,8 +426,7 @@ static void progress_clear(tlm_report *r) {
     r->progress_shown = false;
 }
 
-/* a byte count in the unit that shows it: "812 B", "12.3 KiB", "513 MiB", "1.21 GiB" (3 significant digits) */
-static void bytes_text(double b, char *buf, size_t n) {
+void tlm_report_bytes_text(double b, char *buf, size_t n) {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     int u = 0;
     while (u < 5 && fabs(b) >= 1023.5) b /= 1024, u++;
@@ -439,7 +438,7 @@ static void bytes_text(double b, char *buf, size_t n) {
 static void cell_text(const tlm_column *c, const cJSON *v, char *buf, size_t n) {
     const double scale = c->scale != 0 ? c->scale : 1.0;
     if (!v || cJSON_IsNull(v)) snprintf(buf, n, "-");
-    else if ((c->flags & TLM_COL_BYTES) && cJSON_IsNumber(v)) bytes_text(v->valuedouble, buf, n);
+    else if ((c->flags & TLM_COL_BYTES) && cJSON_IsNumber(v)) tlm_report_bytes_text(v->valuedouble, buf, n);
     else if (cJSON_IsString(v)) snprintf(buf, n, "%s", v->valuestring);
     else if (cJSON_IsBool(v)) snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "yes" : "no");
     else if (c->type == TLM_FIELD_INT && scale == 1.0) snprintf(buf, n, "%lld", (long long)v->valuedouble);
