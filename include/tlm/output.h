@@ -56,6 +56,8 @@ void tlm_output_abort(tlm_output *o);
  * removed by batch_end(false); batch_end returns the first rename failure (IO). Not nested. */
 void tlm_output_batch_begin(void);
 tlm_status tlm_output_batch_end(bool commit);
+/* Whether a batch is open (a writer of several files joins the caller's batch, else opens its own). */
+bool tlm_output_in_batch(void);
 
 /* Writes the whole of `data` (n bytes) as the file `path` (open, write, commit). */
 tlm_status tlm_output_write_file(const char *path, const void *data, size_t n);

@@ -53,10 +53,13 @@ typedef struct {
     bool phase[TLM_PHASE_COUNT];
     long top;
     bool layers, overhead;
+    const tlm_ceilings *ceilings; /* the roofline's (NULL: none, --exec): a list line says how measured */
 } tlm_prof_tables;
 
-/* The report's tables: kernels (per phase), ops (tlm's runs: foreign false), layers (o->layers),
- * ranges, runs (a row per run, failed ones as OOM or failed), and each run's findings as a list. */
+/* The report's tables: kernels (per phase), ops (tlm's runs: foreign false; its roofline percentages
+ * above 100 marked "!" and above_ceiling true, and a "roofline_notes" list after it: the ceilings, how they
+ * were measured, and what a row above one means), layers (o->layers), ranges, runs (a row per run,
+ * failed ones as OOM or failed), and each run's findings as a list. */
 void tlm_prof_write_tables(tlm_report *rep, tlm_prof_run *runs, int n, bool foreign, const tlm_prof_tables *o);
 
 #ifdef __cplusplus

@@ -7,9 +7,11 @@
 
 /* a time's mean and population std over the timed steps, in ms (timing() writes them) */
 #define MS_MEAN_STD(mean_key, std_key, head, width)                                                               \
-    TLM_COL_MS(mean_key, head, width, 2), TLM_COL_MS(std_key, "std", 7, 2)
+    TLM_COL_MS(mean_key, head, width, 2), TLM_COL_MS_W(std_key, "std", 7, 2)
 
-/*   key                     type            head         unit   width prec scale flags */
+/* The primary columns (the default table, at most TLM_REPORT_WIDTH wide): the case, forward, backward and
+ * optimizer ms, tokens/s, TFLOP/s, vs fp32, peak, the last loss; TLM_COL_WIDE ones with --wide.
+ *   key                     type            head         unit   width prec scale flags */
 const tlm_column tlm_bench_columns[] = {
     {"model", TLM_FIELD_STR, "model", "", -8, 0, 0, TLM_COL_KEY},
     {"context_length", TLM_FIELD_INT, "ctx", "", 5, 0, 0, TLM_COL_KEY},
@@ -24,30 +26,30 @@ const tlm_column tlm_bench_columns[] = {
     TLM_COL_HIDDEN("steps", TLM_FIELD_INT),
     TLM_COL_HIDDEN("cuda_graphs", TLM_FIELD_BOOL),
     TLM_COL_HIDDEN("seed", TLM_FIELD_INT),
-    {"params", TLM_FIELD_INT, "params", "M", 8, 1, 1e-6, TLM_COL_KEY},
+    {"params", TLM_FIELD_INT, "params", "M", 8, 1, 1e-6, TLM_COL_KEY | TLM_COL_WIDE},
     {"ranks", TLM_FIELD_INT, "ranks", "", 5, 0, 0, TLM_COL_KEY},
     {"ddp", TLM_FIELD_STR, "ddp", "", -8, 0, 0, TLM_COL_KEY},
-    {"bucket_mb", TLM_FIELD_NUM, "bucket", "MiB", 7, 2, 0, TLM_COL_KEY},
-    {"grad_reduce_dtype", TLM_FIELD_STR, "reduce", "", -6, 0, 0, TLM_COL_KEY},
-    {"zero", TLM_FIELD_INT, "zero", "", 4, 0, 0, TLM_COL_KEY},
-    MS_MEAN_STD("fwd_ms_mean", "fwd_ms_std", "forward", 10),
-    MS_MEAN_STD("bwd_ms_mean", "bwd_ms_std", "backward", 10),
-    MS_MEAN_STD("opt_ms_mean", "opt_ms_std", "optimizer", 10),
+    {"bucket_mb", TLM_FIELD_NUM, "bucket", "MiB", 7, 2, 0, TLM_COL_KEY | TLM_COL_WIDE},
+    {"grad_reduce_dtype", TLM_FIELD_STR, "reduce", "", -6, 0, 0, TLM_COL_KEY | TLM_COL_WIDE},
+    {"zero", TLM_FIELD_INT, "zero", "", 4, 0, 0, TLM_COL_KEY | TLM_COL_WIDE},
+    MS_MEAN_STD("fwd_ms_mean", "fwd_ms_std", "forward", 9),
+    MS_MEAN_STD("bwd_ms_mean", "bwd_ms_std", "backward", 9),
+    MS_MEAN_STD("opt_ms_mean", "opt_ms_std", "optimizer", 9),
     MS_MEAN_STD("comm_ms_mean", "comm_ms_std", "comm", 9),
-    {"comm_share", TLM_FIELD_NUM, "comm", "%", 5, 1, 100, 0},
+    {"comm_share", TLM_FIELD_NUM, "comm", "%", 5, 1, 100, TLM_COL_WIDE},
     TLM_COL_HIDDEN("step_ms_mean", TLM_FIELD_NUM),
     TLM_COL_HIDDEN("step_ms_std", TLM_FIELD_NUM),
-    {"tokens_per_s", TLM_FIELD_NUM, "tokens/s", "", 10, 0, 0, 0},
-    {"tflop_per_s", TLM_FIELD_NUM, "TFLOP/s", "", 8, 3, 0, 0},
+    {"tokens_per_s", TLM_FIELD_NUM, "tokens/s", "", 9, 0, 0, 0},
+    {"tflop_per_s", TLM_FIELD_NUM, "TFLOP/s", "", 7, 3, 0, 0},
     {"speedup_vs_fp32", TLM_FIELD_NUM, "vs fp32", "x", 7, 2, 0, 0},
-    TLM_COL_GIB("peak_bytes", "peak", 7, 3),
-    TLM_COL_GIB("reserved_peak_bytes", "reserved", 8, 3),
-    TLM_COL_GIB("device_peak_bytes", "device", 7, 3),
+    TLM_COL_SIZE("peak_bytes", "peak", 8),
+    TLM_COL_SIZE_W("reserved_peak_bytes", "reserved", 8),
+    TLM_COL_SIZE_W("device_peak_bytes", "device", 8),
     {"max_context", TLM_FIELD_INT, "max ctx", "", 7, 0, 0, 0},
     TLM_COL_HIDDEN("peak_bytes_min", TLM_FIELD_INT),
-    TLM_COL_GIB("mem_after_init_bytes", "init", 7, 3),
-    TLM_COL_GIB("mem_before_opt_bytes", "pre-opt", 7, 3),
-    TLM_COL_GIB("mem_after_opt_bytes", "post-opt", 8, 3),
+    TLM_COL_SIZE_W("mem_after_init_bytes", "init", 8),
+    TLM_COL_SIZE_W("mem_before_opt_bytes", "pre-opt", 8),
+    TLM_COL_SIZE_W("mem_after_opt_bytes", "post-opt", 8),
     TLM_COL_HIDDEN("peak_bytes_parameters", TLM_FIELD_INT),
     TLM_COL_HIDDEN("peak_bytes_gradients", TLM_FIELD_INT),
     TLM_COL_HIDDEN("peak_bytes_optimizer", TLM_FIELD_INT),
@@ -55,8 +57,8 @@ const tlm_column tlm_bench_columns[] = {
     TLM_COL_HIDDEN("peak_bytes_workspace", TLM_FIELD_INT),
     TLM_COL_HIDDEN("loss_first", TLM_FIELD_NUM),
     {"loss_last", TLM_FIELD_NUM, "last loss", "", 9, 4, 0, 0},
-    {"loss_scale", TLM_FIELD_NUM, "loss scale", "", 10, 0, 0, 0},
-    {"skipped_steps", TLM_FIELD_INT, "skipped", "", 7, 0, 0, 0},
+    {"loss_scale", TLM_FIELD_NUM, "loss scale", "", 10, 0, 0, TLM_COL_WIDE},
+    {"skipped_steps", TLM_FIELD_INT, "skipped", "", 7, 0, 0, TLM_COL_WIDE},
 };
 const int tlm_bench_num_columns = (int)(sizeof tlm_bench_columns / sizeof tlm_bench_columns[0]);
 const int tlm_bench_case_columns = 14; /* model .. params */
@@ -108,7 +110,8 @@ void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_be
                                            "counterpart); reserved_peak_bytes: the most held from the device (buffers "
                                            "plus the step's arena; max_memory_reserved's counterpart); "
                                            "device_peak_bytes: the device's own count (cudaMemGetInfo) less what was in "
-                                           "use before the case; table: GiB = 2^30 bytes");
+                                           "use before the case; the table shows each in B, KiB, MiB or GiB (2^10, 2^20, 2^30 "
+                                           "bytes)");
     tlm_report_meta_str(rep, "loss_last", "the cross-entropy of the last timed step; every step runs the same "
                                           "random batch, so with --pass train the loss falls as AdamW fits it");
     tlm_report_meta_str(rep, "speedup_vs_fp32", "the fp32 row's forward+backward time over this row's, same "

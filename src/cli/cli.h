@@ -78,6 +78,8 @@ typedef enum {
     CLI_GRAD_REDUCE_DTYPE, /*  --grad-reduce-dtype LIST (fp32, bf16) */
     CLI_TIMEOUT,        /*     --timeout S (the communication layer's watchdog, comm.h) */
     CLI_MAX_CONTEXT,    /*     --max-context BYTES|device (the longest context that fits: bench.h) */
+    CLI_WIDE,           /*     --wide: every column in the table (taken wherever --format is) */
+    CLI_VERBOSE,        /*     --verbose: every header field above the table (taken wherever --format is) */
     CLI_NUM_FLAGS
 } cli_flag;
 
@@ -89,7 +91,8 @@ typedef struct {
     int max_values;
 } cli_use;
 
-/* The device and output flags most commands take, with their usual defaults. */
+/* The device and output flags most commands take, with their usual defaults. A command that takes
+ * --format also takes --wide and --verbose (the table's view, report.h). */
 #define CLI_USES_DEVICE {CLI_DEVICE, NULL, 1}, {CLI_GPU, "0", 1}, {CLI_THREADS, NULL, 1}
 #define CLI_USES_OUTPUT {CLI_FORMAT, "table", 1}, {CLI_OUT, NULL, 1}
 
@@ -135,6 +138,7 @@ typedef struct {
     int gpu, threads;
     tlm_format format;
     const char *out;
+    bool wide, verbose; /* --wide, --verbose (report.h: tlm_report_view) */
     char **models;      /* the --model items (free with cli_args_free) */
     int num_models;
     cli_shape_flags shape;
@@ -258,7 +262,8 @@ int cli_join(const char *cmd, const cli_args *a, double default_timeout_s, tlm_d
  * backend without one, the CPU); 0 when not given. Prints the error; returns false on one. */
 bool cli_max_context_bytes(const char *cmd, const cli_args *a, tlm_backend *be, size_t *out);
 
-/* Opens the report of `tool` in --format to --out (stdout shows the table then). Prints the error. */
+/* Opens the report of `tool` in --format to --out (stdout shows the table then), with the view of
+ * --wide and --verbose. Prints the error. */
 tlm_report *cli_open_report(const char *cmd, const cli_args *a, const char *tool, int argc, char **argv);
 
 /* ---- subcommands -------------------------------------------------------------------------------------- */

@@ -226,6 +226,8 @@ static const flag_info flags[CLI_NUM_FLAGS] = {
                          "80GB) or in the GPU's memory (device); the model's memory plan, not run; the CUDA context "
                          "and libraries (NCCL's buffers too) not included; tlm bench under a launcher: a rank's rows "
                          "and memory (ZeRO-1: its shard of the moments)"},
+    [CLI_WIDE] = {"wide", 0, NULL, NULL, "every column in the table (default: the primary ones, 160 characters)"},
+    [CLI_VERBOSE] = {"verbose", 0, NULL, NULL, "every header field above the table: how each figure was measured"},
 };
 
 const char *cli_flag_name(cli_flag f) {
@@ -382,6 +384,8 @@ static bool parse_shared(const cli_command *c, cli_flag f, const char *arg, cli_
     case CLI_MAX_CONTEXT:
         if (strcmp(arg, "device") == 0) return (a->max_context_device = true);
         return cli_parse_bytes(cmd, flag, arg, 1, (uint64_t)1 << 50, &a->max_context_bytes);
+    case CLI_WIDE:
+    case CLI_VERBOSE: /* set by cli_parse: they come with --format */
     case CLI_NUM_FLAGS: break;
     }
     return false;
@@ -408,6 +412,9 @@ int cli_parse(const cli_command *c, void *opts, int argc, char **argv, cli_args 
         if (c->uses[i].flag == CLI_MODEL)
             for (int k = 0; k < SHAPE_COUNT; k++)
                 long_opts[n++] = (struct option){shape_names[k], required_argument, 0, OPT_SHAPE + k};
+        if (c->uses[i].flag == CLI_FORMAT) /* the table's view comes with the format */
+            for (cli_flag v = CLI_WIDE; v <= CLI_VERBOSE; v++)
+                long_opts[n++] = (struct option){flags[v].name, no_argument, 0, OPT_SHARED + (int)v};
     }
     for (const struct option *o = c->options; o && o->name; o++) {
         TLM_ASSERT(n < (int)(sizeof long_opts / sizeof long_opts[0]) - 2);
@@ -437,6 +444,9 @@ int cli_parse(const cli_command *c, void *opts, int argc, char **argv, cli_args 
                 cli_error(c->name, "unknown option '-%c' (see tlm %s --help)", optopt, c->name);
             else cli_error(c->name, "unknown option '%s' (see tlm %s --help)", word, c->name);
             return TLM_EXIT_USAGE;
+        } else if (opt == OPT_SHARED + CLI_WIDE || opt == OPT_SHARED + CLI_VERBOSE) {
+            *(opt == OPT_SHARED + CLI_WIDE ? &a->wide : &a->verbose) = true; /* not in c->uses: no parse_shared */
+            a->given[opt - OPT_SHARED] = true;
         } else if (opt >= OPT_SHAPE && opt < OPT_SHAPE + SHAPE_COUNT) {
             ok = parse_shape(c->name, opt - OPT_SHAPE, optarg, &a->shape);
         } else {
@@ -488,6 +498,8 @@ void cli_print_shared_help(FILE *f, const cli_command *c) {
         if (u->flag == CLI_PRECISION && list) fprintf(f, "; all = the four");
         if (u->default_text) fprintf(f, " (default: %s)", u->default_text);
         fputc('\n', f);
+        for (cli_flag v = CLI_WIDE; u->flag == CLI_FORMAT && v <= CLI_VERBOSE; v++)
+            fprintf(f, "      --%-21s %s\n", flags[v].name, flags[v].help);
         if (u->flag == CLI_MODEL)
             fprintf(f, "      --vocab-size N --d-model N --d-ff N --num-layers N --num-heads N --rope-theta X\n"
                        "                              change the preset's shape (d_model must divide by num_heads,\n"
@@ -722,6 +734,7 @@ tlm_report *cli_open_report(const char *cmd, const cli_args *a, const char *tool
         cli_error(cmd, "--out: %s", tlm_last_error());
         return NULL;
     }
+    tlm_report_view(r, a->wide, a->verbose);
     return r;
 }
 

@@ -16,7 +16,7 @@ static const char *flops_note = "FlashAttention's convention: forward 4*b*h*s^2*
                                 "backward 2.5x forward, over the mean time of that pass";
 static const char *mem_note = "tracked allocator bytes in use before the backward pass: q, k, v, dout, out and "
                               "what the forward saves (naive: P (b,h,s,s); flash: L (b,h,s) fp32); "
-                              "MiB = 2^20 bytes; peak = the row's allocator peak (adds dq, dk, dv and the "
+                              "the table shows each in B, KiB, MiB or GiB (2^10, 2^20, 2^30 bytes); peak = the row's allocator peak (adds dq, dk, dv and the "
                               "backward's scratch: naive dP (b,h,s,s), flash its fp32 workspace (b,h,s,d+1))";
 static const char *ratio_note = "naive time / flash time for the same shape (forward+backward), on the flash row";
 static const char *mode_note = "the dtype column is the precision mode: fp32 (strict fp32 products), tf32 (fp32 "
@@ -39,8 +39,8 @@ static const tlm_column attention_columns[] = {
     TLM_COL_MS("fwdbwd_ms_mean", "fwd+bwd", 10, 3),
     {"fwd_tflop_per_s", TLM_FIELD_NUM, "TFLOP/s", "fwd", 8, 3, 0, 0},
     {"bwd_tflop_per_s", TLM_FIELD_NUM, "TFLOP/s", "bwd", 8, 3, 0, 0},
-    TLM_COL_MIB("mem_before_bwd_bytes", "mem", 10, 1),
-    TLM_COL_MIB("peak_bytes", "peak", 10, 1),
+    TLM_COL_SIZE("mem_before_bwd_bytes", "mem", 9),
+    TLM_COL_SIZE("peak_bytes", "peak", 9),
     {"speedup_vs_naive", TLM_FIELD_NUM, "vs naive", "x", 8, 2, 0, 0},
     TLM_COL_HIDDEN("oom_bytes", TLM_FIELD_INT),
 };

@@ -13,7 +13,6 @@
 #include "tlm/memory_timeline.h"
 #include "tlm/output.h"
 
-#define MIB (1.0 / (1024.0 * 1024.0))
 #define MAX_TOP TLM_MEM_MAX_TOP
 
 enum { OPT_SUITE = 3100, OPT_TOP, OPT_SNAPSHOT, OPT_TIMELINE };
@@ -128,39 +127,43 @@ static tlm_status run_case(tlm_backend *be, const tlm_bench_case *c, const memor
 
 /* ---- the report ------------------------------------------------------------------------------------------- */
 
-/*   key                            type            head        unit   width prec scale flags */
+/* Primary (the default table, at most TLM_REPORT_WIDTH wide): the case, the peak and where, and what was
+ * live then by category, after forward, the backward's and the optimizer's peaks; the weight copy,
+ * reserved, device and residual columns with --wide. The largest allocations: the case's columns with
+ * --wide (the title names the case of a single case).
+ *   key                            type            head        unit   width prec scale flags */
 static const tlm_column extra_columns[] = {
-    TLM_COL_GIB("peak_bytes", "peak", 7, 2),
+    TLM_COL_SIZE("peak_bytes", "peak", 8),
     {"peak_phase", TLM_FIELD_STR, "at", "", -9, 0, 0, 0},
     {"peak_layer", TLM_FIELD_INT, "layer", "", 5, 0, 0, 0},
     TLM_COL_HIDDEN("peak_op", TLM_FIELD_STR),
-    TLM_COL_GIB("parameters_bytes", "params", 7, 2),
-    TLM_COL_GIB("weight_copy_bytes", "w.copy", 7, 2),
-    TLM_COL_GIB("gradients_bytes", "grads", 7, 2),
-    TLM_COL_GIB("optimizer_bytes", "adam", 7, 2),
-    TLM_COL_GIB("activations_bytes", "acts", 7, 2),
-    TLM_COL_GIB("workspace_bytes", "wksp", 7, 2),
-    TLM_COL_GIB("after_forward_bytes", "after fwd", 9, 2),
-    TLM_COL_GIB("backward_peak_bytes", "bwd peak", 8, 2),
+    TLM_COL_SIZE("parameters_bytes", "params", 8),
+    TLM_COL_SIZE_W("weight_copy_bytes", "w.copy", 8),
+    TLM_COL_SIZE("gradients_bytes", "grads", 8),
+    TLM_COL_SIZE("optimizer_bytes", "adam", 8),
+    TLM_COL_SIZE("activations_bytes", "acts", 8),
+    TLM_COL_SIZE("workspace_bytes", "wksp", 8),
+    TLM_COL_SIZE("after_forward_bytes", "after fwd", 9),
+    TLM_COL_SIZE("backward_peak_bytes", "bwd peak", 8),
     TLM_COL_HIDDEN("before_optimizer_bytes", TLM_FIELD_INT),
-    TLM_COL_GIB("optimizer_peak_bytes", "opt peak", 8, 2),
+    TLM_COL_SIZE("optimizer_peak_bytes", "opt peak", 8),
     TLM_COL_HIDDEN("after_optimizer_bytes", TLM_FIELD_INT),
-    TLM_COL_GIB("reserved_bytes", "reserved", 8, 2),
-    TLM_COL_GIB("device_peak_bytes", "device", 7, 2),
+    TLM_COL_SIZE_W("reserved_bytes", "reserved", 8),
+    TLM_COL_SIZE_W("device_peak_bytes", "device", 8),
     TLM_COL_HIDDEN("planned_bytes", TLM_FIELD_INT),
-    TLM_COL_MIB("residual_bytes", "resid", 6, 0),
+    TLM_COL_SIZE_W("residual_bytes", "resid", 8),
     {"max_context", TLM_FIELD_INT, "max ctx", "", 7, 0, 0, 0},
 };
 
 static const tlm_column top_columns[] = {
-    {"model", TLM_FIELD_STR, "model", "", -8, 0, 0, TLM_COL_KEY},
-    {"context_length", TLM_FIELD_INT, "ctx", "", 5, 0, 0, TLM_COL_KEY},
-    {"batch_size", TLM_FIELD_INT, "batch", "", 5, 0, 0, TLM_COL_KEY},
-    {"precision", TLM_FIELD_STR, "prec", "", -5, 0, 0, TLM_COL_KEY},
-    {"pass", TLM_FIELD_STR, "pass", "", -16, 0, 0, TLM_COL_KEY},
+    {"model", TLM_FIELD_STR, "model", "", -8, 0, 0, TLM_COL_KEY | TLM_COL_WIDE},
+    {"context_length", TLM_FIELD_INT, "ctx", "", 5, 0, 0, TLM_COL_KEY | TLM_COL_WIDE},
+    {"batch_size", TLM_FIELD_INT, "batch", "", 5, 0, 0, TLM_COL_KEY | TLM_COL_WIDE},
+    {"precision", TLM_FIELD_STR, "prec", "", -5, 0, 0, TLM_COL_KEY | TLM_COL_WIDE},
+    {"pass", TLM_FIELD_STR, "pass", "", -16, 0, 0, TLM_COL_KEY | TLM_COL_WIDE},
     {"rank", TLM_FIELD_INT, "#", "", 3, 0, 0, 0},
     {"name", TLM_FIELD_STR, "allocation", "", -28, 0, 0, 0},
-    TLM_COL_MIB("bytes", "size", 9, 1),
+    TLM_COL_SIZE("bytes", "size", 8),
     {"category", TLM_FIELD_STR, "category", "", -15, 0, 0, 0},
     {"why", TLM_FIELD_STR, "why", "", -25, 0, 0, 0},
     {"from_op", TLM_FIELD_STR, "from", "", -36, 0, 0, 0},
@@ -309,7 +312,7 @@ int cmd_memory(int argc, char **argv) {
                                            "reserved_bytes adds the arenas' unused bytes (memory_reserved); "
                                            "device_peak_bytes is the device's own count (cudaMemGetInfo) at the "
                                            "step's phase boundaries less what it held outside tlm before; table: "
-                                           "GiB = 2^30 bytes");
+                                           "each in B, KiB, MiB or GiB (2^10, 2^20, 2^30 bytes)");
     tlm_report_meta_str(rep, "residual_bytes", "one residual-stream tensor, batch x context x d_model x 4 bytes "
                                                "(float32)");
     if (o.memory_limit)
@@ -356,11 +359,12 @@ int cmd_memory(int argc, char **argv) {
         const tlm_bench_case *big = &cases[0];
         for (int i = 1; i < n; i++)
             if (cases[i].context_length > big->context_length) big = &cases[i];
-        char line[256];
+        char line[256], size[32];
         const double bytes = (double)big->batch_size * big->context_length * big->config.d_model * 4;
+        tlm_report_bytes_text(bytes, size, sizeof size);
         snprintf(line, sizeof line, "one residual-stream tensor of %s: batch %d x context %d x d_model %d x 4 bytes "
-                 "(float32) = %.0f bytes = %.2f MiB", big->model_name, big->batch_size, big->context_length,
-                 big->config.d_model, bytes, bytes * MIB);
+                 "(float32) = %.0f bytes = %s", big->model_name, big->batch_size, big->context_length,
+                 big->config.d_model, bytes, size);
         tlm_report_list(rep, "findings", line);
     }
     if (o.top > 0) {

@@ -118,9 +118,10 @@ static bool writable(const char *cmd, const char *flag, const char *path) {
 
 static bool trace_writable(const char *cmd) { return writable(cmd, "--trace", opts.trace); }
 
-static int finish(const char *cmd, tlm_report *rep, tlm_prof_run *runs, int n, bool foreign, bool failed) {
+static int finish(const char *cmd, tlm_report *rep, tlm_prof_run *runs, int n, const tlm_ceilings *ceil, bool failed) {
+    const bool foreign = !ceil;
     tlm_output_batch_begin(); /* the report's file and the trace: both or neither */
-    tlm_prof_tables t = {.top = opts.top, .layers = opts.layers, .overhead = opts.overhead};
+    tlm_prof_tables t = {.top = opts.top, .layers = opts.layers, .overhead = opts.overhead, .ceilings = ceil};
     memcpy(t.phase, opts.phase, sizeof t.phase);
     tlm_prof_write_tables(rep, runs, n, foreign, &t);
     int ran = 0, oom = 0;
@@ -197,7 +198,7 @@ static int profile_exec(const char *cmd, cli_args *a, int argc, char **argv) {
     tlm_report_meta_str(rep, "profiled", "kernels, memcpy and memset (CUPTI activity records) by the NVTX range "
                                          "open at their launch (on the launching thread, else on any thread); "
                                          "\"warmup step N\" ranges and what they hold left out");
-    const int rc = finish(cmd, rep, runs, n, true, false);
+    const int rc = finish(cmd, rep, runs, n, NULL, false);
     tlm_prof_runs_free(runs, n);
     return rc;
 }
@@ -306,7 +307,7 @@ int cmd_profile(int argc, char **argv) {
                                              (bc->warmup + bc->steps) * (opts.overhead ? 2 : 1));
         hard_failures += tlm_prof_run_case(be, bc, &ceil, opts.overhead, x);
     }
-    rc = finish(cmd, rep, runs, n, false, hard_failures > 0);
+    rc = finish(cmd, rep, runs, n, &ceil, hard_failures > 0);
     rep = NULL;
 done:
     tlm_report_close(rep, false);

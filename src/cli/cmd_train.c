@@ -324,6 +324,7 @@ static int set_up(train_cli *x, int argc, char **argv) {
     if (log && !x->a.given[CLI_FORMAT])
         fmt = strlen(log) > 4 && strcmp(log + strlen(log) - 4, ".csv") == 0 ? TLM_FORMAT_CSV : TLM_FORMAT_JSON;
     if (s == TLM_OK) s = tlm_report_open(&x->rep, "tlm train", fmt, log, argc, argv);
+    if (s == TLM_OK) tlm_report_view(x->rep, x->a.wide, x->a.verbose);
     if (s != TLM_OK) {
         cli_error(x->cmd, "%s", tlm_last_error());
         return TLM_EXIT_FAILURE;

@@ -216,6 +216,8 @@ tlm_status tlm_output_batch_end(bool commit) {
     return s;
 }
 
+bool tlm_output_in_batch(void) { return batching; }
+
 tlm_status tlm_output_write_file(const char *path, const void *data, size_t n) {
     tlm_output *o;
     TLM_TRY(tlm_output_open(&o, path));

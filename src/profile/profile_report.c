@@ -22,29 +22,37 @@ enum { KERNEL_OR_OP_NUM_KEYS = 5 };
 #define PHASE_MS(wall_key, kernel_key, head)                                                                    \
     {wall_key, TLM_FIELD_NUM, head, "ms wall", 9, 3, 0, 0}, {kernel_key, TLM_FIELD_NUM, head, "ms kern", 9, 3, 0, 0}
 
-/*   key                  type            head         unit      width prec scale flags */
+/* a secondary time column (--wide) in us */
+#define US_WIDE(key, head, width, prec) {key, TLM_FIELD_NUM, head, "us", width, prec, 0, TLM_COL_WIDE}
+/* a percentage of a measured ceiling ("!" above 100) */
+#define PCT_OF_CEILING(key, head, unit) {key, TLM_FIELD_NUM, head, unit, 7, 1, 0, TLM_COL_OVER100}
+
+/* The primary columns fit TLM_REPORT_WIDTH (kernel and op names up to their width); TLM_COL_WIDE ones
+ * with --wide.
+ *   key                  type            head         unit      width prec scale flags */
 static const tlm_column kernel_cols[] = {
     KERNEL_OR_OP_KEYS("kernel", -64),
-    TLM_COL_US("total_us", "total", 12, 1),
+    US_WIDE("total_us", "total", 12, 1),
     TLM_COL_US("per_step_us", "per step", 11, 1),
     TLM_COL_US("mean_us", "mean", 10, 2),
-    TLM_COL_US("min_us", "min", 10, 2),
-    TLM_COL_US("max_us", "max", 10, 2),
+    US_WIDE("min_us", "min", 10, 2),
+    US_WIDE("max_us", "max", 10, 2),
     PCT_OF_PHASE,
 };
 static const tlm_column op_cols[] = {
     KERNEL_OR_OP_KEYS("op", -24),
-    {"kernels_per_call", TLM_FIELD_NUM, "kern", "/call", 6, 2, 0, 0},
+    {"kernels_per_call", TLM_FIELD_NUM, "kern", "/call", 6, 2, 0, TLM_COL_WIDE},
     TLM_COL_US("per_step_us", "per step", 10, 1),
     PCT_OF_PHASE,
-    {"flops_per_step", TLM_FIELD_NUM, "FLOP", "G/step", 9, 2, 1e-9, 0},
-    {"bytes_per_step", TLM_FIELD_NUM, "bytes", "MB/step", 9, 1, 1e-6, 0},
+    {"flops_per_step", TLM_FIELD_NUM, "FLOP", "G/step", 9, 2, 1e-9, TLM_COL_WIDE},
+    {"bytes_per_step", TLM_FIELD_NUM, "bytes", "MB/step", 9, 1, 1e-6, TLM_COL_WIDE},
     {"tflop_per_s", TLM_FIELD_NUM, "TFLOP/s", "", 8, 3, 0, 0},
     {"gb_per_s", TLM_FIELD_NUM, "GB/s", "", 8, 1, 0, 0},
-    {"pct_of_peak_flops", TLM_FIELD_NUM, "peak", "%FLOP", 6, 1, 0, 0},
-    {"pct_of_peak_bw", TLM_FIELD_NUM, "peak", "%BW", 6, 1, 0, 0},
-    {"pct_of_roofline", TLM_FIELD_NUM, "roofl.", "%", 6, 1, 0, 0},
+    PCT_OF_CEILING("pct_of_peak_flops", "peak", "%FLOP"),
+    PCT_OF_CEILING("pct_of_peak_bw", "peak", "%BW"),
+    PCT_OF_CEILING("pct_of_roofline", "roofl.", "%"),
     {"bound", TLM_FIELD_STR, "bound", "", -7, 0, 0, 0},
+    TLM_COL_HIDDEN("above_ceiling", TLM_FIELD_BOOL), /* a percentage of a ceiling above 100 */
 };
 static const tlm_column layer_cols[] = {
     RUN_KEY,
@@ -142,7 +150,30 @@ static void kernel_table(tlm_report *rep, tlm_prof_run *runs, int n, bool foreig
     }
 }
 
+/* After the op table: the ceilings the percentages divide by and how they were measured, and the rows
+ * above one (num_above of them, named in `above`). */
+static void roofline_notes(tlm_report *rep, const tlm_ceilings *c, int num_above, const char *above) {
+    if (!c) return;
+    char line[1024], gemm[256] = "";
+    for (int p = 0; p < TLM_PRECISION_COUNT; p++)
+        if (c->gemm_tflops[p] > 0)
+            snprintf(gemm + strlen(gemm), sizeof gemm - strlen(gemm), "%s%s %.3g TFLOP/s", gemm[0] ? ", " : "",
+                     tlm_precision_name((tlm_precision)p), c->gemm_tflops[p]);
+    snprintf(line, sizeof line, "ceilings, measured on this device before any row ran (best of several runs): GEMM "
+             "%s (a %d^3 GEMM through matmul_forward); copy %.1f GB/s (%.0f MiB read + written through cast); "
+             "roofl. = max(%%FLOP, %%BW)", gemm, c->gemm_n, c->copy_gbps, c->copy_bytes / 1048576.0);
+    tlm_report_list(rep, "roofline_notes", line);
+    if (num_above) {
+        snprintf(line, sizeof line, "! = above the measured ceiling (%d op row%s: %s): the op beats the measured "
+                 "GEMM or copy, e.g. its bytes stay in a cache the large copy does not fit; read its %%BW as an "
+                 "upper bound on the ceiling's use, not the device's", num_above, num_above == 1 ? "" : "s", above);
+        tlm_report_list(rep, "roofline_notes", line);
+    }
+}
+
 static void op_table(tlm_report *rep, tlm_prof_run *runs, int n, bool foreign, const tlm_prof_tables *o) {
+    char above_text[256] = "";
+    int num_above = 0;
     if (!foreign) {
         tlm_report_table(rep, "ops", op_cols, NCOLS(op_cols));
         for (int i = 0; i < n; i++)
@@ -161,9 +192,17 @@ static void op_table(tlm_report *rep, tlm_prof_run *runs, int n, bool foreign, c
                 num_if(rep, "pct_of_peak_flops", r->pct_of_peak_flops, false);
                 num_if(rep, "pct_of_peak_bw", r->pct_of_peak_bw, false);
                 num_if(rep, "pct_of_roofline", r->pct_of_roofline, false);
-                if (isfinite(r->pct_of_roofline)) tlm_report_str(rep, "bound", r->memory_bound ? "memory" : "compute");
+                if (isfinite(r->pct_of_roofline)) {
+                    tlm_report_str(rep, "bound", r->memory_bound ? "memory" : "compute");
+                    const bool above = r->pct_of_peak_flops > 100 || r->pct_of_peak_bw > 100;
+                    tlm_report_bool(rep, "above_ceiling", above);
+                    if (above) snprintf(above_text + strlen(above_text), sizeof above_text - strlen(above_text),
+                                        "%s%s %s", above_text[0] ? ", " : "", runs[i].key, tlm_op_name(r->op));
+                    num_above += above;
+                }
                 tlm_report_row_end(rep);
             }
+        roofline_notes(rep, o->ceilings, num_above, above_text);
     }
 }
 

@@ -32,19 +32,36 @@ bool tlm_format_parse(const char *name, tlm_format *out) {
 /* ---- state ----------------------------------------------------------------------------------------- */
 
 #define MAX_COLS 96
+#define MAX_CSV 16
 
 typedef struct {
     FILE *f;
     tlm_format fmt;
 } sink;
 
+/* one CSV file: a table's rows ([0] the first table: the --out file, or stdout) */
+typedef struct {
+    char name[48];
+    tlm_output *o;       /* NULL: r->file or stdout */
+    FILE *f;
+    const tlm_column *cols;
+    int ncols;
+    bool heading;        /* its row of field names written */
+} csv_file;
+
 struct tlm_report {
     char tool[64];
-    sink sinks[2];        /* [0] stdout, [1] the --out file (f NULL: none) */
+    char *out_path;       /* --out FILE (NULL: none) */
+    sink sinks[2];        /* [0] stdout, [1] the --out file (f NULL: none, or a CSV table not written there) */
     tlm_output *file;
+    bool wide, verbose;
+    csv_file csv[MAX_CSV]; /* the CSV sink's files, one per table */
+    int ncsv;
+    char dropped[256];    /* the tables CSV on stdout leaves out */
+    tlm_status csv_error; /* opening a table's CSV file failed: the report is not written */
     cJSON *root;          /* the whole report as JSON: meta fields, tables, lists, summary */
     cJSON *summary;
-    bool header_written;  /* the `#` header lines of table/CSV sinks */
+    bool header_written;  /* the `#` header lines of table sinks */
     /* the current table */
     const tlm_column *cols;
     int ncols;
@@ -52,7 +69,7 @@ struct tlm_report {
     bool table_started;   /* its heading written */
     cJSON *rows;          /* its JSON array */
     cJSON *row;           /* the row being filled */
-    char last_list[32];   /* the list whose heading the table/CSV sinks printed last */
+    char last_list[32];   /* the list whose heading the table sinks printed last */
     /* progress */
     int items, item;
     double total_cost, done_cost, cost_now, t0, item_t0;
@@ -65,18 +82,39 @@ static double now_s(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-static bool text_sink(const sink *s) { return s->f && s->fmt != TLM_FORMAT_JSON; }
+static bool table_sink(const sink *s) { return s->f && s->fmt == TLM_FORMAT_TABLE; }
 
-/* printf to every table/CSV sink (kind: -1 any, else that format only) */
-static void out_text(tlm_report *r, int kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void out_text(tlm_report *r, int kind, const char *fmt, ...) {
+/* printf to every table sink */
+static void out_table(tlm_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void out_table(tlm_report *r, const char *fmt, ...) {
     for (int i = 0; i < 2; i++) {
-        if (!text_sink(&r->sinks[i]) || (kind >= 0 && (int)r->sinks[i].fmt != kind)) continue;
+        if (!table_sink(&r->sinks[i])) continue;
         va_list ap;
         va_start(ap, fmt);
         vfprintf(r->sinks[i].f, fmt, ap);
         va_end(ap);
     }
+}
+
+/* Writes `text` to f in lines of at most TLM_REPORT_WIDTH characters, broken at spaces (a word longer
+ * than a line is cut): the first line after `first`, the others after `cont`. */
+static void write_wrapped(FILE *f, const char *first, const char *cont, const char *text) {
+    const char *prefix = first;
+    size_t left = strlen(text);
+    do {
+        const size_t room = TLM_REPORT_WIDTH > strlen(prefix) + 20 ? TLM_REPORT_WIDTH - strlen(prefix) : 20;
+        size_t n = left;
+        if (n > room) {
+            n = room;
+            while (n > 0 && text[n] != ' ') n--;
+            if (n == 0) n = room;
+        }
+        fprintf(f, "%s%.*s\n", prefix, (int)n, text);
+        text += n;
+        left -= n;
+        while (left && *text == ' ') text++, left--;
+        prefix = cont;
+    } while (left);
 }
 
 /* ---- open ------------------------------------------------------------------------------------------ */
@@ -85,8 +123,9 @@ tlm_status tlm_report_open(tlm_report **out, const char *tool, tlm_format fmt, c
                            char **argv) {
     *out = NULL;
     tlm_report *r = calloc(1, sizeof *r);
-    if (!r || !(r->root = cJSON_CreateObject()) || !(r->summary = cJSON_CreateObject())) {
-        if (r) cJSON_Delete(r->root);
+    if (!r || !(r->root = cJSON_CreateObject()) || !(r->summary = cJSON_CreateObject()) ||
+        (out_path && !(r->out_path = strdup(out_path)))) {
+        if (r) cJSON_Delete(r->root), cJSON_Delete(r->summary);
         free(r);
         return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the report");
     }
@@ -96,6 +135,7 @@ tlm_status tlm_report_open(tlm_report **out, const char *tool, tlm_format fmt, c
         if (s != TLM_OK) {
             cJSON_Delete(r->root);
             cJSON_Delete(r->summary);
+            free(r->out_path);
             free(r);
             return s;
         }
@@ -131,6 +171,12 @@ tlm_status tlm_report_open(tlm_report **out, const char *tool, tlm_format fmt, c
     return TLM_OK;
 }
 
+void tlm_report_view(tlm_report *r, bool wide, bool verbose) {
+    TLM_ASSERT(!r->header_written);
+    r->wide = wide;
+    r->verbose = verbose;
+}
+
 /* ---- header -------------------------------------------------------------------------------------------- */
 
 static void meta_set(tlm_report *r, const char *key, cJSON *item) {
@@ -148,17 +194,54 @@ void tlm_report_meta_int(tlm_report *r, const char *key, int64_t value) {
 }
 void tlm_report_meta_bool(tlm_report *r, const char *key, bool value) { meta_set(r, key, cJSON_CreateBool(value)); }
 
-/* "# key: value" for a scalar item */
-static void print_field_line(tlm_report *r, const cJSON *it) {
-    if (cJSON_IsString(it)) out_text(r, -1, "# %s: %s\n", it->string, it->valuestring);
-    else if (cJSON_IsBool(it)) out_text(r, -1, "# %s: %s\n", it->string, cJSON_IsTrue(it) ? "true" : "false");
-    else if (cJSON_IsNumber(it)) out_text(r, -1, "# %s: %.10g\n", it->string, it->valuedouble);
+/* "# key: value" for a scalar item to f */
+static void print_field_line(FILE *f, const cJSON *it) {
+    if (cJSON_IsString(it)) fprintf(f, "# %s: %s\n", it->string, it->valuestring);
+    else if (cJSON_IsBool(it)) fprintf(f, "# %s: %s\n", it->string, cJSON_IsTrue(it) ? "true" : "false");
+    else if (cJSON_IsNumber(it)) fprintf(f, "# %s: %.10g\n", it->string, it->valuedouble);
+}
+
+static const char *meta_text(const tlm_report *r, const char *key) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(r->root, key);
+    return cJSON_IsString(it) ? it->valuestring : NULL;
+}
+
+/* The brief header: "# tool version, date", the command, the device and threads, the knobs (at most 4
+ * lines), and how many fields --verbose adds. */
+static void write_brief_header(const tlm_report *r, FILE *f) {
+    static const char *const brief[] = {"tool", "version", "date", "command", "device", "threads", "knobs"};
+    int more = 0;
+    for (const cJSON *it = r->root->child; it; it = it->next) {
+        bool shown = false;
+        for (size_t k = 0; k < sizeof brief / sizeof brief[0]; k++) shown |= strcmp(it->string, brief[k]) == 0;
+        more += !shown && (cJSON_IsString(it) || cJSON_IsNumber(it) || cJSON_IsBool(it));
+    }
+    const char *date = meta_text(r, "date"), *command = meta_text(r, "command");
+    fprintf(f, "# %s %s, %s", r->tool, TLM_VERSION, date ? date : "");
+    if (more) fprintf(f, " (--verbose: %d more header fields)", more);
+    fputc('\n', f);
+    if (command) fprintf(f, "# command: %s\n", command);
+    const char *device = meta_text(r, "device");
+    const cJSON *threads = cJSON_GetObjectItemCaseSensitive(r->root, "threads");
+    if (device && cJSON_IsNumber(threads)) fprintf(f, "# device: %s; threads: %d\n", device, threads->valueint);
+    else if (device) fprintf(f, "# device: %s\n", device);
+    if (meta_text(r, "knobs")) fprintf(f, "# knobs: %s\n", meta_text(r, "knobs"));
 }
 
 static void write_header(tlm_report *r) {
     if (r->header_written) return;
     r->header_written = true;
-    for (const cJSON *it = r->root->child; it; it = it->next) print_field_line(r, it);
+    for (int i = 0; i < 2; i++) {
+        const sink *s = &r->sinks[i];
+        if (!s->f || s->fmt == TLM_FORMAT_JSON) continue;
+        if (s->fmt == TLM_FORMAT_CSV) { /* CSV on stdout: the brief header on stderr; a CSV file: the sidecar */
+            if (s->f == stdout) write_brief_header(r, stderr);
+        } else if (r->verbose) {
+            for (const cJSON *it = r->root->child; it; it = it->next) print_field_line(s->f, it);
+        } else {
+            write_brief_header(r, s->f);
+        }
+    }
 }
 
 /* ---- tables ---------------------------------------------------------------------------------------------- */
@@ -169,22 +252,69 @@ static int col_index(const tlm_report *r, const char *key) {
     return -1;
 }
 
+static bool col_in_table(const tlm_report *r, const tlm_column *c) {
+    return c->head && !(c->flags & TLM_COL_NO_TABLE) && (r->wide || !(c->flags & TLM_COL_WIDE));
+}
+
+/* Points the CSV sink at the file of table `name`: the first table's is the --out file (or stdout),
+ * each later one FILE.<name>.csv (on stdout: none, the table is dropped). */
+static void csv_select(tlm_report *r, const char *name) {
+    for (int i = 0; i < 2; i++) {
+        sink *s = &r->sinks[i];
+        if (s->fmt != TLM_FORMAT_CSV || (i == 1 && !r->file) || (i == 0 && r->file)) continue;
+        int k = 0;
+        while (k < r->ncsv && strcmp(r->csv[k].name, name) != 0) k++;
+        if (k == r->ncsv && (i == 0 || r->csv_error != TLM_OK) && r->ncsv > 0) {
+            if (!strstr(r->dropped, name))
+                snprintf(r->dropped + strlen(r->dropped), sizeof r->dropped - strlen(r->dropped), "%s%s",
+                         r->dropped[0] ? ", " : "", name);
+            s->f = NULL;
+            continue;
+        }
+        if (k == r->ncsv) {
+            TLM_ASSERT(r->ncsv < MAX_CSV);
+            csv_file *c = &r->csv[r->ncsv];
+            *c = (csv_file){.f = i == 0 ? stdout : tlm_output_file(r->file)};
+            snprintf(c->name, sizeof c->name, "%s", name);
+            if (r->ncsv > 0) {
+                char path[4096];
+                snprintf(path, sizeof path, "%s.%s.csv", r->out_path, name);
+                r->csv_error = tlm_output_open(&c->o, path);
+                if (r->csv_error != TLM_OK) {
+                    s->f = NULL;
+                    continue;
+                }
+                c->f = tlm_output_file(c->o);
+            }
+            r->ncsv++;
+        }
+        r->csv[k].cols = r->cols;
+        r->csv[k].ncols = r->ncols;
+        s->f = r->csv[k].f;
+    }
+}
+
 void tlm_report_table(tlm_report *r, const char *name, const tlm_column *cols, int ncols) {
     TLM_ASSERT(ncols <= MAX_COLS && !r->row);
     write_header(r);
     r->cols = cols;
     r->ncols = ncols;
-    for (int i = 0; i < ncols; i++) r->show[i] = !(cols[i].flags & TLM_COL_NO_TABLE) && cols[i].head;
+    for (int i = 0; i < ncols; i++) r->show[i] = col_in_table(r, &cols[i]);
     r->table_started = false;
     r->last_list[0] = '\0';
     r->rows = cJSON_GetObjectItemCaseSensitive(r->root, name);
     if (!r->rows) r->rows = cJSON_AddArrayToObject(r->root, name);
     TLM_ASSERT(r->rows && cJSON_IsArray(r->rows));
+    csv_select(r, name);
 }
 
 void tlm_report_table_title(tlm_report *r, const char *title) {
     TLM_ASSERT(r->cols && !r->table_started);
-    out_text(r, -1, "\n## %s\n", title);
+    for (int i = 0; i < 2; i++)
+        if (table_sink(&r->sinks[i])) {
+            fputc('\n', r->sinks[i].f);
+            write_wrapped(r->sinks[i].f, "## ", "## ", title);
+        }
     cJSON *titles = cJSON_GetObjectItemCaseSensitive(r->root, "titles");
     if (!titles) titles = cJSON_AddObjectToObject(r->root, "titles");
     const char *name = r->rows->string ? r->rows->string : "rows";
@@ -194,7 +324,7 @@ void tlm_report_table_title(tlm_report *r, const char *title) {
 void tlm_report_show(tlm_report *r, const char *key, bool show) {
     const int i = col_index(r, key);
     TLM_ASSERT(i >= 0 && !r->table_started);
-    r->show[i] = show && r->cols[i].head && !(r->cols[i].flags & TLM_COL_NO_TABLE);
+    r->show[i] = show && col_in_table(r, &r->cols[i]);
 }
 
 /* A table line is built in a buffer: cells one space apart, trailing blanks cut when it is written. */
@@ -228,7 +358,7 @@ static void write_table_heading(tlm_report *r) {
     r->table_started = true;
     for (int i = 0; i < 2; i++) {
         const sink *s = &r->sinks[i];
-        if (!text_sink(s)) continue;
+        if (!s->f || s->fmt == TLM_FORMAT_JSON) continue;
         if (s->fmt == TLM_FORMAT_TABLE) {
             bool units = false;
             for (int c = 0; c < r->ncols; c++) units |= r->show[c] && r->cols[c].unit && r->cols[c].unit[0];
@@ -239,12 +369,16 @@ static void write_table_heading(tlm_report *r) {
                 line_write(&l, s->f);
             }
         } else {
+            csv_file *cf = NULL; /* the field names once per file */
+            for (int k = 0; k < r->ncsv; k++)
+                if (r->csv[k].f == s->f) cf = &r->csv[k];
+            if (!cf || cf->heading) continue;
+            cf->heading = true;
             for (int c = 0; c < r->ncols; c++) fprintf(s->f, "%s,", r->cols[c].key);
             fprintf(s->f, "status,error\n");
         }
     }
 }
-
 void tlm_report_row_begin(tlm_report *r) {
     TLM_ASSERT(r->cols && !r->row);
     r->row = cJSON_CreateObject();
@@ -292,14 +426,24 @@ static void progress_clear(tlm_report *r) {
     r->progress_shown = false;
 }
 
+void tlm_report_bytes_text(double b, char *buf, size_t n) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    while (u < 5 && fabs(b) >= 1023.5) b /= 1024, u++;
+    if (u == 0) snprintf(buf, n, "%.0f B", b);
+    else snprintf(buf, n, "%.*f %s", fabs(b) < 9.995 ? 2 : fabs(b) < 99.95 ? 1 : 0, b, units[u]);
+}
+
 /* the cell's text in the table: "-" when missing */
 static void cell_text(const tlm_column *c, const cJSON *v, char *buf, size_t n) {
     const double scale = c->scale != 0 ? c->scale : 1.0;
     if (!v || cJSON_IsNull(v)) snprintf(buf, n, "-");
+    else if ((c->flags & TLM_COL_BYTES) && cJSON_IsNumber(v)) tlm_report_bytes_text(v->valuedouble, buf, n);
     else if (cJSON_IsString(v)) snprintf(buf, n, "%s", v->valuestring);
     else if (cJSON_IsBool(v)) snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "yes" : "no");
     else if (c->type == TLM_FIELD_INT && scale == 1.0) snprintf(buf, n, "%lld", (long long)v->valuedouble);
-    else snprintf(buf, n, (c->flags & TLM_COL_SCI) ? "%.*e" : "%.*f", c->prec, v->valuedouble * scale);
+    else snprintf(buf, n, (c->flags & TLM_COL_SCI) ? "%.*e%s" : "%.*f%s", c->prec, v->valuedouble * scale,
+                  (c->flags & TLM_COL_OVER100) && v->valuedouble * scale > 100 ? "!" : "");
 }
 
 /* a CSV field: quoted when it holds a comma, a quote or a line break (RFC 4180) */
@@ -338,7 +482,7 @@ void tlm_report_row_end(tlm_report *r) {
     char buf[512];
     for (int i = 0; i < 2; i++) {
         const sink *s = &r->sinks[i];
-        if (!text_sink(s)) continue;
+        if (!s->f || s->fmt == TLM_FORMAT_JSON) continue;
         if (s->fmt == TLM_FORMAT_TABLE) {
             line_buf l = {.len = 0};
             for (int c = 0; c < r->ncols; c++) {
@@ -381,10 +525,11 @@ void tlm_report_list(tlm_report *r, const char *name, const char *text) {
     write_header(r);
     progress_clear(r);
     if (strcmp(r->last_list, name) != 0) {
-        out_text(r, -1, "%s:\n", name);
+        out_table(r, "%s:\n", name);
         snprintf(r->last_list, sizeof r->last_list, "%s", name);
     }
-    out_text(r, -1, "- %s\n", text);
+    for (int i = 0; i < 2; i++)
+        if (table_sink(&r->sinks[i])) write_wrapped(r->sinks[i].f, "- ", "  ", text);
     cJSON *list = cJSON_GetObjectItemCaseSensitive(r->root, name);
     if (!list) list = cJSON_AddArrayToObject(r->root, name);
     TLM_ASSERT(list && cJSON_IsArray(list));
@@ -449,11 +594,74 @@ void tlm_report_progress(tlm_report *r, const char *label, double cost) {
 
 /* ---- close ------------------------------------------------------------------------------------------------ */
 
+/* The CSV's sidecar: the report without its tables' rows, and per table its file and columns. */
+static tlm_status write_sidecar(tlm_report *r) {
+    cJSON *side = cJSON_Duplicate(r->root, true), *tables = cJSON_CreateObject();
+    tlm_status s = side && tables ? TLM_OK : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the report");
+    for (int k = 0; s == TLM_OK && k < r->ncsv; k++) {
+        const csv_file *c = &r->csv[k];
+        cJSON_DeleteItemFromObjectCaseSensitive(side, c->name);
+        cJSON *t = cJSON_AddObjectToObject(tables, c->name), *cols = t ? cJSON_AddArrayToObject(t, "columns") : NULL;
+        char path[4096];
+        if (k == 0) snprintf(path, sizeof path, "%s", r->out_path);
+        else snprintf(path, sizeof path, "%s.%s.csv", r->out_path, c->name);
+        if (!cols || !cJSON_AddStringToObject(t, "file", path)) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
+        for (int i = 0; s == TLM_OK && i <= c->ncols + 1; i++) {
+            cJSON *col = cJSON_CreateObject();
+            if (!col) break;
+            cJSON_AddItemToArray(cols, col);
+            if (i >= c->ncols) { /* the fields every table ends with */
+                cJSON_AddStringToObject(col, "key", i == c->ncols ? "status" : "error");
+                continue;
+            }
+            const tlm_column *x = &c->cols[i];
+            cJSON_AddStringToObject(col, "key", x->key);
+            if (x->head) cJSON_AddStringToObject(col, "head", x->head);
+            cJSON_AddStringToObject(col, "unit", x->flags & TLM_COL_BYTES ? "bytes" : x->unit ? x->unit : "");
+            cJSON_AddBoolToObject(col, "primary", x->head && !(x->flags & (TLM_COL_WIDE | TLM_COL_NO_TABLE)));
+        }
+    }
+    if (s == TLM_OK) {
+        cJSON_AddItemToObject(side, "tables", tables);
+        tables = NULL;
+        char *json = cJSON_Print(side), path[4096];
+        snprintf(path, sizeof path, "%s.meta.json", r->out_path);
+        if (!json) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory printing the report");
+        else s = tlm_output_write_file(path, json, strlen(json));
+        free(json);
+    }
+    cJSON_Delete(tables);
+    cJSON_Delete(side);
+    return s;
+}
+
+/* Commits (or with !commit removes) the --out file, the later tables' CSV files and the sidecar,
+ * together: in the caller's batch, else in one of its own. */
+static tlm_status commit_files(tlm_report *r, bool commit) {
+    if (!r->file) return TLM_OK;
+    commit = commit && r->csv_error == TLM_OK;
+    const bool own = commit && !tlm_output_in_batch();
+    if (own) tlm_output_batch_begin();
+    tlm_status s = commit ? tlm_output_commit(r->file) : (tlm_output_abort(r->file), TLM_OK);
+    for (int k = 1; k < r->ncsv; k++) {
+        if (s == TLM_OK && commit) s = tlm_output_commit(r->csv[k].o);
+        else tlm_output_abort(r->csv[k].o);
+    }
+    if (s == TLM_OK && commit && r->sinks[1].fmt == TLM_FORMAT_CSV) s = write_sidecar(r);
+    if (own) {
+        const tlm_status e = tlm_output_batch_end(s == TLM_OK);
+        if (s == TLM_OK) s = e;
+    }
+    return r->csv_error != TLM_OK ? r->csv_error : s;
+}
+
 tlm_status tlm_report_close(tlm_report *r, bool commit) {
     if (!r) return TLM_OK;
     progress_clear(r);
     write_header(r);
-    for (const cJSON *it = r->summary->child; it; it = it->next) print_field_line(r, it);
+    for (int i = 0; i < 2; i++)
+        if (table_sink(&r->sinks[i]))
+            for (const cJSON *it = r->summary->child; it; it = it->next) print_field_line(r->sinks[i].f, it);
     cJSON_AddItemToObject(r->root, "summary", r->summary);
     r->summary = NULL;
     char *json = NULL;
@@ -464,10 +672,13 @@ tlm_status tlm_report_close(tlm_report *r, bool commit) {
             else fprintf(r->sinks[i].f, "{\"error\": \"out of host memory printing the report\"}\n");
         }
     free(json);
+    if (r->dropped[0] && !r->file)
+        fprintf(stderr, "%s: CSV on stdout holds the first table only; not written: %s (--out FILE writes each "
+                        "table to a file, --format json has them all)\n", r->tool, r->dropped);
     fflush(stdout);
-    tlm_status s = TLM_OK;
-    if (r->file) s = commit ? tlm_output_commit(r->file) : (tlm_output_abort(r->file), TLM_OK);
+    const tlm_status s = commit_files(r, commit);
     cJSON_Delete(r->root);
+    free(r->out_path);
     free(r);
     return s;
 }

@@ -10,7 +10,7 @@ source "$(dirname "$0")/lib.bash"
 RUN=(bash "$(dirname "$0")/../test_comm_mpirun.sh")
 MPI=("$TLM" allreduce --backend mpi --iters 3 --warmup 1)
 
-run_ok "2 ranks, 2 sizes: exit 0" "${RUN[@]}" 2 "${MPI[@]}" --sizes 4K,1MB
+run_ok "2 ranks, 2 sizes: exit 0" "${RUN[@]}" 2 "${MPI[@]}" --sizes 4K,1MB --verbose
 check "4 rows: out-of-place and in-place per size, 0 wrong" \
   test "$(grep -cE '^mpi +2 +(4096|1000000) +(1024|250000) +fp32 +sum +(mpi|shm) +(no|yes) +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$' <<<"$out")" -eq 4
 check "auto: MPI_Allreduce at 4K, tlm's shm schedule at 1MB" \

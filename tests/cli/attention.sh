@@ -4,12 +4,12 @@
 # pytorch-attention suite cut by --max-seq, and bad input.
 source "$(dirname "$0")/lib.bash"
 A=("$TLM" attention --device cpu --impl both --context-length 64,100 --d-head 16,64 --iters 2 --warmup 1)
-run_ok "sweep exits 0" "${A[@]}"
+run_ok "sweep exits 0" "${A[@]}" --verbose
 check "a naive and a flash row per shape (8)" test "$(grep -cE '^(naive|flash) +1 +1 +(64|100) +(16|64) +fp32 +yes +[0-9]' <<<"$out")" -eq 8
 check "every flash row has the speed-up over naive" test "$(grep -cE '^flash .* [0-9.]+$' <<<"$out")" -eq 4
 check "header names the device" grep -q '^# device: cpu' <<<"$out"
 check "header gives the FLOP convention" grep -q '4\*b\*h\*s^2\*d' <<<"$out"
-check "units row" grep -qE '^ +ms +ms +ms +fwd +bwd +MiB +MiB +x$' <<<"$out"
+check "units row (sizes carry their unit in each cell)" grep -qE '^ +ms +ms +ms +fwd +bwd +x$' <<<"$out"
 expect_ok "csv to a file" "${A[@]}" --format csv --out "$TMP/a.csv"
 check "csv has a field row and 8 rows after its # lines" test "$(grep -vc '^#' "$TMP/a.csv")" -eq 9
 expect_ok "json to a file" "${A[@]}" --format json --out "$TMP/a.json"
@@ -21,10 +21,10 @@ assert sum(r['speedup_vs_naive'] is not None for r in rows) == 4
 assert all(r['fwdbwd_ms_mean'] > 0 and r['mem_before_bwd_bytes'] > 0 and r['causal'] is True for r in rows)"
 fi
 
-out=$("$TLM" attention --device cpu --causal off --impl both --context-length 32 --d-head 16 --iters 1 --warmup 0 2>&1)
+out=$("$TLM" attention --device cpu --causal off --impl both --context-length 32 --d-head 16 --iters 1 --warmup 0 --verbose 2>&1)
 check "non-causal naive says so" grep -qE '^naive .*unsupported: naive: causal only' <<<"$out"
 check "non-causal flash runs" grep -qE '^flash +1 +1 +32 +16 +fp32 +no +[0-9]' <<<"$out"
-out=$("$TLM" attention --device cpu --impl flash --dtype bf16,fp16 --context-length 32 --d-head 16 --iters 1 --warmup 0 2>&1)
+out=$("$TLM" attention --device cpu --impl flash --dtype bf16,fp16 --context-length 32 --d-head 16 --iters 1 --warmup 0 --verbose 2>&1)
 echo "$out"
 if grep -q 'no flash ops in its op table' <<<"$out"; then # a CPU backend without the flash ops: fp32 only
   check "flash bf16 on the CPU without flash ops: not supported" grep -q 'not supported on this backend yet' <<<"$out"
@@ -33,13 +33,13 @@ else
     test "$(grep -cE '^flash +1 +1 +32 +16 +(bf16|fp16) +yes +[0-9]' <<<"$out")" -eq 2
 fi
 
-out=$("$TLM" attention --device cpu --impl both --precision tf32,fp32 --context-length 32 --d-head 16 --iters 1 --warmup 0 2>&1)
+out=$("$TLM" attention --device cpu --impl both --precision tf32,fp32 --context-length 32 --d-head 16 --iters 1 --warmup 0 --verbose 2>&1)
 echo "$out"
 check "--precision tf32,fp32: naive and flash rows in each mode (4)" \
   test "$(grep -cE '^(naive|flash) +1 +1 +32 +16 +(tf32|fp32) +yes +[0-9]' <<<"$out")" -eq 4
 check "the header says what the dtype column holds" grep -q '^# dtype: the dtype column is the precision mode' <<<"$out"
 
-run_ok "suite exits 0" "$TLM" attention --suite pytorch-attention --device cpu --max-seq 256 --iters 1 --warmup 0
+run_ok "suite exits 0" "$TLM" attention --suite pytorch-attention --device cpu --max-seq 256 --iters 1 --warmup 0 --verbose
 check "suite: naive+flash at seq 256 for d 16,32,64,128" test "$(grep -cE '^(naive|flash) +8 +1 +256 +(16|32|64|128) +fp32 +yes +[0-9]' <<<"$out")" -eq 8
 check "suite: the 32 larger rows skipped" test "$(grep -c 'skipped: seq > --max-seq (256) on cpu' <<<"$out")" -eq 32
 check "suite named in the header" grep -q '^# suite: pytorch-attention' <<<"$out"

@@ -10,7 +10,7 @@ M=("$TLM" memory --device cpu --model tiny --context-length 16 --batch-size 2)
 expect_ok "train: json report, timeline and snapshot" "${M[@]}" --top 5 --format json --out "$TMP/r.json" \
   --timeline "$TMP/t.json" --snapshot "$TMP/s.pickle"
 check "report, timeline and snapshot written" test -s "$TMP/r.json" -a -s "$TMP/t.json" -a -s "$TMP/s.pickle"
-out=$("${M[@]}" --top 3 2>&1)
+out=$("${M[@]}" --top 3 --wide 2>&1)
 check "table: the peaks of the measured step" grep -q '^## Peaks of the measured step' <<<"$out"
 check "table: a tiny train row, peak in the backward" grep -qE '^tiny +16 +2 fp32 .*train .* backward ' <<<"$out"
 check "table: the 3 largest allocations with why and lifetime" \

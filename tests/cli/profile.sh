@@ -13,7 +13,8 @@ check "the kernel table has forward, backward and optimizer rows" \
 check "matmul_forward leads the forward with 9 calls per step (4 per block x 2 + lm_head)" \
   grep -qE '^tiny ctx16 fp32 naive b2 +forward +matmul_forward +gemm +9\.0 ' <<<"$out"
 check "the op table has the roofline columns" grep -qE 'TFLOP/s +GB/s +peak +peak +roofl\. +bound' <<<"$out"
-check "the ceilings are in the header" grep -qE '^# gemm_tflop_per_s_fp32: [0-9.]+' <<<"$out"
+check "the ceilings and their measurement follow the op table" \
+  grep -qE '^- ceilings, measured on this device before any row ran .*GEMM fp32 [0-9.e+-]+ TFLOP/s' <<<"$out"
 check "findings answer the forward's leader" grep -q 'the op with the most forward time: matmul_forward' <<<"$out"
 check "findings compare with the wall clock" grep -q 'wall-clock' <<<"$out"
 

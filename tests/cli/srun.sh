@@ -65,7 +65,7 @@ echo "ok     a private Slurm cluster on $host, ports $port-$((port + 1))"
 # ---- tlm allreduce ----------------------------------------------------------------------------------------------
 for dtype in fp32 bf16; do
   run_ok "srun -n 2 --mpi=pmix tlm allreduce --backend mpi --dtype $dtype: checked sizes" \
-    "${SRUN[@]}" -n 2 "$TLM" allreduce --backend mpi --dtype $dtype --sizes 1MB,1000002 --iters 3 --warmup 1
+    "${SRUN[@]}" -n 2 "$TLM" allreduce --backend mpi --dtype $dtype --sizes 1MB,1000002 --iters 3 --warmup 1 --verbose
   check "allreduce $dtype: 4 rows (2 sizes, in and out of place), none wrong" \
     test "$(grep -cE "^mpi +2 .* $dtype .* 0\$" <<<"$out")" -eq 4
 done
