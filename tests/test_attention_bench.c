@@ -6,9 +6,10 @@
  * wrap the CPU reference: tf32 reaches them as tf32, with fp32 tensors; and a device that refuses
  * bf16 through `supports`, whose message becomes the row's note), and not at all where the device
  * supports no flash kernel.
- * The CPU ops' scratch is tracked memory (memory.h): each case whose peak is checked runs once
- * before, so the grow-only scratch is already held when the case starts and its peak is exactly
- * the case's own tensors. */
+ * The CPU ops' scratch is tracked memory (memory.h) that each case makes anew (the case frees the
+ * backend's workspaces first: tlm_backend_release_workspaces), so a case's peak counts it: the fp32
+ * cases' peaks are exactly their tensors, the bf16/fp16 flash cases' their tensors plus the widened
+ * copies, the same from one run to the next. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
