@@ -233,7 +233,7 @@ static void run_until(tlm_train *t, int64_t steps) {
 
 static void test_resume(const tlm_tokens *train, const tlm_tokens *val) {
     const tlm_train_config c = recipe();
-    const tlm_train_sources src = {"train.bin", "val.bin"};
+    const tlm_train_sources src = {"train.bin", "val.bin", "tiny*"};
     /* uninterrupted: 6 steps; a checkpoint after 3 */
     tlm_model *a = tiny_model(TLM_PRECISION_FP32);
     tlm_train ta;
@@ -270,6 +270,7 @@ static void test_resume(const tlm_tokens *train, const tlm_tokens *val) {
     check(ck.step == 3 && ck.log_len == 3 && ck.adamw_t == 3 && ck.config.seed == 42 && ck.model.d_model == 64 &&
               ck.precision == TLM_PRECISION_FP32 && ck.attention == TLM_ATTENTION_NAIVE &&
               strcmp(ck.train_data_path, "train.bin") == 0 && ck.val_data_tokens == val->n &&
+              ck.model_name && strcmp(ck.model_name, "tiny*") == 0 &&
               ck.config.max_grad_norm == 0.5 && ck.config.lr_max == 3e-3,
           "checkpoint read back: step 3, 3 log records, AdamW t 3, the recipe, the model config and the sources");
     tlm_model *b = tiny_model(TLM_PRECISION_FP32);
@@ -397,8 +398,23 @@ static void test_init_refusals(const tlm_tokens *train) {
     tlm_model_free(m);
 }
 
+/* the name of a resumed run's model when its checkpoint recorded none: the preset of its sizes, or the sizes */
+static void test_model_name(void) {
+    tlm_config c;
+    char name[64];
+    die_on(tlm_config_preset("small", &c), "small");
+    c.context_length = 256; /* not a size that names a preset */
+    tlm_config_name(&c, name, sizeof name);
+    check(strcmp(name, "small") == 0, "a model of small's sizes is named small (%s)", name);
+    c.vocab_size = 256;
+    tlm_config_name(&c, name, sizeof name);
+    check(strcmp(name, "custom: d_model 768, d_ff 3072, 12 layers, 12 heads") == 0, "another is named by its sizes (%s)",
+          name);
+}
+
 int main(void) {
     be = test_backend();
+    test_model_name();
     snprintf(dir, sizeof dir, "/tmp/tlm_test_train.%d", (int)getpid());
     sh("rm -rf %s", dir);
     test_schedule();

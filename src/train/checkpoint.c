@@ -190,6 +190,7 @@ static char *state_json(const tlm_train *t, const tlm_train_sources *src) {
     cJSON_AddNumberToObject(r, "world_size", t->world_size);
     cJSON_AddItemToObject(r, "train_data", json_source(src->train_data_path, t->train_data));
     cJSON_AddItemToObject(r, "val_data", json_source(src->val_data_path, t->val_data));
+    if (src->model_name) cJSON_AddStringToObject(r, "model", src->model_name);
     cJSON *d = cJSON_AddObjectToObject(root, "data");
     cJSON_AddStringToObject(d, "seed", seed);
     cJSON_AddNumberToObject(d, "next_draw", (double)t->step);
@@ -416,6 +417,9 @@ static void read_state(reader *rd, const cJSON *root, tlm_checkpoint *ck) {
         if (rd->s == TLM_OK && !ck->train_data_path)
             rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: field 'train_data' is null", rd->path);
         source(rd, r, "val_data", &ck->val_data_path, &ck->val_data_tokens);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(r, "model"); /* optional: not in older ones */
+        if (rd->s == TLM_OK && cJSON_IsString(name) && !(ck->model_name = strdup(name->valuestring)))
+            rd->s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: out of memory", rd->path);
         if (rd->s == TLM_OK && tlm_train_config_check(c) != TLM_OK)
             rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: %s", rd->path, tlm_last_error());
     }
@@ -528,6 +532,7 @@ void tlm_checkpoint_close(tlm_checkpoint *ck) {
     free(ck->dir);
     free(ck->train_data_path);
     free(ck->val_data_path);
+    free(ck->model_name);
     free(ck->log);
     memset(ck, 0, sizeof *ck);
 }

@@ -49,6 +49,8 @@ out=$("$TLM" step --device cpu --weights "$TMP/A/step-00000040/weights.safetenso
 check "tlm step --weights A/step-00000040/weights.safetensors runs (exit $rc: ${out%%$'\n'*})" test $rc -eq 0
 # --keep-checkpoints: the newest N step directories stay
 expect_ok "resume A to 45 keeping 2 checkpoints" run --resume "$TMP/A" --steps 45 --keep-checkpoints 2 --log "$TMP/A45.json"
+check "the resumed run's log names its model as the first run did (tiny*), not 'checkpoint'" python3 -c "
+import json; d = json.load(open('$TMP/A45.json')); assert d['model'] == 'tiny*', d['model']"
 check "A keeps step-00000040 and step-00000045 only" \
   test "$(ls "$TMP/A" | grep -c '^step-')" -eq 2 -a -d "$TMP/A/step-00000045" -a "$(cat "$TMP/A/latest")" = step-00000045
 finish
