@@ -412,9 +412,27 @@ static void test_model_name(void) {
           name);
 }
 
+/* the ETA from the measured times: the steps left at the step's time, the evaluations still due at the last one's */
+static void test_eta(void) {
+    tlm_tokens val = {0};
+    tlm_train t = {.step = 10, .val_data = &val};
+    t.config.steps = 100;
+    t.config.eval_every = 25; /* due at 25, 50, 75, 100 */
+    check(fabs(tlm_train_eta(&t, 0.5, 3.0) - (90 * 0.5 + 4 * 3.0)) < 1e-9, "ETA: 90 steps of 0.5 s + 4 evaluations of 3 s "
+          "(%.3f s)", tlm_train_eta(&t, 0.5, 3.0));
+    t.config.eval_every = 30; /* 30, 60, 90 and the last step's */
+    check(fabs(tlm_train_eta(&t, 0.5, 3.0) - (45 + 4 * 3.0)) < 1e-9, "ETA: every 30 steps and the last (%.3f s)",
+          tlm_train_eta(&t, 0.5, 3.0));
+    t.val_data = NULL;
+    check(fabs(tlm_train_eta(&t, 0.5, 3.0) - 45) < 1e-9, "ETA without validation data: the steps only");
+    t.step = 100;
+    check(tlm_train_eta(&t, 0.5, 3.0) == 0, "ETA at the last step: 0");
+}
+
 int main(void) {
     be = test_backend();
     test_model_name();
+    test_eta();
     snprintf(dir, sizeof dir, "/tmp/tlm_test_train.%d", (int)getpid());
     sh("rm -rf %s", dir);
     test_schedule();

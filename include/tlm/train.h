@@ -367,6 +367,12 @@ void tlm_train_log_summary(const tlm_train_run_config *c, const tlm_train *t, co
 
 void tlm_train_run_result_free(tlm_train_run_result *res);
 
+/* The time a run has left, in seconds, from what it measured: steps_left x step_s (the caller's measured
+ * time of a step: the mean of the steady steps once the first few are past, else the last step's) plus
+ * the evaluations still due (tlm_train_eval_due's steps in (step, steps]: every eval_every-th and the last;
+ * none without validation data) x eval_s (the last evaluation's time; 0 before the first). */
+double tlm_train_eta(const tlm_train *t, double step_s, double eval_s);
+
 /* ---- the progress line (src/train/progress.c) -------------------------------------------------------
  * What a person watches on a terminal: "<prefix>: step S/N loss L lr X grad norm G | T tok/s MFU M | ETA E",
  * rewritten in place on a terminal (shown at each log row and every 0.2 s, erased before a log row and
