@@ -247,6 +247,12 @@ tlm_status tlm_checkpoint_save(const tlm_train *t, const tlm_train_sources *src,
     if (!tmpl || !final) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     else if (!mkdtemp(tmpl)) s = tlm_fail(TLM_ERR_IO, "%s: cannot create a temporary directory: %s", root, strerror(errno));
     bool made = s == TLM_OK;
+    if (made) { /* mkdtemp made it 0700; a step directory gets the usual mode, as mkdir gives ROOT */
+        const mode_t mask = umask(0);
+        umask(mask);
+        if (chmod(tmpl, 0777 & ~mask) != 0)
+            s = tlm_fail(TLM_ERR_IO, "%s: cannot set its mode: %s", tmpl, strerror(errno));
+    }
     if (s == TLM_OK) {
         weights = path_join(tmpl, "weights.safetensors");
         optim = path_join(tmpl, "optimizer.safetensors");

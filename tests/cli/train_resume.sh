@@ -19,6 +19,9 @@ args=(train --device cpu --model tiny --vocab-size 256 --train-data "$TMP/train.
       --eval-every 5 --eval-batches 2 --save-every 5 --log-every 1)
 run() { "$TLM" "${args[@]}" "$@"; }
 expect_ok "run A: 40 steps, a checkpoint every 5" run --checkpoint-dir "$TMP/A" --log "$TMP/A.csv"
+mkdir "$TMP/ref-dir"
+check "a step directory has the mode mkdir gives ($(stat -c %a "$TMP/ref-dir"), not mkdtemp's 0700)" \
+  test "$(stat -c %a "$TMP/A/step-00000040")" = "$(stat -c %a "$TMP/ref-dir")"
 check "A: checkpoints at 5, 10, ..., 40 and latest = step-00000040" \
   test -d "$TMP/A/step-00000005" -a -d "$TMP/A/step-00000035" -a "$(cat "$TMP/A/latest")" = step-00000040
 
