@@ -369,8 +369,18 @@ static void test_damaged(const tlm_tokens *train, const tlm_tokens *val) {
                    "n=struct.unpack('<Q',b[:8])[0];h=json.loads(b[8:8+n]);o=8+n+h['exp_avg.lm_head.weight']['data_offsets'][0];"
                    "b[o:o+4]=struct.pack('<f',float('nan'));open('optimizer.safetensors','wb').write(b)\"",
                    TLM_ERR_FORMAT, "exp_avg.lm_head.weight' element 0 is nan", train, val);
-    char bad[300];
+    char bad[300], cmd[1600];
     snprintf(bad, sizeof bad, "%s-bad", dir);
+    /* a checkpoint written before runs recorded their model's name: named from its sizes (tiny's) */
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s && cd %s/step-00000003 && python3 -c \"import json; "
+             "d = json.load(open('state.json')); del d['recipe']['model']; json.dump(d, open('state.json', 'w'))\"",
+             bad, dir, bad, bad);
+    tlm_checkpoint old;
+    if (system(cmd) != 0) die_on(TLM_ERR_IO, cmd);
+    die_on(tlm_checkpoint_open(bad, &old), "open the checkpoint without a model name");
+    check(old.model_name && strcmp(old.model_name, "tiny") == 0, "a checkpoint without its model's name: named from "
+          "its sizes (%s)", old.model_name ? old.model_name : "none");
+    tlm_checkpoint_close(&old);
     sh("rm -rf %s", bad);
     tlm_checkpoint ck;
     check_status(tlm_checkpoint_open("/nonexistent-tlm-dir", &ck), TLM_ERR_IO, "not a tlm checkpoint",

@@ -183,8 +183,8 @@ typedef struct {
     tlm_attention attention;    /* as resolved by the run that wrote it (naive or flash) */
     int world_size;
     char *train_data_path, *val_data_path; /* val NULL: none */
-    char *model_name;           /* the name the run gave its model; NULL: none recorded (an older
-                                   checkpoint: tlm_config_name names it from its sizes) */
+    char *model_name;           /* the name the run gave its model ("tiny*"); an older checkpoint
+                                   that recorded none: tlm_config_name's, from its sizes */
     int64_t train_data_tokens, val_data_tokens;
     int64_t step, tokens;
     int adamw_t;                /* AdamW's step count (below `step` after fp16 skips) */

@@ -194,9 +194,7 @@ static bool plan_resume(const cli_args *a, const train_opts *o, const tlm_checkp
         return false;
     }
     p->model = ck->model;
-    /* the name the run gave its model, else (an older checkpoint) the preset its sizes are, or the sizes */
-    if (ck->model_name) snprintf(p->model_name, sizeof p->model_name, "%s", ck->model_name);
-    else tlm_config_name(&ck->model, p->model_name, sizeof p->model_name);
+    snprintf(p->model_name, sizeof p->model_name, "%s", ck->model_name); /* the name its first run gave it */
     p->precision = ck->precision;
     p->attention = a->given[CLI_ATTENTION] ? a->attention : ck->attention;
     /* the data: the checkpoint's files unless given; either way the token counts must be its */
@@ -349,7 +347,8 @@ static int train_and_report(train_cli *x) {
                              .quiet = rank != 0};
     const tlm_train_run_config c = {
         .backend = x->be, .comm = x->proc.comm, .model = &p->model, .report = x->rep,
-        .sources = {p->train_path, p->val_path, p->model_name}, .checkpoint_dir = x->ckpt_dir, .save_every = p->save_every,
+        .sources = {p->train_path, p->val_path, p->model_name},
+        .checkpoint_dir = x->ckpt_dir, .save_every = p->save_every,
         .keep_checkpoints = p->keep, .log_every = p->log_every,
         .peak_tflops = GIVEN(x->o, OPT_PEAK) ? NUM(x->o, OPT_PEAK) : tlm_backend_peak_tflops(x->be, p->precision),
         .model_name = p->model_name, .precision = p->precision,

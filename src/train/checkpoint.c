@@ -522,6 +522,11 @@ tlm_status tlm_checkpoint_open(const char *path, tlm_checkpoint *ck) {
         if (s == TLM_OK && ck->config.context_length > ck->model.context_length)
             s = tlm_fail(TLM_ERR_FORMAT, "%s: the recipe's context length %d exceeds the model's %d", state,
                          ck->config.context_length, ck->model.context_length);
+        if (s == TLM_OK && !ck->model_name) { /* an older checkpoint: named from its sizes */
+            char name[64];
+            tlm_config_name(&ck->model, name, sizeof name);
+            if (!(ck->model_name = strdup(name))) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: out of memory", state);
+        }
     }
     free(text);
     free(state);
