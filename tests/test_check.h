@@ -59,9 +59,9 @@ static inline void die_on(tlm_status s, const char *what) {
     }
 }
 
-/* whether a tracked allocation of this name is one of the backend's own workspaces, kept for the
- * backend's life (some made at their first use): the CPU ops' scratch, cuBLASLt's workspaces, the
- * CUDA column-sum scratch, FlashAttention's split-KV buffer */
+/* whether a tracked allocation of this name is one of the backend's own workspaces, kept between
+ * calls (some made at their first use, until tlm_backend_release_workspaces): the CPU ops' scratch,
+ * cuBLASLt's workspaces, the CUDA column-sum scratch, FlashAttention's split-KV buffer */
 static inline bool test_backend_owns(const char *name) {
     static const char *const own[] = {"cpu.scratch", "cublaslt.workspace", "cublaslt.side_workspace", "cuda.scratch",
                                       "cuda.flash_split"};

@@ -938,6 +938,23 @@ static void test_reader_messages(void) {
     p = tpath("weights.npy");
     tlm_npy_write(p, TLM_DTYPE_F32, 1, (int64_t[]){2}, (float[]){1, 2});
     expect_st_format(p, "weights.npy: this is a .npy file, not safetensors", "a .npy passed as safetensors");
+    /* PyTorch's own files (torch.save: a zip archive; its legacy format: a bare pickle) are named, with the
+     * conversion, not reported as a bad header length */
+    p = tpath("model.pt");
+    FILE *pt = fopen(p, "wb");
+    fwrite("PK\x03\x04\x00\x00\x08\x00archive/data.pkl", 1, 24, pt);
+    fclose(pt);
+    expect_st_format(p, "model.pt: this is a PyTorch file (torch.save's zip archive of pickles), not safetensors",
+                     "a torch.save .pt passed as safetensors: named");
+    expect_st_format(p, "safetensors.torch.save_file(model.state_dict(), \"w.safetensors\")",
+                     "a torch.save .pt passed as safetensors: how to convert it");
+    expect_npy(p, TLM_ERR_FORMAT, "model.pt: this is a PyTorch file", "a torch.save .pt passed as .npy");
+    p = tpath("legacy.pt");
+    pt = fopen(p, "wb");
+    fwrite("\x80\x02\x8a\x0a" "lz\xfc\x9c" "F\xf9 j\xa8P\x19.", 1, 16, pt);
+    fclose(pt);
+    expect_st_format(p, "legacy.pt: this is a Python pickle (torch.save's legacy format), not safetensors",
+                     "a legacy torch.save pickle passed as safetensors");
     p = tpath("arr.safetensors");
     tlm_safetensors_write(p, &(tlm_st_entry){"w", TLM_DTYPE_F32, 1, {2}, (float[]){1, 2}}, 1);
     expect_npy(p, TLM_ERR_FORMAT, "arr.safetensors: this is a safetensors file, not .npy", "a safetensors passed as .npy");

@@ -233,7 +233,7 @@ static void run_until(tlm_train *t, int64_t steps) {
 
 static void test_resume(const tlm_tokens *train, const tlm_tokens *val) {
     const tlm_train_config c = recipe();
-    const tlm_train_sources src = {"train.bin", "val.bin"};
+    const tlm_train_sources src = {"train.bin", "val.bin", "tiny*"};
     /* uninterrupted: 6 steps; a checkpoint after 3 */
     tlm_model *a = tiny_model(TLM_PRECISION_FP32);
     tlm_train ta;
@@ -270,6 +270,7 @@ static void test_resume(const tlm_tokens *train, const tlm_tokens *val) {
     check(ck.step == 3 && ck.log_len == 3 && ck.adamw_t == 3 && ck.config.seed == 42 && ck.model.d_model == 64 &&
               ck.precision == TLM_PRECISION_FP32 && ck.attention == TLM_ATTENTION_NAIVE &&
               strcmp(ck.train_data_path, "train.bin") == 0 && ck.val_data_tokens == val->n &&
+              ck.model_name && strcmp(ck.model_name, "tiny*") == 0 &&
               ck.config.max_grad_norm == 0.5 && ck.config.lr_max == 3e-3,
           "checkpoint read back: step 3, 3 log records, AdamW t 3, the recipe, the model config and the sources");
     tlm_model *b = tiny_model(TLM_PRECISION_FP32);
@@ -368,8 +369,18 @@ static void test_damaged(const tlm_tokens *train, const tlm_tokens *val) {
                    "n=struct.unpack('<Q',b[:8])[0];h=json.loads(b[8:8+n]);o=8+n+h['exp_avg.lm_head.weight']['data_offsets'][0];"
                    "b[o:o+4]=struct.pack('<f',float('nan'));open('optimizer.safetensors','wb').write(b)\"",
                    TLM_ERR_FORMAT, "exp_avg.lm_head.weight' element 0 is nan", train, val);
-    char bad[300];
+    char bad[300], cmd[1600];
     snprintf(bad, sizeof bad, "%s-bad", dir);
+    /* a checkpoint written before runs recorded their model's name: named from its sizes (tiny's) */
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s && cd %s/step-00000003 && python3 -c \"import json; "
+             "d = json.load(open('state.json')); del d['recipe']['model']; json.dump(d, open('state.json', 'w'))\"",
+             bad, dir, bad, bad);
+    tlm_checkpoint old;
+    if (system(cmd) != 0) die_on(TLM_ERR_IO, cmd);
+    die_on(tlm_checkpoint_open(bad, &old), "open the checkpoint without a model name");
+    check(old.model_name && strcmp(old.model_name, "tiny") == 0, "a checkpoint without its model's name: named from "
+          "its sizes (%s)", old.model_name ? old.model_name : "none");
+    tlm_checkpoint_close(&old);
     sh("rm -rf %s", bad);
     tlm_checkpoint ck;
     check_status(tlm_checkpoint_open("/nonexistent-tlm-dir", &ck), TLM_ERR_IO, "not a tlm checkpoint",
@@ -397,8 +408,41 @@ static void test_init_refusals(const tlm_tokens *train) {
     tlm_model_free(m);
 }
 
+/* the name of a resumed run's model when its checkpoint recorded none: the preset of its sizes, or the sizes */
+static void test_model_name(void) {
+    tlm_config c;
+    char name[64];
+    die_on(tlm_config_preset("small", &c), "small");
+    c.context_length = 256; /* not a size that names a preset */
+    tlm_config_name(&c, name, sizeof name);
+    check(strcmp(name, "small") == 0, "a model of small's sizes is named small (%s)", name);
+    c.vocab_size = 256;
+    tlm_config_name(&c, name, sizeof name);
+    check(strcmp(name, "custom: d_model 768, d_ff 3072, 12 layers, 12 heads") == 0, "another is named by its sizes (%s)",
+          name);
+}
+
+/* the ETA from the measured times: the steps left at the step's time, the evaluations still due at the last one's */
+static void test_eta(void) {
+    tlm_tokens val = {0};
+    tlm_train t = {.step = 10, .val_data = &val};
+    t.config.steps = 100;
+    t.config.eval_every = 25; /* due at 25, 50, 75, 100 */
+    check(fabs(tlm_train_eta(&t, 0.5, 3.0) - (90 * 0.5 + 4 * 3.0)) < 1e-9, "ETA: 90 steps of 0.5 s + 4 evaluations of 3 s "
+          "(%.3f s)", tlm_train_eta(&t, 0.5, 3.0));
+    t.config.eval_every = 30; /* 30, 60, 90 and the last step's */
+    check(fabs(tlm_train_eta(&t, 0.5, 3.0) - (45 + 4 * 3.0)) < 1e-9, "ETA: every 30 steps and the last (%.3f s)",
+          tlm_train_eta(&t, 0.5, 3.0));
+    t.val_data = NULL;
+    check(fabs(tlm_train_eta(&t, 0.5, 3.0) - 45) < 1e-9, "ETA without validation data: the steps only");
+    t.step = 100;
+    check(tlm_train_eta(&t, 0.5, 3.0) == 0, "ETA at the last step: 0");
+}
+
 int main(void) {
     be = test_backend();
+    test_model_name();
+    test_eta();
     snprintf(dir, sizeof dir, "/tmp/tlm_test_train.%d", (int)getpid());
     sh("rm -rf %s", dir);
     test_schedule();

@@ -90,6 +90,9 @@ def write_tokens(path: str, ids, fmt: str):
         a.byteswap()
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=d, prefix="." + os.path.basename(path) + ".")
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)  # mkstemp made it 0600: the file gets the mode any other output has
     try:
         with os.fdopen(fd, "wb") as f:
             if fmt == "npy":  # format 1.0: magic, header padded to a multiple of 64 bytes

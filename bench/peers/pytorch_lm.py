@@ -535,6 +535,9 @@ def render(args, rows) -> str:
 def write_atomic(path: str, text: str):
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-" + os.path.basename(path))
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)  # mkstemp made it 0600: the file gets the usual mode
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)

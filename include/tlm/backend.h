@@ -92,6 +92,7 @@ typedef struct tlm_backend_iface {
 
     void (*destroy)(tlm_backend *be); /* frees impl; the generic part frees the rest */
     double (*peak_tflops)(tlm_backend *be, tlm_precision p); /* NULL: unknown (tlm_backend_peak_tflops) */
+    void (*release_workspaces)(tlm_backend *be); /* NULL: none kept (tlm_backend_release_workspaces) */
 } tlm_backend_iface;
 
 struct tlm_backend_state; /* src/core: the allocator's table, hooks, listeners, scope */
@@ -177,6 +178,15 @@ size_t tlm_device_memory_total(tlm_backend *be);
  * backend's pool back to the device (torch.cuda.empty_cache's counterpart), so that
  * tlm_device_memory_used counts live allocations only. A no-op where nothing is cached (CPU). */
 void tlm_backend_release_cached(tlm_backend *be);
+
+/* Waits for the backend's streams, then frees the workspaces it grows on demand and keeps between
+ * calls (tracked, TLM_MEM_WORKSPACE): the CPU's scratch arena ("cpu.scratch"); CUDA's FlashAttention
+ * split buffer ("cuda.flash_split") and side-stream cuBLASLt workspace ("cublaslt.side_workspace").
+ * The next op that needs one makes it again. Those made at creation (CUDA's "cublaslt.workspace",
+ * "cuda.scratch") stay. A benchmark calls it between cases, so that no buffer of one case is live in
+ * the next and each case's peak is its own. No captured graph may be alive (one keeps the addresses):
+ * free the models first. */
+void tlm_backend_release_workspaces(tlm_backend *be);
 
 /* The device's dense peak in TFLOP/s (10^12 FLOP/s) for the GEMMs precision mode p runs on (fp32: FP32
  * CUDA cores; tf32: TF32 tensor cores; bf16, fp16: 16-bit tensor cores), from the device's datasheet:

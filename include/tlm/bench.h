@@ -93,7 +93,7 @@ typedef struct {
                                  start; 0 where the backend has no such count (CPU) */
     float loss_first, loss_last; /* first and last timed step's loss (a sanity check) */
     double speedup_vs_fp32; /* the fp32 row's time / this row's (forward, + backward when run),
-                               set by the caller for the same model and context; 0: none */
+                               set by tlm_bench_set_speedup from the fp32 twin's row; 0: none */
     float loss_scale;       /* fp16: the loss scale after the run (GradScaler); else 1 */
     int64_t skipped_steps;  /* fp16: AdamW steps skipped for inf/NaN gradients, warm-up included */
     tlm_attention attention; /* the attention the row ran (or would have): naive or flash */
@@ -110,7 +110,10 @@ typedef struct {
                                optimizer step (the ZeRO memory table; largest over the ranks) */
 } tlm_bench_result;
 
-/* Runs one case on `be`: creates and initialises the model, runs, frees it. Failures of the
+/* Runs one case on `be`: creates and initialises the model, runs, frees it. The case is measured on
+ * its own: the backend's on-demand workspaces are freed before and after it
+ * (tlm_backend_release_workspaces) and the peaks reset, so its peak does not depend on the cases run
+ * before it. Failures of the
  * case (out of memory, invalid shapes) are returned in r->status with r->error; the function
  * itself returns TLM_OK unless it could not run at all.
  * With c->comm (every rank calls it with the same case): each rank runs its rows of the global batch
@@ -120,6 +123,15 @@ typedef struct {
  * function returns BACKEND when a host exchange failed: the run cannot go on). A rank that fails alone
  * inside a step leaves the others in a collective: the watchdog ends the run (comm.h, "Faults"). */
 tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_result *r);
+
+/* The "vs fp32" figure of a sweep, whatever the order of its rows:
+ * tlm_bench_fp32_twin: the index of case i's fp32 twin in cases[0..n): the first fp32 case of the same
+ *   model, context, batch, pass, warm-up, recompute and optimizer placement, earlier or later in the
+ *   list; -1 when there is none or case i is fp32 itself.
+ * tlm_bench_set_speedup: r->speedup_vs_fp32 = the twin's forward (+ backward) time over r's, when both
+ *   ran (status TLM_OK) and r's time is not 0; else r is left as it is (0: none). */
+int tlm_bench_fp32_twin(const tlm_bench_case *cases, int n, int i);
+void tlm_bench_set_speedup(tlm_bench_result *r, const tlm_bench_result *fp32);
 
 /* The model's run configuration of case c: its precision, attention, CUDA graphs, recompute and
  * optimizer-in-backward, and forward_only for the forward pass (no gradient, no activation kept for a

@@ -4,6 +4,7 @@
 #ifndef TLM_CONFIG_H
 #define TLM_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "tlm/status.h"
 
@@ -29,6 +30,12 @@ tlm_status tlm_config_preset(const char *name, tlm_config *out);
 
 /* Comma-separated preset names, for help texts: "tiny, small, medium, large, xl, 2.7B". */
 const char *tlm_config_preset_names(void);
+
+/* A model's name from its shape, for a run that knows only the sizes (a resumed run): the preset whose
+ * vocab_size, d_model, d_ff, num_layers, num_heads and rope_theta (10000) it has, context_length aside
+ * ("small"); else its sizes ("custom: d_model 256, d_ff 688, 4 layers, 8 heads"). Into buf (n bytes,
+ * truncated to fit, NUL-terminated). */
+void tlm_config_name(const tlm_config *c, char *buf, size_t n);
 
 /* Checks every field: all sizes >= 1, d_model divisible by num_heads, d_head even,
  * rope_theta > 0. TLM_ERR_INVALID_ARGUMENT with a message naming the field otherwise. */

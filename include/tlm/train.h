@@ -162,6 +162,7 @@ bool tlm_train_eval_due(const tlm_train *t);
 /* What a run needs to know of itself beyond the recipe, recorded in state.json. */
 typedef struct {
     const char *train_data_path, *val_data_path; /* as given; val NULL: none */
+    const char *model_name;                      /* "small", "tiny*"; NULL: none recorded */
 } tlm_train_sources;
 
 /* Writes the checkpoint of t's state after step t->step into ROOT `root` (created if missing, its
@@ -182,6 +183,8 @@ typedef struct {
     tlm_attention attention;    /* as resolved by the run that wrote it (naive or flash) */
     int world_size;
     char *train_data_path, *val_data_path; /* val NULL: none */
+    char *model_name;           /* the name the run gave its model ("tiny*"); an older checkpoint
+                                   that recorded none: tlm_config_name's, from its sizes */
     int64_t train_data_tokens, val_data_tokens;
     int64_t step, tokens;
     int adamw_t;                /* AdamW's step count (below `step` after fp16 skips) */
@@ -318,7 +321,7 @@ typedef struct {
     int64_t log_every;           /* a log row every this many steps (>= 1) */
     double peak_tflops;          /* the device's dense peak for MFU (tlm_backend_peak_tflops); 0: MFU n/a */
     /* the run's description in the log (tlm_train_log_begin) */
-    const char *model_name;      /* "small", "checkpoint", ... */
+    const char *model_name;      /* "small", "tiny*", "custom: d_model 256, ..." */
     tlm_precision precision;
     tlm_attention attention;     /* as the model resolved it */
     bool cuda_graphs;            /* the steps run as CUDA graphs */
@@ -363,6 +366,12 @@ tlm_status tlm_train_run(tlm_train *t, const tlm_train_run_config *c, tlm_train_
 void tlm_train_log_summary(const tlm_train_run_config *c, const tlm_train *t, const tlm_train_run_result *res);
 
 void tlm_train_run_result_free(tlm_train_run_result *res);
+
+/* The time a run has left, in seconds, from what it measured: steps_left x step_s (the caller's measured
+ * time of a step: the mean of the steady steps once the first few are past, else the last step's) plus
+ * the evaluations still due (tlm_train_eval_due's steps in (step, steps]: every eval_every-th and the last;
+ * none without validation data) x eval_s (the last evaluation's time; 0 before the first). */
+double tlm_train_eta(const tlm_train *t, double step_s, double eval_s);
 
 /* ---- the progress line (src/train/progress.c) -------------------------------------------------------
  * What a person watches on a terminal: "<prefix>: step S/N loss L lr X grad norm G | T tok/s MFU M | ETA E",

@@ -214,6 +214,7 @@ tlm_status tlm_attention_bench_run(tlm_backend *be, const tlm_attn_case *c, tlm_
     const size_t lse = (size_t)B * H * T * sizeof(float); /* flash: L (B,H,T) */
     const size_t workspace = tlm_flash_workspace_floats(B, T, H, D) * sizeof(float); /* flash backward */
     bufs b = {be, {0}, r};
+    tlm_backend_release_workspaces(be); /* no split buffer of an earlier case: this case's peak is its own */
     tlm_mem_reset_peak(be);
     const size_t base = tlm_mem_stats_now(be).current_total; /* anything the caller holds (nothing, normally) */
 

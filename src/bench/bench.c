@@ -104,6 +104,26 @@ static tlm_status initial_weights(tlm_model *m, const tlm_bench_case *c) {
     return TLM_OK;
 }
 
+int tlm_bench_fp32_twin(const tlm_bench_case *cases, int n, int i) {
+    const tlm_bench_case *a = &cases[i];
+    if (a->precision == TLM_PRECISION_FP32) return -1;
+    for (int k = 0; k < n; k++) {
+        const tlm_bench_case *b = &cases[k];
+        if (b->precision == TLM_PRECISION_FP32 && strcmp(b->model_name, a->model_name) == 0 &&
+            b->context_length == a->context_length && b->batch_size == a->batch_size && b->pass == a->pass &&
+            b->warmup == a->warmup && b->recompute == a->recompute &&
+            b->optimizer_in_backward == a->optimizer_in_backward && b->optimizer_overlap == a->optimizer_overlap)
+            return k;
+    }
+    return -1;
+}
+
+void tlm_bench_set_speedup(tlm_bench_result *r, const tlm_bench_result *fp32) {
+    const double mine = r->forward.mean_ms + r->backward.mean_ms;
+    if (!fp32 || r->status != TLM_OK || fp32->status != TLM_OK || mine <= 0) return;
+    r->speedup_vs_fp32 = (fp32->forward.mean_ms + fp32->backward.mean_ms) / mine;
+}
+
 tlm_run_config tlm_bench_run_config(const tlm_bench_case *c) {
     return (tlm_run_config){.precision = c->precision, .attention = c->attention, .cuda_graphs = c->graphs,
                             .forward_only = c->pass == TLM_PASS_FORWARD, .recompute = c->recompute,
@@ -151,7 +171,10 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
 
     const tlm_run_config run = tlm_bench_run_config(c);
     r->attention = tlm_attention_resolve(be, &cfg, c->precision, c->attention);
-    tlm_backend_release_cached(be); /* what earlier cases freed is not held by this one */
+    /* no buffer of an earlier case is live in this one (a bf16 case's scratch arena, a split buffer), and
+     * what earlier cases freed is not held by it: the case's peak is its own, whatever ran before */
+    tlm_backend_release_workspaces(be);
+    tlm_backend_release_cached(be);
     tlm_mem_reset_peak(be);
     /* device memory in use that tlm's allocator does not hold (context, libraries, others) */
     const size_t outside = tlm_device_memory_used(be) ? tlm_device_memory_used(be) - tlm_mem_stats_now(be).current_total : 0;
@@ -255,6 +278,7 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     r->reserved_peak_bytes = mem.peak_footprint;
     tlm_ddp_free(d);
     tlm_model_free(m);
+    tlm_backend_release_workspaces(be); /* the next case, or the caller, starts with none of this one's */
     for (int e = 0; e < 4; e++) tlm_event_destroy(be, ev[e]);
     free(tokens);
     free(ms);

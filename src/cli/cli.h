@@ -190,6 +190,9 @@ struct cli_command {
     const char *short_options;
     bool (*handle)(void *opts, int opt, const char *arg);
     int min_positional, max_positional;
+    /* a shared flag's help where the command means something else by it (NULL: the flag's own, e.g.
+     * "seed of the weights and the batch"): .flag_help = {[CLI_SEED] = "seed of q, k, v"} */
+    const char *flag_help[CLI_NUM_FLAGS];
 };
 
 /* A command's shared flags, a cli_use array: .uses and .num_uses of its cli_command. */

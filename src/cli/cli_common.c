@@ -485,6 +485,28 @@ void cli_args_free(cli_args *a) {
     a->num_models = 0;
 }
 
+/* text from column `start` on, broken at spaces into lines of at most `width` columns, the next lines
+ * indented by `indent`; a word longer than a line stays whole */
+static void print_wrapped(FILE *f, const char *text, int start, int indent, int width) {
+    int col = start;
+    for (const char *p = text; *p;) {
+        while (*p == ' ') p++;
+        const size_t word = strcspn(p, " ");
+        if (!word) break;
+        if (col > start && col + 1 + (int)word > width) {
+            fprintf(f, "\n%*s", indent, "");
+            col = start = indent;
+        } else if (col > start) {
+            fputc(' ', f);
+            col++;
+        }
+        fwrite(p, 1, word, f);
+        col += (int)word;
+        p += word;
+    }
+    fputc('\n', f);
+}
+
 void cli_print_shared_help(FILE *f, const cli_command *c) {
     for (int i = 0; i < c->num_uses; i++) {
         const cli_use *u = &c->uses[i];
@@ -493,11 +515,14 @@ void cli_print_shared_help(FILE *f, const cli_command *c) {
         char left[64];
         snprintf(left, sizeof left, "%c%c%s --%s %s", fi->short_opt ? '-' : ' ', fi->short_opt ? fi->short_opt : ' ',
                  fi->short_opt ? "," : " ", fi->name, !fi->arg_one ? "" : list ? fi->arg_list : fi->arg_one);
-        fprintf(f, "  %-27s %s%s", left, list ? "comma list: " : "", fi->help);
-        if (u->flag == CLI_MODEL) fprintf(f, " (%s)", tlm_config_preset_names());
-        if (u->flag == CLI_PRECISION && list) fprintf(f, "; all = the four");
-        if (u->default_text) fprintf(f, " (default: %s)", u->default_text);
-        fputc('\n', f);
+        char text[1024];
+        snprintf(text, sizeof text, "%s%s%s%s%s%s%s%s", list ? "comma list: " : "", c->flag_help[u->flag] ? c->flag_help[u->flag] : fi->help,
+                 u->flag == CLI_MODEL ? " (" : "", u->flag == CLI_MODEL ? tlm_config_preset_names() : "",
+                 u->flag == CLI_MODEL ? ")" : "", u->flag == CLI_PRECISION && list ? "; all = the four" : "",
+                 u->default_text ? " (default: " : "", u->default_text ? u->default_text : "");
+        if (u->default_text) snprintf(text + strlen(text), sizeof text - strlen(text), ")");
+        const int start = fprintf(f, "  %-27s ", left);
+        print_wrapped(f, text, start, 30, 106);
         for (cli_flag v = CLI_WIDE; u->flag == CLI_FORMAT && v <= CLI_VERBOSE; v++)
             fprintf(f, "      --%-21s %s\n", flags[v].name, flags[v].help);
         if (u->flag == CLI_MODEL)

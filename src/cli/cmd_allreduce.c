@@ -264,6 +264,9 @@ int cmd_allreduce(int argc, char **argv) {
                   o->given_algo ? "--mpi-algorithm" : "--shm-chunk");
     } else if (o->given_chunk && o->mpi_algo == TLM_MPI_ALGO_MPI) {
         cli_error(cmd, "--shm-chunk conflicts with --mpi-algorithm mpi: the chunk is the shm schedule's");
+    } else if (!o->sweep && has[TLM_COMM_NCCL] && !(tlm_comm_have_nccl() && tlm_cuda_available())) {
+        cli_error(cmd, "--backend nccl needs %s: NCCL reduces GPU buffers; on CPU processes use --backend mpi",
+                  !tlm_comm_have_nccl() ? "a tlm built with NCCL (this one is not)" : "a GPU, and none was found");
     } else if (make_sizes(o)) {
         rc = -1;
         for (int i = 0; i < o->num_sizes && has[TLM_COMM_MPI]; i++)

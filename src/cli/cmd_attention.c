@@ -149,7 +149,11 @@ static const cli_command attention_cmd = {
         "dtype) the backend has no kernel for is a row saying \"unsupported\" and why; an out-of-memory case\n"
         "is a row saying OOM with the bytes asked for.\n",
     .name = "attention", CLI_USES(attention_uses), .options = attention_options, .short_options = "S:H:D:T:C:i:n:M:",
-    .handle = attention_handle};
+    .handle = attention_handle,
+    .flag_help = {[CLI_PRECISION] = "the dtype of q, k, v, dout and the kernels: fp32 (exact-fp32 kernels), tf32 (fp32 "
+                                    "tensors, TF32 tensor-core kernels; fp32 on the CPU), bf16, fp16",
+                  [CLI_WARMUP] = "untimed warm-up passes (forward and backward) before the timed ones",
+                  [CLI_SEED] = "seed of the random q, k, v and dout"}};
 
 static void report_row(tlm_report *rep, const tlm_attn_case *c, const tlm_attn_result *r, double speedup) {
     tlm_report_row_begin(rep);

@@ -57,18 +57,16 @@ static bool ddp_check_run(const cli_args *a, tlm_comm *c, int argc, char **argv)
     return true;
 }
 
-/* the fp32 row of the same model, context, batch, pass and warm-up, earlier in the sweep */
-static const tlm_bench_result *fp32_twin(const tlm_bench_case *cases, const tlm_bench_result *res, int i) {
-    for (int k = 0; k < i; k++)
-        if (cases[k].precision == TLM_PRECISION_FP32 && res[k].status == TLM_OK &&
-            strcmp(cases[k].model_name, cases[i].model_name) == 0 &&
-            cases[k].context_length == cases[i].context_length && cases[k].batch_size == cases[i].batch_size &&
-            cases[k].pass == cases[i].pass && cases[k].warmup == cases[i].warmup &&
-            cases[k].recompute == cases[i].recompute &&
-            cases[k].optimizer_in_backward == cases[i].optimizer_in_backward &&
-            cases[k].optimizer_overlap == cases[i].optimizer_overlap)
-            return &res[k];
-    return NULL;
+/* prints the rows from *next on that are ready: run, and their fp32 twin too (the "vs fp32" column),
+ * so that rows come out in the sweep's order, each complete, whatever the twin's place in it */
+static void print_ready_rows(tlm_report *rep, const tlm_bench_case *cases, tlm_bench_result *res, int n, int done,
+                             int *next) {
+    for (; *next < done; ++*next) {
+        const int i = *next, twin = tlm_bench_fp32_twin(cases, n, i);
+        if (twin >= done) return; /* its fp32 twin runs later */
+        if (twin >= 0) tlm_bench_set_speedup(&res[i], &res[twin]);
+        tlm_bench_report_row(rep, &cases[i], &res[i]);
+    }
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -142,7 +140,7 @@ int cmd_bench(int argc, char **argv) {
         total += tlm_config_forward_flops(&cases[i].config, cases[i].batch_size, cases[i].context_length) *
                  (cases[i].pass == TLM_PASS_FORWARD ? 1 : 3) * (cases[i].warmup + cases[i].steps);
     if (rank == 0) tlm_report_progress_total(rep, n, total); /* the others show no progress */
-    int failed = 0, hard_failures = 0;
+    int failed = 0, hard_failures = 0, printed = 0;
     for (int i = 0; i < n; i++) {
         const tlm_bench_case *bc = &cases[i];
         char label[128];
@@ -161,12 +159,7 @@ int cmd_bench(int argc, char **argv) {
             r->status = TLM_ERR_BACKEND;
             snprintf(r->error, sizeof r->error, "%s", tlm_last_error());
         }
-        const tlm_bench_result *twin = r->status == TLM_OK && bc->precision != TLM_PRECISION_FP32
-                                           ? fp32_twin(cases, res, i) : NULL;
-        if (twin && r->forward.mean_ms + r->backward.mean_ms > 0) /* the speed-up over fp32 */
-            r->speedup_vs_fp32 = (twin->forward.mean_ms + twin->backward.mean_ms) /
-                                 (r->forward.mean_ms + r->backward.mean_ms);
-        tlm_bench_report_row(rep, bc, r);
+        print_ready_rows(rep, cases, res, n, i + 1, &printed);
         if (r->status != TLM_OK) failed++;
         if (r->status != TLM_OK && r->status != TLM_ERR_OUT_OF_MEMORY) hard_failures++;
     }

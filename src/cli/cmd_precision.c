@@ -280,7 +280,8 @@ static void layernorm_usage(FILE *f, const cli_command *c) {
 
 static const cli_command layernorm_cmd = {.name = "precision layernorm", CLI_USES(layernorm_uses),
                                           .options = layernorm_options, .short_options = "r:S:",
-                                          .handle = layernorm_handle, .usage = layernorm_usage};
+                                          .handle = layernorm_handle, .usage = layernorm_usage,
+                                          .flag_help = {[CLI_SEED] = "seed of the random inputs z"}};
 
 /* the grids' columns: scheme, width, then one per magnitude M = 1e0 .. 1e4 */
 static const tlm_column ln_columns[2 + TLM_LN_LAB_MAGNITUDES] = {

@@ -152,7 +152,7 @@ static const cli_command train_cmd = {
 typedef struct {
     int world; /* ranks: --batch-size is the global batch, recipe.batch_size a rank's rows */
     tlm_config model;
-    char model_name[48];
+    char model_name[64];
     tlm_train_config recipe;
     tlm_precision precision;
     tlm_attention attention;
@@ -194,7 +194,7 @@ static bool plan_resume(const cli_args *a, const train_opts *o, const tlm_checkp
         return false;
     }
     p->model = ck->model;
-    snprintf(p->model_name, sizeof p->model_name, "%s", args.preset_name ? args.preset_name : "checkpoint");
+    snprintf(p->model_name, sizeof p->model_name, "%s", ck->model_name); /* the name its first run gave it */
     p->precision = ck->precision;
     p->attention = a->given[CLI_ATTENTION] ? a->attention : ck->attention;
     /* the data: the checkpoint's files unless given; either way the token counts must be its */
@@ -304,7 +304,7 @@ static int plan_run(train_cli *x) {
 static int set_up(train_cli *x, int argc, char **argv) {
     const run_plan *p = &x->plan;
     const tlm_checkpoint *ck = x->have_ck ? &x->ck : NULL;
-    const tlm_train_sources src = {p->train_path, p->val_path};
+    const tlm_train_sources src = {p->train_path, p->val_path, p->model_name};
     tlm_output_input(p->train_path);
     tlm_output_input(p->val_path);
     if (tlm_train_session_load(&x->run, &src, p->model.vocab_size, ck) != TLM_OK) {
@@ -348,7 +348,8 @@ static int train_and_report(train_cli *x) {
                              .quiet = rank != 0};
     const tlm_train_run_config c = {
         .backend = x->be, .comm = x->proc.comm, .model = &p->model, .report = x->rep,
-        .sources = {p->train_path, p->val_path}, .checkpoint_dir = x->ckpt_dir, .save_every = p->save_every,
+        .sources = {p->train_path, p->val_path, p->model_name},
+        .checkpoint_dir = x->ckpt_dir, .save_every = p->save_every,
         .keep_checkpoints = p->keep, .log_every = p->log_every,
         .peak_tflops = GIVEN(x->o, OPT_PEAK) ? NUM(x->o, OPT_PEAK) : tlm_backend_peak_tflops(x->be, p->precision),
         .model_name = p->model_name, .precision = p->precision,

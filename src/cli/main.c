@@ -1,11 +1,29 @@
 /* main.c — the tlm command: dispatches to the subcommands. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "tlm/plot.h"
 #include "tlm/tuning.h"
 
+/* the plot kinds of the registry (plot.h), comma-separated, in lines of at most 100 columns indented
+ * under the commands' descriptions */
+static void list_plot_kinds(char *out, size_t size) {
+    size_t used = (size_t)snprintf(out, size, "            "), line = 12;
+    for (int i = 0; i < tlm_plot_num_kinds() && used < size; i++) {
+        const char *name = tlm_plot_kind_at(i)->name;
+        const bool wrap = i > 0 && line + 2 + strlen(name) > 100;
+        const int n = snprintf(out + used, size - used, "%s%s", i == 0 ? "" : wrap ? ",\n            " : ", ", name);
+        used += (size_t)n;
+        line = wrap ? 12 + strlen(name) : line + (size_t)n;
+    }
+    if (used < size) snprintf(out + used, size - used, "\n");
+}
+
 static void usage(FILE *f) {
+    char plot_kinds[512];
+    list_plot_kinds(plot_kinds, sizeof plot_kinds);
     fprintf(f,
             "tlm %s: Transformer language-model training, benchmarking and profiling (CS336 model)\n"
             "\n"
@@ -26,7 +44,8 @@ static void usage(FILE *f) {
             "            --exec -- CMD profiles another CUDA program (the PyTorch peer) the same way\n"
             "  memory    where every byte goes over a step: peaks by category and phase, the largest\n"
             "            allocations and their lifetimes, a timeline (JSON) and a PyTorch memory_viz snapshot\n"
-            "  plot      draws tlm's JSON results as PNG and SVG with gnuplot (memory timeline, peak vs context)\n"
+            "  plot      draws tlm's JSON results as PNG and SVG with gnuplot; its kinds:\n"
+            "%s"
             "  precision the mixed-precision experiments: accumulate (0.01 added 1000 times in fp32,\n"
             "            fp16, bf16), autocast (the ToyModel's dtypes), layernorm (LayerNorm in fp16/bf16)\n"
             "  knobs     the TLM_* environment variables tlm reads, their defaults and values now\n"
@@ -37,7 +56,7 @@ static void usage(FILE *f) {
             "\n"
             "Models (--model): %s (CS336 Assignment 2's sizes).\n"
             "Devices (--device): cpu (always), cuda (when built with nvcc and a GPU is present).\n",
-            TLM_VERSION, tlm_config_preset_names());
+            TLM_VERSION, plot_kinds, tlm_config_preset_names());
 }
 
 int main(int argc, char **argv) {

@@ -105,6 +105,10 @@ void tlm_backend_release_cached(tlm_backend *be) {
     if (be->iface->release_cached) be->iface->release_cached(be);
 }
 
+void tlm_backend_release_workspaces(tlm_backend *be) {
+    if (be->iface->release_workspaces) be->iface->release_workspaces(be);
+}
+
 /* ---- memory ------------------------------------------------------------------------------------------ */
 
 void tlm_copy_to_backend(tlm_backend *be, void *dst, const void *src_host, size_t bytes) {

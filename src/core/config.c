@@ -1,6 +1,7 @@
 /* config.c — model presets (docs/experiments.md, the model), validation, parameter and FLOP counts. */
 #include "tlm/config.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -37,6 +38,19 @@ tlm_status tlm_config_preset(const char *name, tlm_config *out) {
     }
     return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "unknown model '%s' (known: %s)", name,
                     tlm_config_preset_names());
+}
+
+void tlm_config_name(const tlm_config *c, char *buf, size_t n) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        const preset *p = &presets[i];
+        if (c->vocab_size == p->vocab_size && c->d_model == p->d_model && c->d_ff == p->d_ff &&
+            c->num_layers == p->num_layers && c->num_heads == p->num_heads && c->rope_theta == 10000.0) {
+            snprintf(buf, n, "%s", p->name);
+            return;
+        }
+    }
+    snprintf(buf, n, "custom: d_model %d, d_ff %d, %d layers, %d heads", c->d_model, c->d_ff, c->num_layers,
+             c->num_heads);
 }
 
 tlm_status tlm_config_validate(const tlm_config *c) {

@@ -66,6 +66,14 @@ static void cpu_copy(tlm_backend *be, void *dst, const void *src, size_t bytes) 
 
 static void cpu_memset_zero(tlm_backend *be, void *dst, size_t bytes) { memset(dst, 0, bytes); }
 
+/* the scratch arena goes; the next op that needs one grows it again from nothing */
+static void cpu_release_workspaces(tlm_backend *be) {
+    tlm_cpu *cpu = be->impl;
+    tlm_free(be, cpu->scratch);
+    cpu->scratch = NULL;
+    cpu->scratch_bytes = 0;
+}
+
 static void cpu_destroy(tlm_backend *be) {
     free(be->impl); /* the scratch itself was a tracked allocation, already freed */
     be->impl = NULL;
@@ -79,6 +87,7 @@ static const tlm_backend_iface cpu_iface = {
     .copy_to_host = cpu_copy,
     .memset_zero = cpu_memset_zero,
     .destroy = cpu_destroy,
+    .release_workspaces = cpu_release_workspaces,
     /* no .peak_tflops: the CPU's peak is not known (tlm_backend_peak_tflops gives 0: MFU n/a) */
 };
 

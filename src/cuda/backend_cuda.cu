@@ -182,16 +182,20 @@ static void cuda_graph_destroy(tlm_backend *be, void *graph) {
 static bool cuda_side_available(tlm_backend *be) { return tlm_cuda_of(be)->side_state >= 0; }
 
 /* the side stream, its events and its cuBLASLt workspace, at the first side section (never while
- * a graph is being captured: the allocation would become part of it; that section runs in place) */
+ * a graph is being captured: the allocation would become part of it; that section runs in place);
+ * after tlm_backend_release_workspaces, the workspace again (the stream and events stay) */
 static bool side_setup(tlm_backend *be) {
     tlm_cuda *cu = tlm_cuda_of(be);
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     TLM_CUDA_CHECK(cudaStreamIsCapturing(cu->compute_stream, &capture));
     if (capture != cudaStreamCaptureStatusNone) return false;
-    cudaError_t e = cudaStreamCreateWithPriority(&cu->side_stream, cudaStreamNonBlocking, cu->priority_side);
-    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&cu->side_fork, cudaEventDisableTiming);
-    for (int i = 0; i < TLM_CUDA_SIDE_MARKS && e == cudaSuccess; i++)
-        e = cudaEventCreateWithFlags(&cu->side_marks[i], cudaEventDisableTiming);
+    cudaError_t e = cudaSuccess;
+    if (!cu->side_stream) {
+        e = cudaStreamCreateWithPriority(&cu->side_stream, cudaStreamNonBlocking, cu->priority_side);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&cu->side_fork, cudaEventDisableTiming);
+        for (int i = 0; i < TLM_CUDA_SIDE_MARKS && e == cudaSuccess; i++)
+            e = cudaEventCreateWithFlags(&cu->side_marks[i], cudaEventDisableTiming);
+    }
     if (e == cudaSuccess)
         cu->side_workspace = tlm_alloc(be, TLM_CUDA_WORKSPACE_BYTES, TLM_MEM_WORKSPACE, "cublaslt.side_workspace");
     if (e != cudaSuccess || !cu->side_workspace) { /* the side's ops run in place from now on */
@@ -241,6 +245,26 @@ static tlm_side_mark cuda_side_end(tlm_backend *be) {
 static void cuda_stream_ops(tlm_backend *be, tlm_stream *s) {
     tlm_cuda *cu = tlm_cuda_of(be);
     cu->stream = s ? (cudaStream_t)s->handle : cu->compute_stream;
+}
+
+/* the workspaces made on demand (backend.h): the FlashAttention split buffer and the side stream's
+ * cuBLASLt workspace, after both streams are idle; the next launch that splits, or the next side
+ * section, makes its own again. Outside a side section only (the compute stream's workspace is in use). */
+static void cuda_release_workspaces(tlm_backend *be) {
+    tlm_cuda *cu = tlm_cuda_of(be);
+    if (cu->stream != cu->compute_stream) tlm_fatal("tlm_backend_release_workspaces inside a side section");
+    if (cu->side_stream) TLM_CUDA_CHECK(cudaStreamSynchronize(cu->side_stream));
+    TLM_CUDA_CHECK(cudaStreamSynchronize(cu->compute_stream));
+    tlm_free(be, cu->flash_split);
+    cu->flash_split = NULL;
+    cu->flash_split_floats = 0;
+    cu->flash_split_failed = false; /* an out-of-memory of an earlier case is not this one's */
+    if (cu->side_workspace) {
+        tlm_free(be, cu->side_workspace);
+        cu->side_workspace = NULL;
+        cu->side_last = cu->side_joined = 0; /* every mark is waited for: the streams are idle */
+    }
+    if (cu->side_state > 0) cu->side_state = 0; /* set up again (the workspace) at the next side section */
 }
 
 static void cuda_destroy(tlm_backend *be) {
@@ -298,6 +322,7 @@ static const tlm_backend_iface cuda_iface = {
     cuda_stream_ops,
     cuda_destroy,
     cuda_peak_tflops,
+    cuda_release_workspaces,
 };
 
 /* ---- creation ------------------------------------------------------------------------------------------ */

@@ -70,7 +70,8 @@ typedef struct tlm_cuda {
     /* the side stream (backend.h, backend_cuda.cu): set up at its first use */
     int side_state;                  /* 0 not yet set up, 1 ready, -1 off (TLM_SIDE_STREAM=0 or setup failed) */
     cudaStream_t side_stream;
-    void *side_workspace;            /* (TLM_CUDA_WORKSPACE_BYTES) tlm_alloc'd */
+    void *side_workspace;            /* (TLM_CUDA_WORKSPACE_BYTES) tlm_alloc'd; NULL after
+                                        tlm_backend_release_workspaces, until the next side section */
     cudaEvent_t side_fork;           /* the compute stream's point a side section starts after */
     cudaEvent_t side_marks[TLM_CUDA_SIDE_MARKS]; /* mark m is side_marks[m % TLM_CUDA_SIDE_MARKS] */
     int side_last, side_joined;      /* the last mark made, the last the compute stream waits for */

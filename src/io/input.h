@@ -20,5 +20,12 @@ tlm_status tlm_input_open(const char *path, FILE **f, uint64_t *size);
  * "safetensors" (a little-endian u64 header length below 10^8, then '{'), or NULL. For messages:
  * "x.npy: this is a .npy file, not safetensors". */
 const char *tlm_input_sniff(const unsigned char *head, size_t n);
+/* (also "pytorch": a zip archive, "PK\x03\x04", torch.save's format; "pickle": the pickle protocol's
+ * opening 0x80 then a protocol 2-5, torch.save's legacy format) */
+
+/* For a file whose kind (tlm_input_sniff) is "pytorch" or "pickle": FORMAT, the message naming what
+ * the file is and how to convert it to `wanted` ("safetensors" or ".npy") in Python. TLM_OK for any
+ * other kind (NULL included). */
+tlm_status tlm_input_refuse_pytorch(const char *path, const char *kind, const char *wanted);
 
 #endif

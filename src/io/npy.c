@@ -202,7 +202,9 @@ static tlm_status npy_open(const char *path, FILE **f_out, npy_header *h) {
     }
     if (got < 8 || memcmp(pre, NPY_MAGIC, NPY_MAGIC_LEN) != 0) {
         const char *kind = tlm_input_sniff(pre, got);
-        s = kind && strcmp(kind, "safetensors") == 0
+        s = tlm_input_refuse_pytorch(path, kind, ".npy");
+        if (s == TLM_OK)
+            s = kind && strcmp(kind, "safetensors") == 0
                 ? tlm_fail(TLM_ERR_FORMAT, "%s: this is a safetensors file, not .npy", path)
                 : tlm_fail(TLM_ERR_FORMAT, "%s: not a .npy file (no \\x93NUMPY magic at the start)", path);
         goto fail;

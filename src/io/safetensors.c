@@ -341,6 +341,7 @@ static tlm_status parse_file(const char *path, tlm_safetensors *st) {
     const char *kind = tlm_input_sniff(buf, size);
     if (kind && strcmp(kind, "npy") == 0)
         return tlm_fail(TLM_ERR_FORMAT, "%s: this is a .npy file, not safetensors", path);
+    TLM_TRY(tlm_input_refuse_pytorch(path, kind, "safetensors"));
     if (size < 8)
         return tlm_fail(TLM_ERR_FORMAT,
                         "%s: %zu bytes, shorter than the 8-byte header length of a safetensors file",

@@ -167,9 +167,10 @@ static tlm_status buckets(tlm_plot *p, const cJSON *const *docs, const char *con
         return s;
     }
     tlm_plot_size(p, 620 * r.n_precisions + 300, 640);
-    tlm_plot_cmd(p, "set multiplot layout 1,%d title %s", r.n_precisions,
-                 tlm_plot_str(p, "Data-parallel training: the step against the bucket size (forward + backward + "
-                                 "communication not hidden + optimizer; the slowest rank)"));
+    /* two lines: one would be clipped at one panel's width (a double-quoted string: gnuplot reads \n) */
+    tlm_plot_cmd(p, "set multiplot layout 1,%d title \"Data-parallel training: the step against the bucket size\\n"
+                    "(forward + backward + communication not hidden + optimizer; the slowest rank)\" noenhanced",
+                 r.n_precisions);
     tlm_plot_cmd(p, "set logscale x");
     tlm_plot_cmd(p, "set xrange [%.17g:%.17g]", lo / 2, hi * 2);
     tlm_plot_cmd(p, "set xlabel 'bucket size (MiB of float32 gradients)'");

@@ -16,6 +16,8 @@ static const char *const colors[8] = {"#4e79a7", "#e15759", "#59a14f", "#f28e2c"
 static tlm_status build(tlm_plot *p, const cJSON *const *docs, const char *const *paths, int n) {
     char name[32], plots[2][4096];
     size_t used[2] = {0, 0};
+    double step_lo = INFINITY, step_hi = -INFINITY, tokens_hi = 0; /* over every run: the axes' tics */
+    int entries = 0;                                                 /* lines in the key */
     for (int i = 0; i < n; i++) {
         const cJSON *tool = cJSON_GetObjectItemCaseSensitive(docs[i], "tool");
         const cJSON *log = cJSON_GetObjectItemCaseSensitive(docs[i], "log");
@@ -28,8 +30,11 @@ static tlm_status build(tlm_plot *p, const cJSON *const *docs, const char *const
         for (const cJSON *r = log->child; r; r = r->next) {
             const double step = tlm_plot_json_num(r, "step", NAN), loss = tlm_plot_json_num(r, "loss", NAN);
             if (isfinite(loss) && isfinite(step)) {
-                tlm_plot_row(p, 3, (double[]){step, tlm_plot_json_num(r, "tokens", NAN), loss});
+                const double tokens = tlm_plot_json_num(r, "tokens", NAN);
+                tlm_plot_row(p, 3, (double[]){step, tokens, loss});
                 ntrain++;
+                step_lo = fmin(step_lo, step), step_hi = fmax(step_hi, step);
+                if (isfinite(tokens)) tokens_hi = fmax(tokens_hi, tokens);
             }
         }
         tlm_plot_data_end(p);
@@ -46,6 +51,7 @@ static tlm_status build(tlm_plot *p, const cJSON *const *docs, const char *const
         tlm_plot_data_end(p);
         if (!ntrain)
             return tlm_fail(TLM_ERR_FORMAT, "%s: the log holds no step with a finite loss", paths[i]);
+        entries += nval ? 2 : 1;
         /* the run's label: its model and precision, and the file when several are drawn */
         const cJSON *model = cJSON_GetObjectItemCaseSensitive(docs[i], "model");
         const cJSON *prec = cJSON_GetObjectItemCaseSensitive(docs[i], "precision");
@@ -76,12 +82,19 @@ static tlm_status build(tlm_plot *p, const cJSON *const *docs, const char *const
     tlm_plot_size(p, 1400, 600);
     tlm_plot_cmd(p, "set multiplot layout 1,2 title 'tlm train: loss (mean cross-entropy, nats)'");
     tlm_plot_cmd(p, "set grid lc rgb '#dddddd'");
-    tlm_plot_cmd(p, "set key top right");
+    /* the key below each panel, never over the curves (a short run's fill the panel) */
+    tlm_plot_cmd(p, "set key outside below center vertical Left reverse noenhanced");
+    tlm_plot_cmd(p, "set bmargin %d", 5 + entries); /* the x label, then the key's lines under it */
     tlm_plot_cmd(p, "set ylabel 'loss (nats)'");
     tlm_plot_cmd(p, "set xlabel 'step'");
+    /* steps are whole: a short run's axis (gnuplot would put tics at 1.5, 2.5) gets a tic per step */
+    if (step_hi - step_lo <= 10) tlm_plot_cmd(p, "set xtics 1");
+    tlm_plot_cmd(p, "set format x '%%.0f'");
     tlm_plot_cmd(p, "%s", plots[0]);
+    tlm_plot_cmd(p, "set xtics autofreq");
     tlm_plot_cmd(p, "set xlabel 'tokens trained on'");
-    tlm_plot_cmd(p, "set format x '%%.1s%%c'");
+    /* whole numbers up to 10^4, then 1.5k, 2.0M */
+    tlm_plot_cmd(p, tokens_hi < 1e4 ? "set format x '%%.0f'" : "set format x '%%.1s%%c'");
     tlm_plot_cmd(p, "%s", plots[1]);
     tlm_plot_cmd(p, "unset multiplot");
     return TLM_OK;

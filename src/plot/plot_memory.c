@@ -55,11 +55,22 @@ static tlm_status timeline(tlm_plot *p, const cJSON *const *docs, const char *co
     for (const cJSON *m = marks->child; m; m = m->next)
         if (strcmp(tlm_plot_json_str(m, "kind", ""), "step") == 0 && tlm_plot_json_true(m, "begin"))
             last_step_begin = (int)tlm_plot_json_num(m, "event", 0);
+    /* the axis's unit: GiB from 1 GiB on, else MiB (a small model's step reads 3 MiB, not 0.003 GiB) */
+    double most = 0;
+    for (const cJSON *e = events->child; e; e = e->next) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "by_category");
+        double sum = 0;
+        for (const cJSON *v = cJSON_IsArray(b) ? b->child : NULL; v; v = v->next)
+            sum += cJSON_IsNumber(v) ? v->valuedouble : 0;
+        most = fmax(most, fmax(sum, tlm_plot_json_num(e, "footprint", 0)));
+    }
+    const bool gib = most >= GIB;
+    const double unit = gib ? GIB : GIB / 1024;
     tlm_plot_data_begin(p, "mem");
     int x = 0;
     for (const cJSON *e = events->child;; e = e ? e->next : NULL, x++) {
         cum[0] = 0;
-        for (int c = 0; c < nc; c++) cum[c + 1] = cum[c] + by[c] / GIB;
+        for (int c = 0; c < nc; c++) cum[c + 1] = cum[c] + by[c] / unit;
         double row[18] = {x};
         for (int c = 0; c <= nc; c++) row[c + 1] = cum[c];
         tlm_plot_row(p, nc + 2, row);
@@ -70,11 +81,11 @@ static tlm_status timeline(tlm_plot *p, const cJSON *const *docs, const char *co
         k = 0;
         for (const cJSON *v = b->child; v; v = v->next) by[k++] = cJSON_IsNumber(v) ? v->valuedouble : 0;
         cum[0] = 0;
-        for (int c = 0; c < nc; c++) cum[c + 1] = cum[c] + by[c] / GIB;
+        for (int c = 0; c < nc; c++) cum[c + 1] = cum[c] + by[c] / unit;
         row[0] = x;
         for (int c = 0; c <= nc; c++) row[c + 1] = cum[c];
         tlm_plot_row(p, nc + 2, row);
-        const double fp = tlm_plot_json_num(e, "footprint", 0) / GIB;
+        const double fp = tlm_plot_json_num(e, "footprint", 0) / unit;
         if (cum[nc] > ymax) ymax = cum[nc];
         if (fp > ymax) ymax = fp;
         if (x >= last_step_begin && cum[nc] > peak) {
@@ -86,7 +97,7 @@ static tlm_status timeline(tlm_plot *p, const cJSON *const *docs, const char *co
     tlm_plot_data_begin(p, "footprint");
     x = 0;
     for (const cJSON *e = events->child; e; e = e->next, x++)
-        tlm_plot_row(p, 2, (double[]){x, tlm_plot_json_num(e, "footprint", 0) / GIB});
+        tlm_plot_row(p, 2, (double[]){x, tlm_plot_json_num(e, "footprint", 0) / unit});
     tlm_plot_data_end(p);
 
     /* phases shaded, steps marked */
@@ -119,19 +130,23 @@ static tlm_status timeline(tlm_plot *p, const cJSON *const *docs, const char *co
     snprintf(title, sizeof title, "tlm memory: %s", tlm_plot_json_str(meta, "title", path));
     tlm_plot_cmd(p, "set title %s", tlm_plot_str(p, title));
     tlm_plot_cmd(p, "set xlabel 'allocation events (program order)'");
-    tlm_plot_cmd(p, "set ylabel 'GiB in use (2^{30} bytes)'");
+    tlm_plot_cmd(p, gib ? "set ylabel 'GiB in use (2^{30} bytes)'" : "set ylabel 'MiB in use (2^{20} bytes)'");
     tlm_plot_cmd(p, "set key outside right top vertical Left reverse noautotitle");
     tlm_plot_cmd(p, "set grid ytics lc rgb '#dddddd'");
     tlm_plot_cmd(p, "set xrange [0:%d]", ne > 0 ? ne : 1);
-    tlm_plot_cmd(p, "set yrange [0:%g]", ymax > 0 ? ymax * 1.12 : 1);
+    tlm_plot_cmd(p, "set yrange [0:%g]", ymax > 0 ? ymax * 1.16 : 1);
     if (peak >= 0) {
         char label[96];
-        if (peak >= 1) snprintf(label, sizeof label, "peak %.2f GiB", peak);
-        else snprintf(label, sizeof label, "peak %.2f MiB", peak * 1024);
-        tlm_plot_cmd(p, "set label %s at %g, %g center front offset 0,0.8 font ',10'", tlm_plot_str(p, label), peak_x,
-                     peak);
-        tlm_plot_cmd(p, "set arrow from %g, %g to %g, %g head size graph 0.01,20 front lc rgb 'black'", peak_x,
-                     peak + ymax * 0.04, peak_x, peak);
+        if (gib && peak >= 1) snprintf(label, sizeof label, "peak %.2f GiB", peak);
+        else snprintf(label, sizeof label, "peak %.2f MiB", gib ? peak * 1024 : peak);
+        /* the pointer rises from the peak to below the label, which sits above it on an opaque box (the
+         * footprint's line may pass there) */
+        const double top = peak + ymax * 0.05;
+        tlm_plot_cmd(p, "set style textbox opaque fc rgb 'white' noborder margins 2,1");
+        tlm_plot_cmd(p, "set label %s at %g, %g center front boxed offset 0,0.9 font ',10'", tlm_plot_str(p, label),
+                     peak_x, top);
+        tlm_plot_cmd(p, "set arrow from %g, %g to %g, %g head size graph 0.01,20 front lc rgb 'black'", peak_x, top,
+                     peak_x, peak);
     }
     /* the stacked categories, the footprint, and key entries for the phases */
     char plot[4096];
@@ -229,7 +244,10 @@ static tlm_status context(tlm_plot *p, const cJSON *const *docs, const char *con
         }
     }
     if (!ns) return tlm_fail(TLM_ERR_FORMAT, "%s: no rows to plot", paths[0]);
-    const double top = ymax > 0 ? ymax * 1.15 : 1;
+    /* the axis's unit: GiB from 1 GiB on, else MiB */
+    const bool gib = ymax >= 1;
+    const double scale = gib ? 1 : 1024;
+    const double top = ymax > 0 ? ymax * scale * 1.15 : 1;
     char name[32];
     for (int i = 0; i < ns; i++) {
         /* points in context order */
@@ -244,12 +262,13 @@ static tlm_status context(tlm_plot *p, const cJSON *const *docs, const char *con
             }
         snprintf(name, sizeof name, "s%d", i);
         tlm_plot_data_begin(p, name);
-        for (int k = 0; k < s[i].n; k++) tlm_plot_row(p, 3, (double[]){s[i].ctx[k], s[i].gib[k], s[i].oom[k] ? top * 0.97 : NAN});
+        for (int k = 0; k < s[i].n; k++)
+            tlm_plot_row(p, 3, (double[]){s[i].ctx[k], s[i].gib[k] * scale, s[i].oom[k] ? top * 0.97 : NAN});
         tlm_plot_data_end(p);
     }
     tlm_plot_cmd(p, "set title 'Peak memory of a step against the context length'");
     tlm_plot_cmd(p, "set xlabel 'context length (tokens)'");
-    tlm_plot_cmd(p, "set ylabel 'peak GiB (2^{30} bytes)'");
+    tlm_plot_cmd(p, gib ? "set ylabel 'peak GiB (2^{30} bytes)'" : "set ylabel 'peak MiB (2^{20} bytes)'");
     tlm_plot_cmd(p, "set logscale x 2");
     tlm_plot_cmd(p, "set key outside right top vertical Left reverse");
     tlm_plot_cmd(p, "set grid lc rgb '#dddddd'");

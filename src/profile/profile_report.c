@@ -214,7 +214,7 @@ static void layer_table(tlm_report *rep, tlm_prof_run *runs, int n, bool foreign
                 const tlm_prof_layer_row *r = &runs[i].s.layers[k];
                 if (!shown(o, r->phase)) continue;
                 row_begin(rep, &runs[i], tlm_phase_name(r->phase));
-                tlm_report_int(rep, "layer", r->layer);
+                if (r->layer >= 0) tlm_report_int(rep, "layer", r->layer); /* else none: outside the blocks */
                 tlm_report_num(rep, "per_step_us", r->per_step_us);
                 tlm_report_num(rep, "pct_of_phase", r->pct_of_phase);
                 tlm_report_row_end(rep);

@@ -190,6 +190,7 @@ static char *state_json(const tlm_train *t, const tlm_train_sources *src) {
     cJSON_AddNumberToObject(r, "world_size", t->world_size);
     cJSON_AddItemToObject(r, "train_data", json_source(src->train_data_path, t->train_data));
     cJSON_AddItemToObject(r, "val_data", json_source(src->val_data_path, t->val_data));
+    if (src->model_name) cJSON_AddStringToObject(r, "model", src->model_name);
     cJSON *d = cJSON_AddObjectToObject(root, "data");
     cJSON_AddStringToObject(d, "seed", seed);
     cJSON_AddNumberToObject(d, "next_draw", (double)t->step);
@@ -246,6 +247,12 @@ tlm_status tlm_checkpoint_save(const tlm_train *t, const tlm_train_sources *src,
     if (!tmpl || !final) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     else if (!mkdtemp(tmpl)) s = tlm_fail(TLM_ERR_IO, "%s: cannot create a temporary directory: %s", root, strerror(errno));
     bool made = s == TLM_OK;
+    if (made) { /* mkdtemp made it 0700; a step directory gets the usual mode, as mkdir gives ROOT */
+        const mode_t mask = umask(0);
+        umask(mask);
+        if (chmod(tmpl, 0777 & ~mask) != 0)
+            s = tlm_fail(TLM_ERR_IO, "%s: cannot set its mode: %s", tmpl, strerror(errno));
+    }
     if (s == TLM_OK) {
         weights = path_join(tmpl, "weights.safetensors");
         optim = path_join(tmpl, "optimizer.safetensors");
@@ -416,6 +423,9 @@ static void read_state(reader *rd, const cJSON *root, tlm_checkpoint *ck) {
         if (rd->s == TLM_OK && !ck->train_data_path)
             rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: field 'train_data' is null", rd->path);
         source(rd, r, "val_data", &ck->val_data_path, &ck->val_data_tokens);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(r, "model"); /* optional: not in older ones */
+        if (rd->s == TLM_OK && cJSON_IsString(name) && !(ck->model_name = strdup(name->valuestring)))
+            rd->s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: out of memory", rd->path);
         if (rd->s == TLM_OK && tlm_train_config_check(c) != TLM_OK)
             rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: %s", rd->path, tlm_last_error());
     }
@@ -512,6 +522,11 @@ tlm_status tlm_checkpoint_open(const char *path, tlm_checkpoint *ck) {
         if (s == TLM_OK && ck->config.context_length > ck->model.context_length)
             s = tlm_fail(TLM_ERR_FORMAT, "%s: the recipe's context length %d exceeds the model's %d", state,
                          ck->config.context_length, ck->model.context_length);
+        if (s == TLM_OK && !ck->model_name) { /* an older checkpoint: named from its sizes */
+            char name[64];
+            tlm_config_name(&ck->model, name, sizeof name);
+            if (!(ck->model_name = strdup(name))) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: out of memory", state);
+        }
     }
     free(text);
     free(state);
@@ -528,6 +543,7 @@ void tlm_checkpoint_close(tlm_checkpoint *ck) {
     free(ck->dir);
     free(ck->train_data_path);
     free(ck->val_data_path);
+    free(ck->model_name);
     free(ck->log);
     memset(ck, 0, sizeof *ck);
 }

@@ -189,6 +189,8 @@ typedef struct {
     double t0, tick;          /* the run's start; the end of the last step (or of what followed it) */
     double window_s, window_comm;
     int64_t window_steps;
+    double last_step_s;       /* the last step's time */
+    double eval_s;            /* the last evaluation's time; 0 before the first */
     double step_flops;        /* 3 x forward matmul FLOPs of a rank's step */
     double tokens_per_step;   /* every rank's */
 } run_clock;
@@ -212,6 +214,7 @@ static tlm_train_window clock_step(const tlm_train *t, const tlm_train_run_confi
                                    tlm_train_run_result *res) {
     const double now = now_s(), dt = now - k->tick;
     k->tick = now;
+    k->last_step_s = dt;
     res->train_s += dt;
     k->window_s += dt;
     k->window_steps++;
@@ -247,9 +250,12 @@ static tlm_status after_step(tlm_train *t, const tlm_train_run_config *c, run_cl
     const tlm_train_window w = clock_step(t, c, k, res);
     if (eval) {
         TLM_TRY(tlm_train_eval(t, &e->val_loss));
+        k->eval_s = now_s() - k->tick;
         k->tick = now_s();
     }
-    const double eta = res->train_s / (double)(t->step - res->first_step) * (double)(r->steps - t->step);
+    /* a step's time: the steady steps' mean once the first (slow: plans, caches) are past, else the last's */
+    const double step_s = res->steady_steps > 0 ? res->steady_s / (double)res->steady_steps : k->last_step_s;
+    const double eta = tlm_train_eta(t, step_s, k->eval_s);
     const bool row = row_due(e, c->log_every, r->steps) || stopping;
     if (c->progress) tlm_train_progress_step(c->progress, e, r->steps, &w, eta, row);
     if (row) {
@@ -260,6 +266,17 @@ static tlm_status after_step(tlm_train *t, const tlm_train_run_config *c, run_cl
     }
     if (save && t->rank == 0) return save_checkpoint(t, c, k, res);
     return TLM_OK;
+}
+
+double tlm_train_eta(const tlm_train *t, double step_s, double eval_s) {
+    const int64_t steps = t->config.steps, step = t->step, every = t->config.eval_every;
+    if (step >= steps) return 0;
+    int64_t evals = 0;
+    if (t->val_data) {
+        evals = every > 0 ? steps / every - step / every : 0;
+        if (every <= 0 || steps % every != 0) evals++; /* the last step's */
+    }
+    return step_s * (double)(steps - step) + eval_s * (double)evals;
 }
 
 static tlm_status run_steps(tlm_train *t, const tlm_train_run_config *c, tlm_train_run_result *res) {

@@ -99,6 +99,9 @@ expect_fail "--stepfactor: 1 is out of range" "$TLM" allreduce --backend mpi -F 
 expect_fail "unknown dtype 'fp8'" "$TLM" allreduce --backend mpi -T fp8
 expect_fail "unknown reduction 'max'" "$TLM" allreduce --backend mpi --op max
 expect_fail "unknown backend 'gloo'" "$TLM" allreduce --backend gloo
+if ! "$TLM" --version | grep -q 'GPU present'; then # without a GPU NCCL cannot run: the MPI backend is the way
+  expect_fail "on CPU processes use --backend mpi" "$TLM" allreduce --backend nccl
+fi
 expect_fail "--backend takes one value without --sweep" "$TLM" allreduce --backend mpi,nccl
 expect_fail "--nproc goes with --sweep" "$TLM" allreduce --backend mpi --nproc 2
 expect_fail "--device cpu conflicts with --backend nccl" "$TLM" allreduce --device cpu --backend nccl

@@ -64,4 +64,17 @@ expect_fail "give both --inputs and --targets" step --inputs "$X"
 expect_fail "nodir" bench --model tiny --context-length 8 --out "$TMP/nodir/out.json"
 check "no file left in a directory that does not exist" test ! -e "$TMP/nodir"
 expect_fail "nodir" step --weights "$W" --inputs "$X" --targets "$Y" --out-grads "$TMP/nodir/g.safetensors"
+# the help texts: the shared flags' lines wrapped to 106 columns; a flag whose meaning differs says the command's
+for c in bench train step profile memory attention "precision layernorm" "precision autocast"; do
+  check "tlm $c --help: the flags' lines fit in 106 columns" test -z "$("$TLM" $c --help | sed -n '/^  -/,$p' | \
+    grep -v '^Data parallelism\|^  mpirun\|global batch' | awk 'length > 106')"
+done
+check "tlm attention --help: the seed is of q, k, v" grep -q -- '--seed N  *seed of the random q, k, v and dout' \
+  <<<"$("$TLM" attention --help)"
+check "tlm attention --help: warm-up passes, not steps" grep -q -- '--warmup N  *untimed warm-up passes' \
+  <<<"$("$TLM" attention --help)"
+check "tlm attention --help: the precision is the dtype of q, k, v" grep -q -- '--precision LIST  *comma list: the dtype of q' \
+  <<<"$("$TLM" attention --help)"
+check "tlm precision layernorm --help: the seed is of the inputs" grep -q -- '--seed N  *seed of the random inputs z' \
+  <<<"$("$TLM" precision layernorm --help)"
 finish

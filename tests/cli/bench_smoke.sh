@@ -50,6 +50,18 @@ sweep_last=$(last_losses <<<"$out")
 run_ok "its last row alone" "${S[@]}" --batch-size 4 --precision bf16
 alone=$(last_losses <<<"$out")
 check "the sweep's last row has the losses of the row alone ($alone)" test "${#alone}" -gt 4 -a "$sweep_last" = "$alone"
+# "vs fp32" is filled whatever the order of the rows: the fp32 row after the bf16 one, the rows in the given order
+V=("$TLM" bench --device cpu --model tiny --context-length 16 --batch-size 2 --warmup 0 --steps 1 --pass forward)
+expect_ok "bf16 then fp32" "${V[@]}" --precision bf16,fp32 -f csv -o "$TMP/v.csv"
+check "the bf16 row, first, has its speed-up over the fp32 row after it" python3 -c "
+import csv
+rows = list(csv.DictReader(l for l in open('$TMP/v.csv') if not l.startswith('#')))
+assert [r['precision'] for r in rows] == ['bf16', 'fp32'], rows
+f = lambda r: float(r['fwd_ms_mean'])
+assert abs(float(rows[0]['speedup_vs_fp32']) - f(rows[1]) / f(rows[0])) < 1e-3 * f(rows[1]) / f(rows[0]), rows[0]
+assert rows[1]['speedup_vs_fp32'] == '', rows[1]"
+run_ok "bf16 then fp32, a table" "${V[@]}" --precision bf16,fp32
+check "the table's bf16 row comes first" test "$(grep -E '^tiny +16 ' <<<"$out" | awk '{print $4}' | tr '\n' ' ')" = "bf16 fp32 "
 expect_fail "--max-context device: the cpu backend has no device memory to size" "${B[@]}" --max-context device
 expect_fail "--max-context: " "${B[@]}" --max-context 0
 finish

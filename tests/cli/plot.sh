@@ -5,7 +5,8 @@
 # sweep is drawn by allreduce.sh) and nccl-tests' (its text through bench/peers/nccl_tests_json.py),
 # rendered as PNG and SVG when gnuplot is present (skipped with a message when not); without gnuplot a
 # clear error naming the Debian package; bad input (an unknown kind, a file that is not JSON, the wrong
-# JSON for the kind) gives a clear error and no picture.
+# JSON for the kind) gives a clear error and no picture. Last, every kind of the registry (each named by
+# tlm --help) drawn from sample data: its PNG at the kind's default size, each data series in its key.
 source "$(dirname "$0")/lib.bash"
 M=("$TLM" memory --device cpu --model tiny --batch-size 2 --top 0)
 expect_ok "a timeline and a report to draw" "${M[@]}" --context-length 16,32 --timeline "$TMP/t.json" \
@@ -116,5 +117,56 @@ if command -v gnuplot >/dev/null || [ -n "${TLM_GNUPLOT:-}" ]; then
   check "no all-reduce picture after bad input" test -z "$(ls "$TMP" | grep '^bad\.\(png\|svg\)')"
 else
   echo "skip   the all-reduce pictures: gnuplot is not installed (Debian: apt-get install gnuplot-nox)"
+fi
+
+# ---- every kind of the registry, drawn at its default size from sample data ----------------------------------------
+# tlm --help lists them all; each kind's PNG has the kind's size and each data series is named in its SVG
+KINDS="memory-timeline memory-context loss-curve allreduce-size allreduce-nproc allreduce-backends ddp-buckets ddp-scaling"
+for k in $KINDS; do check "tlm --help lists plot kind $k" grep -q -- "$k" <<<"$("$TLM" --help)"; done
+check "tlm --help names 8 plot kinds" test "$("$TLM" --help | grep -oE '(memory|loss|allreduce|ddp)-[a-z]+' | sort -u | wc -l)" -eq 8
+printf '%s\n' 'import array, random' 'r = random.Random(5); a = array.array("H"); x = 0' \
+  'for i in range(6000):' '    x = (x + 1) % 200 if r.random() < 0.8 else r.randrange(256); a.append(x)' \
+  'open("'"$TMP"'/tr.bin", "wb").write(a[:5000].tobytes()); open("'"$TMP"'/va.bin", "wb").write(a[5000:].tobytes())' |
+  python3 -
+expect_ok "a 4-step training log" "$TLM" train --device cpu --model tiny --vocab-size 256 --train-data "$TMP/tr.bin" \
+  --val-data "$TMP/va.bin" --steps 4 --batch-size 2 --context-length 16 --eval-every 2 --eval-batches 1 --log "$TMP/loss.json"
+brow() { # ranks batch ddp bucket_mb step_ms: a tlm bench row of the train pass
+  printf '{"model": "tiny", "context_length": 32, "batch_size": %s, "precision": "fp32", "pass": "train", "ranks": %s, ' "$2" "$1"
+  printf '"ddp": "%s", "bucket_mb": %s, "grad_reduce_dtype": "fp32", "zero": 0, "cuda_graphs": false, "step_ms_mean": %s, ' \
+    "$3" "$4" "$5"
+  printf '"tokens_per_s": %s, "status": "ok"}' "$(( $2 * 32 * 1000 / $5 ))"
+}
+echo "{\"tool\": \"tlm bench\", \"device\": \"cpu\", \"rows\": [$(brow 2 4 bucketed 1 52), $(brow 2 4 bucketed 25 45),
+  $(brow 2 4 bucketed 100 49), $(brow 3 6 bucketed 25 47)]}" > "$TMP/ddp.json"
+echo "{\"tool\": \"tlm bench\", \"device\": \"cpu\", \"rows\": [$(brow 1 2 none null 40), $(brow 1 4 none null 75),
+  $(brow 1 6 none null 110)]}" > "$TMP/ddp-one.json"
+# kind | inputs | PNG width x height | what each series' key says
+cases=(
+  "memory-timeline|$T|1200x700|parameters;activations;held from the device"
+  "memory-context|$TMP/r.json|1200x700|tlm tiny fp32 train"
+  "loss-curve|$TMP/loss.json|1400x600|tiny* fp32 train;tiny* fp32 validation"
+  "allreduce-size|$TMP/ar-tlm.json $TMP/ar-gloo.json|1200x700|tlm mpi (auto), 2 ranks;torch gloo, 3 ranks"
+  "allreduce-nproc|$TMP/ar-tlm.json $TMP/ar-gloo.json|1200x700|tlm mpi (auto), 1 MB;torch gloo, 100 MB"
+  "allreduce-backends|$TMP/ar-tlm.json $TMP/ar-gloo.json|1380x580|tlm mpi (auto);torch gloo"
+  "ddp-buckets|$TMP/ddp.json $TMP/ddp-one.json|920x640|tlm, 2 processes, fp32 reduction;tlm, 3 processes, fp32 reduction;tlm, 1 process, 2 rows: 40.0 ms"
+  "ddp-scaling|$TMP/ddp.json $TMP/ddp-one.json|1200x700|against 1 process with a rank's rows;against 1 process with the whole batch;ideal (N-fold)"
+)
+png_size() { python3 -c "import struct, sys; d = open(sys.argv[1], 'rb').read(24)
+assert d[:8] == b'\x89PNG\r\n\x1a\n' and d[12:16] == b'IHDR'; print('%dx%d' % struct.unpack('>II', d[16:24]))" "$1"; }
+if command -v gnuplot >/dev/null || [ -n "${TLM_GNUPLOT:-}" ]; then
+  for c in "${cases[@]}"; do
+    IFS='|' read -r kind inputs size series <<<"$c"
+    # shellcheck disable=SC2086 # the inputs are words
+    expect_ok "$kind: drawn" "$TLM" plot "$kind" $inputs --out "$TMP/k-$kind"
+    check "$kind: the PNG is ${size} (got $(png_size "$TMP/k-$kind.png" 2>&1)) and not blank ($(stat -c %s "$TMP/k-$kind.png") bytes)" \
+      test "$(png_size "$TMP/k-$kind.png" 2>&1)" = "$size" -a "$(stat -c %s "$TMP/k-$kind.png")" -gt 5000
+    IFS=';' read -ra names <<<"$series"
+    for name in "${names[@]}"; do
+      check "$kind: the series '$name' is drawn" grep -qF -- "$name" "$TMP/k-$kind.svg"
+    done
+  done
+  check "every kind drawn" test "$(ls "$TMP"/k-*.png | wc -l)" -eq 8
+else
+  echo "skip   every kind: gnuplot is not installed (Debian: apt-get install gnuplot-nox)"
 fi
 finish

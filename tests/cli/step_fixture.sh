@@ -21,5 +21,10 @@ expect_ok "flash: logits match PyTorch (rtol 1e-5)" "$TLM" compare --rtol 1e-5 "
 expect_ok "flash: every gradient matches PyTorch (rtol 1e-5)" "$TLM" compare --rtol 1e-5 "$TMP/grads_flash.safetensors" "$F/grads.safetensors"
 # the comparison can fail: the initial weights are not the weights after 3 steps
 expect_fail "OVER" "$TLM" compare --rtol 1e-5 "$F/weights.safetensors" "$F/weights_after_3_steps.safetensors"
+# weights saved by torch.save (a zip archive) are named for what they are, with the conversion to safetensors
+printf 'PK\003\004\000\000\010\000archive/data.pkl' > "$TMP/model.pt"
+expect_fail "model.pt: this is a PyTorch file" "$TLM" step --device cpu --model tiny --weights "$TMP/model.pt" \
+  --inputs "$F/inputs.npy" --targets "$F/targets.npy"
+expect_fail "safetensors.torch.save_file(model.state_dict()" "$TLM" compare "$TMP/model.pt" "$F/weights.safetensors"
 check "no temporary files left" test -z "$(find "$TMP" -name '*.tmp')"
 finish

@@ -12,6 +12,10 @@ if [ ! -d "$CORPUS" ]; then
   echo "FAIL   $CORPUS is missing: install Debian's fortunes-min (tools/install-deps.sh does)"; exit 1
 fi
 expect_ok "make_tokens.py: fortunes-min -> byte-level tokens" python3 tools/make_tokens.py --out "$TMP/fortunes"
+touch "$TMP/ref-file"
+check "make_tokens.py's files have the mode any new file gets ($(stat -c %a "$TMP/ref-file"), not mkstemp's 0600)" \
+  test "$(stat -c %a "$TMP/fortunes-train.bin")" = "$(stat -c %a "$TMP/ref-file")" \
+  -a "$(stat -c %a "$TMP/fortunes-val.bin")" = "$(stat -c %a "$TMP/ref-file")"
 # the unigram entropy (nats) of the whole corpus, from the counts of its uint16 ids
 entropy=$(cat "$TMP/fortunes-train.bin" "$TMP/fortunes-val.bin" | od -An -v -tu2 | tr -s ' ' '\n' | grep -v '^$' |
           sort -n | uniq -c | awk '{c[NR]=$1; n+=$1} END {for (i in c) h -= c[i]/n * log(c[i]/n); printf "%.6f", h}')

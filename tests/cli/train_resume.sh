@@ -19,6 +19,9 @@ args=(train --device cpu --model tiny --vocab-size 256 --train-data "$TMP/train.
       --eval-every 5 --eval-batches 2 --save-every 5 --log-every 1)
 run() { "$TLM" "${args[@]}" "$@"; }
 expect_ok "run A: 40 steps, a checkpoint every 5" run --checkpoint-dir "$TMP/A" --log "$TMP/A.csv"
+mkdir "$TMP/ref-dir"
+check "a step directory has the mode mkdir gives ($(stat -c %a "$TMP/ref-dir"), not mkdtemp's 0700)" \
+  test "$(stat -c %a "$TMP/A/step-00000040")" = "$(stat -c %a "$TMP/ref-dir")"
 check "A: checkpoints at 5, 10, ..., 40 and latest = step-00000040" \
   test -d "$TMP/A/step-00000005" -a -d "$TMP/A/step-00000035" -a "$(cat "$TMP/A/latest")" = step-00000040
 
@@ -49,6 +52,8 @@ out=$("$TLM" step --device cpu --weights "$TMP/A/step-00000040/weights.safetenso
 check "tlm step --weights A/step-00000040/weights.safetensors runs (exit $rc: ${out%%$'\n'*})" test $rc -eq 0
 # --keep-checkpoints: the newest N step directories stay
 expect_ok "resume A to 45 keeping 2 checkpoints" run --resume "$TMP/A" --steps 45 --keep-checkpoints 2 --log "$TMP/A45.json"
+check "the resumed run's log names its model as the first run did (tiny*), not 'checkpoint'" python3 -c "
+import json; d = json.load(open('$TMP/A45.json')); assert d['model'] == 'tiny*', d['model']"
 check "A keeps step-00000040 and step-00000045 only" \
   test "$(ls "$TMP/A" | grep -c '^step-')" -eq 2 -a -d "$TMP/A/step-00000045" -a "$(cat "$TMP/A/latest")" = step-00000045
 finish

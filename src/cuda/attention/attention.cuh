@@ -210,8 +210,8 @@ __host__ __device__ __forceinline__ int64_t tlm_cuda_flash_dq_tiled_index(int64_
  * per SM (16.6 MiB on a 132-SM H100: the forward's partials of 2 x SMs tiles of 128 rows at
  * d_head 128, or the backward's dK, dV accumulators of B*H*Tk = SMs x 128 keys at d_head 128),
  * allocated by the first launch that splits, outside graph capture (tracked: TLM_MEM_WORKSPACE,
- * "cuda.flash_split"; freed with the backend), never regrown (a captured graph keeps its
- * address); NULL while capturing before it exists, or when it could not be allocated: the caller
+ * "cuda.flash_split"; freed with the backend or by tlm_backend_release_workspaces), never
+ * regrown (a captured graph keeps its address); NULL while capturing before it exists, or when it could not be allocated: the caller
  * then runs unsplit. *floats: its size. Its users run in stream order on the compute stream, one
  * op at a time.
  * tlm_cuda_flash_split_combine: merges S partial results into out (B,Tq,H*D) dt (row stride
