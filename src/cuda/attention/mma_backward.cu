@@ -27,6 +27,7 @@
 
 #include "cuda/attention/attention.cuh"
 #include "cuda/attention/common.cuh"
+#include "cuda/attention/mma.cuh"
 
 /* ---- backward ------------------------------------------------------------------------------ */
 
@@ -323,33 +324,15 @@ template <int DD, typename F> static bool fa_bwd_with(const tlm_attn_tile *t, F 
     return false;
 }
 
+/* the backward pass for fa_mma_occupancy (mma.cuh) */
+struct fa_bwd_pass {
+    template <int DD, typename F> static bool with(const tlm_attn_tile *t, F &&f) { return fa_bwd_with<DD>(t, f); }
+    template <typename E, int DD, typename C, bool SPLIT>
+    static constexpr auto kernel = flash_bwd_kernel<E, DD, C::br, C::warps, C::rk, C::minb, SPLIT>;
+};
+
 int tlm_attn_mma_backward_occupancy(tlm_dtype dt, const tlm_attn_tile *t, bool split) {
-    const char *op = "flash_attention_backward";
-    int occ = 1;
-    tlm_cuda_dispatch(dt, op, [&](auto tag) {
-        using E = typename decltype(tag)::type;
-        if constexpr (!std::is_same<E, float>::value) {
-            tlm_cuda_flash_dispatch_d(t->d, op, [&](auto dc) {
-                constexpr int DD = decltype(dc)::value;
-                fa_bwd_with<DD>(t, [&](auto cfg) {
-                    using C = decltype(cfg);
-                    constexpr size_t smem = C::template smem<E, DD>();
-                    if constexpr (C::is_long) {
-                        if (split) {
-                            constexpr auto kernel = flash_bwd_kernel<E, DD, C::br, C::warps, C::rk, C::minb, true>;
-                            tlm_cuda_set_smem<kernel>(op, smem);
-                            occ = tlm_cuda_occupancy<kernel>(op, C::warps * 32, smem);
-                            return;
-                        }
-                    }
-                    constexpr auto kernel = flash_bwd_kernel<E, DD, C::br, C::warps, C::rk, C::minb, false>;
-                    tlm_cuda_set_smem<kernel>(op, smem);
-                    occ = tlm_cuda_occupancy<kernel>(op, C::warps * 32, smem);
-                });
-            });
-        }
-    });
-    return occ;
+    return fa_mma_occupancy<fa_bwd_pass>(dt, t, split, "flash_attention_backward");
 }
 
 /* the workspace: the dQ accumulator (B,H,Tq,D) first (16-byte aligned for float4 atomics), then delta */

@@ -42,6 +42,7 @@
 
 #include "cuda/attention/attention.cuh"
 #include "cuda/attention/common.cuh"
+#include "cuda/attention/mma.cuh"
 
 /* ---- forward --------------------------------------------------------------------------------- */
 
@@ -270,33 +271,15 @@ template <int DD, typename F> static bool fa_fwd_with(const tlm_attn_tile *t, F 
     return false;
 }
 
+/* the forward pass for fa_mma_occupancy (mma.cuh) */
+struct fa_fwd_pass {
+    template <int DD, typename F> static bool with(const tlm_attn_tile *t, F &&f) { return fa_fwd_with<DD>(t, f); }
+    template <typename E, int DD, typename C, bool SPLIT>
+    static constexpr auto kernel = flash_fwd_kernel<E, DD, C::bc, C::warps, C::r, C::minb, SPLIT>;
+};
+
 int tlm_attn_mma_forward_occupancy(tlm_dtype dt, const tlm_attn_tile *t, bool split) {
-    const char *op = "flash_attention_forward";
-    int occ = 1;
-    tlm_cuda_dispatch(dt, op, [&](auto tag) {
-        using E = typename decltype(tag)::type;
-        if constexpr (!std::is_same<E, float>::value) {
-            tlm_cuda_flash_dispatch_d(t->d, op, [&](auto dc) {
-                constexpr int DD = decltype(dc)::value;
-                fa_fwd_with<DD>(t, [&](auto cfg) {
-                    using C = decltype(cfg);
-                    constexpr size_t smem = C::template smem<E, DD>();
-                    if constexpr (C::is_long) {
-                        if (split) {
-                            constexpr auto kernel = flash_fwd_kernel<E, DD, C::bc, C::warps, C::r, C::minb, true>;
-                            tlm_cuda_set_smem<kernel>(op, smem);
-                            occ = tlm_cuda_occupancy<kernel>(op, C::warps * 32, smem);
-                            return;
-                        }
-                    }
-                    constexpr auto kernel = flash_fwd_kernel<E, DD, C::bc, C::warps, C::r, C::minb, false>;
-                    tlm_cuda_set_smem<kernel>(op, smem);
-                    occ = tlm_cuda_occupancy<kernel>(op, C::warps * 32, smem);
-                });
-            });
-        }
-    });
-    return occ;
+    return fa_mma_occupancy<fa_fwd_pass>(dt, t, split, "flash_attention_forward");
 }
 
 void tlm_attn_mma_forward(tlm_backend *be, const tlm_attn_choice *c, const tlm_attn_fwd_args *a, float *part) {
