@@ -40,11 +40,11 @@ static const cli_use train_uses[] = {
 static const struct option train_options[] = {
     {"train-data", required_argument, 0, OPT_TRAIN_DATA}, {"val-data", required_argument, 0, OPT_VAL_DATA},
     {"steps", required_argument, 0, OPT_STEPS},           {"tokens", required_argument, 0, OPT_TOKENS},
+    {"max-grad-norm", required_argument, 0, OPT_MAX_GRAD_NORM},
     {"lr-max", required_argument, 0, OPT_LR_MAX},         {"lr-min", required_argument, 0, OPT_LR_MIN},
     {"warmup-iters", required_argument, 0, OPT_WARMUP_ITERS}, {"cosine-cycle-iters", required_argument, 0, OPT_COSINE_ITERS},
     {"beta1", required_argument, 0, OPT_BETA1},           {"beta2", required_argument, 0, OPT_BETA2},
     {"eps", required_argument, 0, OPT_EPS},               {"weight-decay", required_argument, 0, OPT_WD},
-    {"max-grad-norm", required_argument, 0, OPT_MAX_GRAD_NORM},
     {"eval-every", required_argument, 0, OPT_EVAL_EVERY}, {"eval-batches", required_argument, 0, OPT_EVAL_BATCHES},
     {"save-every", required_argument, 0, OPT_SAVE_EVERY}, {"checkpoint-dir", required_argument, 0, OPT_CKPT_DIR},
     {"keep-checkpoints", required_argument, 0, OPT_KEEP}, {"resume", required_argument, 0, OPT_RESUME},

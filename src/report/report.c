@@ -356,9 +356,8 @@ static void line_write(line_buf *l, FILE *f) {
 static void write_table_heading(tlm_report *r) {
     if (r->table_started) return;
     r->table_started = true;
-    for (int i = 0; i < 2; i++) {
-        const sink *s = &r->sinks[i];
-        if (!s->f || s->fmt == TLM_FORMAT_JSON) continue;
+    for (const sink *s = r->sinks; s < r->sinks + 2; s++) {
+        if (!s->f || s->fmt == TLM_FORMAT_JSON) continue; /* JSON: the tables at the close */
         if (s->fmt == TLM_FORMAT_TABLE) {
             bool units = false;
             for (int c = 0; c < r->ncols; c++) units |= r->show[c] && r->cols[c].unit && r->cols[c].unit[0];

@@ -540,11 +540,8 @@ tlm_status tlm_checkpoint_open(const char *path, tlm_checkpoint *ck) {
 
 void tlm_checkpoint_close(tlm_checkpoint *ck) {
     if (ck->weights.buffer || ck->weights.tensors) tlm_safetensors_free(&ck->weights);
-    free(ck->dir);
-    free(ck->train_data_path);
-    free(ck->val_data_path);
-    free(ck->model_name);
-    free(ck->log);
+    void *owned[] = {ck->dir, ck->train_data_path, ck->val_data_path, ck->model_name, ck->log};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
     memset(ck, 0, sizeof *ck);
 }
 

@@ -44,4 +44,21 @@ template <typename P> static int fa_mma_occupancy(tlm_dtype dt, const tlm_attn_t
     return occ;
 }
 
+/* The kernel that runs configuration C of pass P: its split-KV instantiation when split (which only
+ * a LONG line has: a split of a SHORT line is fatal), else the plain one; the shared-memory limit
+ * of each instantiation the line has is raised to C's size first. */
+template <typename P, typename E, int DD, typename C> static auto fa_mma_kernel(bool split, const char *op) {
+    constexpr size_t smem = C::template smem<E, DD>();
+    constexpr auto plain = P::template kernel<E, DD, C, false>;
+    tlm_cuda_set_smem<plain>(op, smem);
+    if constexpr (C::is_long) {
+        constexpr auto split_kernel = P::template kernel<E, DD, C, true>;
+        tlm_cuda_set_smem<split_kernel>(op, smem);
+        if (split) return split_kernel;
+    } else if (split) {
+        tlm_fatal("%s: a split of a line with no split-KV kernel", op);
+    }
+    return plain;
+}
+
 #endif

@@ -374,40 +374,25 @@ void tlm_attn_mma_backward(tlm_backend *be, const tlm_attn_choice *c, const tlm_
     cudaStream_t st = tlm_cuda_stream(be);
     float *dq_acc = fa_dq_acc(a), *delta = fa_delta(a);
     const tlm_attn_tile *t = c->tile;
-    tlm_cuda_dispatch(a->dt, op, [&](auto tag) {
+    fa_mma_dispatch(a->dt, a->D, op, [&](auto tag, auto dc) {
         using E = typename decltype(tag)::type;
-        if constexpr (!std::is_same<E, float>::value) {
-            tlm_cuda_flash_dispatch_d(a->D, op, [&](auto dc) {
-                constexpr int DD = decltype(dc)::value;
-                auto launch = [&](auto cfg) {
-                    using C = decltype(cfg);
-                    constexpr int WARPS = C::warps, BR = C::br, RK = C::rk, BC = C::bc;
-                    constexpr auto kernel = flash_bwd_kernel<E, DD, BR, WARPS, RK, C::minb, false>;
-                    constexpr size_t smem = C::template smem<E, DD>();
-                    tlm_cuda_set_smem<kernel>(op, smem);
-                    /* split query ranges (LONG lines) as the selector planned them, dkv the dK, dV
-                     * accumulators (the split buffer: tlm_alloc, 256-byte aligned) */
-                    const int S = dkv ? c->split : 1, split_q = dkv ? c->split_len : 0;
-                    auto chosen = kernel;
-                    if constexpr (C::is_long) {
-                        constexpr auto split_kernel = flash_bwd_kernel<E, DD, BR, WARPS, RK, C::minb, true>;
-                        tlm_cuda_set_smem<split_kernel>(op, smem);
-                        if (dkv) chosen = split_kernel;
-                    } else if (dkv) {
-                        tlm_fatal("%s: a split of a line with no split-KV kernel", op);
-                    }
-                    const dim3 grid((unsigned)((a->Tk + BC - 1) / BC * S), (unsigned)a->H, (unsigned)a->B);
-                    chosen<<<grid, WARPS * 32, smem, st>>>(dq_acc, (E *)a->dk, (E *)a->dv, (const E *)a->dout,
-                                                           (const E *)a->q, (const E *)a->k, (const E *)a->v, a->lse,
-                                                           delta, a->ld_qkv, a->ld_out, a->Tq, a->Tk, a->H, scale,
-                                                           scale_log2, a->causal ? 1 : 0, split_q, dkv);
-                    TLM_CUDA_CHECK_LAUNCH();
-                };
-                /* the pre-pass zeroes the split's dK, dV accumulators too */
-                tlm_attn_bwd16_prepass(be, a, dkv);
-                if (!fa_bwd_with<DD>(t, launch)) tlm_fatal("%s: no backward tiles for d_head %d", op, DD);
-            });
-        }
+        constexpr int DD = decltype(dc)::value;
+        auto launch = [&](auto cfg) {
+            using C = decltype(cfg);
+            /* split query ranges (LONG lines) as the selector planned them, dkv the dK, dV accumulators
+             * (the split buffer: tlm_alloc, 256-byte aligned) */
+            const auto kernel = fa_mma_kernel<fa_bwd_pass, E, DD, C>(dkv != nullptr, op);
+            const int S = dkv ? c->split : 1, split_q = dkv ? c->split_len : 0;
+            const dim3 grid((unsigned)((a->Tk + C::bc - 1) / C::bc * S), (unsigned)a->H, (unsigned)a->B);
+            kernel<<<grid, C::warps * 32, C::template smem<E, DD>(), st>>>(
+                dq_acc, (E *)a->dk, (E *)a->dv, (const E *)a->dout, (const E *)a->q, (const E *)a->k, (const E *)a->v,
+                a->lse, delta, a->ld_qkv, a->ld_out, a->Tq, a->Tk, a->H, scale, scale_log2, a->causal ? 1 : 0, split_q,
+                dkv);
+            TLM_CUDA_CHECK_LAUNCH();
+        };
+        /* the pre-pass zeroes the split's dK, dV accumulators too */
+        tlm_attn_bwd16_prepass(be, a, dkv);
+        if (!fa_bwd_with<DD>(t, launch)) tlm_fatal("%s: no backward tiles for d_head %d", op, DD);
     });
     tlm_attn_bwd16_round(be, a, dkv, 0);
 }

@@ -287,38 +287,21 @@ void tlm_attn_mma_forward(tlm_backend *be, const tlm_attn_choice *c, const tlm_a
     const float scale_log2 = FA_LOG2E / sqrtf((float)a->D);
     cudaStream_t st = tlm_cuda_stream(be);
     const tlm_attn_tile *t = c->tile;
-    tlm_cuda_dispatch(a->dt, op, [&](auto tag) {
+    fa_mma_dispatch(a->dt, a->D, op, [&](auto tag, auto dc) {
         using E = typename decltype(tag)::type;
-        if constexpr (!std::is_same<E, float>::value) {
-            tlm_cuda_flash_dispatch_d(a->D, op, [&](auto dc) {
-                constexpr int DD = decltype(dc)::value;
-                auto launch = [&](auto cfg) {
-                    using C = decltype(cfg);
-                    constexpr int WARPS = C::warps, BC = C::bc, R = C::r, BR = C::br;
-                    constexpr auto kernel = flash_fwd_kernel<E, DD, BC, WARPS, R, C::minb, false>;
-                    constexpr size_t smem = C::template smem<E, DD>();
-                    tlm_cuda_set_smem<kernel>(op, smem);
-                    /* split-KV (LONG lines) as the selector planned it, part its partials */
-                    const int S = part ? c->split : 1, split_keys = part ? c->split_len : 0;
-                    auto chosen = kernel;
-                    if constexpr (C::is_long) {
-                        constexpr auto split_kernel = flash_fwd_kernel<E, DD, BC, WARPS, R, C::minb, true>;
-                        tlm_cuda_set_smem<split_kernel>(op, smem);
-                        if (part) chosen = split_kernel;
-                    } else if (part) {
-                        tlm_fatal("%s: a split of a line with no split-KV kernel", op);
-                    }
-                    const dim3 grid((unsigned)((a->Tq + BR - 1) / BR * S), (unsigned)a->H, (unsigned)a->B);
-                    chosen<<<grid, WARPS * 32, smem, st>>>((E *)a->out, a->lse, (const E *)a->q, (const E *)a->k,
-                                                           (const E *)a->v, a->ld_qkv, a->ld_out, a->Tq, a->Tk, a->H,
-                                                           scale_log2, a->causal ? 1 : 0, split_keys, part);
-                    TLM_CUDA_CHECK_LAUNCH();
-                    if (part)
-                        tlm_cuda_flash_split_combine(be, a->out, a->lse, part, S, a->B, a->Tq, a->H, DD, a->ld_out,
-                                                     a->dt);
-                };
-                if (!fa_fwd_with<DD>(t, launch)) tlm_fatal("%s: no forward tiles for d_head %d", op, DD);
-            });
-        }
+        constexpr int DD = decltype(dc)::value;
+        auto launch = [&](auto cfg) {
+            using C = decltype(cfg);
+            /* split-KV (LONG lines) as the selector planned it, part its partials */
+            const auto kernel = fa_mma_kernel<fa_fwd_pass, E, DD, C>(part != nullptr, op);
+            const int S = part ? c->split : 1, split_keys = part ? c->split_len : 0;
+            const dim3 grid((unsigned)((a->Tq + C::br - 1) / C::br * S), (unsigned)a->H, (unsigned)a->B);
+            kernel<<<grid, C::warps * 32, C::template smem<E, DD>(), st>>>(
+                (E *)a->out, a->lse, (const E *)a->q, (const E *)a->k, (const E *)a->v, a->ld_qkv, a->ld_out, a->Tq,
+                a->Tk, a->H, scale_log2, a->causal ? 1 : 0, split_keys, part);
+            TLM_CUDA_CHECK_LAUNCH();
+            if (part) tlm_cuda_flash_split_combine(be, a->out, a->lse, part, S, a->B, a->Tq, a->H, DD, a->ld_out, a->dt);
+        };
+        if (!fa_fwd_with<DD>(t, launch)) tlm_fatal("%s: no forward tiles for d_head %d", op, DD);
     });
 }
