@@ -233,7 +233,7 @@ static void run_until(tlm_train *t, int64_t steps) {
 
 static void test_resume(const tlm_tokens *train, const tlm_tokens *val) {
     const tlm_train_config c = recipe();
-    const tlm_train_sources src = {"train.bin", "val.bin", "tiny*"};
+    const tlm_train_sources src = {"train.bin", "val.bin", "tiny*", 3};
     /* uninterrupted: 6 steps; a checkpoint after 3 */
     tlm_model *a = tiny_model(TLM_PRECISION_FP32);
     tlm_train ta;
@@ -270,9 +270,10 @@ static void test_resume(const tlm_tokens *train, const tlm_tokens *val) {
     check(ck.step == 3 && ck.log_len == 3 && ck.adamw_t == 3 && ck.config.seed == 42 && ck.model.d_model == 64 &&
               ck.precision == TLM_PRECISION_FP32 && ck.attention == TLM_ATTENTION_NAIVE &&
               strcmp(ck.train_data_path, "train.bin") == 0 && ck.val_data_tokens == val->n &&
-              ck.model_name && strcmp(ck.model_name, "tiny*") == 0 &&
+              ck.model_name && strcmp(ck.model_name, "tiny*") == 0 && ck.save_every == 3 &&
               ck.config.max_grad_norm == 0.5 && ck.config.lr_max == 3e-3,
-          "checkpoint read back: step 3, 3 log records, AdamW t 3, the recipe, the model config and the sources");
+          "checkpoint read back: step 3, 3 log records, AdamW t 3, the recipe, the model config, the sources and the "
+          "cadence (save_every 3)");
     tlm_model *b = tiny_model(TLM_PRECISION_FP32);
     tlm_train tb;
     die_on(tlm_train_init(&tb, b, &ck.config, train, val, 0, 1), "train init");

@@ -29,6 +29,7 @@
 #include "tlm/bench.h"
 #include "tlm/memory.h"
 #include "tlm/ops.h"
+#include "tlm/output.h"
 #include "tlm/status.h"
 
 #ifdef __cplusplus
@@ -240,6 +241,14 @@ tlm_status tlm_mem_measure(tlm_backend *be, const tlm_bench_case *c, size_t memo
  * attention and the device) and the snapshot (snapshot_path); a NULL path is not written. */
 tlm_status tlm_mem_write_case_files(const tlm_mem_timeline *t, const tlm_bench_case *c, tlm_attention attention,
                                     const tlm_backend *be, const char *json_path, const char *snapshot_path);
+
+/* The name of one configuration's file among several (tlm memory --timeline, --snapshot): FILE.ext ->
+ * FILE-label.ext (label NULL: FILE.ext itself), into buf (n bytes). */
+void tlm_mem_file_for(const char *path, const char *label, char *buf, size_t n);
+
+/* Declares (output.h, tlm_io_plan) the files `flag` FILE.ext names for n configurations: FILE.ext
+ * itself for one, every FILE-<label>.ext for several. A NULL path declares nothing. */
+void tlm_mem_plan_files(tlm_io_plan *plan, const char *flag, const char *path, int n);
 
 #ifdef __cplusplus
 }

@@ -62,6 +62,52 @@ bool tlm_output_in_batch(void);
 /* Writes the whole of `data` (n bytes) as the file `path` (open, write, commit). */
 tlm_status tlm_output_write_file(const char *path, const void *data, size_t n);
 
+/* ---- a command's files, declared before it does any work (src/io/io_plan.c) ---------------------------
+ * Every command declares each file it reads and writes, with the flag that named it, then checks the
+ * plan once, before anything runs. Refused (INVALID_ARGUMENT, the message naming the flag, the path and
+ * the flag it collides with):
+ * - an output that is an input (compare -o A A B) or another output (--out-grads X --out-weights X);
+ * - an output inside a directory declared with tlm_io_plan_inside (a checkpoint being read or written:
+ *   tlm train --resume ck --log ck/step-N/weights.safetensors);
+ * - an output that exists and is not a regular file: a directory, a symbolic link, a device node.
+ * Two paths are the same file when the real path of their directories plus their names agree (so
+ * "./a", "d/../a" and a directory reached through a symbolic link are one), or, where both exist, when
+ * their device and inode agree (a hard link, a symbolic link to the file). The check also declares the
+ * inputs to the writer (tlm_output_input). Paths and flags are copied: the caller's may go.
+ *
+ *   tlm_io_plan plan;
+ *   tlm_io_plan_init(&plan);
+ *   tlm_io_plan_input(&plan, "--weights", weights);   a NULL path is skipped (a flag not given)
+ *   tlm_io_plan_output(&plan, "--out", out);
+ *   TLM_TRY(tlm_io_plan_check(&plan)); */
+
+#define TLM_IO_PLAN_MAX 48
+typedef enum { TLM_IO_INPUT, TLM_IO_OUTPUT, TLM_IO_OUTPUTS, TLM_IO_INSIDE } tlm_io_kind;
+typedef struct {
+    struct {
+        tlm_io_kind kind;
+        int flag, path, suffix; /* offsets into pool */
+    } e[TLM_IO_PLAN_MAX];
+    int n;
+    bool overflow; /* more than TLM_IO_PLAN_MAX entries or 16 KiB of text: the check fails */
+    size_t used;
+    char pool[16384];
+} tlm_io_plan;
+
+void tlm_io_plan_init(tlm_io_plan *p);
+/* A file the command reads (a data file, weights, a checkpoint's file). */
+void tlm_io_plan_input(tlm_io_plan *p, const char *flag, const char *path);
+/* A file the command writes. */
+void tlm_io_plan_output(tlm_io_plan *p, const char *flag, const char *path);
+/* Files the command may write whose names are not known yet: every <prefix>*<suffix> in prefix's
+ * directory (a CSV report's FILE.<table>.csv). */
+void tlm_io_plan_outputs(tlm_io_plan *p, const char *flag, const char *prefix, const char *suffix);
+/* A directory whose files belong to the command's reader or another writer (a checkpoint ROOT or step
+ * directory): no output may lie in it or below it. */
+void tlm_io_plan_inside(tlm_io_plan *p, const char *flag, const char *dir);
+/* Checks the plan as above. INVALID_ARGUMENT naming the flags and paths; TLM_OK otherwise. */
+tlm_status tlm_io_plan_check(const tlm_io_plan *p);
+
 #ifdef __cplusplus
 }
 #endif

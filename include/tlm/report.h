@@ -49,6 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "tlm/output.h"
 #include "tlm/status.h"
 
 #ifdef __cplusplus
@@ -113,6 +114,10 @@ void tlm_report_bytes_text(double bytes, char *buf, size_t n);
  * Fills tool, version, date and command. Errors: the file writer's (output.h) for out_path, named. */
 tlm_status tlm_report_open(tlm_report **out, const char *tool, tlm_format fmt, const char *out_path, int argc,
                            char **argv);
+
+/* Declares the files a report to out_path in fmt will write (NULL: none): out_path, and for CSV its
+ * sidecar out_path.meta.json and its later tables' out_path.<table>.csv, all under `flag` ("--out"). */
+void tlm_report_plan(tlm_io_plan *plan, const char *flag, tlm_format fmt, const char *out_path);
 
 /* How the table shows: wide, every column (the secondary ones too); verbose, every header field
  * (else the brief header: tool, version, date, command, device, threads, knobs). CSV and JSON carry

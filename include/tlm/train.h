@@ -163,6 +163,8 @@ bool tlm_train_eval_due(const tlm_train *t);
 typedef struct {
     const char *train_data_path, *val_data_path; /* as given; val NULL: none */
     const char *model_name;                      /* "small", "tiny*"; NULL: none recorded */
+    int64_t save_every;                          /* the run's checkpoint cadence in steps (0: only after the
+                                                    last step and when stopped); a resumed run keeps it */
 } tlm_train_sources;
 
 /* Writes the checkpoint of t's state after step t->step into ROOT `root` (created if missing, its
@@ -187,6 +189,7 @@ typedef struct {
                                    that recorded none: tlm_config_name's, from its sizes */
     int64_t train_data_tokens, val_data_tokens;
     int64_t step, tokens;
+    int64_t save_every;         /* the cadence its run saved at (0: none recorded, or only at the end) */
     int adamw_t;                /* AdamW's step count (below `step` after fp16 skips) */
     tlm_loss_scaler scaler;
     tlm_train_record *log;      /* (log_len) */
@@ -275,11 +278,26 @@ tlm_status tlm_train_plan_fresh(const tlm_train_args *args, const tlm_config *mo
  * it holds; or a budget the checkpoint's step already reached. */
 tlm_status tlm_train_plan_resume(const tlm_train_args *args, const tlm_checkpoint *ck, tlm_train_config *out);
 
-/* Where a run saves its checkpoints: `given` (a malloc'ed copy), else when `saving` and resuming (ck
- * not NULL) the ROOT the checkpoint came from (its step directory's parent, "." for a bare "step-N"),
+/* Where a run saves its checkpoints: `given` (a malloc'ed copy), else when resuming (ck not NULL) the
+ * ROOT the checkpoint came from (its step directory's parent, "." for a bare "step-N"): a resumed run
+ * always saves (after its last step, when stopped, and at its cadence: tlm_train_plan_save_every);
  * else NULL. A fresh run refuses a `given` ROOT that already holds a run's checkpoints (its `latest`):
  * INVALID_ARGUMENT. OUT_OF_MEMORY. */
-tlm_status tlm_train_plan_checkpoint_dir(const char *given, bool saving, const tlm_checkpoint *ck, char **out);
+tlm_status tlm_train_plan_checkpoint_dir(const char *given, const tlm_checkpoint *ck, char **out);
+
+/* A run's checkpoint cadence in steps: `given` when given (0: only after the last step and when
+ * stopped), else a resumed run's checkpoint's own (ck->save_every), else 0. */
+int64_t tlm_train_plan_save_every(bool given, int64_t value, const tlm_checkpoint *ck);
+
+/* The loss log's format: `given` when format_given, else CSV for a `log` name ending in ".csv", else JSON. */
+tlm_format tlm_train_log_format(const char *log, bool format_given, tlm_format given);
+
+/* Starts `plan` (tlm_io_plan_init) with a run's files (output.h, tlm_io_plan): the data read
+ * (--train-data, --val-data), and the checkpoint read (--resume) and the ROOT saved into
+ * (checkpoint_dir: --checkpoint-dir when checkpoint_dir_given, else --resume's) as directories no
+ * other output may lie in. NULL: none. */
+void tlm_train_plan_files(tlm_io_plan *plan, const char *train_data, const char *val_data, const char *resume,
+                          const char *checkpoint_dir, bool checkpoint_dir_given);
 
 /* One value given to a resumed run against the checkpoint's: TLM_OK when not given or equal, else
  * INVALID_ARGUMENT "<flag> <value> contradicts the checkpoint <dir>, whose run has <ckpt_value>: ...". */
@@ -288,8 +306,8 @@ tlm_status tlm_checkpoint_check_value(const tlm_checkpoint *ck, const char *flag
 
 /* ---- a run: the loop (src/train/run.c) ----------------------------------------------------------------
  * tlm_train_run takes the steps from t->step to the budget, one tlm_train_step each, with the cadence
- * of the recipe and the run: validation when tlm_train_eval_due, a checkpoint every save_every steps
- * and after the last (rank 0 writes; the others meet it in the next step's first collective), a log
+ * of the recipe and the run: validation when tlm_train_eval_due, a checkpoint every save_every steps,
+ * after the last and when stopped (rank 0 writes; the others meet it in the next step's first collective), a log
  * row every log_every steps, at each evaluation and at the last step. Timing: a step's time runs
  * from the end of the last one's (its logging included) to the end of its own, the evaluations and
  * checkpoints between left out (the device is synchronized before them); the window is the steps since
@@ -315,8 +333,10 @@ typedef struct {
     const tlm_config *model;     /* the model's config (the FLOPs of a step) */
     tlm_report *report;          /* the loss log; every rank writes to its own (rank 0's is the one kept) */
     tlm_train_sources sources;   /* the data files, recorded in checkpoints and the log */
-    const char *checkpoint_dir;  /* ROOT of the checkpoints; NULL: none are saved */
-    int64_t save_every;          /* a checkpoint every this many steps and after the last; 0: none */
+    const char *checkpoint_dir;  /* ROOT of the checkpoints: one after the last step and when stopped;
+                                    NULL: none are saved */
+    int64_t save_every;          /* with checkpoint_dir: also one every this many steps (0: no more);
+                                    recorded in the checkpoints (sources.save_every is overridden) */
     int keep_checkpoints;        /* the newest this many step directories are kept; 0: all */
     int64_t log_every;           /* a log row every this many steps (>= 1) */
     double peak_tflops;          /* the device's dense peak for MFU (tlm_backend_peak_tflops); 0: MFU n/a */

@@ -269,6 +269,11 @@ bool cli_max_context_bytes(const char *cmd, const cli_args *a, tlm_backend *be, 
  * --wide and --verbose. Prints the error. */
 tlm_report *cli_open_report(const char *cmd, const cli_args *a, const char *tool, int argc, char **argv);
 
+/* Checks the command's files before any work (output.h's tlm_io_plan): those `plan` declares (NULL:
+ * none) and --out's report with its sidecars (tlm_report_plan, in --format). Prints "tlm <cmd>: <why>",
+ * naming the flags and paths, and returns false on a refusal (the command exits TLM_EXIT_USAGE). */
+bool cli_check_files(const char *cmd, const cli_args *a, tlm_io_plan *plan);
+
 /* ---- subcommands -------------------------------------------------------------------------------------- */
 
 /* A subcommand: its name and its entry point (argv[0] is the name; returns the exit code). */

@@ -753,6 +753,15 @@ int cli_join(const char *cmd, const cli_args *a, double default_timeout_s, tlm_d
     return -1;
 }
 
+bool cli_check_files(const char *cmd, const cli_args *a, tlm_io_plan *plan) {
+    tlm_io_plan own;
+    if (!plan) tlm_io_plan_init(plan = &own);
+    tlm_report_plan(plan, "--out", a->format, a->out);
+    if (tlm_io_plan_check(plan) == TLM_OK) return true;
+    cli_error(cmd, "%s", tlm_last_error());
+    return false;
+}
+
 tlm_report *cli_open_report(const char *cmd, const cli_args *a, const char *tool, int argc, char **argv) {
     tlm_report *r = NULL;
     if (tlm_report_open(&r, tool, a->format, a->out, argc, argv) != TLM_OK) {

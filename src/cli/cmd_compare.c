@@ -139,6 +139,14 @@ int cmd_compare(int argc, char **argv) {
     int rc = cli_parse(&compare_cmd, NULL, argc, argv, &a);
     if (rc >= 0) return rc;
     const char *pa = a.positional[0], *pb = a.positional[1];
+    tlm_io_plan files;
+    tlm_io_plan_init(&files);
+    tlm_io_plan_input(&files, "A", pa);
+    tlm_io_plan_input(&files, "B", pb);
+    if (!cli_check_files(cmd, &a, &files)) {
+        cli_args_free(&a);
+        return TLM_EXIT_USAGE;
+    }
     if (is_npy(pa) != is_npy(pb)) {
         cli_error(cmd, "%s is %s and %s %s: compare two .npy arrays or two safetensors files", pa,
                   is_npy(pa) ? "a .npy array" : "not a .npy array", pb, is_npy(pb) ? "is one" : "is not");

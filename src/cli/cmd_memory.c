@@ -96,18 +96,6 @@ static void case_label(const tlm_bench_case *c, const memory_opts *o, char *buf,
         if (*p == '*' || *p == '/') *p = '_';
 }
 
-/* FILE.ext -> FILE-label.ext (label NULL: FILE.ext itself) */
-static void file_for(const char *path, const char *label, char *buf, size_t n) {
-    if (!label) {
-        snprintf(buf, n, "%s", path);
-        return;
-    }
-    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
-    if (!dot || (slash && dot < slash) || dot == path || (slash && dot == slash + 1)) dot = path + strlen(path);
-    snprintf(buf, n, "%.*s-%s%s", (int)(dot - path), path, label, dot);
-}
-
-
 /* Measures one configuration (memory_timeline.h: through the benchmark's step) and writes its files; a
  * failure of the configuration (out of memory) is in r->status, a failure to measure or to write its
  * files is returned. */
@@ -116,8 +104,8 @@ static tlm_status run_case(tlm_backend *be, const tlm_bench_case *c, const memor
     tlm_mem_timeline *t = NULL;
     TLM_TRY(tlm_mem_measure(be, c, o->memory_limit, o->top, r, &t));
     char json[4200], snapshot[4200];
-    if (o->timeline) file_for(o->timeline, label, json, sizeof json);
-    if (o->snapshot) file_for(o->snapshot, label, snapshot, sizeof snapshot);
+    if (o->timeline) tlm_mem_file_for(o->timeline, label, json, sizeof json);
+    if (o->snapshot) tlm_mem_file_for(o->snapshot, label, snapshot, sizeof snapshot);
     const tlm_status s = t ? tlm_mem_write_case_files(t, c, r->attention, be, o->timeline ? json : NULL,
                                                       o->snapshot ? snapshot : NULL)
                            : TLM_OK;
@@ -237,7 +225,7 @@ static void top_rows(tlm_report *rep, const tlm_bench_case *c, const tlm_mem_mea
 /* refuses an output path that cannot be written before anything runs */
 static bool check_output(const char *cmd, const char *flag, const char *path, const char *label) {
     char p[4200];
-    file_for(path, label, p, sizeof p);
+    tlm_mem_file_for(path, label, p, sizeof p);
     tlm_output *o = NULL;
     if (tlm_output_open(&o, p) != TLM_OK) {
         cli_error(cmd, "%s: %s", flag, tlm_last_error());
@@ -292,6 +280,11 @@ int cmd_memory(int argc, char **argv) {
     a.cuda_graphs = false;
     if (!cli_bench_cases(cmd, &a, be, &cases, &n) || !cli_max_context_bytes(cmd, &a, be, &o.memory_limit)) goto done;
     /* every file's destination is checked before anything runs: a bad path costs no run */
+    tlm_io_plan files;
+    tlm_io_plan_init(&files);
+    tlm_mem_plan_files(&files, "--timeline", o.timeline, n);
+    tlm_mem_plan_files(&files, "--snapshot", o.snapshot, n);
+    if (!cli_check_files(cmd, &a, &files)) goto done;
     for (int i = 0; i < n; i++) {
         char label[160];
         case_label(&cases[i], &o, label, sizeof label);

@@ -212,6 +212,14 @@ int cmd_profile(int argc, char **argv) {
     cli_args a;
     int rc = cli_parse(&profile_cmd, &opts, argc, argv, &a);
     if (rc >= 0) return rc;
+    tlm_io_plan files; /* every file checked before anything runs */
+    tlm_io_plan_init(&files);
+    tlm_io_plan_output(&files, "--trace", opts.trace);
+    if (opts.exec && a.num_positional > 0) tlm_io_plan_input(&files, "--exec", a.positional[0]);
+    if (!cli_check_files(cmd, &a, &files)) {
+        cli_args_free(&a);
+        return TLM_EXIT_USAGE;
+    }
     if (opts.exec) {
         rc = profile_exec(cmd, &a, argc, argv);
         cli_args_free(&a);

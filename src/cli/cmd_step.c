@@ -311,8 +311,16 @@ int cmd_step(int argc, char **argv) {
     if (rc >= 0) return rc;
     rc = TLM_EXIT_USAGE;
     if (!check_flags(&a, o)) goto out;
-    const char *inputs_of_run[] = {o->weights, o->inputs, o->targets, o->data};
-    for (int i = 0; i < 4; i++) tlm_output_input(inputs_of_run[i]); /* an output may not replace them */
+    tlm_io_plan files; /* an output may not replace an input, nor another output */
+    tlm_io_plan_init(&files);
+    tlm_io_plan_input(&files, "--weights", o->weights);
+    tlm_io_plan_input(&files, "--inputs", o->inputs);
+    tlm_io_plan_input(&files, "--targets", o->targets);
+    tlm_io_plan_input(&files, "--data", o->data);
+    tlm_io_plan_output(&files, "--out-logits", o->out_logits);
+    tlm_io_plan_output(&files, "--out-grads", o->out_grads);
+    tlm_io_plan_output(&files, "--out-weights", o->out_weights);
+    if (!cli_check_files(cmd, &a, &files)) goto out;
 
     rc = TLM_EXIT_FAILURE;
     tlm_safetensors st;

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "tlm/output.h"
 #include "tlm/train.h"
 
 enum { OPT_TRAIN_DATA = 2000, OPT_VAL_DATA, OPT_STEPS, OPT_TOKENS, OPT_LR_MAX, OPT_LR_MIN, OPT_WARMUP_ITERS,
@@ -64,7 +63,7 @@ static const struct {
     {OPT_BETA1, "--beta1", 0, 1, false},             {OPT_BETA2, "--beta2", 0, 1, false},
     {OPT_EPS, "--eps", FLT_MIN, 1, false},           {OPT_WD, "--weight-decay", 0, 1, false},
     {OPT_MAX_GRAD_NORM, "--max-grad-norm", 0, 1e30, false}, {OPT_EVAL_EVERY, "--eval-every", 0, 1e15, true},
-    {OPT_EVAL_BATCHES, "--eval-batches", 1, 1 << 20, true}, {OPT_SAVE_EVERY, "--save-every", 1, 1e15, true},
+    {OPT_EVAL_BATCHES, "--eval-batches", 1, 1 << 20, true}, {OPT_SAVE_EVERY, "--save-every", 0, 1e15, true},
     {OPT_KEEP, "--keep-checkpoints", 0, 1 << 20, true}, {OPT_LOG_EVERY, "--log-every", 1, 1e15, true},
     {OPT_PEAK, "--peak-tflops", 1e-6, 1e9, false},
 };
@@ -126,7 +125,8 @@ static const cli_command train_cmd = {
         "      --eval-every N        validation every N steps and after the last (default 100; 0: after the last)\n"
         "      --eval-batches N      batches of the fixed validation set (default 10)\n"
         "Checkpoints (DIR/step-NNNNNNNN/{weights,optimizer}.safetensors + state.json, DIR/latest):\n"
-        "      --save-every N        save every N steps and after the last (needs --checkpoint-dir)\n"
+        "      --save-every N        save every N steps, after the last and when stopped (0: those two only; needs\n"
+        "                            --checkpoint-dir). A resumed run always saves, by default at its checkpoint's N\n"
         "      --checkpoint-dir DIR  where to save (created if missing; default with --resume: its DIR)\n"
         "      --keep-checkpoints N  keep the newest N step directories (default 0: all)\n"
         "      --resume DIR          continue from DIR's latest checkpoint (or a step directory): the model,\n"
@@ -138,8 +138,8 @@ static const cli_command train_cmd = {
         "      --log-every N         a log row every N steps (default 10; eval steps and the last always)\n"
         "      --peak-tflops X       the device's dense peak for MFU (default: H100/H200 SXM 989 bf16/fp16, 494\n"
         "                            tf32, 67 fp32; H100 PCIe 756/378/51; otherwise MFU is n/a, as on the CPU)\n"
-        "SIGINT/SIGTERM stop the run after the current step (saving a checkpoint when --checkpoint-dir is set and\n"
-        "committing the log); a second one ends it at once.\n"
+        "SIGINT/SIGTERM stop the run after the current step (saving a checkpoint when the run saves, a resumed one\n"
+        "always, and committing the log); a second one ends it at once. No output may lie in a checkpoint DIR.\n"
         "Data parallelism: started by a launcher (mpirun -np 2 tlm train ...; srun), one process per GPU (NCCL) or\n"
         "per share of the CPU's cores (MPI, --device cpu), every process with the same flags: --batch-size is the\n"
         "global batch, each rank draws its rows; the gradients are averaged as --ddp says; rank 0 alone prints, logs\n"
@@ -158,6 +158,7 @@ typedef struct {
     const char *train_path, *val_path;
     int64_t save_every, log_every;
     int keep;
+    tlm_format log_format; /* --format, else by --log's name */
 } run_plan;
 
 /* the flags the planning reads (train.h); --steps .. --eval-batches are in tlm_train_arg's order */
@@ -261,7 +262,7 @@ static int plan_run(train_cli *x) {
               "is not gathered into a checkpoint yet (train with --zero 0 to save)"
         : GIVEN(o, OPT_STEPS) && GIVEN(o, OPT_TOKENS) ? "--steps conflicts with --tokens: give the budget one way"
         : GIVEN(o, OPT_SAVE_EVERY) && !o->ckpt_dir && !o->resume ? "--save-every needs --checkpoint-dir DIR"
-        : o->ckpt_dir && !GIVEN(o, OPT_SAVE_EVERY)                ? "--checkpoint-dir needs --save-every N"
+        : o->ckpt_dir && !GIVEN(o, OPT_SAVE_EVERY) && !o->resume ? "--checkpoint-dir needs --save-every N"
                                                                    : NULL;
     if (conflict) {
         cli_error(x->cmd, "%s", conflict);
@@ -284,11 +285,16 @@ static int plan_run(train_cli *x) {
         return TLM_EXIT_USAGE;
     }
     const tlm_checkpoint *ck = x->have_ck ? &x->ck : NULL;
-    if (tlm_train_plan_checkpoint_dir(o->ckpt_dir, GIVEN(o, OPT_SAVE_EVERY), ck, &x->ckpt_dir) != TLM_OK) {
+    if (tlm_train_plan_checkpoint_dir(o->ckpt_dir, ck, &x->ckpt_dir) != TLM_OK) {
         cli_error(x->cmd, "%s", tlm_last_error());
         return TLM_EXIT_USAGE;
     }
-    x->plan.save_every = GIVEN(o, OPT_SAVE_EVERY) ? (int64_t)NUM(o, OPT_SAVE_EVERY) : 0;
+    x->plan.save_every = tlm_train_plan_save_every(GIVEN(o, OPT_SAVE_EVERY), (int64_t)NUM(o, OPT_SAVE_EVERY), ck);
+    x->plan.log_format = tlm_train_log_format(o->log, a->given[CLI_FORMAT], a->format);
+    tlm_io_plan files; /* every file checked before anything runs: no output over an input or in a checkpoint */
+    tlm_train_plan_files(&files, x->plan.train_path, x->plan.val_path, o->resume, x->ckpt_dir, o->ckpt_dir != NULL);
+    tlm_report_plan(&files, "--log", x->plan.log_format, o->log);
+    if (!cli_check_files(x->cmd, a, &files)) return TLM_EXIT_USAGE;
     x->plan.keep = (int)NUM(o, OPT_KEEP);
     x->plan.log_every = GIVEN(o, OPT_LOG_EVERY) ? (int64_t)NUM(o, OPT_LOG_EVERY) : 10;
     if (o->val_data == NULL && !x->have_ck && (GIVEN(o, OPT_EVAL_EVERY) || GIVEN(o, OPT_EVAL_BATCHES))) {
@@ -303,9 +309,7 @@ static int plan_run(train_cli *x) {
 static int set_up(train_cli *x, int argc, char **argv) {
     const run_plan *p = &x->plan;
     const tlm_checkpoint *ck = x->have_ck ? &x->ck : NULL;
-    const tlm_train_sources src = {p->train_path, p->val_path, p->model_name};
-    tlm_output_input(p->train_path);
-    tlm_output_input(p->val_path);
+    const tlm_train_sources src = {p->train_path, p->val_path, p->model_name, p->save_every};
     if (tlm_train_session_load(&x->run, &src, p->model.vocab_size, ck) != TLM_OK) {
         cli_error(x->cmd, "%s", tlm_last_error());
         return TLM_EXIT_FAILURE;
@@ -318,11 +322,7 @@ static int set_up(train_cli *x, int argc, char **argv) {
     const tlm_run_config run = {.precision = p->precision, .attention = p->attention, .cuda_graphs = x->a.cuda_graphs};
     tlm_status s = tlm_train_session_create(&x->run, x->be, &p->model, &run, &p->recipe, x->a.seed,
                                             x->proc.world.rank, p->world, ck);
-    tlm_format fmt = x->a.format; /* the log's: --format, else by --log's name */
-    const char *log = x->o->log;
-    if (log && !x->a.given[CLI_FORMAT])
-        fmt = strlen(log) > 4 && strcmp(log + strlen(log) - 4, ".csv") == 0 ? TLM_FORMAT_CSV : TLM_FORMAT_JSON;
-    if (s == TLM_OK) s = tlm_report_open(&x->rep, "tlm train", fmt, log, argc, argv);
+    if (s == TLM_OK) s = tlm_report_open(&x->rep, "tlm train", p->log_format, x->o->log, argc, argv);
     if (s == TLM_OK) tlm_report_view(x->rep, x->a.wide, x->a.verbose);
     if (s != TLM_OK) {
         cli_error(x->cmd, "%s", tlm_last_error());
@@ -347,7 +347,7 @@ static int train_and_report(train_cli *x) {
                              .quiet = rank != 0};
     const tlm_train_run_config c = {
         .backend = x->be, .comm = x->proc.comm, .model = &p->model, .report = x->rep,
-        .sources = {p->train_path, p->val_path, p->model_name},
+        .sources = {p->train_path, p->val_path, p->model_name, p->save_every},
         .checkpoint_dir = x->ckpt_dir, .save_every = p->save_every,
         .keep_checkpoints = p->keep, .log_every = p->log_every,
         .peak_tflops = GIVEN(x->o, OPT_PEAK) ? NUM(x->o, OPT_PEAK) : tlm_backend_peak_tflops(x->be, p->precision),

@@ -1,7 +1,9 @@
 /* timeline_json.c — the memory timeline as JSON (memory_timeline.h: tlm_mem_timeline_write_json),
  * the input of `tlm plot memory-timeline`: built with cJSON, written through the one file writer. */
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cjson/cJSON.h>
 
@@ -94,4 +96,28 @@ tlm_status tlm_mem_timeline_write_json(const tlm_mem_timeline *t, const char *pa
     }
     free(text);
     return s;
+}
+
+/* ---- the names of the files (tlm memory) ------------------------------------------------------------ */
+
+void tlm_mem_file_for(const char *path, const char *label, char *buf, size_t n) {
+    if (!label) {
+        snprintf(buf, n, "%s", path);
+        return;
+    }
+    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+    if (!dot || (slash && dot < slash) || dot == path || (slash && dot == slash + 1)) dot = path + strlen(path);
+    snprintf(buf, n, "%.*s-%s%s", (int)(dot - path), path, label, dot);
+}
+
+void tlm_mem_plan_files(tlm_io_plan *plan, const char *flag, const char *path, int n) {
+    if (!path || n <= 1) {
+        tlm_io_plan_output(plan, flag, path);
+        return;
+    }
+    char stem[4200];
+    tlm_mem_file_for(path, "\001", stem, sizeof stem); /* FILE-\001.ext: the label's place */
+    char *mark = strchr(stem, '\001');
+    *mark = '\0';
+    tlm_io_plan_outputs(plan, flag, stem, mark + 1);
 }

@@ -342,13 +342,23 @@ tlm_status tlm_plot_render(const tlm_plot_kind *k, const char *const *inputs, in
                         k->min_inputs, k->max_inputs, k->reads, n);
     if (!o->out || !*o->out) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "tlm plot %s: no output name", k->name);
     if (!o->png && !o->svg) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "tlm plot %s: neither PNG nor SVG asked for", k->name);
+    tlm_io_plan files; /* every file checked before anything runs: an output over an input is refused */
+    tlm_io_plan_init(&files);
+    for (int i = 0; i < n; i++) tlm_io_plan_input(&files, "FILE", inputs[i]);
+    char base[4096], path[4200];
+    stem(o->out, base, sizeof base);
+    for (int i = 0; i < 2; i++)
+        if (i ? o->svg : o->png) {
+            snprintf(path, sizeof path, "%s.%s", base, i ? "svg" : "png");
+            tlm_io_plan_output(&files, "--out", path);
+        }
+    TLM_TRY(tlm_io_plan_check(&files));
     char gnuplot[4096];
     TLM_TRY(tlm_plot_find_gnuplot(gnuplot, sizeof gnuplot));
     cJSON **docs = calloc((size_t)n, sizeof *docs);
     if (!docs) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     tlm_status s = TLM_OK;
     for (int i = 0; i < n && s == TLM_OK; i++) {
-        tlm_output_input(inputs[i]);
         char *data;
         size_t len;
         s = read_file(inputs[i], &data, &len);
@@ -373,8 +383,6 @@ tlm_status tlm_plot_render(const tlm_plot_kind *k, const char *const *inputs, in
     }
     if (s == TLM_OK) s = run_gnuplot(gnuplot, &p, dir, o->png, o->svg);
     if (s == TLM_OK) { /* both files, or neither */
-        char base[4096];
-        stem(o->out, base, sizeof base);
         tlm_output_batch_begin();
         const char *fmts[2] = {o->png ? "png" : NULL, o->svg ? "svg" : NULL};
         for (int i = 0; i < 2 && s == TLM_OK; i++) {

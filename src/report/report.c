@@ -117,6 +117,17 @@ static void write_wrapped(FILE *f, const char *first, const char *cont, const ch
     } while (left);
 }
 
+void tlm_report_plan(tlm_io_plan *plan, const char *flag, tlm_format fmt, const char *out_path) {
+    if (!out_path) return;
+    tlm_io_plan_output(plan, flag, out_path);
+    if (fmt != TLM_FORMAT_CSV) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s.meta.json", out_path); /* write_sidecar's and csv_select's names */
+    tlm_io_plan_output(plan, flag, path);
+    snprintf(path, sizeof path, "%s.", out_path);
+    tlm_io_plan_outputs(plan, flag, path, ".csv");
+}
+
 /* ---- open ------------------------------------------------------------------------------------------ */
 
 tlm_status tlm_report_open(tlm_report **out, const char *tool, tlm_format fmt, const char *out_path, int argc,

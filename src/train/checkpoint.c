@@ -191,6 +191,7 @@ static char *state_json(const tlm_train *t, const tlm_train_sources *src) {
     cJSON_AddItemToObject(r, "train_data", json_source(src->train_data_path, t->train_data));
     cJSON_AddItemToObject(r, "val_data", json_source(src->val_data_path, t->val_data));
     if (src->model_name) cJSON_AddStringToObject(r, "model", src->model_name);
+    cJSON_AddNumberToObject(r, "save_every", (double)src->save_every);
     cJSON *d = cJSON_AddObjectToObject(root, "data");
     cJSON_AddStringToObject(d, "seed", seed);
     cJSON_AddNumberToObject(d, "next_draw", (double)t->step);
@@ -423,6 +424,8 @@ static void read_state(reader *rd, const cJSON *root, tlm_checkpoint *ck) {
         if (rd->s == TLM_OK && !ck->train_data_path)
             rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: field 'train_data' is null", rd->path);
         source(rd, r, "val_data", &ck->val_data_path, &ck->val_data_tokens);
+        if (cJSON_GetObjectItemCaseSensitive(r, "save_every")) /* optional: not in older ones */
+            ck->save_every = integer(rd, r, "save_every", 0, 9e15);
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(r, "model"); /* optional: not in older ones */
         if (rd->s == TLM_OK && cJSON_IsString(name) && !(ck->model_name = strdup(name->valuestring)))
             rd->s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "%s: out of memory", rd->path);

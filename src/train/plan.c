@@ -146,7 +146,7 @@ tlm_status tlm_train_plan_resume(const tlm_train_args *args, const tlm_checkpoin
     return TLM_OK;
 }
 
-tlm_status tlm_train_plan_checkpoint_dir(const char *given, bool saving, const tlm_checkpoint *ck, char **out) {
+tlm_status tlm_train_plan_checkpoint_dir(const char *given, const tlm_checkpoint *ck, char **out) {
     *out = NULL;
     if (given && !ck) { /* a new run does not write over another run's checkpoints */
         char latest[4200];
@@ -155,8 +155,8 @@ tlm_status tlm_train_plan_checkpoint_dir(const char *given, bool saving, const t
             return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "--checkpoint-dir %s already holds a run's checkpoints: continue "
                             "it with --resume %s, or save this run elsewhere", given, given);
     }
-    if (!given && !(saving && ck)) return TLM_OK;
-    /* a resumed run saves beside the checkpoint it came from unless told otherwise */
+    if (!given && !ck) return TLM_OK;
+    /* a resumed run saves, beside the checkpoint it came from unless told otherwise */
     char *dir = strdup(given ? given : ck->dir);
     if (!dir) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     char *slash = strrchr(dir, '/');
@@ -164,4 +164,23 @@ tlm_status tlm_train_plan_checkpoint_dir(const char *given, bool saving, const t
     else if (!given) snprintf(dir, strlen(dir) + 1, "."); /* "step-N": ROOT is here */
     *out = dir;
     return TLM_OK;
+}
+
+int64_t tlm_train_plan_save_every(bool given, int64_t value, const tlm_checkpoint *ck) {
+    return given ? value : ck ? ck->save_every : 0;
+}
+
+tlm_format tlm_train_log_format(const char *log, bool format_given, tlm_format given) {
+    if (format_given || !log) return given;
+    const size_t n = strlen(log);
+    return n > 4 && strcmp(log + n - 4, ".csv") == 0 ? TLM_FORMAT_CSV : TLM_FORMAT_JSON;
+}
+
+void tlm_train_plan_files(tlm_io_plan *plan, const char *train_data, const char *val_data, const char *resume,
+                          const char *checkpoint_dir, bool checkpoint_dir_given) {
+    tlm_io_plan_init(plan);
+    tlm_io_plan_input(plan, "--train-data", train_data);
+    tlm_io_plan_input(plan, "--val-data", val_data);
+    tlm_io_plan_inside(plan, "--resume", resume);
+    tlm_io_plan_inside(plan, checkpoint_dir_given ? "--checkpoint-dir" : "--resume (where it saves)", checkpoint_dir);
 }

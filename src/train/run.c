@@ -234,7 +234,9 @@ static tlm_status save_checkpoint(tlm_train *t, const tlm_train_run_config *c, r
                                   tlm_train_run_result *res) {
     free(res->checkpoint);
     res->checkpoint = NULL;
-    TLM_TRY(tlm_checkpoint_save(t, &c->sources, c->checkpoint_dir, c->keep_checkpoints, &res->checkpoint));
+    tlm_train_sources src = c->sources;
+    src.save_every = c->save_every; /* recorded: a resumed run keeps the cadence */
+    TLM_TRY(tlm_checkpoint_save(t, &src, c->checkpoint_dir, c->keep_checkpoints, &res->checkpoint));
     if (c->progress) tlm_train_progress_checkpoint(c->progress, t->step, res->checkpoint);
     k->tick = now_s();
     return TLM_OK;
@@ -245,7 +247,8 @@ static tlm_status after_step(tlm_train *t, const tlm_train_run_config *c, run_cl
                              bool stopping, tlm_train_run_result *res) {
     const tlm_train_config *r = &t->config;
     const bool eval = tlm_train_eval_due(t);
-    const bool save = c->save_every && (t->step % c->save_every == 0 || t->step == r->steps || stopping);
+    const bool save = c->checkpoint_dir &&
+                      ((c->save_every && t->step % c->save_every == 0) || t->step == r->steps || stopping);
     if (eval || save) tlm_synchronize(c->backend); /* the step's device work ends here */
     const tlm_train_window w = clock_step(t, c, k, res);
     if (eval) {

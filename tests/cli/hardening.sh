@@ -84,11 +84,11 @@ expect_fail "--strip-prefix needs --weights" step --model tiny --strip-prefix x.
 
 # ---- outputs are never lost ----
 cp "$W" "$TMP/w.safetensors"
-expect_fail "is the input $TMP/w.safetensors of this command" \
+expect_fail "is the same file as the input --weights $TMP/w.safetensors of this command" \
   step --model tiny --weights "$TMP/w.safetensors" --inputs "$X" --targets "$Y" --out-grads "$TMP/w.safetensors"
 check "  the input is untouched" same "$W" "$TMP/w.safetensors"
 cp "$X" "$TMP/x.npy"
-expect_fail "is the input $TMP/x.npy of this command" \
+expect_fail "is the same file as the input --inputs $TMP/x.npy of this command" \
   step --model tiny --inputs "$TMP/x.npy" --targets "$Y" --out-logits "$TMP/x.npy"
 check "  the input is untouched" same "$X" "$TMP/x.npy"
 echo keep > "$TMP/target.txt"; ln -s "$TMP/target.txt" "$TMP/link.json"

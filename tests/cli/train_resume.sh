@@ -56,4 +56,25 @@ check "the resumed run's log names its model as the first run did (tiny*), not '
 import json; d = json.load(open('$TMP/A45.json')); assert d['model'] == 'tiny*', d['model']"
 check "A keeps step-00000040 and step-00000045 only" \
   test "$(ls "$TMP/A" | grep -c '^step-')" -eq 2 -a -d "$TMP/A/step-00000045" -a "$(cat "$TMP/A/latest")" = step-00000045
+# a resumed run saves without --save-every: into its DIR at the checkpoint's own cadence (5, recorded in its
+# state.json), at its end, and when stopped by SIGTERM
+nosave=("${args[@]/--save-every/--log-every}")  # --log-every 5 in place of --save-every 5
+expect_ok "C: 10 steps, a checkpoint every 5" run --checkpoint-dir "$TMP/C" --steps 10
+check "C's state.json records its cadence" grep -q '"save_every":.*5' "$TMP/C/step-00000010/state.json"
+expect_ok "C resumed to 17 without --save-every" "$TLM" "${nosave[@]}" --resume "$TMP/C" --steps 17
+check "the resumed run saved at its cadence (15) and at its end (17)" \
+  test -d "$TMP/C/step-00000015" -a "$(cat "$TMP/C/latest")" = step-00000017
+"$TLM" "${nosave[@]}" --resume "$TMP/C" --steps 100000 > /dev/null 2> "$TMP/C.err" &
+pid=$!
+for _ in $(seq 1 3000); do  # until a step past 17 is taken (at most 60 s)
+  grep -q 'step 1[89]\|step [2-9][0-9]' "$TMP/C.err" 2>/dev/null && break
+  sleep 0.02
+done
+kill -TERM $pid
+wait $pid; rc=$?
+stopped=$(grep -o 'after step [0-9]*' "$TMP/C.err" | grep -o '[0-9]*$')
+check "C resumed again, stopped by SIGTERM (exit $rc) after step $stopped" test $rc -eq 143 -a -n "$stopped"
+check "... leaving its checkpoint: latest = step $stopped" \
+  test "$(cat "$TMP/C/latest")" = "$(printf 'step-%08d' "${stopped:-0}")"
+expect_ok "... which resumes" "$TLM" "${nosave[@]}" --resume "$TMP/C" --steps $((stopped + 1))
 finish
