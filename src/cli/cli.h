@@ -193,6 +193,9 @@ struct cli_command {
     /* a shared flag's help where the command means something else by it (NULL: the flag's own, e.g.
      * "seed of the weights and the batch"): .flag_help = {[CLI_SEED] = "seed of q, k, v"} */
     const char *flag_help[CLI_NUM_FLAGS];
+    /* the command declares every file it reads and writes to cli_check_files itself (false: cli_parse
+     * checks --out alone, the command reading no file that --out could be) */
+    bool checks_own_files;
 };
 
 /* A command's shared flags, a cli_use array: .uses and .num_uses of its cli_command. */
@@ -200,7 +203,8 @@ struct cli_command {
 
 /* Parses argv (argv[0] is the subcommand's name): the shared flags into *a, the command's own options
  * through c->handle into *opts. Returns -1 when the command should go on, or the exit code to return
- * now: TLM_EXIT_OK after --help, TLM_EXIT_USAGE after a bad flag (the error printed, naming the flag). */
+ * now: TLM_EXIT_OK after --help, TLM_EXIT_USAGE after a bad flag (the error printed, naming the flag)
+ * or, unless c->checks_own_files, an --out that cli_check_files refuses (an existing folder, say). */
 int cli_parse(const cli_command *c, void *opts, int argc, char **argv, cli_args *a);
 void cli_args_free(cli_args *a);
 
@@ -271,7 +275,8 @@ tlm_report *cli_open_report(const char *cmd, const cli_args *a, const char *tool
 
 /* Checks the command's files before any work (output.h's tlm_io_plan): those `plan` declares (NULL:
  * none) and --out's report with its sidecars (tlm_report_plan, in --format). Prints "tlm <cmd>: <why>",
- * naming the flags and paths, and returns false on a refusal (the command exits TLM_EXIT_USAGE). */
+ * naming the flags and paths, and returns false on a refusal (the command exits TLM_EXIT_USAGE).
+ * A command that reads or writes other files (checks_own_files) declares them all here together. */
 bool cli_check_files(const char *cmd, const cli_args *a, tlm_io_plan *plan);
 
 /* ---- subcommands -------------------------------------------------------------------------------------- */

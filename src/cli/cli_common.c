@@ -475,6 +475,10 @@ int cli_parse(const cli_command *c, void *opts, int argc, char **argv, cli_args 
         cli_args_free(a);
         return TLM_EXIT_USAGE;
     }
+    if (!c->checks_own_files && a->out && !cli_check_files(c->name, a, NULL)) { /* --out and its sidecars, before any work */
+        cli_args_free(a);
+        return TLM_EXIT_USAGE;
+    }
     return -1;
 }
 

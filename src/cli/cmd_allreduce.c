@@ -238,10 +238,6 @@ int cmd_allreduce(int argc, char **argv) {
     cli_args a;
     int rc = cli_parse(&allreduce_cmd, o, argc, argv, &a);
     if (rc >= 0) return rc;
-    if (!cli_check_files(cmd, &a, NULL)) { /* --out and its sidecars before any work */
-        cli_args_free(&a);
-        return TLM_EXIT_USAGE;
-    }
     rc = TLM_EXIT_USAGE;
     const bool on_cpu = a.device && strcmp(a.device, "cpu") == 0, on_cuda = a.device && strcmp(a.device, "cuda") == 0;
     const bool nccl_here = tlm_comm_have_nccl() && !on_cpu && (on_cuda || tlm_cuda_available());

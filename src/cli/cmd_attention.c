@@ -189,10 +189,6 @@ int cmd_attention(int argc, char **argv) {
     cli_args a;
     int rc = cli_parse(&attention_cmd, o, argc, argv, &a);
     if (rc >= 0) return rc;
-    if (!cli_check_files(cmd, &a, NULL)) { /* --out and its sidecars before any work */
-        cli_args_free(&a);
-        return TLM_EXIT_USAGE;
-    }
 
     /* the suite's values, then the flags over them */
     int batch[MAX_LIST] = {1}, n_batch = 1, heads[MAX_LIST] = {1}, n_heads = 1, warmup = 2, iters = 10;

@@ -74,10 +74,6 @@ int cmd_bench(int argc, char **argv) {
     cli_args a;
     int rc = cli_parse(&bench_cmd, NULL, argc, argv, &a);
     if (rc >= 0) return rc;
-    if (!cli_check_files(cmd, &a, NULL)) { /* --out and its sidecars before any work */
-        cli_args_free(&a);
-        return TLM_EXIT_USAGE;
-    }
     tlm_ddp_process proc;
     rc = cli_join(cmd, &a, 600, &proc);
     if (rc == TLM_EXIT_FAILURE) { /* this rank alone, maybe: no goodbye barrier, the others are told */

@@ -30,7 +30,7 @@ static const cli_command compare_cmd = {
         "Exit status: 0 all within rtol, 1 a tensor over rtol, missing, misshapen or mismatched.\n\n"
         "  -r, --rtol X                largest relative error that passes (default: 1e-5)\n",
     .name = "compare", CLI_USES(compare_uses), .options = compare_options, .short_options = "r:",
-    .handle = compare_handle, .min_positional = 2, .max_positional = 2};
+    .handle = compare_handle, .min_positional = 2, .max_positional = 2, .checks_own_files = true};
 
 static const tlm_column compare_columns[] = {
     {"tensor", TLM_FIELD_STR, "tensor", "", -48, 0, 0, TLM_COL_KEY},

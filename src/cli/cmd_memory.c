@@ -83,7 +83,8 @@ static const cli_command memory_cmd = {
         "                              pytorch.org/memory_viz (ops, layers and phases as its stack frames)\n"
         "                              With several configurations each file's name gets the configuration\n"
         "                              before its extension (FILE-2.7B-ctx256-b4-fp32-train.json).\n",
-    .name = "memory", CLI_USES(memory_uses), .options = memory_options, .handle = memory_option};
+    .name = "memory", CLI_USES(memory_uses), .options = memory_options, .handle = memory_option,
+    .checks_own_files = true};
 
 /* ---- one configuration ----------------------------------------------------------------------------------- */
 

@@ -47,10 +47,6 @@ static int run_accumulate(int argc, char **argv) {
     cli_args a;
     int rc = cli_parse(&accumulate_cmd, NULL, argc, argv, &a);
     if (rc >= 0) return rc;
-    if (!cli_check_files(cmd, &a, NULL)) { /* --out and its sidecars before any work */
-        cli_args_free(&a);
-        return TLM_EXIT_USAGE;
-    }
     tlm_backend *be = cli_create_backend(cmd, &a);
     if (!be) return TLM_EXIT_FAILURE;
     static tlm_accumulation acc;
@@ -219,10 +215,6 @@ static int run_autocast(int argc, char **argv) {
     cli_args a;
     int rc = cli_parse(&autocast_cmd, NULL, argc, argv, &a);
     if (rc >= 0) return rc;
-    if (!cli_check_files(cmd, &a, NULL)) { /* --out and its sidecars before any work */
-        cli_args_free(&a);
-        return TLM_EXIT_USAGE;
-    }
     if (a.num_batch_sizes) toy_cfg.batch_size = a.batch_sizes[0];
     if (a.given[CLI_SEED]) toy_cfg.seed = a.seed;
     tlm_backend *be = cli_create_backend(cmd, &a);
@@ -326,10 +318,6 @@ static int run_layernorm(int argc, char **argv) {
     cli_args a;
     int rc = cli_parse(&layernorm_cmd, NULL, argc, argv, &a);
     if (rc >= 0) return rc;
-    if (!cli_check_files(cmd, &a, NULL)) { /* --out and its sidecars before any work */
-        cli_args_free(&a);
-        return TLM_EXIT_USAGE;
-    }
     if (a.given[CLI_SEED]) ln_cfg.seed = a.seed;
     tlm_ln_lab *lab = malloc(sizeof *lab);
     if (!lab || tlm_ln_lab_run(&ln_cfg, lab) != TLM_OK) {

@@ -101,7 +101,7 @@ static const cli_command profile_cmd = {
         "                              phases, \"warmup step N\" is left out (bench/peers/pytorch_lm.py --nvtx\n"
         "                              writes them); --model names the model for the attention FLOP ratio\n",
     .name = "profile", CLI_USES(profile_uses), .options = profile_options, .short_options = "S:T:xk:y:LO",
-    .handle = profile_handle, .max_positional = 1 << 20};
+    .handle = profile_handle, .max_positional = 1 << 20, .checks_own_files = true};
 
 /* ---- the command --------------------------------------------------------------------------------------- */
 

@@ -92,7 +92,7 @@ static const cli_command step_cmd = {
         "                            AdamW (CS336 defaults: 1e-3, 0.9, 0.999, 1e-8, 0.01; domains: lr in\n"
         "                            (0, 10], betas in [0, 1), eps in (0, 1), weight decay in [0, 1])\n"
         "All outputs of one run are written together or not at all; an output may not be one of the inputs.\n\n",
-    .name = "step", CLI_USES(step_uses), .options = step_options, .handle = step_handle};
+    .name = "step", CLI_USES(step_uses), .options = step_options, .handle = step_handle, .checks_own_files = true};
 
 /* Reads a [B, T] integer .npy into int32 ids (checked against vocab). */
 static bool read_batch_file(const char *path, const char *what, int vocab, int32_t **ids, int *B, int *T) {

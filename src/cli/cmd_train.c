@@ -144,7 +144,7 @@ static const cli_command train_cmd = {
         "per share of the CPU's cores (MPI, --device cpu), every process with the same flags: --batch-size is the\n"
         "global batch, each rank draws its rows; the gradients are averaged as --ddp says; rank 0 alone prints, logs\n"
         "and saves checkpoints, which resume with as many ranks. A rank that dies or hangs ends the run, named.\n\n",
-    .name = "train", CLI_USES(train_uses), .options = train_options, .handle = train_handle};
+    .name = "train", CLI_USES(train_uses), .options = train_options, .handle = train_handle, .checks_own_files = true};
 
 /* ---- resolving the run --------------------------------------------------------------------------------------- */
 
