@@ -168,8 +168,9 @@ void tlm_report_summary_num(tlm_report *r, const char *key, double value); /* 7 
 
 /* Progress on stderr for a sweep of items of known relative cost (any unit, e.g. FLOPs per step x
  * steps): start an item with its label and cost, and the line says which item of how many is
- * running and about how long the rest will take, from the time per unit of cost so far. Rewritten
- * in place on a terminal (cleared before each table row), a plain line each otherwise. */
+ * running and about how long the rest will take, from the finished items' measured times (each
+ * fitted as a fixed time per item plus a time per unit of cost). Rewritten in place on a terminal
+ * (cleared before each table row), a plain line each otherwise. */
 void tlm_report_progress_total(tlm_report *r, int items, double total_cost);
 void tlm_report_progress(tlm_report *r, const char *label, double cost);
 

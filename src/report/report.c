@@ -73,6 +73,8 @@ struct tlm_report {
     /* progress */
     int items, item;
     double total_cost, done_cost, cost_now, t0, item_t0;
+    double fit_n, fit_c, fit_t, fit_cc, fit_ct; /* the finished items' costs c and times t: sums of 1, c, t,
+                                                   c^2, c t (progress_left's fit) */
     bool progress_tty, progress_shown;
 };
 
@@ -569,7 +571,7 @@ void tlm_report_progress_total(tlm_report *r, int items, double total_cost) {
     r->items = items;
     r->item = 0;
     r->total_cost = total_cost > 0 ? total_cost : items;
-    r->done_cost = 0;
+    r->done_cost = r->fit_n = r->fit_c = r->fit_t = r->fit_cc = r->fit_ct = 0;
 }
 
 static void format_duration(double s, char *buf, size_t n) {
@@ -578,18 +580,34 @@ static void format_duration(double s, char *buf, size_t n) {
     else snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
 }
 
+/* How long the items left will take (the one running included): each item's measured time fitted as
+ * a + b x cost over the finished items (least squares, a and b at least 0), so that a fixed time per
+ * item (a model's set-up) and a time per unit of work are both measured; with one finished item, or
+ * all of one cost, the mean time per item. */
+static double progress_left(const tlm_report *r, double items_left, double cost_left) {
+    const double n = r->fit_n, mc = r->fit_c / n, mt = r->fit_t / n;
+    const double var = r->fit_cc / n - mc * mc, cov = r->fit_ct / n - mc * mt;
+    double b = var > 1e-12 * mc * mc ? cov / var : 0, a = mt - b * mc;
+    if (b < 0) b = 0, a = mt;
+    if (a < 0) a = 0, b = mc > 0 ? mt / mc : 0;
+    return a * items_left + b * cost_left;
+}
+
 void tlm_report_progress(tlm_report *r, const char *label, double cost) {
     const double t = now_s();
-    if (r->item > 0) r->done_cost += r->cost_now;
+    if (r->item > 0) { /* the item that just finished: its cost and measured time */
+        const double c = r->cost_now, dt = t - r->item_t0;
+        r->done_cost += c;
+        r->fit_n += 1, r->fit_c += c, r->fit_t += dt, r->fit_cc += c * c, r->fit_ct += c * dt;
+    }
     r->cost_now = cost > 0 ? cost : 1;
     r->item++;
     r->item_t0 = t;
     if (r->items <= 1) return;
     char left[64] = "";
-    const double elapsed = t - r->t0;
-    if (r->done_cost > 0 && elapsed > 0) {
+    if (r->fit_n > 0) {
         char d[24];
-        format_duration(elapsed / r->done_cost * (r->total_cost - r->done_cost), d, sizeof d);
+        format_duration(progress_left(r, r->items - r->item + 1, r->total_cost - r->done_cost), d, sizeof d);
         snprintf(left, sizeof left, ", about %s left", d);
     }
     progress_clear(r);
