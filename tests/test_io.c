@@ -1114,7 +1114,7 @@ static void remove_tree(const char *dir) {
     rmdir(dir);
 }
 
-/* issue 35: a message that prefixes the reason keeps it; numbers range-checked before a cast; whole text
+/* hardening: a message that prefixes the reason keeps it; numbers range-checked before a cast; whole text
  * files read only from regular files of at most a limit */
 static void test_input_hardening(void) {
     tlm_fail(TLM_ERR_FORMAT, "lr_max = 1e+30 is outside [0, 10]");
