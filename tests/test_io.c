@@ -15,11 +15,13 @@
 #include <unistd.h>
 
 #include "core/convert.h"
+#include "io/input.h"
 #include "tlm/dtype.h"
 #include "tlm/npy.h"
 #include "tlm/rng.h"
 #include "tlm/safetensors.h"
 #include "tlm/status.h"
+#include "tlm/util.h"
 #include "test_check.h"
 #include "test_files.h"
 
@@ -1112,6 +1114,57 @@ static void remove_tree(const char *dir) {
     rmdir(dir);
 }
 
+/* hardening: a message that prefixes the reason keeps it; numbers range-checked before a cast; whole text
+ * files read only from regular files of at most a limit */
+static void test_input_hardening(void) {
+    tlm_fail(TLM_ERR_FORMAT, "lr_max = 1e+30 is outside [0, 10]");
+    tlm_fail(TLM_ERR_FORMAT, "%s: %s", "state.json", tlm_last_error());
+    check(strcmp(tlm_last_error(), "state.json: lr_max = 1e+30 is outside [0, 10]") == 0,
+          "tlm_fail with tlm_last_error() as an argument keeps the reason (got '%s')", tlm_last_error());
+    struct {
+        double v;
+        int64_t lo, hi;
+        bool ok;
+        int64_t want;
+    } cases[] = {{0, 0, 10, true, 0},          {10, 0, 10, true, 10},          {11, 0, 10, false, 0},
+                 {-1, 0, 10, false, 0},        {2.5, 0, 10, false, 0},         {NAN, 0, 10, false, 0},
+                 {INFINITY, 0, 10, false, 0},  {-INFINITY, INT64_MIN, INT64_MAX, false, 0},
+                 {1e300, INT64_MIN, INT64_MAX, false, 0},
+                 {9223372036854775808.0, INT64_MIN, INT64_MAX, false, 0},  /* 2^63: one past INT64_MAX */
+                 {-9223372036854775808.0, INT64_MIN, INT64_MAX, true, INT64_MIN},
+                 {9007199254740992.0, 0, INT64_MAX, true, 9007199254740992}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t out = -7;
+        const bool ok = tlm_double_to_int64(cases[i].v, cases[i].lo, cases[i].hi, &out);
+        check(ok == cases[i].ok && out == (ok ? cases[i].want : -7), "tlm_double_to_int64(%g, [%lld, %lld]): %d %lld",
+              cases[i].v, (long long)cases[i].lo, (long long)cases[i].hi, ok, (long long)out);
+    }
+    char *text = NULL;
+    size_t n = 0;
+    const char *fifo = tpath("state.fifo");
+    check(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+    check_status(tlm_input_read_text(fifo, 1024, &text, &n), TLM_ERR_IO, "state.fifo: a FIFO, not a regular file",
+                 "a FIFO read as text: refused at once");
+    check_status(tlm_input_read_text("/dev/zero", 1024, &text, &n), TLM_ERR_IO,
+                 "/dev/zero: a character device, not a regular file", "/dev/zero read as text");
+    check_status(tlm_input_read_text(tmpdir, 1024, &text, &n), TLM_ERR_IO, "a directory, not a regular file",
+                 "a directory read as text");
+    const char *p = tpath("five.json");
+    write_bytes(p, "[1,2]", 5);
+    check_status(tlm_input_read_text(p, 4, &text, &n), TLM_ERR_FORMAT, "5 bytes, over the limit of 4 bytes",
+                 "a file one byte over its limit");
+    check_status(tlm_input_read_text(p, 5, &text, &n), TLM_OK, NULL, "a file at its limit");
+    check(text && n == 5 && strcmp(text, "[1,2]") == 0, "the text read whole, NUL-terminated");
+    free(text);
+    check_status(tlm_input_read_text(p, (uint64_t)2 << 20, &text, &n), TLM_OK, NULL, "under a 2 MiB limit");
+    free(text);
+    const char *big = tpath("big.json"); /* sparse: 3 MiB and one byte */
+    write_bytes(big, "{", 1);
+    check(truncate(big, (3 << 20) + 1) == 0, "truncate %s", big);
+    check_status(tlm_input_read_text(big, 3 << 20, &text, &n), TLM_ERR_FORMAT,
+                 "big.json: 3145729 bytes, over the limit of 3 MiB", "the limit named in MiB");
+}
+
 int main(void) {
     strcpy(tmpdir, "/tmp/tlm_test_io_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -1131,6 +1184,7 @@ int main(void) {
     test_reader_messages();
     test_tokens();
     test_get_batch();
+    test_input_hardening();
     if (!getenv("TLM_TEST_KEEP")) remove_tree(tmpdir);
     else printf("# files kept in %s\n", tmpdir);
     return test_finish();

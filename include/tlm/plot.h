@@ -68,6 +68,11 @@ const char *tlm_plot_str(tlm_plot *p, const char *s);
 const char *tlm_plot_json_str(const struct cJSON *o, const char *key, const char *dflt);
 double tlm_plot_json_num(const struct cJSON *o, const char *key, double dflt);
 bool tlm_plot_json_true(const struct cJSON *o, const char *key);
+/* The integer field o[key] into *out: dflt when missing or not a number; FORMAT naming `file`, the key
+ * and the value when it is a number that is not a whole number in [lo, hi] (2.5, 1e300: a cast of
+ * those to int is undefined). */
+tlm_status tlm_plot_json_int(const struct cJSON *o, const char *key, int dflt, int lo, int hi, const char *file,
+                             int *out);
 
 /* Appends printf(fmt, ...) to the command being built in buf (cap bytes, *used so far: a "plot a, b,
  * ..." line); false, *used unchanged, when it does not fit. */

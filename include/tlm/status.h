@@ -30,7 +30,9 @@ const char *tlm_status_string(tlm_status s);
 const char *tlm_last_error(void);
 
 /* Sets this thread's message (printf format) and returns s, so a failing function can
- * `return tlm_fail(TLM_ERR_FORMAT, "%s: header length %llu exceeds file size", path, n);` */
+ * `return tlm_fail(TLM_ERR_FORMAT, "%s: header length %llu exceeds file size", path, n);`
+ * An argument may be tlm_last_error() itself, to prefix the reason: tlm_fail(s, "%s: %s", path,
+ * tlm_last_error()) (the message is formatted apart, then copied). */
 tlm_status tlm_fail(tlm_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Prints "tlm: fatal: <message>" to stderr and exits with status 1. For failures that

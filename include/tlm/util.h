@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,6 +25,11 @@ double tlm_rel_error_f32(const float *got, const float *want, size_t n);
  * bytes, NUL-terminated). false when there is none (or out of host memory); path is then
  * unspecified. `name` is a file name, without '/'. */
 bool tlm_find_program(const char *name, char *path, size_t n);
+
+/* The conversion of a number read from JSON or text to an integer: true, *out = v, when v is a whole
+ * number in [lo, hi]; false (*out untouched) for NaN, an infinity, a fraction or a value outside
+ * [lo, hi] (a plain cast of those is undefined behaviour). */
+bool tlm_double_to_int64(double v, int64_t lo, int64_t hi, int64_t *out);
 
 #ifdef __cplusplus
 }

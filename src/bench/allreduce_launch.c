@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 
 #include "bench/allreduce_internal.h"
+#include "io/input.h"
 #include "tlm/allreduce_bench.h"
 #include "tlm/backend.h"
 #include "tlm/comm.h"
@@ -342,20 +343,13 @@ static int spawn(char **argv) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* a run's report (JSON, at most 1 GiB); NULL when unreadable or not JSON */
 static cJSON *read_json(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    const long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = len > 0 ? malloc((size_t)len + 1) : NULL;
-    cJSON *j = NULL;
-    if (text && fread(text, 1, (size_t)len, f) == (size_t)len) {
-        text[len] = '\0';
-        j = cJSON_Parse(text);
-    }
+    char *text = NULL;
+    size_t len = 0;
+    if (tlm_input_read_text(path, (uint64_t)1 << 30, &text, &len) != TLM_OK) return NULL;
+    cJSON *j = len > 0 ? cJSON_ParseWithLength(text, len) : NULL;
     free(text);
-    fclose(f);
     return j;
 }
 

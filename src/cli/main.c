@@ -1,7 +1,9 @@
 /* main.c — the tlm command: dispatches to the subcommands. */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "tlm/plot.h"
@@ -59,6 +61,19 @@ static void usage(FILE *f) {
             TLM_VERSION, plot_kinds, tlm_config_preset_names());
 }
 
+/* a report on standard output not wholly written (a full disk: "No space left on device") fails the
+ * command, naming why, instead of exiting 0 with the report lost */
+static int stdout_written(int rc) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+    int err = errno;
+    /* stdio keeps no errno of a write that failed earlier: a newline written straight to the descriptor
+     * (the output is cut short already) tells a full disk (ENOSPC) from other failures */
+    if (!err) err = write(STDOUT_FILENO, "\n", 1) < 0 ? errno : EIO;
+    fprintf(stderr, "tlm: writing the standard output: %s\n", strerror(err));
+    return rc != TLM_EXIT_OK ? rc : TLM_EXIT_FAILURE;
+}
+
 int main(int argc, char **argv) {
     static const cli_subcommand commands[] = {
         {"bench", cmd_bench},         {"train", cmd_train},         {"step", cmd_step},
@@ -77,8 +92,8 @@ int main(int argc, char **argv) {
         const char *cuda = "built without CUDA";
 #endif
         printf("tlm %s (%s; GPU %s)\n", TLM_VERSION, cuda, tlm_cuda_available() ? "present" : "not found");
-        return TLM_EXIT_OK;
+        return stdout_written(TLM_EXIT_OK);
     }
-    return cli_run_subcommand("tlm", "command", argc, argv, commands, (int)(sizeof commands / sizeof commands[0]),
-                              usage);
+    return stdout_written(cli_run_subcommand("tlm", "command", argc, argv, commands,
+                                             (int)(sizeof commands / sizeof commands[0]), usage));
 }

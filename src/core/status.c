@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static _Thread_local char tlm_error_message[1024];
 
@@ -23,10 +24,14 @@ const char *tlm_status_string(tlm_status s) {
 const char *tlm_last_error(void) { return tlm_error_message; }
 
 tlm_status tlm_fail(tlm_status s, const char *fmt, ...) {
+    /* formatted into a fresh buffer, then copied: an argument may be tlm_last_error() itself
+     * (`tlm_fail(s, "%s: %s", path, tlm_last_error())`), and vsnprintf must not write over what it reads */
+    char fresh[sizeof tlm_error_message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tlm_error_message, sizeof tlm_error_message, fmt, ap);
+    vsnprintf(fresh, sizeof fresh, fmt, ap);
     va_end(ap);
+    memcpy(tlm_error_message, fresh, sizeof fresh);
     return s;
 }
 

@@ -1,4 +1,4 @@
-/* util.c — name tables, the normwise relative error and the PATH search (util.h). */
+/* util.c — name tables, the normwise relative error, the PATH search and checked number conversion (util.h). */
 #include "tlm/util.h"
 
 #include <math.h>
@@ -36,4 +36,13 @@ bool tlm_find_program(const char *name, char *path, size_t n) {
     }
     free(dirs);
     return found;
+}
+
+bool tlm_double_to_int64(double v, int64_t lo, int64_t hi, int64_t *out) {
+    /* compared as doubles first (NaN fails every comparison); 2^63 is the first double above INT64_MAX */
+    if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0) || v != floor(v)) return false;
+    const int64_t i = (int64_t)v;
+    if (i < lo || i > hi) return false;
+    *out = i;
+    return true;
 }

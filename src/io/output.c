@@ -14,10 +14,45 @@
 #include <unistd.h>
 
 struct tlm_output {
-    FILE *f;
+    FILE *f;    /* a stream over fd (fopencookie) whose writes keep the first failure's errno in err */
+    int fd;     /* the temporary file's descriptor */
+    int err;    /* the errno of the first failed write (ENOSPC: a full disk), 0 if none */
     char *path; /* the destination */
     char *tmp;  /* the temporary file beside it */
 };
+
+/* ---- the stream: write(2) under stdio, so a failure's reason reaches the commit's message ------------ */
+
+static ssize_t stream_write(void *cookie, const char *buf, size_t n) {
+    tlm_output *o = cookie;
+    size_t done = 0;
+    while (done < n) {
+        const ssize_t k = write(o->fd, buf + done, n - done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { /* stdio marks the stream in error when fewer than n bytes are taken */
+            if (!o->err) o->err = k < 0 ? errno : ENOSPC;
+            break;
+        }
+        done += (size_t)k;
+    }
+    return (ssize_t)done;
+}
+
+static int stream_seek(void *cookie, off64_t *pos, int whence) {
+    tlm_output *o = cookie;
+    const off_t at = lseek(o->fd, (off_t)*pos, whence);
+    if (at < 0) return -1;
+    *pos = at;
+    return 0;
+}
+
+static int stream_close(void *cookie) {
+    tlm_output *o = cookie;
+    const int rc = close(o->fd);
+    if (rc != 0 && !o->err) o->err = errno;
+    o->fd = -1;
+    return rc;
+}
 
 /* ---- the temporaries alive now, for the signal handler ------------------------------------------- */
 
@@ -125,8 +160,11 @@ tlm_status tlm_output_open(tlm_output **out, const char *path) {
     const mode_t mask = umask(0);
     umask(mask);
     fchmod(fd, 0666 & ~mask); /* mkstemp made it 0600; an output gets the usual mode */
-    if (!track(o->tmp) || !(o->f = fdopen(fd, "wb"))) {
+    o->fd = fd;
+    const cookie_io_functions_t io = {.write = stream_write, .seek = stream_seek, .close = stream_close};
+    if (!track(o->tmp) || !(o->f = fopencookie(o, "wb", io))) {
         close(fd);
+        o->fd = -1;
         tlm_output_abort(o);
         return tlm_fail(TLM_ERR_IO, "cannot write %s: too many files open at once", path);
     }
@@ -181,12 +219,12 @@ static tlm_status rename_into_place(tlm_output *o) {
 }
 
 tlm_status tlm_output_commit(tlm_output *o) {
+    /* the first failure's own errno (o->err: ENOSPC for a full disk), not a generic EIO */
     errno = 0;
     int err = 0;
-    if (fflush(o->f) != 0) err = errno ? errno : EIO;
-    else if (ferror(o->f)) err = EIO;
-    else if (fsync(fileno(o->f)) != 0 && errno != EINVAL) err = errno; /* EINVAL: not syncable (a pipe) */
-    if (fclose(o->f) != 0 && !err) err = errno ? errno : EIO;
+    if (fflush(o->f) != 0 || ferror(o->f)) err = o->err ? o->err : errno ? errno : EIO;
+    else if (fsync(o->fd) != 0 && errno != EINVAL) err = errno; /* EINVAL: not syncable (a pipe) */
+    if (fclose(o->f) != 0 && !err) err = o->err ? o->err : errno ? errno : EIO;
     o->f = NULL;
     if (err) {
         const tlm_status s = tlm_fail(TLM_ERR_IO, "cannot write %s: %s (nothing written)", o->path, strerror(err));

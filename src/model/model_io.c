@@ -8,6 +8,7 @@
 
 #include "model/model_internal.h"
 #include "tlm/safetensors.h"
+#include "tlm/util.h"
 
 /* the NaN/Inf elements of x (n): how many, and the index of the first */
 static size_t count_nonfinite(const float *x, size_t n, size_t *first) {
@@ -83,12 +84,13 @@ static tlm_status config_from_metadata(const tlm_safetensors *st, const char *pa
         const char *text = tlm_safetensors_meta(st, config_keys[i].key);
         char *end = NULL;
         double v = text ? strtod(text, &end) : NAN;
+        int64_t whole = 0;
         if (!text || end == text || *end || !isfinite(v) ||
-            (config_keys[i].kind == META_INT && (v != floor(v) || v < 1 || v > 1 << 30)))
+            (config_keys[i].kind == META_INT && !tlm_double_to_int64(v, 1, 1 << 30, &whole)))
             return tlm_fail(TLM_ERR_FORMAT, "%s: metadata '%s' is %s%s%s: not a model config tlm can use", path,
                             config_keys[i].key, text ? "'" : "missing", text ? text : "", text ? "'" : "");
         char *field = (char *)&c + config_keys[i].offset;
-        if (config_keys[i].kind == META_INT) *(int *)field = (int)v;
+        if (config_keys[i].kind == META_INT) *(int *)field = (int)whole;
         else if (config_keys[i].kind == META_DOUBLE) *(double *)field = v;
         else *(float *)field = (float)v;
     }

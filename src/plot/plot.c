@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "io/input.h"
 #include "tlm/output.h"
 #include "tlm/tuning.h"
 #include "tlm/util.h"
@@ -150,6 +151,18 @@ const char *tlm_plot_json_str(const cJSON *o, const char *key, const char *dflt)
 double tlm_plot_json_num(const cJSON *o, const char *key, double dflt) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+tlm_status tlm_plot_json_int(const cJSON *o, const char *key, int dflt, int lo, int hi, const char *file, int *out) {
+    *out = dflt;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v)) return TLM_OK;
+    int64_t i;
+    if (!tlm_double_to_int64(v->valuedouble, lo, hi, &i))
+        return tlm_fail(TLM_ERR_FORMAT, "%s: \"%s\": %.15g is not a whole number in [%d, %d]", file, key,
+                        v->valuedouble, lo, hi);
+    *out = (int)i;
+    return TLM_OK;
 }
 
 bool tlm_plot_json_true(const cJSON *o, const char *key) {
@@ -287,32 +300,12 @@ static tlm_status run_gnuplot(const char *gnuplot, tlm_plot *p, const char *dir,
     return TLM_OK;
 }
 
-/* reads a whole file (n bytes) into *data (malloc'ed, NUL-terminated) */
+/* a plot's input (JSON), or a picture gnuplot drew: at most this many bytes */
+#define MAX_PLOT_FILE_BYTES ((uint64_t)1 << 30)
+
+/* reads a whole regular file (n bytes, at most MAX_PLOT_FILE_BYTES) into *data (malloc'ed, NUL-terminated) */
 static tlm_status read_file(const char *path, char **data, size_t *n) {
-    *data = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return tlm_fail(TLM_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *b = malloc(cap);
-    for (size_t k; b && (k = fread(b + len, 1, cap - len - 1, f)) > 0;) {
-        len += k;
-        if (len + 1 == cap) {
-            char *nb = realloc(b, cap *= 2);
-            if (!nb) free(b);
-            b = nb;
-        }
-    }
-    const bool bad = ferror(f);
-    fclose(f);
-    if (!b) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory reading %s", path);
-    if (bad) {
-        free(b);
-        return tlm_fail(TLM_ERR_IO, "cannot read %s", path);
-    }
-    b[len] = '\0';
-    *data = b;
-    *n = len;
-    return TLM_OK;
+    return tlm_input_read_text(path, MAX_PLOT_FILE_BYTES, data, n);
 }
 
 static void remove_dir(const char *dir) {
@@ -353,8 +346,6 @@ tlm_status tlm_plot_render(const tlm_plot_kind *k, const char *const *inputs, in
             tlm_io_plan_output(&files, "--out", path);
         }
     TLM_TRY(tlm_io_plan_check(&files));
-    char gnuplot[4096];
-    TLM_TRY(tlm_plot_find_gnuplot(gnuplot, sizeof gnuplot));
     cJSON **docs = calloc((size_t)n, sizeof *docs);
     if (!docs) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     tlm_status s = TLM_OK;
@@ -367,6 +358,8 @@ tlm_status tlm_plot_render(const tlm_plot_kind *k, const char *const *inputs, in
         free(data);
         if (!docs[i]) s = tlm_fail(TLM_ERR_FORMAT, "%s is not JSON (tlm plot %s reads %s)", inputs[i], k->name, k->reads);
     }
+    char gnuplot[4096]; /* looked for once the inputs are read: a bad input is named with or without gnuplot */
+    if (s == TLM_OK) s = tlm_plot_find_gnuplot(gnuplot, sizeof gnuplot);
     tlm_plot p = {.width = 1200, .height = 700};
     if (s == TLM_OK) s = k->build(&p, (const struct cJSON *const *)docs, inputs, n);
     if (s == TLM_OK && p.oom) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory describing the plot");

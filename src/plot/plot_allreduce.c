@@ -125,10 +125,10 @@ static tlm_status collect(results *r, const cJSON *const *docs, const char *cons
         for (const cJSON *row = rows->child; row; row = row->next) {
             if (strcmp(tlm_plot_json_str(row, "status", "ok"), "ok") != 0) continue; /* skipped, failed, OOM, WRONG */
             if (!tlm_plot_json_true(row, "in_place")) continue;
-            const point p = {.nranks = (int)tlm_plot_json_num(row, "nranks", NAN),
-                             .bytes = tlm_plot_json_num(row, "bytes", NAN),
+            point p = {.bytes = tlm_plot_json_num(row, "bytes", NAN),
                              .time_us = tlm_plot_json_num(row, "time_us_mean", NAN),
                              .busbw = tlm_plot_json_num(row, "busbw_gb_per_s", NAN)};
+            TLM_TRY(tlm_plot_json_int(row, "nranks", 0, 1, 1 << 20, paths[f], &p.nranks));
             if (!(p.nranks >= 1) || !(p.bytes > 0) || !(p.time_us > 0) || isnan(p.busbw))
                 return tlm_fail(TLM_ERR_FORMAT, "%s: a row that ran without \"nranks\", \"bytes\", \"time_us_mean\" "
                                 "and \"busbw_gb_per_s\"", paths[f]);

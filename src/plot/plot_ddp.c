@@ -12,6 +12,7 @@
  * optimizer-in-backward nor the overlapped optimizer (another comparison: bench/ddp_table.py's table).
  * Where a tool has several 1-GPU rows of a precision (and batch), the one without CUDA graphs is the
  * baseline (the data-parallel rows run eagerly: ddp.h). */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,13 +68,13 @@ static tlm_status collect(ddp_rows *r, const cJSON *const *docs, const char *con
                 tlm_plot_json_true(row, "optimizer_overlap"))
                 continue;
             ddp_row x = {.tool = t,
-                         .ranks = (int)tlm_plot_json_num(row, "ranks", 1),
                          .bucket_mb = tlm_plot_json_num(row, "bucket_mb", NAN),
                          .step_ms = tlm_plot_json_num(row, "step_ms_mean", NAN),
                          .tokens_per_s = tlm_plot_json_num(row, "tokens_per_s", NAN),
-                         .batch = (int)tlm_plot_json_num(row, "batch_size", 0),
                          .graphs = tlm_plot_json_true(row, "cuda_graphs"),
                          .gpu = strncmp(tlm_plot_json_str(docs[f], "device", "cpu"), "cpu", 3) != 0};
+            TLM_TRY(tlm_plot_json_int(row, "ranks", 1, 1, 1 << 20, paths[f], &x.ranks));
+            TLM_TRY(tlm_plot_json_int(row, "batch_size", 0, 0, INT_MAX, paths[f], &x.batch));
             const char *mode = tlm_plot_json_str(row, "ddp", "none");
             x.bucketed = strcmp(mode, t == 0 ? "bucketed" : "pytorch") == 0;
             snprintf(x.precision, sizeof x.precision, "%s", tlm_plot_json_str(row, "precision", "?"));

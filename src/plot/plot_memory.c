@@ -6,6 +6,7 @@
  *   memory-context   the peak against the context length (tlm memory --format json reports, and
  *                    bench/peers/pytorch_lm.py --format json files for PyTorch's rows), one line per
  *                    implementation, model, precision, pass; out-of-memory rows as crosses on top. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,6 +29,36 @@ static int phase_index(const char *name) {
 }
 
 /* ---- memory-timeline ------------------------------------------------------------------------------------ */
+
+/* phases shaded, steps marked: the timeline's "marks" (events counted from 0) */
+static tlm_status draw_marks(tlm_plot *p, const cJSON *marks, const char *path) {
+    int obj = 1, open_x[TLM_PHASE_COUNT];
+    for (int i = 0; i < TLM_PHASE_COUNT; i++) open_x[i] = -1;
+    for (const cJSON *m = marks->child; m; m = m->next) {
+        int mx, step;
+        TLM_TRY(tlm_plot_json_int(m, "event", 0, 0, INT_MAX, path, &mx));
+        TLM_TRY(tlm_plot_json_int(m, "step", 0, INT_MIN, INT_MAX, path, &step));
+        if (strcmp(tlm_plot_json_str(m, "kind", ""), "step") == 0) {
+            if (!tlm_plot_json_true(m, "begin")) continue;
+            char label[48];
+            snprintf(label, sizeof label, "%s %d", tlm_plot_json_true(m, "warmup") ? "warm-up step" : "step", step);
+            tlm_plot_cmd(p, "set arrow from %d, graph 0 to %d, graph 1 nohead dt 2 lc rgb '#555555' front", mx, mx);
+            tlm_plot_cmd(p, "set label %s at %d, graph 0.03 offset 0.5,0 left front font ',9' tc rgb '#555555'",
+                         tlm_plot_str(p, label), mx);
+            continue;
+        }
+        const int ph = phase_index(tlm_plot_json_str(m, "name", ""));
+        if (ph <= 0) continue;
+        if (tlm_plot_json_true(m, "begin")) {
+            open_x[ph] = mx;
+        } else if (open_x[ph] >= 0) {
+            tlm_plot_cmd(p, "set object %d rect from %d, graph 0 to %d, graph 1 behind fc rgb '%s' fs solid 1.0 noborder",
+                         obj++, open_x[ph], mx > open_x[ph] ? mx : open_x[ph] + 1, phase_colors[ph]);
+            open_x[ph] = -1;
+        }
+    }
+    return TLM_OK;
+}
 
 static tlm_status timeline(tlm_plot *p, const cJSON *const *docs, const char *const *paths, int n) {
     const cJSON *d = docs[0];
@@ -54,7 +85,7 @@ static tlm_status timeline(tlm_plot *p, const cJSON *const *docs, const char *co
     int last_step_begin = 0;
     for (const cJSON *m = marks->child; m; m = m->next)
         if (strcmp(tlm_plot_json_str(m, "kind", ""), "step") == 0 && tlm_plot_json_true(m, "begin"))
-            last_step_begin = (int)tlm_plot_json_num(m, "event", 0);
+            TLM_TRY(tlm_plot_json_int(m, "event", 0, 0, INT_MAX, path, &last_step_begin));
     /* the axis's unit: GiB from 1 GiB on, else MiB (a small model's step reads 3 MiB, not 0.003 GiB) */
     double most = 0;
     for (const cJSON *e = events->child; e; e = e->next) {
@@ -100,31 +131,7 @@ static tlm_status timeline(tlm_plot *p, const cJSON *const *docs, const char *co
         tlm_plot_row(p, 2, (double[]){x, tlm_plot_json_num(e, "footprint", 0) / unit});
     tlm_plot_data_end(p);
 
-    /* phases shaded, steps marked */
-    int obj = 1, open_x[TLM_PHASE_COUNT];
-    for (int i = 0; i < TLM_PHASE_COUNT; i++) open_x[i] = -1;
-    for (const cJSON *m = marks->child; m; m = m->next) {
-        const int mx = (int)tlm_plot_json_num(m, "event", 0);
-        if (strcmp(tlm_plot_json_str(m, "kind", ""), "step") == 0) {
-            if (!tlm_plot_json_true(m, "begin")) continue;
-            char label[48];
-            snprintf(label, sizeof label, "%s %d", tlm_plot_json_true(m, "warmup") ? "warm-up step" : "step",
-                     (int)tlm_plot_json_num(m, "step", 0));
-            tlm_plot_cmd(p, "set arrow from %d, graph 0 to %d, graph 1 nohead dt 2 lc rgb '#555555' front", mx, mx);
-            tlm_plot_cmd(p, "set label %s at %d, graph 0.03 offset 0.5,0 left front font ',9' tc rgb '#555555'",
-                         tlm_plot_str(p, label), mx);
-            continue;
-        }
-        const int ph = phase_index(tlm_plot_json_str(m, "name", ""));
-        if (ph <= 0) continue;
-        if (tlm_plot_json_true(m, "begin")) {
-            open_x[ph] = mx;
-        } else if (open_x[ph] >= 0) {
-            tlm_plot_cmd(p, "set object %d rect from %d, graph 0 to %d, graph 1 behind fc rgb '%s' fs solid 1.0 noborder",
-                         obj++, open_x[ph], mx > open_x[ph] ? mx : open_x[ph] + 1, phase_colors[ph]);
-            open_x[ph] = -1;
-        }
-    }
+    TLM_TRY(draw_marks(p, marks, path));
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(d, "meta");
     char title[400];
     snprintf(title, sizeof title, "tlm memory: %s", tlm_plot_json_str(meta, "title", path));

@@ -2,6 +2,7 @@
  * libtlm_inject.so injected (CUDA_INJECTION64_PATH for CUPTI, NVTX_INJECTION64_PATH for its NVTX
  * ranges) and read back the profiles its CUDA processes wrote into a private temporary folder. */
 #define _GNU_SOURCE
+#include "io/input.h"
 #include "profile/profile_exec.h"
 #include "tlm/tuning.h"
 
@@ -107,9 +108,11 @@ tlm_status tlm_profile_exec(char *const argv[], const char *inject_lib, tlm_prof
         if (strncmp(e->d_name, "profile-", 8) != 0 || len < 12 || strcmp(e->d_name + len - 4, ".bin") != 0) continue;
         char p[4400];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        FILE *f = fopen(p, "rb");
+        FILE *f = NULL;
+        uint64_t size;
         tlm_profile *prof = NULL;
-        s = f ? tlm_profile_read(&prof, f, p) : tlm_fail(TLM_ERR_IO, "cannot open %s: %s", p, strerror(errno));
+        s = tlm_input_open(p, &f, &size); /* a regular file only: a FIFO is refused, not waited on */
+        if (s == TLM_OK) s = tlm_profile_read(&prof, f, p);
         if (f) fclose(f);
         tlm_profile **grown = s == TLM_OK ? realloc(v, (size_t)(n + 1) * sizeof *v) : NULL;
         if (s == TLM_OK && !grown) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");

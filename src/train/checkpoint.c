@@ -17,14 +17,17 @@
 
 #include <cjson/cJSON.h>
 
+#include "io/input.h"
 #include "tlm/output.h"
 #include "tlm/train.h"
+#include "tlm/util.h"
 
 #define STATE_FORMAT "tlm-checkpoint"
 #define STATE_VERSION 1
 #define STEP_PREFIX "step-"
 #define TMP_PREFIX ".tmp-step-"
-#define MAX_STATE_BYTES ((size_t)1 << 30)
+#define MAX_COUNT INT64_C(9000000000000000) /* a step or token count: exact in a double */
+#define MAX_STATE_BYTES ((size_t)256 << 20) /* a step of the log takes about 220 bytes: over a million steps */
 
 /* ---- files and directories ------------------------------------------------------------------------ */
 
@@ -301,29 +304,9 @@ tlm_status tlm_checkpoint_save(const tlm_train *t, const tlm_train_sources *src,
 
 /* ---- reading ------------------------------------------------------------------------------------------ */
 
+/* a whole text file of at most max bytes: a regular file only, so a FIFO is refused, not waited on */
 static tlm_status read_text(const char *path, size_t max, char **out, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tlm_fail(TLM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > max) {
-        fclose(f);
-        return tlm_fail(TLM_ERR_FORMAT, "%s: not a regular file of at most %zu bytes", path, max);
-    }
-    char *buf = malloc((size_t)st.st_size + 1);
-    if (!buf) {
-        fclose(f);
-        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory reading %s", path);
-    }
-    const size_t got = fread(buf, 1, (size_t)st.st_size, f);
-    fclose(f);
-    if (got != (size_t)st.st_size) {
-        free(buf);
-        return tlm_fail(TLM_ERR_IO, "%s: short read", path);
-    }
-    buf[got] = '\0';
-    *out = buf;
-    *n = got;
-    return TLM_OK;
+    return tlm_input_read_text(path, max, out, n);
 }
 
 /* field readers: FORMAT naming the file and the field when it is missing or of the wrong kind */
@@ -357,11 +340,13 @@ static double num(reader *rd, const cJSON *obj, const char *key) {
 }
 
 /* an integer in [lo, hi] */
-static int64_t integer(reader *rd, const cJSON *obj, const char *key, double lo, double hi) {
+static int64_t integer(reader *rd, const cJSON *obj, const char *key, int64_t lo, int64_t hi) {
     const double v = num(rd, obj, key);
-    if (rd->s == TLM_OK && !(v >= lo && v <= hi && v == floor(v)))
-        rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: field '%s' = %g is not an integer in [%g, %g]", rd->path, key, v, lo, hi);
-    return rd->s == TLM_OK ? (int64_t)v : 0;
+    int64_t i = 0;
+    if (rd->s == TLM_OK && !tlm_double_to_int64(v, lo, hi, &i))
+        rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: field '%s' = %.15g is not an integer in [%lld, %lld]", rd->path, key, v,
+                         (long long)lo, (long long)hi);
+    return rd->s == TLM_OK ? i : 0;
 }
 
 static uint64_t seed_of(reader *rd, const cJSON *obj, const char *key) {
@@ -380,7 +365,7 @@ static void source(reader *rd, const cJSON *recipe, const char *key, char **path
     if (rd->s != TLM_OK || cJSON_IsNull(v)) return;
     if (!(v = field(rd, recipe, key, is_object, "an object or null"))) return;
     const cJSON *p = field(rd, v, "path", is_string, "a string");
-    *tokens = integer(rd, v, "tokens", 1, 9e15);
+    *tokens = integer(rd, v, "tokens", 1, MAX_COUNT);
     if (p && !(*path = strdup(p->valuestring))) rd->s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
 }
 
@@ -388,30 +373,30 @@ static void read_state(reader *rd, const cJSON *root, tlm_checkpoint *ck) {
     const cJSON *fmt = field(rd, root, "format", is_string, "a string");
     if (fmt && strcmp(fmt->valuestring, STATE_FORMAT) != 0)
         rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: format '%s' is not '%s'", rd->path, fmt->valuestring, STATE_FORMAT);
-    const int64_t version = integer(rd, root, "version", 1, 1e9);
+    const int64_t version = integer(rd, root, "version", 1, 1000000000);
     if (rd->s == TLM_OK && version != STATE_VERSION)
         rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: version %lld; this tlm reads version %d", rd->path, (long long)version,
                          STATE_VERSION);
-    ck->step = integer(rd, root, "step", 0, 9e15);
-    ck->tokens = integer(rd, root, "tokens", 0, 9e15);
+    ck->step = integer(rd, root, "step", 0, MAX_COUNT);
+    ck->tokens = integer(rd, root, "tokens", 0, MAX_COUNT);
     const cJSON *r = field(rd, root, "recipe", is_object, "an object");
     tlm_train_config *c = &ck->config;
     if (r) {
         c->batch_size = (int)integer(rd, r, "batch_size", 1, 1 << 20);
         c->context_length = (int)integer(rd, r, "context_length", 1, 1 << 24);
-        c->steps = integer(rd, r, "steps", 1, 9e15);
+        c->steps = integer(rd, r, "steps", 1, MAX_COUNT);
         c->seed = seed_of(rd, r, "seed");
         c->lr_max = num(rd, r, "lr_max");
         c->lr_min = num(rd, r, "lr_min");
-        c->warmup_iters = integer(rd, r, "warmup_iters", 0, 9e15);
-        c->cosine_cycle_iters = integer(rd, r, "cosine_cycle_iters", 0, 9e15);
+        c->warmup_iters = integer(rd, r, "warmup_iters", 0, MAX_COUNT);
+        c->cosine_cycle_iters = integer(rd, r, "cosine_cycle_iters", 0, MAX_COUNT);
         c->adamw.lr = 1e-3f;
         c->adamw.beta1 = (float)num(rd, r, "beta1");
         c->adamw.beta2 = (float)num(rd, r, "beta2");
         c->adamw.eps = (float)num(rd, r, "eps");
         c->adamw.weight_decay = (float)num(rd, r, "weight_decay");
         c->max_grad_norm = num(rd, r, "max_grad_norm");
-        c->eval_every = integer(rd, r, "eval_every", 0, 9e15);
+        c->eval_every = integer(rd, r, "eval_every", 0, MAX_COUNT);
         c->eval_batches = (int)integer(rd, r, "eval_batches", 1, 1 << 20);
         const cJSON *p = field(rd, r, "precision", is_string, "a string");
         if (p && !tlm_precision_parse(p->valuestring, &ck->precision))
@@ -438,7 +423,7 @@ static void read_state(reader *rd, const cJSON *root, tlm_checkpoint *ck) {
     if (ls) {
         ck->scaler.scale = (float)num(rd, ls, "scale");
         ck->scaler.growth_tracker = (int)integer(rd, ls, "growth_tracker", 0, INT_MAX);
-        ck->scaler.skipped_steps = integer(rd, ls, "skipped_steps", 0, 9e15);
+        ck->scaler.skipped_steps = integer(rd, ls, "skipped_steps", 0, MAX_COUNT);
         if (rd->s == TLM_OK && !(ck->scaler.scale > 0 && isfinite(ck->scaler.scale)))
             rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: loss scale %g is not a positive number", rd->path,
                              (double)ck->scaler.scale);
@@ -458,7 +443,7 @@ static void read_state(reader *rd, const cJSON *root, tlm_checkpoint *ck) {
             break;
         }
         e->step = integer(rd, x, "step", i + 1, i + 1); /* every step, in order */
-        e->tokens = integer(rd, x, "tokens", 0, 9e15);
+        e->tokens = integer(rd, x, "tokens", 0, MAX_COUNT);
         e->loss = (float)num(rd, x, "loss");
         e->lr = num(rd, x, "lr");
         e->grad_norm = num(rd, x, "grad_norm");
