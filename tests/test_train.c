@@ -233,7 +233,7 @@ static void run_until(tlm_train *t, int64_t steps) {
 
 static void test_resume(const tlm_tokens *train, const tlm_tokens *val) {
     const tlm_train_config c = recipe();
-    const tlm_train_sources src = {"train.bin", "val.bin", "tiny*", 3};
+    const tlm_train_sources src = {"train.bin", "val.bin", "tiny*", 3, false};
     /* uninterrupted: 6 steps; a checkpoint after 3 */
     tlm_model *a = tiny_model(TLM_PRECISION_FP32);
     tlm_train ta;
@@ -360,12 +360,21 @@ static void test_damaged(const tlm_tokens *train, const tlm_tokens *val) {
                    TLM_ERR_FORMAT, "weights.safetensors", train, val);
     expect_damaged("optimizer truncated", "head -c 3000 optimizer.safetensors > w && mv w optimizer.safetensors",
                    TLM_ERR_FORMAT, "optimizer.safetensors", train, val);
-    expect_damaged("optimizer replaced by the weights", "cp weights.safetensors optimizer.safetensors",
+    /* a version-2 state.json's digests catch a file changed, cut short or another's first */
+    expect_damaged("optimizer replaced by the weights (the digest)", "cp weights.safetensors optimizer.safetensors",
+                   TLM_ERR_FORMAT, "optimizer.safetensors: 660792 bytes, but state.json recorded", train, val);
+    expect_damaged("optimizer.safetensors edited (the digest)",
+                   "sed -i 's/\"step\":\"3\"/\"step\":\"2\"/' optimizer.safetensors", TLM_ERR_FORMAT,
+                   "its content differs from the digest state.json recorded", train, val);
+    /* the checks behind them, as a version-1 state.json (no digests) meets them */
+#define V1 "python3 -c \"import json;d=json.load(open('state.json'));d['version']=1;del d['files'];" \
+           "json.dump(d,open('state.json','w'))\" && "
+    expect_damaged("optimizer replaced by the weights", V1 "cp weights.safetensors optimizer.safetensors",
                    TLM_ERR_FORMAT, "metadata step", train, val);
     expect_damaged("optimizer.safetensors's step disagrees with state.json",
-                   "sed -i 's/\"step\":\"3\"/\"step\":\"2\"/' optimizer.safetensors", TLM_ERR_FORMAT,
+                   V1 "sed -i 's/\"step\":\"3\"/\"step\":\"2\"/' optimizer.safetensors", TLM_ERR_FORMAT,
                    "metadata step is '2', state.json says AdamW took 3", train, val);
-    expect_damaged("a moment holds NaN",
+    expect_damaged("a moment holds NaN", V1
                    "python3 -c \"import struct,json;b=bytearray(open('optimizer.safetensors','rb').read());"
                    "n=struct.unpack('<Q',b[:8])[0];h=json.loads(b[8:8+n]);o=8+n+h['exp_avg.lm_head.weight']['data_offsets'][0];"
                    "b[o:o+4]=struct.pack('<f',float('nan'));open('optimizer.safetensors','wb').write(b)\"",

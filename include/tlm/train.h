@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "tlm/ddp.h"
+#include "tlm/identity.h"
 #include "tlm/model.h"
 #include "tlm/npy.h"
 #include "tlm/report.h"
@@ -104,6 +105,10 @@ typedef struct tlm_train {
     tlm_train_record *log;          /* (log_len) every step's record, from step 1 (a resumed run
                                        carries the checkpoint's) */
     int64_t log_len, log_cap;
+    const tlm_file_identity *train_data_id, *val_data_id; /* not owned: the data files' identities, recorded
+                                                             in checkpoints; NULL: not known */
+    const char *data_change;        /* not owned: what --allow-data-change let through on resuming ("training
+                                       data: size ... vs ..."), in the log's header; NULL: none */
 } tlm_train;
 
 /* Sets up training of `m` (created for the recipe: training mode, not optimizer-in-backward, whose
@@ -165,6 +170,8 @@ typedef struct {
     const char *model_name;                      /* "small", "tiny*"; NULL: none recorded */
     int64_t save_every;                          /* the run's checkpoint cadence in steps (0: only after the
                                                     last step and when stopped); a resumed run keeps it */
+    bool allow_data_change;                      /* resuming: data files other than the checkpoint's are
+                                                    accepted (tlm_train_session_load) */
 } tlm_train_sources;
 
 /* Writes the checkpoint of t's state after step t->step into ROOT `root` (created if missing, its
@@ -195,6 +202,10 @@ typedef struct {
     tlm_train_record *log;      /* (log_len) */
     int64_t log_len;
     tlm_safetensors weights;    /* the weights file, read whole (for tlm_checkpoint_restore) */
+    int version;                /* of state.json: 1 recorded neither the data's identity nor the files'
+                                   digests (then not checked, with a warning); 2 both */
+    bool have_train_id, have_val_id;
+    tlm_file_identity train_data_id, val_data_id; /* the data files' identities as the run saw them */
 } tlm_checkpoint;
 
 /* Reads the checkpoint at `path`: a ROOT (its `latest` names the step directory) or a step directory.
@@ -424,12 +435,18 @@ typedef struct {
     tlm_train train;                 /* valid when have_train */
     bool have_train;
     tlm_ddp *ddp;                    /* several ranks (_join); NULL alone */
+    tlm_file_identity train_id, val_id; /* the data files' (_load), recorded in the checkpoints */
+    char data_change[512];           /* resuming with allow_data_change: how the data differ ("" the same) */
 } tlm_train_session;
 
-/* Loads the token files of src (val NULL: none), every id below `vocab`; a resumed run's (ck not NULL)
- * must hold as many tokens as the checkpoint's run trained on. Errors: "training data: ..." or
- * "validation data: ..." (npy.h's: IO, FORMAT, INVALID_ARGUMENT, naming the file); INVALID_ARGUMENT
- * "<what> <path> holds N tokens, but the checkpoint <dir> was trained on M: not the same data". */
+/* Loads the token files of src (val NULL: none), every id below `vocab`, and their identities
+ * (identity.h: the whole file up to 256 MiB, else 4 MiB sampled); a resumed run's (ck not NULL) must
+ * hold as many tokens as the checkpoint's run trained on and be the files it recorded (size and
+ * hash), unless src->allow_data_change (then s->data_change says how they differ). Errors: "training
+ * data: ..." or "validation data: ..." (npy.h's: IO, FORMAT, INVALID_ARGUMENT, naming the file);
+ * INVALID_ARGUMENT "<what> <path> holds N tokens, but the checkpoint <dir> was trained on M: not the
+ * same data", "<what> <path> is not the file the checkpoint <dir> was trained on (<how>): give
+ * --allow-data-change to switch data deliberately". */
 tlm_status tlm_train_session_load(tlm_train_session *s, const tlm_train_sources *src, int vocab,
                                   const tlm_checkpoint *ck);
 

@@ -167,6 +167,14 @@ typedef struct {
     double timeout;                     /* seconds; 0: not given */
     uint64_t max_context_bytes;         /* --max-context BYTES; 0: not given, or "device" */
     bool max_context_device;            /* --max-context device: the device's size (cli_max_context_bytes) */
+    /* every option the command accepts, in its table's order (shared, shape, its own): the canonical
+     * long name, whether given, the value text as given (the last, when repeated; "on" for a flag
+     * without value); cli_agree's fingerprint */
+    struct cli_record {
+        const char *name, *value;
+        bool given;
+    } record[CLI_NUM_FLAGS + 8 + 64];
+    int num_record;
     int num_positional; /* arguments after the options (compare's files) */
     char **positional;
     char *models_buf_;  /* owned storage */
@@ -258,6 +266,17 @@ tlm_backend *cli_create_backend(const char *cmd, const cli_args *a);
 
 /* The report's standard header fields for this backend: device, threads. */
 void cli_report_device(tlm_report *r, const tlm_backend *be);
+
+/* Under a launcher (p->comm), the check that every rank runs the same: the fingerprint is the
+ * record of every option the command accepts (a->record: given or not, the value as given), but the
+ * per-process ones (--gpu: a rank may pick its GPU; --threads: its share of its host's cores), with
+ * the identity of the files of the flags in file_flags ("--train-data"; given or not) compared
+ * instead of their paths' text (agreement.h). Collective: every rank calls it right after cli_join,
+ * before any other collective, so that a disagreement (a different --eval-every) fails here, not in
+ * a hang. Prints the message once (rank 0). Returns -1 to go on (a world of one: always), else
+ * TLM_EXIT_USAGE (the ranks disagree; every rank the same) or TLM_EXIT_FAILURE. */
+int cli_agree(const char *cmd, const cli_args *a, const tlm_ddp_process *p, const char *const *file_flags,
+              int num_file_flags);
 
 /* Joins the data-parallel run a launcher started (ddp.h, tlm_ddp_join: --device, --gpu, --threads, --timeout,
  * default_timeout_s when not given): several ranks: p->comm and p->be set, and ranks other than 0 print

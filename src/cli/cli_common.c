@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "tlm/agreement.h"
 #include "tlm/util.h"
 
 void cli_error(const char *cmd, const char *fmt, ...) {
@@ -423,6 +424,8 @@ int cli_parse(const cli_command *c, void *opts, int argc, char **argv, cli_args 
     long_opts[n++] = (struct option){"help", no_argument, 0, 'h'};
     long_opts[n] = (struct option){0, 0, 0, 0};
     if (c->short_options) snprintf(shorts + strlen(shorts), sizeof shorts - strlen(shorts), "%s", c->short_options);
+    for (int i = 0; i < n - 1; i++) /* the record: every option but --help, none given yet */
+        a->record[a->num_record++] = (struct cli_record){long_opts[i].name, NULL, false};
 
     optind = 1;
     opterr = 0;
@@ -465,6 +468,14 @@ int cli_parse(const cli_command *c, void *opts, int argc, char **argv, cli_args 
             cli_args_free(a);
             return TLM_EXIT_USAGE;
         }
+        for (int i = 0; i < a->num_record; i++) /* the option's long entry, or its short letter's */
+            if (long_opts[i].val == opt || (opt < OPT_SHARED && opt == (int)(unsigned char)opt && i < n - 1 &&
+                                            long_opts[i].val >= OPT_SHARED && long_opts[i].val < OPT_SHAPE &&
+                                            flags[long_opts[i].val - OPT_SHARED].short_opt == opt)) {
+                a->record[i].given = true;
+                a->record[i].value = long_opts[i].has_arg ? optarg : "on";
+                break;
+            }
     }
     a->positional = argv + optind;
     a->num_positional = argc - optind;
@@ -755,6 +766,37 @@ int cli_join(const char *cmd, const cli_args *a, double default_timeout_s, tlm_d
             return TLM_EXIT_USAGE;
         }
     return -1;
+}
+
+int cli_agree(const char *cmd, const cli_args *a, const tlm_ddp_process *p, const char *const *file_flags,
+              int num_file_flags) {
+    /* per-process flags, the only ones left out (a flag forgotten here is compared: stricter, not looser):
+     * --gpu, a rank may choose its own GPU; --threads, its share of its host's cores */
+    static const char *const per_process[] = {"gpu", "threads"};
+    if (!p->comm) return -1;
+    tlm_agreement fp = {0};
+    char name[TLM_AGREEMENT_NAME];
+    tlm_status s = tlm_agreement_add(&fp, "the command", true, cmd);
+    for (int i = 0; s == TLM_OK && i < a->num_record; i++) {
+        bool skip = false;
+        for (size_t k = 0; k < sizeof per_process / sizeof per_process[0]; k++)
+            skip |= strcmp(a->record[i].name, per_process[k]) == 0;
+        snprintf(name, sizeof name, "--%s", a->record[i].name);
+        if (!skip) s = tlm_agreement_add(&fp, name, a->record[i].given, a->record[i].value);
+    }
+    for (int f = 0; s == TLM_OK && f < num_file_flags; f++)
+        for (int i = 0; s == TLM_OK && i < a->num_record; i++) {
+            snprintf(name, sizeof name, "--%s", a->record[i].name);
+            if (a->record[i].given && strcmp(name, file_flags[f]) == 0)
+                s = tlm_agreement_add_file(&fp, name, a->record[i].value);
+        }
+    /* every rank gathers, even one that failed above (its list is then shorter: named as such) */
+    const tlm_status all = tlm_agreement_check(p->comm, &fp);
+    tlm_agreement_free(&fp);
+    if (s == TLM_OK) s = all;
+    if (s == TLM_OK) return -1;
+    if (p->world.rank == 0) cli_error(cmd, "%s", tlm_last_error());
+    return s == TLM_ERR_INVALID_ARGUMENT ? TLM_EXIT_USAGE : TLM_EXIT_FAILURE;
 }
 
 bool cli_check_files(const char *cmd, const cli_args *a, tlm_io_plan *plan) {

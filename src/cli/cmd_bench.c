@@ -36,17 +36,11 @@ static const cli_command bench_cmd = {
         "prints and writes; the memory columns are the largest over the ranks.\n",
     .name = "bench", CLI_USES(bench_uses)};
 
-/* several ranks: the same command line on each (checked), every --batch-size divided over them */
-static bool ddp_check_run(const cli_args *a, tlm_comm *c, int argc, char **argv) {
-    char line[4096];
-    size_t used = 0;
-    line[0] = '\0';
-    for (int i = 1; i < argc && used < sizeof line; i++)
-        used += (size_t)snprintf(line + used, sizeof line - used, "%s%s", i > 1 ? " " : "", argv[i]);
-    if (tlm_comm_check_same(c, "the command line", line) != TLM_OK) {
-        if (c->rank == 0) cli_error("bench", "%s", tlm_last_error());
-        return false;
-    }
+/* several ranks: the same flags on each (cli_agree: every rank fails alike, named), every --batch-size
+ * divided over them */
+static bool ddp_check_run(const cli_args *a, const tlm_ddp_process *p) {
+    if (cli_agree("bench", a, p, NULL, 0) >= 0) return false;
+    const tlm_comm *c = p->comm;
     for (int i = 0; i < a->num_batch_sizes; i++)
         if (a->batch_sizes[i] % c->world_size != 0) {
             if (c->rank == 0)
@@ -81,7 +75,7 @@ int cmd_bench(int argc, char **argv) {
         return rc;
     }
     const int rank = proc.world.rank;
-    if (rc < 0 && proc.comm && !ddp_check_run(&a, proc.comm, argc, argv)) rc = TLM_EXIT_USAGE;
+    if (rc < 0 && proc.comm && !ddp_check_run(&a, &proc)) rc = TLM_EXIT_USAGE;
     tlm_backend *be = rc >= 0 ? NULL : proc.comm ? proc.be : cli_create_backend(cmd, &a);
     if (!be) {
         tlm_ddp_leave(&proc, true);

@@ -12,7 +12,7 @@
 
 enum { OPT_TRAIN_DATA = 2000, OPT_VAL_DATA, OPT_STEPS, OPT_TOKENS, OPT_LR_MAX, OPT_LR_MIN, OPT_WARMUP_ITERS,
        OPT_COSINE_ITERS, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD, OPT_MAX_GRAD_NORM, OPT_EVAL_EVERY, OPT_EVAL_BATCHES,
-       OPT_SAVE_EVERY, OPT_CKPT_DIR, OPT_KEEP, OPT_RESUME, OPT_LOG, OPT_LOG_EVERY, OPT_PEAK, OPT_NUM };
+       OPT_SAVE_EVERY, OPT_CKPT_DIR, OPT_KEEP, OPT_RESUME, OPT_LOG, OPT_LOG_EVERY, OPT_PEAK, OPT_ALLOW, OPT_NUM };
 
 /* the options as given; a recipe option's `given` says whether it appeared (a resumed run refuses one
  * that contradicts the checkpoint) */
@@ -48,7 +48,7 @@ static const struct option train_options[] = {
     {"save-every", required_argument, 0, OPT_SAVE_EVERY}, {"checkpoint-dir", required_argument, 0, OPT_CKPT_DIR},
     {"keep-checkpoints", required_argument, 0, OPT_KEEP}, {"resume", required_argument, 0, OPT_RESUME},
     {"log", required_argument, 0, OPT_LOG},               {"log-every", required_argument, 0, OPT_LOG_EVERY},
-    {"peak-tflops", required_argument, 0, OPT_PEAK},      {0, 0, 0, 0}};
+    {"peak-tflops", required_argument, 0, OPT_PEAK},      {"allow-data-change", no_argument, 0, OPT_ALLOW}, {0}};
 
 /* the numeric options: flag name, domain, whether a whole number */
 static const struct {
@@ -77,7 +77,7 @@ static bool train_handle(void *user, int opt, const char *arg) {
                             [OPT_LOG - OPT_TRAIN_DATA] = &o->log,
                             [OPT_NUM - OPT_TRAIN_DATA - 1] = NULL};
     if (opt < OPT_TRAIN_DATA || opt >= OPT_NUM) return false;
-    GIVEN(o, opt) = true;
+    if ((GIVEN(o, opt) = true) && opt == OPT_ALLOW) return true;
     if (paths[opt - OPT_TRAIN_DATA]) {
         *paths[opt - OPT_TRAIN_DATA] = arg;
         return true;
@@ -131,7 +131,8 @@ static const cli_command train_cmd = {
         "      --keep-checkpoints N  keep the newest N step directories (default 0: all)\n"
         "      --resume DIR          continue from DIR's latest checkpoint (or a step directory): the model,\n"
         "                            recipe and data are the checkpoint's; a flag that contradicts them is refused;\n"
-        "                            --steps / --tokens may extend the budget\n"
+        "                            --steps / --tokens may extend the budget; its files and data are checked\n"
+        "      --allow-data-change   resume on data other than the checkpoint's (said in the log's header)\n"
         "Output:\n"
         "      --log FILE            the loss log (every logged step: loss, val_loss, lr, grad_norm, tokens/s,\n"
         "                            MFU) as --format (json; csv for *.csv); stdout shows the table\n"
@@ -309,7 +310,7 @@ static int plan_run(train_cli *x) {
 static int set_up(train_cli *x, int argc, char **argv) {
     const run_plan *p = &x->plan;
     const tlm_checkpoint *ck = x->have_ck ? &x->ck : NULL;
-    const tlm_train_sources src = {p->train_path, p->val_path, p->model_name, p->save_every};
+    const tlm_train_sources src = {p->train_path, p->val_path, p->model_name, p->save_every, GIVEN(x->o, OPT_ALLOW)};
     if (tlm_train_session_load(&x->run, &src, p->model.vocab_size, ck) != TLM_OK) {
         cli_error(x->cmd, "%s", tlm_last_error());
         return TLM_EXIT_FAILURE;
@@ -347,7 +348,7 @@ static int train_and_report(train_cli *x) {
                              .quiet = rank != 0};
     const tlm_train_run_config c = {
         .backend = x->be, .comm = x->proc.comm, .model = &p->model, .report = x->rep,
-        .sources = {p->train_path, p->val_path, p->model_name, p->save_every},
+        .sources = {p->train_path, p->val_path, p->model_name, p->save_every, GIVEN(x->o, OPT_ALLOW)},
         .checkpoint_dir = x->ckpt_dir, .save_every = p->save_every,
         .keep_checkpoints = p->keep, .log_every = p->log_every,
         .peak_tflops = GIVEN(x->o, OPT_PEAK) ? NUM(x->o, OPT_PEAK) : tlm_backend_peak_tflops(x->be, p->precision),
@@ -389,12 +390,11 @@ int cmd_train(int argc, char **argv) {
     if (rc >= 0) return rc;
     /* data parallelism: the world the launcher made (a world of one without one) */
     const int joined = cli_join(x.cmd, &x.a, 1800, &x.proc);
-    if (joined >= 0) {
-        cli_args_free(&x.a);
-        return joined;
-    }
+    if (joined >= 0) return cli_args_free(&x.a), joined;
     x.plan.world = x.proc.world.world_size;
     if (x.proc.world.rank != 0) x.o->log = NULL; /* rank 0 alone prints, logs and saves */
-    if ((rc = plan_run(&x)) < 0 && (rc = set_up(&x, argc, argv)) < 0) rc = train_and_report(&x);
+    static const char *const data_flags[] = {"--train-data", "--val-data"}; /* ranks compare files, not paths */
+    if ((rc = cli_agree(x.cmd, &x.a, &x.proc, data_flags, 2)) < 0 && (rc = plan_run(&x)) < 0 &&
+        (rc = set_up(&x, argc, argv)) < 0) rc = train_and_report(&x);
     return finish(&x, rc);
 }

@@ -18,12 +18,13 @@
 #include <cjson/cJSON.h>
 
 #include "io/input.h"
+#include "tlm/identity.h"
 #include "tlm/output.h"
 #include "tlm/train.h"
 #include "tlm/util.h"
 
 #define STATE_FORMAT "tlm-checkpoint"
-#define STATE_VERSION 1
+#define STATE_VERSION 2 /* 2: the data files' identity and the step files' digests; 1 is still read */
 #define STEP_PREFIX "step-"
 #define TMP_PREFIX ".tmp-step-"
 #define MAX_COUNT INT64_C(9000000000000000) /* a step or token count: exact in a double */
@@ -153,15 +154,28 @@ static cJSON *json_num(double v) {
     return cJSON_CreateString(isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
 }
 
-static cJSON *json_source(const char *path, const tlm_tokens *d) {
+static cJSON *json_source(const char *path, const tlm_tokens *d, const tlm_file_identity *id) {
     if (!path || !d) return cJSON_CreateNull();
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "path", path);
     cJSON_AddNumberToObject(o, "tokens", (double)d->n);
+    if (id) { /* identity.h: the size, whole or sampled, the hash */
+        cJSON *i = cJSON_AddObjectToObject(o, "identity");
+        cJSON_AddNumberToObject(i, "bytes", (double)id->bytes);
+        cJSON_AddBoolToObject(i, "sampled", id->sampled);
+        cJSON_AddStringToObject(i, "xxh3_128", id->hash);
+    }
     return o;
 }
 
-static char *state_json(const tlm_train *t, const tlm_train_sources *src) {
+/* the files of a step directory whose digests state.json records (XXH3-128 of their bytes as written) */
+static const char *const step_files[2] = {"weights.safetensors", "optimizer.safetensors"};
+typedef struct {
+    char hex[2][33];
+    uint64_t bytes[2];
+} step_digests;
+
+static char *state_json(const tlm_train *t, const tlm_train_sources *src, const step_digests *dg) {
     const tlm_model *m = t->model;
     const tlm_train_config *c = &t->config;
     cJSON *root = cJSON_CreateObject();
@@ -191,10 +205,16 @@ static char *state_json(const tlm_train *t, const tlm_train_sources *src) {
     cJSON_AddStringToObject(r, "precision", tlm_precision_name(m->run.precision));
     cJSON_AddStringToObject(r, "attention", tlm_attention_name(m->run.attention));
     cJSON_AddNumberToObject(r, "world_size", t->world_size);
-    cJSON_AddItemToObject(r, "train_data", json_source(src->train_data_path, t->train_data));
-    cJSON_AddItemToObject(r, "val_data", json_source(src->val_data_path, t->val_data));
+    cJSON_AddItemToObject(r, "train_data", json_source(src->train_data_path, t->train_data, t->train_data_id));
+    cJSON_AddItemToObject(r, "val_data", json_source(src->val_data_path, t->val_data, t->val_data_id));
     if (src->model_name) cJSON_AddStringToObject(r, "model", src->model_name);
     cJSON_AddNumberToObject(r, "save_every", (double)src->save_every);
+    cJSON *files = cJSON_AddObjectToObject(root, "files");
+    for (int i = 0; i < 2 && files; i++) {
+        cJSON *f = cJSON_AddObjectToObject(files, step_files[i]);
+        cJSON_AddNumberToObject(f, "bytes", (double)dg->bytes[i]);
+        cJSON_AddStringToObject(f, "xxh3_128", dg->hex[i]);
+    }
     cJSON *d = cJSON_AddObjectToObject(root, "data");
     cJSON_AddStringToObject(d, "seed", seed);
     cJSON_AddNumberToObject(d, "next_draw", (double)t->step);
@@ -261,11 +281,14 @@ tlm_status tlm_checkpoint_save(const tlm_train *t, const tlm_train_sources *src,
         weights = path_join(tmpl, "weights.safetensors");
         optim = path_join(tmpl, "optimizer.safetensors");
         state = path_join(tmpl, "state.json");
-        text = state_json(t, src);
-        if (!weights || !optim || !state || !text) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
+        if (!weights || !optim || !state) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     }
     if (s == TLM_OK) s = tlm_model_save(t->model, weights);
     if (s == TLM_OK) s = save_optimizer(t->model, optim);
+    step_digests dg; /* a second pass over the files as written (from the page cache) */
+    if (s == TLM_OK) s = tlm_file_digest(weights, dg.hex[0], &dg.bytes[0]);
+    if (s == TLM_OK) s = tlm_file_digest(optim, dg.hex[1], &dg.bytes[1]);
+    if (s == TLM_OK && !(text = state_json(t, src, &dg))) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     if (s == TLM_OK) s = tlm_output_write_file(state, text, strlen(text));
     if (s == TLM_OK) s = fsync_dir(tmpl);
     /* a step directory of this name from an earlier run (one resumed from before it) is replaced */
@@ -360,13 +383,65 @@ static uint64_t seed_of(reader *rd, const cJSON *obj, const char *key) {
     return x;
 }
 
-static void source(reader *rd, const cJSON *recipe, const char *key, char **path, int64_t *tokens) {
+/* a hash: 32 lowercase hex digits */
+static const cJSON *hash_field(reader *rd, const cJSON *obj, const char *key) {
+    const cJSON *h = field(rd, obj, key, is_string, "a string");
+    if (h && (strlen(h->valuestring) != 32 || strspn(h->valuestring, "0123456789abcdef") != 32)) {
+        rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: field '%s' is not 32 hex digits", rd->path, key);
+        return NULL;
+    }
+    return h;
+}
+
+static void source(reader *rd, const cJSON *recipe, const char *key, char **path, int64_t *tokens, bool *have_id,
+                   tlm_file_identity *id) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(recipe, key);
     if (rd->s != TLM_OK || cJSON_IsNull(v)) return;
     if (!(v = field(rd, recipe, key, is_object, "an object or null"))) return;
     const cJSON *p = field(rd, v, "path", is_string, "a string");
     *tokens = integer(rd, v, "tokens", 1, MAX_COUNT);
     if (p && !(*path = strdup(p->valuestring))) rd->s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
+    const cJSON *i = cJSON_GetObjectItemCaseSensitive(v, "identity"); /* version 2 */
+    if (rd->s != TLM_OK || !i || !(i = field(rd, v, "identity", is_object, "an object"))) return;
+    id->bytes = (uint64_t)integer(rd, i, "bytes", 0, MAX_COUNT);
+    const cJSON *sampled = field(rd, i, "sampled", is_bool, "true or false"), *h = hash_field(rd, i, "xxh3_128");
+    id->sampled = sampled && cJSON_IsTrue(sampled);
+    if (h) snprintf(id->hash, sizeof id->hash, "%s", h->valuestring);
+    *have_id = rd->s == TLM_OK;
+}
+
+/* version 2: the digests of the step directory's files, then checked against the files */
+static void read_digests(reader *rd, const cJSON *root, step_digests *dg) {
+    const cJSON *files = field(rd, root, "files", is_object, "an object");
+    for (int i = 0; i < 2 && files && rd->s == TLM_OK; i++) {
+        const cJSON *f = field(rd, files, step_files[i], is_object, "an object");
+        if (!f) break;
+        dg->bytes[i] = (uint64_t)integer(rd, f, "bytes", 0, MAX_COUNT);
+        const cJSON *h = hash_field(rd, f, "xxh3_128");
+        if (h) snprintf(dg->hex[i], sizeof dg->hex[i], "%s", h->valuestring);
+    }
+}
+
+/* The step directory's files are those its state.json recorded: another step's weights copied in, a
+ * file cut short or edited is refused, naming the file. Cost: one pass over each file. */
+static tlm_status verify_files(const char *dir, const step_digests *dg) {
+    for (int i = 0; i < 2; i++) {
+        char *path = path_join(dir, step_files[i]), hex[33];
+        uint64_t bytes = 0;
+        if (!path) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
+        tlm_status s = tlm_file_digest(path, hex, &bytes);
+        if (s == TLM_OK && bytes != dg->bytes[i])
+            s = tlm_fail(TLM_ERR_FORMAT, "%s: %llu bytes, but state.json recorded %llu: not the file this checkpoint "
+                         "saved (cut short, extended or another step's)", path, (unsigned long long)bytes,
+                         (unsigned long long)dg->bytes[i]);
+        else if (s == TLM_OK && strcmp(hex, dg->hex[i]) != 0)
+            s = tlm_fail(TLM_ERR_FORMAT, "%s: its content differs from the digest state.json recorded (XXH3-128 %s, "
+                         "recorded %s): not the file this checkpoint saved (edited or another step's)", path, hex,
+                         dg->hex[i]);
+        free(path);
+        TLM_TRY(s);
+    }
+    return TLM_OK;
 }
 
 static void read_state(reader *rd, const cJSON *root, tlm_checkpoint *ck) {
@@ -374,9 +449,10 @@ static void read_state(reader *rd, const cJSON *root, tlm_checkpoint *ck) {
     if (fmt && strcmp(fmt->valuestring, STATE_FORMAT) != 0)
         rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: format '%s' is not '%s'", rd->path, fmt->valuestring, STATE_FORMAT);
     const int64_t version = integer(rd, root, "version", 1, 1000000000);
-    if (rd->s == TLM_OK && version != STATE_VERSION)
-        rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: version %lld; this tlm reads version %d", rd->path, (long long)version,
-                         STATE_VERSION);
+    if (rd->s == TLM_OK && version > STATE_VERSION)
+        rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: version %lld; this tlm reads versions 1 to %d", rd->path,
+                         (long long)version, STATE_VERSION);
+    ck->version = (int)version;
     ck->step = integer(rd, root, "step", 0, MAX_COUNT);
     ck->tokens = integer(rd, root, "tokens", 0, MAX_COUNT);
     const cJSON *r = field(rd, root, "recipe", is_object, "an object");
@@ -405,10 +481,11 @@ static void read_state(reader *rd, const cJSON *root, tlm_checkpoint *ck) {
         if (a && !tlm_attention_parse(a->valuestring, &ck->attention))
             rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: attention '%s' is not naive or flash", rd->path, a->valuestring);
         ck->world_size = (int)integer(rd, r, "world_size", 1, 1 << 20);
-        source(rd, r, "train_data", &ck->train_data_path, &ck->train_data_tokens);
+        source(rd, r, "train_data", &ck->train_data_path, &ck->train_data_tokens, &ck->have_train_id,
+               &ck->train_data_id);
         if (rd->s == TLM_OK && !ck->train_data_path)
             rd->s = tlm_fail(TLM_ERR_FORMAT, "%s: field 'train_data' is null", rd->path);
-        source(rd, r, "val_data", &ck->val_data_path, &ck->val_data_tokens);
+        source(rd, r, "val_data", &ck->val_data_path, &ck->val_data_tokens, &ck->have_val_id, &ck->val_data_id);
         if (cJSON_GetObjectItemCaseSensitive(r, "save_every")) /* optional: not in older ones */
             ck->save_every = integer(rd, r, "save_every", 0, 9e15);
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(r, "model"); /* optional: not in older ones */
@@ -494,11 +571,17 @@ tlm_status tlm_checkpoint_open(const char *path, tlm_checkpoint *ck) {
     if (s == TLM_OK) {
         cJSON *root = cJSON_ParseWithLength(text, n);
         reader rd = {state, TLM_OK};
+        step_digests dg = {0};
         if (!root) rd.s = tlm_fail(TLM_ERR_FORMAT, "%s: not valid JSON (near byte %td)", state,
                                    cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - text : (ptrdiff_t)0);
         else read_state(&rd, root, ck);
+        if (rd.s == TLM_OK && ck->version >= 2) read_digests(&rd, root, &dg);
         cJSON_Delete(root);
         s = rd.s;
+        if (s == TLM_OK && ck->version >= 2) s = verify_files(ck->dir, &dg);
+        if (s == TLM_OK && ck->version < 2)
+            fprintf(stderr, "tlm: warning: %s is version %d: it recorded neither the data files' identity nor its "
+                            "files' digests; they are not checked\n", state, ck->version);
     }
     bool have_weights = false;
     if (s == TLM_OK) have_weights = (s = tlm_safetensors_read(weights, &ck->weights)) == TLM_OK;

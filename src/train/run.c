@@ -125,6 +125,8 @@ void tlm_train_log_begin(const tlm_train_run_config *c, const tlm_train *t) {
         tlm_report_meta_int(rep, "eval_batches", r->eval_batches);
     }
     if (c->resumed_from) tlm_report_meta_str(rep, "resumed_from", c->resumed_from);
+    if (c->resumed_from && t->data_change) /* --allow-data-change let other data through */
+        tlm_report_meta_str(rep, "data_changed", t->data_change);
     if (c->peak_tflops > 0) tlm_report_meta_num(rep, "peak_tflops", c->peak_tflops);
     tlm_report_meta_str(rep, "notes",
                         "loss: the step's mean training loss before its update; val_loss: mean over the fixed "

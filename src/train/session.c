@@ -6,32 +6,55 @@
 
 #include "tlm/train.h"
 
-/* one token file, named `what` in the messages; expect > 0: the count the checkpoint `ckpt` recorded */
-static tlm_status load_tokens(const char *path, const char *what, int vocab, int64_t expect, const char *ckpt,
-                              tlm_tokens *t) {
+/* one token file, named `what` in the messages, and its identity; with a checkpoint `ck`: its token count
+ * (expect) and identity (want, NULL: none recorded) must be the file's, unless `allow` (then the difference
+ * is said in change[0..n)) */
+static tlm_status load_tokens(const char *path, const char *what, int vocab, int64_t expect,
+                              const tlm_file_identity *want, const tlm_checkpoint *ck, bool allow, tlm_tokens *t,
+                              tlm_file_identity *id, char *change, size_t n) {
     tlm_status s = tlm_tokens_load(path, vocab, t);
     if (s != TLM_OK) {
         char why[1024];
         snprintf(why, sizeof why, "%s", tlm_last_error()); /* the message names the file */
         return tlm_fail(s, "%s: %s", what, why);
     }
-    if (expect > 0 && t->n != expect) {
-        s = tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s %s holds %lld tokens, but the checkpoint %s was trained on %lld: "
-                     "not the same data", what, path, (long long)t->n, ckpt, (long long)expect);
+    if ((s = tlm_file_identify(path, id)) != TLM_OK) {
         tlm_tokens_free(t);
         memset(t, 0, sizeof *t);
+        return s;
     }
+    char how[160] = "";
+    if (ck && expect > 0 && t->n != expect)
+        snprintf(how, sizeof how, "%lld tokens, the checkpoint's %lld", (long long)t->n, (long long)expect);
+    else if (ck && want && !tlm_file_identity_same(want, id)) tlm_file_identity_diff(want, id, how, sizeof how);
+    if (!how[0]) return TLM_OK;
+    if (allow) {
+        snprintf(change + strlen(change), n - strlen(change), "%s%s %s: %s", change[0] ? "; " : "", what, path, how);
+        return TLM_OK;
+    }
+    if (ck && expect > 0 && t->n != expect)
+        s = tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s %s holds %lld tokens, but the checkpoint %s was trained on %lld: "
+                     "not the same data (--allow-data-change to switch data deliberately)", what, path, (long long)t->n,
+                     ck->dir, (long long)expect);
+    else
+        s = tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s %s is not the file the checkpoint %s was trained on (%s, as its "
+                     "state.json recorded it): give --allow-data-change to switch data deliberately", what, path,
+                     ck->dir, how);
+    tlm_tokens_free(t);
+    memset(t, 0, sizeof *t);
     return s;
 }
 
 tlm_status tlm_train_session_load(tlm_train_session *s, const tlm_train_sources *src, int vocab,
                                   const tlm_checkpoint *ck) {
-    const char *dir = ck ? ck->dir : NULL;
-    TLM_TRY(load_tokens(src->train_data_path, "training data", vocab, ck ? ck->train_data_tokens : 0, dir,
-                        &s->train_data));
+    const bool allow = src->allow_data_change;
+    TLM_TRY(load_tokens(src->train_data_path, "training data", vocab, ck ? ck->train_data_tokens : 0,
+                        ck && ck->have_train_id ? &ck->train_data_id : NULL, ck, allow, &s->train_data, &s->train_id,
+                        s->data_change, sizeof s->data_change));
     if (!src->val_data_path) return TLM_OK;
-    TLM_TRY(load_tokens(src->val_data_path, "validation data", vocab, ck ? ck->val_data_tokens : 0, dir,
-                        &s->val_data));
+    TLM_TRY(load_tokens(src->val_data_path, "validation data", vocab, ck ? ck->val_data_tokens : 0,
+                        ck && ck->have_val_id ? &ck->val_data_id : NULL, ck, allow, &s->val_data, &s->val_id,
+                        s->data_change, sizeof s->data_change));
     s->have_val_data = true;
     return TLM_OK;
 }
@@ -45,6 +68,9 @@ tlm_status tlm_train_session_create(tlm_train_session *s, tlm_backend *be, const
     TLM_TRY(tlm_train_init(&s->train, s->model, recipe, &s->train_data, s->have_val_data ? &s->val_data : NULL, rank,
                            world_size));
     s->have_train = true;
+    s->train.train_data_id = &s->train_id;
+    s->train.val_data_id = s->have_val_data ? &s->val_id : NULL;
+    s->train.data_change = s->data_change[0] ? s->data_change : NULL;
     return ck ? tlm_checkpoint_restore(&s->train, ck) : TLM_OK;
 }
 

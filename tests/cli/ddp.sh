@@ -148,8 +148,8 @@ expect_fail "--bucket-mb: 0 is out of range" "$TLM" bench --device cpu -m tiny -
 expect_fail "--ddp: unknown mode 'ring'" "$TLM" train --ddp ring
 flags=(--oversubscribe); [ "$(id -u)" -eq 0 ] && flags+=(--allow-run-as-root)
 t1=("$TLM" train --device cpu --model tiny --train-data "$TMP/train.bin" --vocab-size 256 --steps 2 -b 4)
-expect_fail "the ranks disagree on the run's configuration" \
+expect_fail "the ranks disagree on --seed: rank 0 has 1, rank 1 has 2" \
   ${MPIRUN:-mpirun} "${flags[@]}" -np 1 "${t1[@]}" --seed 1 : -np 1 "${t1[@]}" --seed 2
-expect_fail "the ranks disagree on the data-parallel configuration" \
+expect_fail "the ranks disagree on --bucket-mb: rank 0 has 1, rank 1 has 2" \
   ${MPIRUN:-mpirun} "${flags[@]}" -np 1 "${t1[@]}" --bucket-mb 1 : -np 1 "${t1[@]}" --bucket-mb 2
 finish
