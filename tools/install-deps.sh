@@ -10,6 +10,8 @@ command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v make >/dev/null 2>&1 || need+=(make)
 [ -n "$(find /usr/include -path '*openblas*' -name cblas.h -print -quit 2>/dev/null)" ] || need+=(libopenblas-openmp-dev)
 [ -f /usr/include/cjson/cJSON.h ] || need+=(libcjson-dev)
+# xxHash's header (header-only use): the hash of the data files' and checkpoint files' identities
+[ -f /usr/include/xxhash.h ] || need+=(libxxhash-dev)
 # Open MPI: mpirun starts the ranks of `tlm allreduce` and its tests; mpicc's headers and libmpi build
 # the communication layer (src/comm)
 command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)

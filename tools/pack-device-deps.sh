@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pack-device-deps.sh — the GPU machine has OpenBLAS but neither cJSON nor a network; this packs
-# this machine's OpenBLAS (OpenMP) and cJSON headers and libraries (Debian packages
-# libopenblas-openmp-dev, libcjson-dev) into .devdeps/deps.tar.xz, which a device call carries
+# this machine's OpenBLAS (OpenMP) and cJSON headers and libraries and xxHash's header (Debian packages
+# libopenblas-openmp-dev, libcjson-dev, libxxhash-dev) into .devdeps/deps.tar.xz, which a device call carries
 # (carry: [".devdeps"]) and bench/device/run.sh unpacks (bench/device/lib.sh: dev_deps) for its builds.
 #   --bin             also build tlm and every GPU test here (build-dev: Release, CUDA on, -DTLM_NATIVE=OFF so the
 #                     other machine's CPU runs them) into .devdeps/bin.tar.xz (bin/tlm, bin/libtlm_inject.so,
@@ -35,6 +35,7 @@ mkdir -p "$tmp/include/cjson" "$tmp/lib" .devdeps
 inc=$(dirname "$(find /usr/include -path '*openblas-openmp*' -name cblas.h | head -1)")
 cp "$inc/cblas.h" "$inc/openblas_config.h" "$tmp/include/"
 cp /usr/include/cjson/cJSON.h "$tmp/include/cjson/"
+cp /usr/include/xxhash.h "$tmp/include/"  # header-only: found beside cJSON's (CMakeLists.txt, XXHASH_INCLUDE_DIR)
 lib=/usr/lib/x86_64-linux-gnu
 cp -L "$lib"/openblas-openmp/libopenblas.so.0 "$tmp/lib/"
 ln -s libopenblas.so.0 "$tmp/lib/libopenblas.so"

@@ -15,13 +15,10 @@ static tlm_agreement_item *find(tlm_agreement *a, const char *name) {
 }
 
 tlm_status tlm_agreement_add(tlm_agreement *a, const char *name, bool given, const char *value) {
-    if (a->n == a->cap) {
-        const int cap = a->cap ? 2 * a->cap : 64;
-        tlm_agreement_item *v = realloc(a->items, (size_t)cap * sizeof *v);
-        if (!v) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
-        a->items = v;
-        a->cap = cap;
-    }
+    tlm_agreement_item *v = a->n < a->cap ? a->items : realloc(a->items, (size_t)(a->cap + 64) * sizeof *v);
+    if (!v) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
+    a->cap += a->n < a->cap ? 0 : 64; /* grown by 64 items */
+    a->items = v;
     tlm_agreement_item *it = &a->items[a->n++];
     memset(it, 0, sizeof *it); /* every byte defined: the items travel whole */
     snprintf(it->name, sizeof it->name, "%s", name);
