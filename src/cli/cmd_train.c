@@ -78,10 +78,7 @@ static bool train_handle(void *user, int opt, const char *arg) {
                             [OPT_NUM - OPT_TRAIN_DATA - 1] = NULL};
     if (opt < OPT_TRAIN_DATA || opt >= OPT_NUM) return false;
     if ((GIVEN(o, opt) = true) && opt == OPT_ALLOW) return true;
-    if (paths[opt - OPT_TRAIN_DATA]) {
-        *paths[opt - OPT_TRAIN_DATA] = arg;
-        return true;
-    }
+    if (paths[opt - OPT_TRAIN_DATA]) return (*paths[opt - OPT_TRAIN_DATA] = arg), true;
     for (size_t i = 0; i < sizeof numeric / sizeof numeric[0]; i++) {
         if (numeric[i].id != opt) continue;
         double x;
@@ -264,6 +261,7 @@ static int plan_run(train_cli *x) {
         : GIVEN(o, OPT_STEPS) && GIVEN(o, OPT_TOKENS) ? "--steps conflicts with --tokens: give the budget one way"
         : GIVEN(o, OPT_SAVE_EVERY) && !o->ckpt_dir && !o->resume ? "--save-every needs --checkpoint-dir DIR"
         : o->ckpt_dir && !GIVEN(o, OPT_SAVE_EVERY) && !o->resume ? "--checkpoint-dir needs --save-every N"
+        : GIVEN(o, OPT_ALLOW) && !o->resume ? "--allow-data-change needs --resume DIR (a fresh run has no data to change)"
                                                                    : NULL;
     if (conflict) {
         cli_error(x->cmd, "%s", conflict);

@@ -16,6 +16,8 @@ check "state.json is version 2 with the data's identity and the files' digests" 
 import json; d = json.load(open('$TMP/A/step-00000004/state.json'))
 assert d['version'] == 2 and len(d['recipe']['train_data']['identity']['xxh3_128']) == 32
 assert set(d['files']) == {'weights.safetensors', 'optimizer.safetensors'}"
+expect_fail "--allow-data-change needs --resume DIR" "$TLM" "${args[@]}" --train-data "$TMP/train.bin" --steps 1 \
+  --allow-data-change
 fresh() { rm -rf "$TMP/R"; cp -r "$TMP/A" "$TMP/R"; }
 fresh
 expect_fail "training data $TMP/other.bin is not the file the checkpoint $TMP/R/step-00000004 was trained on (the same size, 36000 bytes, different content" \
