@@ -26,6 +26,7 @@ typedef struct tlm_decoder tlm_decoder;
 
 /* A decoder of m (not owned; its weights are read at each forward, so it must outlive the decoder)
  * with a cache of max_len positions, 1 <= max_len <= the model's context_length (its RoPE table).
+ * In bf16/fp16 the weights' GEMM copy is cast here (and again by a forward after they change).
  * Errors: INVALID_ARGUMENT (max_len out of range, naming both numbers), OUT_OF_MEMORY. */
 tlm_status tlm_decoder_create(tlm_decoder **out, tlm_model *m, int max_len);
 void tlm_decoder_free(tlm_decoder *d);

@@ -70,7 +70,9 @@ typedef struct {
     int prompt_tokens;
     int new_tokens;          /* generated (the end-of-text id included when it stopped there) */
     bool stopped_at_eot;
-    double first_token_ms;   /* time to first token: the prompt's forward (prefill) and the first draw */
+    double first_token_ms;   /* time to first token: the prompt's forward (prefill) and the first draw (a
+                                cold process: on CUDA it includes cuBLASLt's plan of each GEMM shape's
+                                first use; the KV cache's allocation is before it) */
     double decode_ms;        /* the rest: new_tokens - 1 forwards of one position and their draws */
     double decode_tokens_per_s; /* (new_tokens - 1) / decode time; 0 with fewer than 2 new tokens */
 } tlm_generate_stats;

@@ -60,6 +60,11 @@ tlm_status tlm_decoder_create(tlm_decoder **out, tlm_model *m, int max_len) {
         return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of memory for a KV cache of %d positions (%zu bytes)", max_len,
                         2 * cache);
     }
+    const tlm_status s = tlm_model_refresh_lowp_weights(m); /* the GEMM copy now, not in the first forward */
+    if (s != TLM_OK) {
+        tlm_decoder_free(d);
+        return s;
+    }
     *out = d;
     return TLM_OK;
 }
