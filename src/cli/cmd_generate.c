@@ -238,9 +238,10 @@ int cmd_generate(int argc, char **argv) {
         cli_error(cmd, "%s", tlm_last_error());
         goto done;
     }
-    if (o->prompt && cfg.vocab_size != 256) {
-        cli_error(cmd, "--prompt encodes bytes (vocab 256), but this model's vocabulary is %d: give --prompt-ids",
-                  cfg.vocab_size);
+    if ((o->prompt || o->print == PRINT_TEXT) && cfg.vocab_size != 256) {
+        cli_error(cmd, "%s bytes (vocab 256), but this model's vocabulary is %d: %s",
+                  o->prompt ? "--prompt encodes" : "--print text prints", cfg.vocab_size,
+                  o->prompt ? "give --prompt-ids" : "print its ids (--print ids) and decode them with its tokenizer");
         rc = TLM_EXIT_USAGE;
         goto done;
     }

@@ -44,6 +44,8 @@ expect_fail "--eot-id: -3 is out of range" gen --checkpoint "$TMP/ck" --prompt "
 "$TLM" step --device cpu --model tiny --data "$TMP/tok.bin" --batch-size 1 --context-length 8 \
   --out-weights "$TMP/v512.safetensors" --optimizer-steps 1 >/dev/null 2>&1
 expect_fail "this model's vocabulary is 512: give --prompt-ids" gen --weights "$TMP/v512.safetensors" --prompt "x"
+expect_fail "--print text prints bytes (vocab 256), but this model's vocabulary is 512" \
+  gen --weights "$TMP/v512.safetensors" --prompt-ids 500,3 --print text
 expect_ok "--prompt-ids for a vocabulary of 512" gen --weights "$TMP/v512.safetensors" --prompt-ids 500,3 --max-new-tokens 4
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
