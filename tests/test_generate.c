@@ -3,7 +3,8 @@
  * full forward's at every position (fp32, tight), greedy generation equal to the full forward's argmax
  * token by token, a prompt longer than one chunk; the nucleus cut on known distributions, the sampler's
  * frequencies, seeded runs reproducible, a small top-p greedy; a model loaded from a weights file
- * generating the same tokens; bad input refused by name. */
+ * generating the same tokens; PyTorch's tiny model (its state dict) decoding to PyTorch's logits; bad
+ * input refused by name. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "tlm/generate.h"
 #include "tlm/memory.h"
 #include "tlm/model.h"
+#include "tlm/npy.h"
 #include "tlm/ops.h"
 #include "test_check.h"
 
@@ -282,6 +284,53 @@ static void test_load(void) {
     tlm_model_free(m);
 }
 
+/* PyTorch's tiny model (tests/fixtures/tiny: a state dict, its batch and its float32 logits): for every
+ * prefix of the batch's first row, the decoder's last logits are PyTorch's at that position, and the
+ * first greedy token is their argmax */
+static void test_pytorch_fixture(void) {
+    char w[600], in[600], lg[600];
+    snprintf(w, sizeof w, "%s/weights.safetensors", test_fixtures());
+    snprintf(in, sizeof in, "%s/inputs.npy", test_fixtures());
+    snprintf(lg, sizeof lg, "%s/logits.npy", test_fixtures());
+    tlm_model *m = NULL;
+    tlm_config cfg;
+    const tlm_run_config run = tlm_run_defaults();
+    const tlm_generate_source src = {.weights = w, .num_heads = 4};
+    tlm_array inputs, logits;
+    die_on(tlm_generate_load(&src, &run, be, &m, &cfg), "the fixture's state dict");
+    die_on(tlm_npy_read(in, &inputs), "inputs.npy");
+    die_on(tlm_npy_read(lg, &logits), "logits.npy");
+    const int T = (int)inputs.shape[1], V = cfg.vocab_size;
+    int32_t *row = malloc((size_t)inputs.numel * sizeof(int32_t)), next;
+    die_on(tlm_array_to_tokens(&inputs, row, V, "inputs"), "inputs as ids"); /* row 0: the first T ids */
+    float *got = malloc((size_t)V * sizeof(float));
+    if (logits.dtype != TLM_DTYPE_F32 || logits.shape[2] != V) die_on(TLM_ERR_FORMAT, "logits.npy: (B, T, V) float32");
+    const float *want = logits.data; /* (B, T, V) float32 */
+    double worst = 0;
+    int same = 0;
+    tlm_generate_config gc = tlm_generate_defaults();
+    gc.temperature = 0;
+    gc.max_new_tokens = 1;
+    for (int t = 0; t < T; t++) {
+        tlm_decoder *d = NULL;
+        die_on(tlm_decoder_create(&d, m, t + 1), "decoder");
+        die_on(tlm_decoder_forward(d, row, t + 1, got), "prefill");
+        worst = fmax(worst, max_abs_diff(got, want + (size_t)t * V, (size_t)V));
+        tlm_decoder_free(d);
+        die_on(tlm_generate(m, &gc, row, t + 1, &next, NULL, NULL, NULL), "greedy");
+        same += next == argmax(want + (size_t)t * V, V);
+    }
+    check_limit(worst <= 1e-5, "PyTorch's tiny: decoder logits of every prefix vs PyTorch's (max abs diff)", worst,
+                1e-5);
+    check(same == T, "PyTorch's tiny: the greedy token after each prefix is the argmax of PyTorch's logits (%d of %d)",
+          same, T);
+    free(row);
+    free(got);
+    tlm_array_free(&inputs);
+    tlm_array_free(&logits);
+    tlm_model_free(m);
+}
+
 int main(void) {
     be = test_backend();
     test_op(9, 3, 8);
@@ -291,5 +340,6 @@ int main(void) {
     test_nucleus();
     test_seeded();
     test_load();
+    test_pytorch_fixture();
     return test_finish_backend(be);
 }
