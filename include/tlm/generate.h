@@ -77,6 +77,12 @@ typedef struct {
     double decode_tokens_per_s; /* (new_tokens - 1) / decode time; 0 with fewer than 2 new tokens */
 } tlm_generate_stats;
 
+/* What tlm_generate checks before any work: the config (tlm_generate_config_check), the prompt
+ * (n_prompt >= 1, each id in [0, vocab_size), its index named) and the context it needs
+ * (n_prompt + max_new_tokens <= cfg->context_length, both numbers named). INVALID_ARGUMENT. */
+tlm_status tlm_generate_check(const tlm_config *cfg, const tlm_generate_config *c, const int32_t *prompt,
+                              int n_prompt);
+
 /* Called with each new token as it is drawn (to stream it); NULL: none. */
 typedef void (*tlm_token_fn)(void *user, int32_t id);
 

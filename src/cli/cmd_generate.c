@@ -245,10 +245,8 @@ int cmd_generate(int argc, char **argv) {
         rc = TLM_EXIT_USAGE;
         goto done;
     }
-    if (tlm_generate_config_check(&o->gen, cfg.vocab_size) != TLM_OK ||
-        (int64_t)n_prompt + o->gen.max_new_tokens > cfg.context_length) { /* usage: named before any work */
-        if (tlm_generate(m, &o->gen, prompt, n_prompt, NULL, NULL, NULL, NULL) != TLM_OK)
-            cli_error(cmd, "%s", tlm_last_error());
+    if (tlm_generate_check(&cfg, &o->gen, prompt, n_prompt) != TLM_OK) { /* usage: named before any work */
+        cli_error(cmd, "%s", tlm_last_error());
         rc = TLM_EXIT_USAGE;
         goto done;
     }

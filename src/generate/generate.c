@@ -13,9 +13,9 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* checks the prompt and the context it needs against the model's */
-static tlm_status check_prompt(const tlm_config *cfg, const tlm_generate_config *c, const int32_t *prompt,
-                               int n_prompt) {
+tlm_status tlm_generate_check(const tlm_config *cfg, const tlm_generate_config *c, const int32_t *prompt,
+                              int n_prompt) {
+    TLM_TRY(tlm_generate_config_check(c, cfg->vocab_size));
     if (n_prompt < 1) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the prompt is empty: give at least one token");
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= cfg->vocab_size)
@@ -34,8 +34,7 @@ tlm_status tlm_generate(tlm_model *m, const tlm_generate_config *c, const int32_
     const tlm_config *cfg = &m->config;
     tlm_generate_stats st = {.prompt_tokens = n_prompt};
     if (stats) *stats = st;
-    TLM_TRY(tlm_generate_config_check(c, cfg->vocab_size));
-    TLM_TRY(check_prompt(cfg, c, prompt, n_prompt));
+    TLM_TRY(tlm_generate_check(cfg, c, prompt, n_prompt));
     if (c->max_new_tokens == 0) return TLM_OK;
     const int V = cfg->vocab_size;
     float *logits = malloc((size_t)V * sizeof(float));
