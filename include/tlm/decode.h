@@ -1,9 +1,10 @@
 /* decode.h — the CS336 model's incremental forward pass for generation: a KV cache (the keys and
  * values of every layer for the positions run so far) and a forward of a few new positions that
- * reads it (Pope et al. 2022, "Efficiently Scaling Transformer Inference", sec. 2: prefill, then one
- * position per step). The same ops as tlm_model_forward (model.h) but the attention, which is
- * attention_kv_cache (ops.def); RoPE takes its tables from the new positions' offset. The logits of
- * the last new position only are computed (lm_head on one row).
+ * reads it: the prompt's positions at once (the prefill), then one position per step (the decode
+ * phase; Pope et al. 2022, "Efficiently Scaling Transformer Inference"). The same ops as
+ * tlm_model_forward (model.h) but the attention, which is attention_kv_cache (ops.def); RoPE takes
+ * its tables from the new positions' offset. The logits of the last new position only are computed
+ * (lm_head on one row).
  *
  * One sequence (batch 1). Memory, through the tracked allocator (memory.h): the cache, 2 x num_layers
  * x max_len x d_model elements of the mode's activation dtype (tag activations, "kv_cache"), and the

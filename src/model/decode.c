@@ -55,12 +55,11 @@ tlm_status tlm_decoder_create(tlm_decoder **out, tlm_model *m, int max_len) {
     d->g = decode_alloc(d, n * F * es, "decode.g", &ok);
     d->logits = decode_alloc(d, (size_t)c->vocab_size * es, "decode.logits", &ok);
     d->tokens = decode_alloc(d, n * sizeof(int32_t), "decode.tokens", &ok);
-    if (!ok) {
-        tlm_decoder_free(d);
-        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of memory for a KV cache of %d positions (%zu bytes)", max_len,
-                        2 * cache);
-    }
-    const tlm_status s = tlm_model_refresh_lowp_weights(m); /* the GEMM copy now, not in the first forward */
+    /* the GEMM copy (bf16/fp16) cast now, not in the first forward */
+    const tlm_status s =
+        ok ? tlm_model_refresh_lowp_weights(m)
+           : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of memory for a KV cache of %d positions (%zu bytes)", max_len,
+                      2 * cache);
     if (s != TLM_OK) {
         tlm_decoder_free(d);
         return s;
