@@ -2,13 +2,14 @@
  * attention_kv_cache; the CPU version, src/cpu/attention_kv_cache.c, is the spec): one kernel
  * appends the new keys and values to the cache, a second runs one block per (sequence, head, query):
  * its warps take the visible keys in turn (lanes over d_head, a warp-shuffle sum) into scores in
- * shared memory, the block takes their max and the sum of the exponentials, and its threads sum the
- * values weighted by the probabilities over d_head. Scores, softmax and sums in fp32. Naive: the
+ * shared memory, the block takes their max and the sum of the exponentials, and groups of d_head
+ * threads each sum the values of every G-th key weighted by the probabilities (G = threads / d_head),
+ * the groups' partial sums then added in a fixed order. Scores, softmax and sums in fp32. Naive: the
  * cached rows are read once per query (decoding's Tq = 1: once), which is what bounds a decoding
  * step; nothing is tiled or tensor-cored. */
 #include "cuda/cuda_common.cuh"
 
-#define KV_THREADS 128
+#define KV_THREADS 256
 
 template <typename T>
 __global__ void kv_append_kernel(T *k_cache, T *v_cache, const T *qkv, int Tq, int pos0, int S, int C,
@@ -42,9 +43,9 @@ __device__ float kv_block_reduce(float x, float *red, bool is_max) {
 template <typename T>
 __global__ void kv_attention_kernel(T *out, const T *qkv, const T *k_cache, const T *v_cache, int Tq, int pos0, int S,
                                     int H, int D, float scale) {
-    /* shared: q (D), red (32), scores (pos0 + Tq) */
+    /* shared: q (D), red (32), the groups' partial sums (blockDim), scores (pos0 + Tq) */
     extern __shared__ float smem[];
-    float *qs = smem, *red = smem + D, *p = red + 32;
+    float *qs = smem, *red = smem + D, *part = red + 32, *p = part + blockDim.x;
     const int w = blockIdx.x, i = w % Tq, h = (w / Tq) % H, b = w / (Tq * H);
     const int C = H * D, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const size_t n = (size_t)b * Tq + i;
@@ -70,10 +71,26 @@ __global__ void kv_attention_kernel(T *out, const T *qkv, const T *k_cache, cons
     }
     sum = kv_block_reduce(sum, red, false); /* its barriers also publish p */
     const float inv = 1.0f / sum;
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    T *o = out + n * C + (size_t)h * D;
+    if (D > (int)blockDim.x) { /* a head wider than the block: each thread its columns, every key */
+        for (int d = threadIdx.x; d < D; d += blockDim.x) {
+            float acc = 0.0f;
+            for (int j = 0; j < len; j++) acc += p[j] * tlm_f32(vb[(size_t)j * C + d]);
+            o[d] = tlm_round<T>(acc * inv);
+        }
+        return;
+    }
+    const int G = (int)blockDim.x / D, d = (int)threadIdx.x % D, grp = (int)threadIdx.x / D;
+    if (grp < G) { /* group grp: keys grp, grp + G, ... */
         float acc = 0.0f;
-        for (int j = 0; j < len; j++) acc += p[j] * inv * tlm_f32(vb[(size_t)j * C + d]);
-        out[n * C + (size_t)h * D + d] = tlm_round<T>(acc);
+        for (int j = grp; j < len; j += G) acc += p[j] * tlm_f32(vb[(size_t)j * C + d]);
+        part[grp * D + d] = acc;
+    }
+    __syncthreads();
+    if (grp == 0) {
+        float acc = 0.0f;
+        for (int g = 0; g < G; g++) acc += part[g * D + d];
+        o[d] = tlm_round<T>(acc * inv);
     }
 }
 
@@ -83,7 +100,7 @@ void tlm_cuda_attention_kv_cache(tlm_backend *be, void *out, const void *qkv, vo
     const char *op = "attention_kv_cache";
     cudaStream_t st = tlm_cuda_stream(be);
     const int C = H * D;
-    const size_t smem = ((size_t)D + 32 + (size_t)pos0 + Tq) * sizeof(float);
+    const size_t smem = ((size_t)D + 32 + KV_THREADS + (size_t)pos0 + Tq) * sizeof(float);
     int dev_max = 0;
     TLM_CUDA_CHECK_OP(op, cudaDeviceGetAttribute(&dev_max, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                                  tlm_cuda_of(be)->device));
