@@ -10,7 +10,7 @@ if [ "${1:-}" = "--stdout" ]; then to_stdout=1; shift; fi
 TLM=${1:-build/tlm}
 [ -x "$TLM" ] || { echo "gen-commands-doc.sh: no tlm binary at '$TLM' (build first, or name it)" >&2; exit 2; }
 
-commands=(bench train step compare attention profile memory plot allreduce precision
+commands=(bench train generate step compare attention profile memory plot allreduce precision
           "precision accumulate" "precision autocast" "precision layernorm" knobs)
 
 page() {

@@ -325,5 +325,6 @@ int cmd_profile(int argc, char **argv);
 int cmd_memory(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_knobs(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
 
 #endif

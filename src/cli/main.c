@@ -38,6 +38,8 @@ static void usage(FILE *f) {
             "            with validation, checkpoints that resume exactly, and a loss log\n"
             "  step      one forward/backward on given weights and data, writing logits, loss,\n"
             "            gradients (and the weights after N AdamW steps): compare with PyTorch\n"
+            "  generate  text from a trained model (a checkpoint or weights file): a KV cache, greedy or\n"
+            "            temperature and top-p sampling; prints the text, time to first token and tokens/s\n"
             "  compare   relative error between two .safetensors or .npy files, tensor by tensor\n"
             "  attention the attention benchmark: naive vs FlashAttention-2 forward/backward ms, TFLOP/s,\n"
             "            memory before backward, over batch x heads x seq x d_head (CS336 suites as presets)\n"
@@ -79,7 +81,7 @@ int main(int argc, char **argv) {
         {"bench", cmd_bench},         {"train", cmd_train},         {"step", cmd_step},
         {"compare", cmd_compare},     {"precision", cmd_precision}, {"attention", cmd_attention},
         {"allreduce", cmd_allreduce}, {"profile", cmd_profile},     {"memory", cmd_memory},
-        {"plot", cmd_plot},           {"knobs", cmd_knobs},
+        {"plot", cmd_plot},           {"knobs", cmd_knobs},         {"generate", cmd_generate},
     };
     if (tlm_tuning_init() != TLM_OK) { /* a bad TLM_* value is refused before any work */
         fprintf(stderr, "tlm: %s (tlm knobs lists them)\n", tlm_last_error());

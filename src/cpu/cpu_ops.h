@@ -22,8 +22,8 @@
 
 /* The ops: tlm_cpu_<op> for every op of the list (tlm/ops.def), with its parameters after
  * `tlm_backend *be`; one file per op family (embedding.c, rmsnorm.c, layernorm.c, relu.c,
- * matmul.c, cast.c, rope.c, attention.c, flash_attention.c, swiglu.c, cross_entropy.c,
- * reduce.c, adamw.c). */
+ * matmul.c, cast.c, rope.c, attention.c, attention_kv_cache.c, flash_attention.c, swiglu.c,
+ * cross_entropy.c, reduce.c, adamw.c). */
 #define TLM_OP(ID, name, cls, params, args, flops, bytes) void tlm_cpu_##name(tlm_backend *be, TLM_UNPAREN params);
 #include "tlm/ops.def"
 #undef TLM_OP
