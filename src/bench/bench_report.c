@@ -138,21 +138,7 @@ void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_be
                             "(peak_bytes_min the smallest peak); init, pre-opt, post-opt: tracked bytes in use after "
                             "setting up, right before and after the last optimizer step (ZeRO-1's table)");
     }
-    tlm_report_table(rep, "rows", tlm_bench_columns, tlm_bench_num_columns);
-    const char *ddp_cols[] = {"ranks", "ddp", "grad_reduce_dtype", "zero", "comm_ms_mean", "comm_ms_std", "comm_share"};
-    for (size_t i = 0; i < sizeof ddp_cols / sizeof ddp_cols[0]; i++) tlm_report_show(rep, ddp_cols[i], ddp);
-    tlm_report_show(rep, "bucket_mb", bucketed);
-    tlm_report_show(rep, "mem_after_init_bytes", ddp && train);
-    tlm_report_show(rep, "mem_before_opt_bytes", ddp && train);
-    tlm_report_show(rep, "mem_after_opt_bytes", ddp && train);
-    tlm_bench_report_show_case(rep, cases, n);
-    tlm_report_show(rep, "speedup_vs_fp32", fp32_and_other);
-    tlm_report_show(rep, "loss_scale", fp16);
-    tlm_report_show(rep, "skipped_steps", fp16);
-    tlm_report_show(rep, "device_peak_bytes", tlm_device_memory_used((tlm_backend *)be) > 0);
-    tlm_report_show(rep, "max_context", max_context_bytes > 0);
     const bool mfu = n > 0 && tlm_backend_peak_tflops((tlm_backend *)be, cases[0].precision) > 0;
-    tlm_report_show(rep, "mfu", mfu);
     bool accum = false;
     for (int i = 0; i < n; i++) accum |= cases[i].grad_accum_steps > 1 && cases[i].pass == TLM_PASS_TRAIN;
     if (accum)
@@ -166,6 +152,20 @@ void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_be
         tlm_report_meta_str(rep, "mfu", "model FLOPs utilization: 3 x forward matmul FLOPs of the step (every "
                         "micro-batch's) over the whole step's time (update and communication included) / the "
                         "device's dense peak for the precision");
+    tlm_report_table(rep, "rows", tlm_bench_columns, tlm_bench_num_columns);
+    tlm_report_show(rep, "mfu", mfu);
+    const char *ddp_cols[] = {"ranks", "ddp", "grad_reduce_dtype", "zero", "comm_ms_mean", "comm_ms_std", "comm_share"};
+    for (size_t i = 0; i < sizeof ddp_cols / sizeof ddp_cols[0]; i++) tlm_report_show(rep, ddp_cols[i], ddp);
+    tlm_report_show(rep, "bucket_mb", bucketed);
+    tlm_report_show(rep, "mem_after_init_bytes", ddp && train);
+    tlm_report_show(rep, "mem_before_opt_bytes", ddp && train);
+    tlm_report_show(rep, "mem_after_opt_bytes", ddp && train);
+    tlm_bench_report_show_case(rep, cases, n);
+    tlm_report_show(rep, "speedup_vs_fp32", fp32_and_other);
+    tlm_report_show(rep, "loss_scale", fp16);
+    tlm_report_show(rep, "skipped_steps", fp16);
+    tlm_report_show(rep, "device_peak_bytes", tlm_device_memory_used((tlm_backend *)be) > 0);
+    tlm_report_show(rep, "max_context", max_context_bytes > 0);
     if (n > 0) {
         const bool bwd = cases[0].pass >= TLM_PASS_FORWARD_BACKWARD && !several_passes;
         tlm_report_show(rep, "bwd_ms_mean", bwd || several_passes);
