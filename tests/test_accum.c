@@ -58,20 +58,6 @@ static float *host_copy(const float *dev, size_t n) {
     return h;
 }
 
-/* the worst normwise relative error over the tensors of a against b */
-static double worst_error(const tlm_param_layout *l, const float *a, const float *b, const char **where) {
-    double worst = 0;
-    *where = "";
-    for (int i = 0; i < l->num_tensors; i++) {
-        const double e = tlm_rel_error_f32(a + l->tensors[i].offset, b + l->tensors[i].offset, l->tensors[i].numel);
-        if (!(e <= worst)) {
-            worst = e;
-            *where = l->tensors[i].name;
-        }
-    }
-    return worst;
-}
-
 typedef struct {
     float loss[STEPS];
     double norm[STEPS];
@@ -114,7 +100,7 @@ static void test_training(tlm_precision p) {
         run_result a = train(p, n, ROWS), one = train(p, 1, n * ROWS);
         tlm_model *m = new_model(p, 1, false); /* for its layout */
         const char *where;
-        const double e = worst_error(&m->layout, a.params, one.params, &where);
+        const double e = test_worst_tensor_error(&m->layout, a.params, one.params, &where);
         double es = 0;
         for (int i = 0; i < STEPS; i++) {
             es = fmax(es, fabs((double)a.loss[i] - one.loss[i]) / fabs((double)one.loss[i]));
@@ -151,7 +137,7 @@ static void test_gradients(void) {
     const size_t n = one->layout.flat_numel;
     float *g1 = host_copy(one->grads, n), *gk = host_copy(acc->grads, n);
     const char *where;
-    const double e = worst_error(&one->layout, gk, g1, &where);
+    const double e = test_worst_tensor_error(&one->layout, gk, g1, &where);
     const double el = fabs((double)sum / N - l1) / fabs((double)l1);
     check(e <= 1e-6 && el <= 1e-6 && tlm_model_last_micro_batch(acc),
           "gradients of %d micro-batches of %d rows = the one batch's (worst %.1e, %s); mean loss %.1e", N, B, e,

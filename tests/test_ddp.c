@@ -305,20 +305,6 @@ static run_result train(tlm_comm *c, const tlm_ddp_config *cfg, tlm_precision p)
     return r;
 }
 
-/* the worst normwise relative error over the tensors of a against b */
-static double worst_error(const tlm_param_layout *l, const float *a, const float *b, const char **where) {
-    double worst = 0;
-    *where = "";
-    for (int i = 0; i < l->num_tensors; i++) {
-        const double e = tlm_rel_error_f32(a + l->tensors[i].offset, b + l->tensors[i].offset, l->tensors[i].numel);
-        if (!(e <= worst)) {
-            worst = e;
-            *where = l->tensors[i].name;
-        }
-    }
-    return worst;
-}
-
 static double worst_series(const float *a, const float *b, const double *na, const double *nb) {
     double w = 0;
     for (int i = 0; i < STEPS; i++) {
@@ -367,7 +353,7 @@ static void test_training(void) {
             dc.zero = zero;
             run_result *r = &z[zero];
             *r = train(comm, &dc, TLM_PRECISION_FP32);
-            const double e = worst_error(&l, r->params, ref.params, &where), es = worst_series(r->loss, ref.loss, r->norm,
+            const double e = test_worst_tensor_error(&l, r->params, ref.params, &where), es = worst_series(r->loss, ref.loss, r->norm,
                                                                                                   ref.norm);
             RCHECK(e <= tol && es <= tol && same_on_every_rank(r->params, n),
                    "%d ranks %-8s %7.4f MiB zero %d (%2d buckets): weights vs one process %.1e (%s), losses and norms "
@@ -389,7 +375,7 @@ static void test_training(void) {
                        t->after_backward_ms, t->params_ms);
             }
         }
-        const double ez = worst_error(&l, z[1].params, z[0].params, &where);
+        const double ez = test_worst_tensor_error(&l, z[1].params, z[0].params, &where);
         const size_t want_opt = 2 * z[1].plan.optimizer_numel * sizeof(float);
         const size_t tail = z[1].tail;
         RCHECK(ez <= tol && z[1].optimizer_bytes == want_opt && z[1].plan.optimizer_numel == (n - tail) / nranks + tail,
@@ -420,7 +406,7 @@ static void test_training(void) {
         dc.bucket_mb = 0.05;
         dc.zero = zero;
         run_result r = train(comm, &dc, TLM_PRECISION_FP32);
-        const double e = worst_error(&l, r.params, ref.params, &where);
+        const double e = test_worst_tensor_error(&l, r.params, ref.params, &where);
         RCHECK(e <= 5e-3 && e > 1e-7 && r.plan.staging_bytes == n * 2,
                "bf16 reduction (bucketed 0.05 MiB, zero %d): weights vs one process in fp32 %.1e (%s; limit 5e-3, and "
                "above 1e-7: the gradients were rounded), staging %zu B", zero, e, where, r.plan.staging_bytes);
@@ -439,7 +425,7 @@ static void test_training(void) {
             tlm_ddp_config dc = tlm_ddp_defaults();
             dc.zero = zero;
             run_result r = train(comm, &dc, modes[k]);
-            const double e = worst_error(&l, r.params, one.params, &where), es = worst_series(r.loss, one.loss, r.norm,
+            const double e = test_worst_tensor_error(&l, r.params, one.params, &where), es = worst_series(r.loss, one.loss, r.norm,
                                                                                               one.norm);
             const double e1 = fabs((double)r.loss[0] - one.loss[0]) / one.loss[0];
             RCHECK(e1 <= 1e-6 && e <= ulp[k] && es <= ulp[k], "%s, bucketed, zero %d: first loss vs one process %.1e "
@@ -484,7 +470,7 @@ static void test_accumulation(int micro) {
         const char *where;
         const bool bf16 = cases[i].reduce == TLM_DTYPE_BF16;
         const double tol = bf16 ? 5e-3 : 1e-6;
-        const double e = worst_error(&l, r.params, ref.params, &where);
+        const double e = test_worst_tensor_error(&l, r.params, ref.params, &where);
         const double es = worst_series(r.loss, ref.loss, r.norm, ref.norm);
         RCHECK(e <= tol && (bf16 || es <= tol) && same_on_every_rank(r.params, l.flat_numel) &&
                    r.timing.collectives == r.num_buckets + r.sharded,
@@ -529,7 +515,7 @@ static void test_update_in_backward(int upd, tlm_ddp_mode mode, double bucket_mb
     }
     float *a = host_params(m), *b = host_params(one);
     const char *where;
-    const double e = worst_error(&m->layout, a, b, &where);
+    const double e = test_worst_tensor_error(&m->layout, a, b, &where);
     RCHECK(e <= 1e-6, "%s, %d ranks: weights after 3 steps vs one process %.1e (%s; limit 1e-6)", name, nranks, e,
            where);
     free(a);

@@ -157,7 +157,8 @@ int tlm_bench_max_context(tlm_backend *be, const tlm_bench_case *c, size_t limit
 
 /* ---- the report (src/bench/bench_report.c) ------------------------------------------------------------
  * The columns of a benchmark row in the one report schema (report.h): the case (model, context_length,
- * batch_size, precision, attention, pass, warmup_steps, steps, cuda_graphs, seed), params, fwd_ms_mean/std,
+ * batch_size, precision, attention, pass, warmup_steps, grad_accum_steps, steps, cuda_graphs, seed), params,
+ * fwd_ms_mean/std,
  * bwd_ms_mean/std, opt_ms_mean/std, step_ms_mean/std, tokens_per_s, tflop_per_s, peak_bytes (and per
  * tag: peak_bytes_parameters, ...), device_peak_bytes, loss_first, loss_last, speedup_vs_fp32,
  * loss_scale, skipped_steps. Commands that take the bench flags (bench, profile, memory) reuse the

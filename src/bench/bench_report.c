@@ -63,7 +63,7 @@ const tlm_column tlm_bench_columns[] = {
     {"skipped_steps", TLM_FIELD_INT, "skipped", "", 7, 0, 0, TLM_COL_WIDE},
 };
 const int tlm_bench_num_columns = (int)(sizeof tlm_bench_columns / sizeof tlm_bench_columns[0]);
-const int tlm_bench_case_columns = 14; /* model .. params */
+const int tlm_bench_case_columns = 15; /* model .. params */
 
 /* the per-tag peak fields, in tlm_mem_tag order */
 static const char *const peak_by_tag[TLM_MEM_NUM_TAGS] = {"peak_bytes_parameters", "peak_bytes_gradients",
