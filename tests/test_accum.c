@@ -211,6 +211,8 @@ static void test_refusals(void) {
                  "a recipe of 3 micro-batches for a model of 2");
     rc.grad_accum_steps = 0;
     check_status(tlm_train_config_check(&rc), TLM_ERR_INVALID_ARGUMENT, "grad_accum_steps", "grad_accum_steps 0");
+    rc.grad_accum_steps = 1 << 19;
+    check_status(tlm_train_config_check(&rc), TLM_ERR_INVALID_ARGUMENT, "rows a step", "2^19 micro-batches of 4 rows");
     tlm_model_free(m);
 }
 

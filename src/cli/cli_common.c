@@ -353,7 +353,7 @@ static bool parse_shared(const cli_command *c, cli_flag f, const char *arg, cli_
     case CLI_SEED: return cli_parse_int(cmd, flag, arg, 0, 0x7fffffffffffffffL, &v) && ((a->seed = (uint64_t)v), true);
     case CLI_OPTIMIZER_IN_BACKWARD: a->optimizer_in_backward = true; return true;
     case CLI_OPTIMIZER_OVERLAP: a->optimizer_overlap = true; return true;
-    case CLI_GRAD_ACCUM_STEPS: return cli_parse_int(cmd, flag, arg, 1, 1 << 20, &v) && ((a->grad_accum_steps = (int)v), true);
+    case CLI_GRAD_ACCUM_STEPS: return cli_parse_int(cmd, flag, arg, 1, 1 << 16, &v) && ((a->grad_accum_steps = (int)v), true);
     case CLI_DDP:
     case CLI_GRAD_REDUCE_DTYPE: {
         static const char *const dtypes[2] = {"fp32", "bf16"};

@@ -43,6 +43,9 @@ tlm_status tlm_train_config_check(const tlm_train_config *c) {
                             f[i].v, f[i].lo, f[i].hi,
                             i == 5 ? " (lr_min may not exceed lr_max)"
                             : i == 7 ? " (the cosine cycle ends at or after the warm-up)" : "");
+    if ((double)c->grad_accum_steps * c->batch_size > (double)(1 << 20))
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "training recipe: grad_accum_steps %d x batch_size %d rows a step "
+                        "exceeds %d", c->grad_accum_steps, c->batch_size, 1 << 20);
     tlm_adamw_config a = c->adamw;
     a.lr = c->lr_max > 0 ? (float)c->lr_max : 1e-3f; /* the schedule's lr is checked above */
     return tlm_adamw_config_check(&a);

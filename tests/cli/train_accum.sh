@@ -41,7 +41,7 @@ for f in weights.safetensors optimizer.safetensors; do
 done
 expect_fail "--grad-accum-steps 2 contradicts the checkpoint" \
   "$TLM" "${base[@]}" --batch-size 2 --grad-accum-steps 2 --resume "$TMP/A" --steps 14
-expect_fail "--grad-accum-steps: 0 is out of range" "$TLM" "${acc[@]}" --steps 2 --grad-accum-steps 0
+expect_fail "--grad-accum-steps: 0 is out of range [1, 65536]" "$TLM" "${acc[@]}" --steps 2 --grad-accum-steps 0
 # tlm bench: the optimizer step of 2 micro-batches
 run_ok "tlm bench --grad-accum-steps 2 (tiny, CPU)" "$TLM" bench --device cpu -m tiny -c 32 -b 2 -w 0 -n 1 \
   --grad-accum-steps 2 -f json -o "$TMP/bench.json"
