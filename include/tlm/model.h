@@ -89,7 +89,8 @@ bool tlm_recompute_parse(const char *name, tlm_recompute *out); /* those three; 
  * their block has used them, and gradients take memory from the backward stage that writes them to
  * the optimizer step (the flat gradient buffer shares its bytes with activations of the blocks above
  * it). A forward pass ends the life of the last backward's gradients: read them and take the
- * optimizer step before the next forward. */
+ * optimizer step before the next forward (with gradient accumulation, grad_accum_steps below, the
+ * gradient buffer has its own bytes and lives across the micro-batches' forwards). */
 typedef struct {
     tlm_precision precision;  /* precision.h: fp32, tf32, bf16, fp16 */
     tlm_attention attention;  /* NAIVE, FLASH or AUTO; the model keeps it resolved */

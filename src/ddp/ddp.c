@@ -1,8 +1,9 @@
 /* ddp.c — the data-parallel reducer (ddp.h): the parameters broadcast at the start, each bucket's
  * reduction issued from the grads-ready callback (OVERLAP, BUCKETED) or after the backward (NAIVE,
- * FLAT), once per optimizer step (with gradient accumulation in the last micro-batch's backward), on the communication stream (NCCL) or in place of the caller (MPI), the compute stream
- * ordered after them; ZeRO-1's update of this rank's pieces and the all-gather of the parameters;
- * the norm of the averaged gradients; and where the step's communication time went. */
+ * FLAT), once per optimizer step (with gradient accumulation in the last micro-batch's backward), on
+ * the communication stream (NCCL) or in place of the caller (MPI), the compute stream ordered after
+ * them; ZeRO-1's update of this rank's pieces and the all-gather of the parameters; the norm of the
+ * averaged gradients; and where the step's communication time went. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
