@@ -3,7 +3,8 @@
  * against its bound; die_on() ends the test on a setup failure; test_backend() gives the test's
  * backend (the CPU, or CUDA for a test built with TLM_TEST_DEVICE="cuda": without a GPU it exits
  * 77, which ctest counts as skipped); test_random_ids() draws token ids; test_fixtures() the
- * PyTorch fixtures' folder; test_bytes_held() what a test left allocated; test_finish() prints the
+ * PyTorch fixtures' folder; test_bytes_held() what a test left allocated; test_worst_tensor_error()
+ * the worst relative error over a model's tensors; test_finish() prints the
  * closing "N passed, N failed" line and gives the exit status, test_finish_backend() the same
  * after checking that the backend holds no buffer and destroying it. */
 #ifndef TLM_TESTS_TEST_CHECK_H
@@ -17,8 +18,10 @@
 #include <string.h>
 
 #include "tlm/backend.h"
+#include "tlm/layout.h"
 #include "tlm/rng.h"
 #include "tlm/status.h"
+#include "tlm/util.h"
 
 static int passed, failed;
 
@@ -110,6 +113,22 @@ static inline const char *test_fixtures(void) {
     const char *env = getenv("TLM_FIXTURES");
     snprintf(dir, sizeof dir, "%s/tiny", env ? env : "tests/fixtures");
     return dir;
+}
+
+/* the worst normwise relative error (tlm_rel_error_f32) over the tensors of layout l, flat host buffers a
+ * against b; *where the tensor's name ("" when none differs) */
+static inline double test_worst_tensor_error(const tlm_param_layout *l, const float *a, const float *b,
+                                             const char **where) {
+    double worst = 0;
+    *where = "";
+    for (int i = 0; i < l->num_tensors; i++) {
+        const double e = tlm_rel_error_f32(a + l->tensors[i].offset, b + l->tensors[i].offset, l->tensors[i].numel);
+        if (!(e <= worst)) {
+            worst = e;
+            *where = l->tensors[i].name;
+        }
+    }
+    return worst;
 }
 
 static inline int test_finish(void) {

@@ -20,6 +20,9 @@
  *   within 1e-6, norms, losses and weights within one ulp of the format (its rounding of the loss
  *   gradient and of the GEMM copies of the weights);
  *   optimizer-in-backward (per-group all-reduce before each update) equal to one process;
+ * - gradient accumulation (2 and 3 micro-batches a step): the one process on the whole global batch as one
+ *   batch within 1e-6 in fp32 (bf16 reduction 5e-3), for every mode and ZeRO-1, each bucket reduced once
+ *   a step (in the last micro-batch's backward: no_sync before it);
  * - the time: MPI's reductions inside the backward for the overlapped modes, after it for the others;
  * - refusals: ZeRO with optimizer-in-backward, a bucket size of 0, ZeRO stage 2, ranks that disagree
  *   (every rank refuses, naming the configuration), a world of one. */
@@ -225,11 +228,15 @@ typedef struct {
     long lowp_off;              /* elements of the GEMM copy that are not the weights rounded (-1: no copy) */
 } run_result;
 
+/* gradient accumulation: the micro-batches of a step of the runs with a communicator (train: the one-process
+ * reference takes them as one batch of accum x its rows) */
+static int accum = 1;
+
 /* upd: 0 the AdamW step after the backward, 1 (true) in it (optimizer_in_backward), 2 beside it (optimizer_overlap) */
-static tlm_model *new_model(tlm_precision p, int upd, uint64_t seed) {
+static tlm_model *new_model(tlm_precision p, int upd, uint64_t seed, int micro_batches) {
     const tlm_config cfg = tiny();
     const tlm_run_config run = {.precision = p, .attention = TLM_ATTENTION_NAIVE, .optimizer_in_backward = upd == 1,
-                                .optimizer_overlap = upd == 2};
+                                .optimizer_overlap = upd == 2, .grad_accum_steps = micro_batches};
     tlm_model *m = NULL;
     die_on(tlm_model_create(&m, &cfg, &run, be), "model");
     die_on(tlm_model_init_random(m, seed), "init");
@@ -263,9 +270,10 @@ static long lowp_off(const tlm_model *m, const float *p) {
  * reducer cfg); each rank's model starts from its own seed, so only the broadcast makes them agree */
 static run_result train(tlm_comm *c, const tlm_ddp_config *cfg, tlm_precision p) {
     run_result r = {0};
-    tlm_model *m = new_model(p, false, c ? 7 + (uint64_t)rank : 7);
+    tlm_model *m = new_model(p, false, c ? 7 + (uint64_t)rank : 7, c ? accum : 1);
     tlm_train_config rc = tlm_train_defaults(STEPS);
-    rc.batch_size = c ? ROWS_PER_RANK : ROWS_PER_RANK * nranks;
+    rc.batch_size = c ? ROWS_PER_RANK : ROWS_PER_RANK * nranks * accum;
+    rc.grad_accum_steps = c ? accum : 1;
     rc.context_length = CTX;
     rc.lr_max = 3e-3;
     rc.max_grad_norm = 0.5; /* the tiny model's norm is above it: every step clips */
@@ -295,20 +303,6 @@ static run_result train(tlm_comm *c, const tlm_ddp_config *cfg, tlm_precision p)
     tlm_train_free(&t);
     tlm_model_free(m);
     return r;
-}
-
-/* the worst normwise relative error over the tensors of a against b */
-static double worst_error(const tlm_param_layout *l, const float *a, const float *b, const char **where) {
-    double worst = 0;
-    *where = "";
-    for (int i = 0; i < l->num_tensors; i++) {
-        const double e = tlm_rel_error_f32(a + l->tensors[i].offset, b + l->tensors[i].offset, l->tensors[i].numel);
-        if (!(e <= worst)) {
-            worst = e;
-            *where = l->tensors[i].name;
-        }
-    }
-    return worst;
 }
 
 static double worst_series(const float *a, const float *b, const double *na, const double *nb) {
@@ -359,7 +353,7 @@ static void test_training(void) {
             dc.zero = zero;
             run_result *r = &z[zero];
             *r = train(comm, &dc, TLM_PRECISION_FP32);
-            const double e = worst_error(&l, r->params, ref.params, &where), es = worst_series(r->loss, ref.loss, r->norm,
+            const double e = test_worst_tensor_error(&l, r->params, ref.params, &where), es = worst_series(r->loss, ref.loss, r->norm,
                                                                                                   ref.norm);
             RCHECK(e <= tol && es <= tol && same_on_every_rank(r->params, n),
                    "%d ranks %-8s %7.4f MiB zero %d (%2d buckets): weights vs one process %.1e (%s), losses and norms "
@@ -381,7 +375,7 @@ static void test_training(void) {
                        t->after_backward_ms, t->params_ms);
             }
         }
-        const double ez = worst_error(&l, z[1].params, z[0].params, &where);
+        const double ez = test_worst_tensor_error(&l, z[1].params, z[0].params, &where);
         const size_t want_opt = 2 * z[1].plan.optimizer_numel * sizeof(float);
         const size_t tail = z[1].tail;
         RCHECK(ez <= tol && z[1].optimizer_bytes == want_opt && z[1].plan.optimizer_numel == (n - tail) / nranks + tail,
@@ -412,7 +406,7 @@ static void test_training(void) {
         dc.bucket_mb = 0.05;
         dc.zero = zero;
         run_result r = train(comm, &dc, TLM_PRECISION_FP32);
-        const double e = worst_error(&l, r.params, ref.params, &where);
+        const double e = test_worst_tensor_error(&l, r.params, ref.params, &where);
         RCHECK(e <= 5e-3 && e > 1e-7 && r.plan.staging_bytes == n * 2,
                "bf16 reduction (bucketed 0.05 MiB, zero %d): weights vs one process in fp32 %.1e (%s; limit 5e-3, and "
                "above 1e-7: the gradients were rounded), staging %zu B", zero, e, where, r.plan.staging_bytes);
@@ -431,7 +425,7 @@ static void test_training(void) {
             tlm_ddp_config dc = tlm_ddp_defaults();
             dc.zero = zero;
             run_result r = train(comm, &dc, modes[k]);
-            const double e = worst_error(&l, r.params, one.params, &where), es = worst_series(r.loss, one.loss, r.norm,
+            const double e = test_worst_tensor_error(&l, r.params, one.params, &where), es = worst_series(r.loss, one.loss, r.norm,
                                                                                               one.norm);
             const double e1 = fabs((double)r.loss[0] - one.loss[0]) / one.loss[0];
             RCHECK(e1 <= 1e-6 && e <= ulp[k] && es <= ulp[k], "%s, bucketed, zero %d: first loss vs one process %.1e "
@@ -449,12 +443,55 @@ static void test_training(void) {
     tlm_layout_free(&l);
 }
 
+/* gradient accumulation: N ranks with `micro` micro-batches of ROWS_PER_RANK rows a step against one process
+ * with the whole global batch (micro x ROWS_PER_RANK x N rows) as one batch; the reduction once a step, in
+ * the last micro-batch's backward (the collectives of the step: each bucket once), for every mode, ZeRO-1 and
+ * the bf16 reduction */
+static void test_accumulation(int micro) {
+    const tlm_config cfg = tiny();
+    tlm_param_layout l;
+    die_on(tlm_layout_build(&l, &cfg), "layout");
+    accum = micro;
+    run_result ref = train(NULL, NULL, TLM_PRECISION_FP32);
+    const struct {
+        tlm_ddp_mode mode;
+        int zero;
+        tlm_dtype reduce;
+    } cases[] = {{TLM_DDP_BUCKETED, 0, TLM_DTYPE_F32}, {TLM_DDP_BUCKETED, 1, TLM_DTYPE_F32},
+                 {TLM_DDP_NAIVE, 0, TLM_DTYPE_F32},    {TLM_DDP_FLAT, 0, TLM_DTYPE_F32},
+                 {TLM_DDP_OVERLAP, 1, TLM_DTYPE_F32},  {TLM_DDP_BUCKETED, 1, TLM_DTYPE_BF16}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tlm_ddp_config dc = tlm_ddp_defaults();
+        dc.mode = cases[i].mode;
+        dc.bucket_mb = 0.05;
+        dc.zero = cases[i].zero;
+        dc.reduce_dtype = cases[i].reduce;
+        run_result r = train(comm, &dc, TLM_PRECISION_FP32);
+        const char *where;
+        const bool bf16 = cases[i].reduce == TLM_DTYPE_BF16;
+        const double tol = bf16 ? 5e-3 : 1e-6;
+        const double e = test_worst_tensor_error(&l, r.params, ref.params, &where);
+        const double es = worst_series(r.loss, ref.loss, r.norm, ref.norm);
+        RCHECK(e <= tol && (bf16 || es <= tol) && same_on_every_rank(r.params, l.flat_numel) &&
+                   r.timing.collectives == r.num_buckets + r.sharded,
+               "%d ranks x %d micro-batches of %d rows, %-8s zero %d reduce %s: weights vs one process on the %d rows "
+               "%.1e (%s), losses and norms %.1e (limit %.0e); %d collectives in the step (%d buckets, each once%s)", nranks, micro,
+               ROWS_PER_RANK, tlm_ddp_mode_name(dc.mode), dc.zero, bf16 ? "bf16" : "fp32",
+               micro * ROWS_PER_RANK * nranks, e, where, es, tol, r.timing.collectives, r.num_buckets,
+               dc.zero ? ", and the all-gathers" : "");
+        free(r.params);
+    }
+    accum = 1;
+    free(ref.params);
+    tlm_layout_free(&l);
+}
+
 /* optimizer-in-backward: each group all-reduced before its update; 3 steps of forward and backward by
  * hand (tlm_train refuses it: no clipping), against one process on the global batch */
 /* the update in the backward (upd 1: optimizer-in-backward) or beside it (2: overlapped, each bucket's
  * update after its average), N ranks against one process doing the same */
 static void test_update_in_backward(int upd, tlm_ddp_mode mode, double bucket_mb, const char *name) {
-    tlm_model *one = new_model(TLM_PRECISION_FP32, upd, 7), *m = new_model(TLM_PRECISION_FP32, upd, 7 + rank);
+    tlm_model *one = new_model(TLM_PRECISION_FP32, upd, 7, 1), *m = new_model(TLM_PRECISION_FP32, upd, 7 + rank, 1);
     tlm_ddp *d = NULL;
     tlm_ddp_config dc = tlm_ddp_defaults();
     dc.mode = mode;
@@ -478,7 +515,7 @@ static void test_update_in_backward(int upd, tlm_ddp_mode mode, double bucket_mb
     }
     float *a = host_params(m), *b = host_params(one);
     const char *where;
-    const double e = worst_error(&m->layout, a, b, &where);
+    const double e = test_worst_tensor_error(&m->layout, a, b, &where);
     RCHECK(e <= 1e-6, "%s, %d ranks: weights after 3 steps vs one process %.1e (%s; limit 1e-6)", name, nranks, e,
            where);
     free(a);
@@ -491,18 +528,18 @@ static void test_update_in_backward(int upd, tlm_ddp_mode mode, double bucket_mb
 }
 
 static void test_refusals(void) {
-    tlm_model *m = new_model(TLM_PRECISION_FP32, true, 7);
+    tlm_model *m = new_model(TLM_PRECISION_FP32, true, 7, 1);
     tlm_ddp *d = NULL;
     tlm_ddp_config dc = tlm_ddp_defaults();
     dc.zero = 1;
     rcheck_status(tlm_ddp_create(&d, m, comm, &dc), TLM_ERR_UNSUPPORTED, "optimizer-in-backward",
                   "ZeRO-1 with optimizer-in-backward, refused on every rank");
     tlm_model_free(m);
-    m = new_model(TLM_PRECISION_FP32, 2, 7);
+    m = new_model(TLM_PRECISION_FP32, 2, 7, 1);
     rcheck_status(tlm_ddp_create(&d, m, comm, &dc), TLM_ERR_UNSUPPORTED, "overlapped optimizer",
                   "ZeRO-1 with the overlapped optimizer, refused on every rank");
     tlm_model_free(m);
-    m = new_model(TLM_PRECISION_FP32, false, 7);
+    m = new_model(TLM_PRECISION_FP32, false, 7, 1);
     dc = tlm_ddp_defaults();
     dc.bucket_mb = rank == nranks - 1 ? 10 : 25;
     rcheck_status(tlm_ddp_create(&d, m, comm, &dc), TLM_ERR_INVALID_ARGUMENT, "disagree on the data-parallel",
@@ -549,6 +586,8 @@ int main(void) {
     if (nranks > 1) {
         die_on(tlm_comm_create(&comm, on_cpu ? TLM_COMM_MPI : TLM_COMM_NCCL, be, 60), "communicator");
         test_training();
+        test_accumulation(2);
+        test_accumulation(3);
         test_update_in_backward(1, TLM_DDP_BUCKETED, 25, "optimizer-in-backward");
         test_update_in_backward(2, TLM_DDP_BUCKETED, 0.05, "overlapped optimizer, bucketed 0.05 MiB");
         test_update_in_backward(2, TLM_DDP_OVERLAP, 25, "overlapped optimizer, overlap (per tensor)");
@@ -556,7 +595,7 @@ int main(void) {
         test_refusals();
         tlm_comm_destroy(comm);
     } else {
-        tlm_model *m = new_model(TLM_PRECISION_FP32, false, 7);
+        tlm_model *m = new_model(TLM_PRECISION_FP32, false, 7, 1);
         tlm_comm alone = {.rank = 0, .world_size = 1, .be = be};
         tlm_ddp *d = NULL;
         const tlm_ddp_config dc = tlm_ddp_defaults();

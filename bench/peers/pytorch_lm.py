@@ -337,7 +337,7 @@ class AdamW(torch.optim.Optimizer):
 # Benchmark (docs/experiments.md): w warm-up steps, n timed steps; forward, backward and optimizer step
 # timed separately with a device synchronization around each phase.
 
-FIELDS = ["impl", "model", "context_length", "batch_size", "precision", "pass",
+FIELDS = ["impl", "model", "context_length", "batch_size", "grad_accum_steps", "precision", "pass",
           "fwd_ms_mean", "fwd_ms_std", "bwd_ms_mean", "bwd_ms_std", "opt_ms_mean", "opt_ms_std",
           "tokens_per_s", "params", "peak_bytes", "reserved_bytes", "attention", "status", "profiled_kernels"]
 PASSES = ("forward", "forward-backward", "train")
@@ -374,9 +374,10 @@ def run_config(args, name: str, T: int, precision: str, pass_: str) -> dict:
     dev = args.device
     cfg = make_config(name, context_length=T)
     impl = "pytorch-compile" if args.compile else "pytorch-eager"
+    accum = args.grad_accum_steps if pass_ == "train" else 1  # micro-batches per optimizer step
     row = dict(impl=impl + ("+torch.profiler" if args.torch_profiler else ""), model=name,
-               context_length=T, batch_size=args.batch_size, precision=precision, pass_=pass_,
-               params=cfg.num_params(), attention=args.attention)
+               context_length=T, batch_size=args.batch_size, grad_accum_steps=accum, precision=precision,
+               pass_=pass_, params=cfg.num_params(), attention=args.attention)
     set_precision(precision, dev)
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     model = fwd_model = opt = x = y = loss = prof = None
@@ -389,8 +390,9 @@ def run_config(args, name: str, T: int, precision: str, pass_: str) -> dict:
                 torch.cuda.memory._record_memory_history(max_entries=1000000)
         torch.manual_seed(args.seed)
         model = TransformerLM(cfg, attention=args.attention, device=dev)
-        x = torch.randint(0, cfg.vocab_size, (args.batch_size, T), device=dev)
-        y = torch.randint(0, cfg.vocab_size, (args.batch_size, T), device=dev)
+        # (accum, B, T): micro-batch k is x[k], y[k]
+        x = torch.randint(0, cfg.vocab_size, (accum, args.batch_size, T), device=dev)
+        y = torch.randint(0, cfg.vocab_size, (accum, args.batch_size, T), device=dev)
         opt = AdamW(model.parameters()) if pass_ == "train" else None
         fwd_model = torch.compile(model) if args.compile else model
         amp = (torch.autocast(device_type=dev, dtype=torch.bfloat16) if precision == "bf16"
@@ -405,33 +407,38 @@ def run_config(args, name: str, T: int, precision: str, pass_: str) -> dict:
         for i in range(args.warmup + args.steps):
             step = annotate(f"warmup step {i}" if i < args.warmup else f"step {i - args.warmup}")
             step.__enter__()
-            sync()
-            t0 = time.perf_counter()
-            with amp, torch.set_grad_enabled(pass_ != "forward"), annotate("forward"):
-                loss = cross_entropy(fwd_model(x), y)
-            sync()
-            t1 = time.perf_counter()
-            t2 = t3 = t1
-            if pass_ != "forward":
-                with annotate("backward"):
-                    loss.backward()
+            fwd_s = bwd_s = 0.0  # summed over the micro-batches (gradient accumulation: nanoGPT's loop, the
+            for k in range(accum):  # loss of each divided by their number, .grad summed by autograd)
                 sync()
-                t2 = time.perf_counter()
-                if opt is not None:
-                    with annotate("optimizer"):
-                        opt.step()
-                        opt.zero_grad(set_to_none=True)
+                t0 = time.perf_counter()
+                with amp, torch.set_grad_enabled(pass_ != "forward"), annotate("forward"):
+                    loss = cross_entropy(fwd_model(x[k]), y[k])
+                    if accum > 1:
+                        loss = loss / accum
+                sync()
+                t1 = time.perf_counter()
+                fwd_s += t1 - t0
+                if pass_ != "forward":
+                    with annotate("backward"):
+                        loss.backward()
                     sync()
-                    t3 = time.perf_counter()
-                else:
-                    model.zero_grad(set_to_none=True)  # not timed: keeps gradients from piling up
-                    t3 = t2
+                    bwd_s += time.perf_counter() - t1
+            opt_s = 0.0
+            if opt is not None:
+                t2 = time.perf_counter()
+                with annotate("optimizer"):
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                sync()
+                opt_s = time.perf_counter() - t2
+            elif pass_ != "forward":
+                model.zero_grad(set_to_none=True)  # not timed: keeps gradients from piling up
             step.__exit__(None, None, None)
             loss = None
             if i >= args.warmup:
-                times["fwd"].append((t1 - t0) * 1e3)
-                times["bwd"].append((t2 - t1) * 1e3)
-                times["opt"].append((t3 - t2) * 1e3)
+                times["fwd"].append(fwd_s * 1e3)
+                times["bwd"].append(bwd_s * 1e3)
+                times["opt"].append(opt_s * 1e3)
         if prof is not None:  # the trace is collected here, after the timed steps
             prof.__exit__(None, None, None)
             row["profiled_kernels"] = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
@@ -443,7 +450,7 @@ def run_config(args, name: str, T: int, precision: str, pass_: str) -> dict:
             row[f"{k}_ms_mean"] = float(a.mean()) if ran[k] else None
             row[f"{k}_ms_std"] = float(a.std()) if ran[k] else None  # population std (ddof=0)
             step_ms += float(a.mean()) if ran[k] else 0.0
-        row["tokens_per_s"] = args.batch_size * T / (step_ms / 1e3) if step_ms > 0 else None
+        row["tokens_per_s"] = accum * args.batch_size * T / (step_ms / 1e3) if step_ms > 0 else None
         row["peak_bytes"] = peak_bytes(dev)
         row["reserved_bytes"] = reserved_bytes(dev)
         row["status"] = "ok"
@@ -488,13 +495,16 @@ def header_lines(args) -> list:
         f"pytorch_lm.py: torch {torch.__version__}{cuda}, python {platform.python_version()}, "
         f"device {args.device} ({dev_name}), threads {torch.get_num_threads()}, date {now}",
         f"config: models {args.model}, context {args.context_length}, batch {args.batch_size}, "
+        f"grad_accum_steps {args.grad_accum_steps}, "
         f"warmup {args.warmup}, steps {args.steps}, pass {args.pass_}, precision {args.precision}, "
         f"compile {args.compile}, attention {args.attention}, seed {args.seed}"
         + (", torch.profiler on (CPU and CUDA activities) from the first warm-up step to the last timed one"
            if args.torch_profiler else ""),
         "times in ms per step, mean and population std (numpy ddof=0) over the timed steps; "
         "fwd = model(x) + loss, bwd = loss.backward(), opt = AdamW step + zero_grad; "
-        "forward pass runs under no_grad; tokens/s = batch*context / (sum of the timed phases); "
+        "forward pass runs under no_grad; tokens/s = grad_accum_steps*batch*context / (sum of the timed phases); "
+        "with --grad-accum-steps N (train) a step is N micro-batches (each loss / N, backward accumulating "
+        ".grad: nanoGPT's loop), fwd and bwd summed over them, then one AdamW step; "
         + ("peak_bytes = torch.cuda.max_memory_allocated per config (reserved_bytes: max_memory_reserved)"
            if args.device == "cuda" else "peak_bytes = process max RSS so far (getrusage)"),
     ]
@@ -572,6 +582,8 @@ def main(argv=None):
     p.add_argument("--attention", choices=("naive", "sdpa"), default="naive")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch default)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--grad-accum-steps", type=int, default=1,
+                   help="train: micro-batches of --batch-size rows per optimizer step (tlm's --grad-accum-steps)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--out", help="also write the output to this file (atomically)")
     p.add_argument("--memory-snapshot", metavar="FILE",
@@ -594,8 +606,8 @@ def main(argv=None):
         precs = csv_list(args.precision, PRECISIONS, "--precision")
     except (argparse.ArgumentTypeError, ValueError) as e:
         p.error(str(e))
-    if args.batch_size < 1 or args.steps < 1 or args.warmup < 0 or any(t < 1 for t in ctxs):
-        p.error("--batch-size, --steps, --context-length must be >= 1 and --warmup >= 0")
+    if args.batch_size < 1 or args.steps < 1 or args.warmup < 0 or any(t < 1 for t in ctxs) or args.grad_accum_steps < 1:
+        p.error("--batch-size, --steps, --context-length, --grad-accum-steps must be >= 1 and --warmup >= 0")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device visible to torch")
     if args.device == "cpu" and "tf32" in precs:

@@ -106,6 +106,11 @@ struct tlm_backend {
     const tlm_ops *ops;          /* the kernels; call them through tlm_<op> (ops.h) */
     void *impl;                  /* backend-private state (stream, cuBLASLt handle, scratch) */
     struct tlm_backend_state *state;
+    bool accumulate_grads;       /* the weight-gradient writers add into their outputs instead of overwriting
+                                    them (ops.def: matmul_backward's dw, GEMM beta = 1; rmsnorm_backward's dw;
+                                    embedding_backward's dwte, not zeroed first): gradient accumulation over
+                                    micro-batches (model.h, tlm_model_set_micro_batch sets it around a
+                                    backward); false otherwise. A CUDA graph replays the mode it was captured in */
 };
 
 /* ---- creation ------------------------------------------------------------------------------ */

@@ -61,6 +61,10 @@ typedef struct {
     tlm_recompute recompute; /* activation checkpointing (tlm_run_config.recompute); default NONE */
     bool optimizer_in_backward; /* tlm_run_config.optimizer_in_backward (not with fp16) */
     bool optimizer_overlap;  /* tlm_run_config.optimizer_overlap (not with fp16, ZeRO or the above) */
+    int grad_accum_steps;    /* tlm_run_config.grad_accum_steps (pass train; 0 or 1: none): a step is this many
+                                micro-batches of batch_size rows (each a forward and a backward adding into the
+                                gradients; different rows each) and one update; the timings, tokens/s and MFU
+                                are per optimizer step, forward and backward summed over its micro-batches */
     uint64_t seed;         /* weights and batch */
     tlm_bench_weights *weights; /* not owned: the initial weights kept between the cases; NULL: drawn
                                    for this case alone */
@@ -80,8 +84,11 @@ typedef struct {
     tlm_status status;      /* TLM_OK, or e.g. TLM_ERR_OUT_OF_MEMORY: the row says so */
     char error[256];        /* the message when status != TLM_OK */
     tlm_timing forward, backward, optimizer, step; /* step = the phases run, summed per step */
-    double tokens_per_s;    /* batch_size * context_length / step mean */
+    double tokens_per_s;    /* grad_accum_steps * batch_size * context_length / step mean */
     double tflops;          /* achieved TFLOP/s of forward (+ backward as 2x forward) over their time */
+    double mfu;             /* model FLOPs utilization of the whole step: 3 x forward matmul FLOPs per step
+                               (train, forward-backward; 1x for forward) over the step's time (the update and
+                               the communication included) / the peak (tlm_backend_peak_tflops); 0: no peak */
     int64_t params;
     size_t peak_bytes;      /* tracked allocator peak: the bytes live buffers held (memory.h current_total;
                                PyTorch's max_memory_allocated) */
@@ -150,7 +157,8 @@ int tlm_bench_max_context(tlm_backend *be, const tlm_bench_case *c, size_t limit
 
 /* ---- the report (src/bench/bench_report.c) ------------------------------------------------------------
  * The columns of a benchmark row in the one report schema (report.h): the case (model, context_length,
- * batch_size, precision, attention, pass, warmup_steps, steps, cuda_graphs, seed), params, fwd_ms_mean/std,
+ * batch_size, precision, attention, pass, warmup_steps, grad_accum_steps, steps, cuda_graphs, seed), params,
+ * fwd_ms_mean/std,
  * bwd_ms_mean/std, opt_ms_mean/std, step_ms_mean/std, tokens_per_s, tflop_per_s, peak_bytes (and per
  * tag: peak_bytes_parameters, ...), device_peak_bytes, loss_first, loss_last, speedup_vs_fp32,
  * loss_scale, skipped_steps. Commands that take the bench flags (bench, profile, memory) reuse the

@@ -157,7 +157,9 @@ void tlm_ddp_free(tlm_ddp *d);
 /* After tlm_model_backward: issues the reductions the mode leaves for after the backward pass (NAIVE,
  * FLAT: all of them) and orders the compute stream after every reduction of the step. From here m->grads
  * holds the averaged gradients (with ZeRO: in this rank's pieces and tails only). Errors: BACKEND
- * (a collective failed: named), INVALID_ARGUMENT (no backward since the last call). */
+ * (a collective failed: named), INVALID_ARGUMENT (no backward since the last call). With gradient
+ * accumulation (model.h, tlm_model_set_micro_batch) the callbacks act only in the last micro-batch's
+ * backward (no_sync before it): call this once per optimizer step, after that backward. */
 tlm_status tlm_ddp_sync_grads(tlm_ddp *d);
 
 /* The global L2 norm of the averaged gradients (as tlm_grad_norm, model.h: unscaled in fp16, after a

@@ -89,7 +89,8 @@ bool tlm_recompute_parse(const char *name, tlm_recompute *out); /* those three; 
  * their block has used them, and gradients take memory from the backward stage that writes them to
  * the optimizer step (the flat gradient buffer shares its bytes with activations of the blocks above
  * it). A forward pass ends the life of the last backward's gradients: read them and take the
- * optimizer step before the next forward. */
+ * optimizer step before the next forward (with gradient accumulation, grad_accum_steps below, the
+ * gradient buffer has its own bytes and lives across the micro-batches' forwards). */
 typedef struct {
     tlm_precision precision;  /* precision.h: fp32, tf32, bf16, fp16 */
     tlm_attention attention;  /* NAIVE, FLASH or AUTO; the model keeps it resolved */
@@ -125,6 +126,16 @@ typedef struct {
                                  step's hyperparameters, as with optimizer_in_backward) and before
                                  the next forward. The same bits as a plain step; the same
                                  exclusions and eager backward as optimizer_in_backward, and not both. */
+    int grad_accum_steps;     /* gradient accumulation: an optimizer step is this many micro-batches (a
+                                 forward and a backward each, tlm_model_set_micro_batch saying which),
+                                 their gradients summed in place into the one gradient buffer, each
+                                 micro-batch's loss scaled by 1/grad_accum_steps, so that the gradients
+                                 are those of the mean loss over every token of the equal-sized
+                                 micro-batches (nanoGPT's gradient_accumulation_steps). The gradient
+                                 buffer then lives across the step's forwards (its own bytes, not shared
+                                 with activations). 0 or 1: none. Not with optimizer_in_backward or
+                                 optimizer_overlap (UNSUPPORTED: their updates run before the last
+                                 micro-batch's gradients are in). */
 } tlm_run_config;
 
 /* fp32, attention AUTO, graphs off, training, recompute NONE, the optimizer after backward */
@@ -176,6 +187,7 @@ typedef struct tlm_model {
     struct tlm_step_state *step;   /* the gradients' scale and clip factors, the GEMM copy's staleness,
                                       the overlapped updates' stream, events and flags: src/model only */
     tlm_graph graph_fwd, graph_bwd;
+    tlm_graph graph_bwd_acc;       /* the backward of micro-batches after the first (accumulating) */
 } tlm_model;
 
 /* Creates the model on `be` for `run` (NULL: tlm_run_defaults) and allocates its parameters
@@ -278,6 +290,21 @@ typedef struct {
 tlm_status tlm_model_memory_estimate(tlm_backend *be, const tlm_config *cfg, const tlm_run_config *run, int B, int T,
                                      tlm_memory_estimate *out);
 
+/* Gradient accumulation (run.grad_accum_steps = N > 1): the next backward is micro-batch k (0-based) of
+ * the optimizer step: k == 0 overwrites the gradients, k > 0 adds into them (backend.h's
+ * accumulate_grads: the weight-gradient GEMMs with beta 1, the other writers add), every micro-batch's
+ * loss gradient scaled by 1/N. The grads-ready callback runs in each micro-batch's backward; a
+ * data-parallel reducer acts only on the last (tlm_model_last_micro_batch: PyTorch DDP's no_sync for the
+ * others). INVALID_ARGUMENT for k outside [0, N) (N taken as 1 without accumulation). */
+tlm_status tlm_model_set_micro_batch(tlm_model *m, int k);
+/* the number of micro-batches of an optimizer step (run.grad_accum_steps, at least 1), and the micro-batch of
+ * the backward to come or running (0 without accumulation) */
+int tlm_model_grad_accum_steps(const tlm_model *m);
+int tlm_model_micro_batch(const tlm_model *m);
+/* true when the backward to come (or running) is the optimizer step's last micro-batch (always without
+ * accumulation) */
+bool tlm_model_last_micro_batch(const tlm_model *m);
+
 /* Combines the mean loss and the fp16 overflow check across the ranks of `comm` (NULL: none). */
 void tlm_model_set_comm(tlm_model *m, tlm_comm *comm);
 
@@ -336,7 +363,8 @@ tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t 
                              int B, int T, float *loss);
 
 /* Backward pass from the mean loss of the last forward (which had targets): writes every
- * parameter gradient into m->grads (overwriting), announcing each group as it completes. The
+ * parameter gradient into m->grads (overwriting; with accumulation, micro-batches after the first add:
+ * tlm_model_set_micro_batch), announcing each group as it completes. The
  * logits of that forward are replaced by their gradient. Errors: INVALID_ARGUMENT if no forward
  * with targets preceded; OUT_OF_MEMORY for the first gradient buffer. */
 tlm_status tlm_model_backward(tlm_model *m);

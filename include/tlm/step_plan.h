@@ -15,6 +15,8 @@
  *     pass's gradient multiplier, or in fp16 the unscale);
  *   the bf16/fp16 weight copy for the GEMMs: present or not, and who refreshes it (the update as it
  *     writes each span, else the next forward casts it whole);
+ *   gradient accumulation over micro-batches (run.grad_accum_steps): refused with updates in the
+ *     backward (they would run before the last micro-batch's gradients are in);
  *   CUDA graphs for the forward and the backward (off with host callbacks every step, and the
  *     backward eager when updates run in it: each step's updates take t from the host). */
 #ifndef TLM_STEP_PLAN_H
@@ -53,7 +55,9 @@ typedef struct {
                                  SHARDED, whose update says what it refreshed: tlm_model_params_changed) */
     bool data_parallel;       /* a data-parallel reducer is attached (tlm_model_plan_data_parallel) */
     bool forward_graph;       /* the forward pass is captured as a CUDA graph once and replayed */
-    bool backward_graph;      /* the backward pass likewise (not with updates in the backward) */
+    bool backward_graph;      /* the backward pass likewise (not with updates in the backward); with
+                                 accumulation two graphs: the first micro-batch's, the others' */
+    int grad_accum_steps;     /* micro-batches per optimizer step (model.h's run.grad_accum_steps), >= 1 */
 } tlm_step_plan;
 
 #ifdef __cplusplus

@@ -12,7 +12,14 @@
  * are all-gathered). Checkpoints are written by one rank (rank 0).
  *
  * Units: a step is one optimizer update; steps count from 1; tokens are token positions trained on
- * (batch_size x context_length x world_size per step); learning rates are per step. */
+ * (grad_accum_steps x batch_size x context_length x world_size per step); learning rates are per step.
+ *
+ * Gradient accumulation (grad_accum_steps N > 1): the batch of step `it` is one draw of N x B rows a
+ * rank (npy.h, as a step of batch N x B draws it), micro-batch k its rows [k B, (k+1) B); each
+ * micro-batch's forward and backward add its share (1/N) of the mean loss's gradient into the one
+ * gradient buffer (model.h, tlm_model_set_micro_batch); the reduction over the ranks happens in the last
+ * micro-batch's backward; the norm, the clip and the update once per step. So (N, B) trains as (1, N B)
+ * does, up to the order of the sums. */
 #ifndef TLM_TRAIN_H
 #define TLM_TRAIN_H
 
@@ -49,7 +56,11 @@ double tlm_lr_cosine_schedule(int64_t it, double lr_max, double lr_min, int64_t 
 /* ---- the recipe ----------------------------------------------------------------------------------- */
 
 typedef struct {
-    int batch_size;             /* B: rows per rank per step */
+    int batch_size;             /* B: rows per rank per micro-batch (per step without accumulation) */
+    int grad_accum_steps;       /* N: micro-batches per optimizer step (gradient accumulation, nanoGPT's
+                                   convention: batch_size stays the micro-batch); a step trains on
+                                   N x B x T tokens a rank; the model is created with
+                                   run.grad_accum_steps = N (model.h). 1: none */
     int context_length;         /* T: tokens per row (<= the model's context_length) */
     int64_t steps;              /* the budget: optimizer steps of the whole run, >= 1 */
     uint64_t seed;              /* the batch draws (npy.h: each step's from (seed, it, rank)) */
@@ -241,6 +252,7 @@ typedef enum {
     TLM_TRAIN_ARG_EVAL_BATCHES,
     TLM_TRAIN_ARG_BATCH_SIZE,        /* the global batch: rows per step over every rank */
     TLM_TRAIN_ARG_CONTEXT_LENGTH,
+    TLM_TRAIN_ARG_GRAD_ACCUM_STEPS,  /* micro-batches per optimizer step */
     TLM_TRAIN_ARG_SEED,              /* its value is `seed` (a double holds no 64-bit seed) */
     TLM_TRAIN_NUM_ARGS
 } tlm_train_arg;

@@ -112,7 +112,8 @@ int tlm_bench_fp32_twin(const tlm_bench_case *cases, int n, int i) {
         if (b->precision == TLM_PRECISION_FP32 && strcmp(b->model_name, a->model_name) == 0 &&
             b->context_length == a->context_length && b->batch_size == a->batch_size && b->pass == a->pass &&
             b->warmup == a->warmup && b->recompute == a->recompute &&
-            b->optimizer_in_backward == a->optimizer_in_backward && b->optimizer_overlap == a->optimizer_overlap)
+            b->optimizer_in_backward == a->optimizer_in_backward && b->optimizer_overlap == a->optimizer_overlap &&
+            b->grad_accum_steps == a->grad_accum_steps)
             return k;
     }
     return -1;
@@ -128,7 +129,8 @@ tlm_run_config tlm_bench_run_config(const tlm_bench_case *c) {
     return (tlm_run_config){.precision = c->precision, .attention = c->attention, .cuda_graphs = c->graphs,
                             .forward_only = c->pass == TLM_PASS_FORWARD, .recompute = c->recompute,
                             .optimizer_in_backward = c->optimizer_in_backward,
-                            .optimizer_overlap = c->optimizer_overlap};
+                            .optimizer_overlap = c->optimizer_overlap,
+                            .grad_accum_steps = c->pass == TLM_PASS_TRAIN && c->grad_accum_steps > 1 ? c->grad_accum_steps : 1};
 }
 
 int tlm_bench_max_context(tlm_backend *be, const tlm_bench_case *c, size_t limit_bytes) {
@@ -149,6 +151,48 @@ int tlm_bench_max_context(tlm_backend *be, const tlm_bench_case *c, size_t limit
     return lo;
 }
 
+/* One step's passes: N micro-batches (the case's grad_accum_steps; 1 without), micro-batch k on the rows at
+ * tokens + k * B*T, each a forward and (pass >= forward-backward) a backward, then the reduction and the update.
+ * ev[0..2N+1]: before the first forward, after each forward and each backward, after the update; *loss the mean of
+ * the micro-batches' losses. */
+static tlm_status step_passes(tlm_backend *be, const tlm_bench_case *c, tlm_model *m, tlm_ddp *d, const int32_t *tokens,
+                              int B, int T, tlm_event **ev, tlm_bench_result *r, float *loss) {
+    const int accum = tlm_model_grad_accum_steps(m);
+    const size_t N = (size_t)B * T;
+    const tlm_adamw_config opt = tlm_adamw_defaults();
+    tlm_status s = TLM_OK;
+    double sum = 0;
+    tlm_event_record(be, ev[0], NULL);
+    for (int k = 0; k < accum && s == TLM_OK; k++) {
+        float l = 0;
+        s = tlm_model_set_micro_batch(m, k);
+        if (s == TLM_OK) s = tlm_model_forward(m, tokens + k * N, tokens + k * N + 1, B, T, &l);
+        tlm_event_record(be, ev[1 + 2 * k], NULL);
+        if (s == TLM_OK && c->pass >= TLM_PASS_FORWARD_BACKWARD) s = tlm_model_backward(m);
+        tlm_event_record(be, ev[2 + 2 * k], NULL);
+        sum += l;
+    }
+    *loss = (float)(sum / accum);
+    if (s == TLM_OK && d && c->pass >= TLM_PASS_FORWARD_BACKWARD) s = tlm_ddp_sync_grads(d);
+    if (d) r->mem_before_opt_bytes = tlm_mem_stats_now(be).current_total;
+    if (s == TLM_OK && c->pass == TLM_PASS_TRAIN) s = d ? tlm_ddp_adamw_step(d, &opt) : tlm_model_adamw_step(m, &opt);
+    if (d) r->mem_after_opt_bytes = tlm_mem_stats_now(be).current_total;
+    tlm_event_record(be, ev[2 * accum + 1], NULL);
+    return s;
+}
+
+/* the phases' times of the step step_passes timed (ms): forward and backward summed over the micro-batches */
+static void step_times(tlm_backend *be, tlm_event **ev, int accum, double *fwd, double *bwd, double *upd,
+                       double *step) {
+    *fwd = *bwd = 0;
+    for (int k = 0; k < accum; k++) {
+        *fwd += tlm_event_elapsed_ms(be, ev[2 * k], ev[1 + 2 * k]);
+        *bwd += tlm_event_elapsed_ms(be, ev[1 + 2 * k], ev[2 + 2 * k]);
+    }
+    *upd = tlm_event_elapsed_ms(be, ev[2 * accum], ev[2 * accum + 1]);
+    *step = tlm_event_elapsed_ms(be, ev[0], ev[2 * accum + 1]);
+}
+
 tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_result *r) {
     memset(r, 0, sizeof *r);
     r->max_context = c->max_context_bytes ? tlm_bench_max_context(be, c, c->max_context_bytes) : -1;
@@ -167,9 +211,9 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
         return TLM_OK;
     }
     const int B = c->batch_size / r->world_size, T = c->context_length; /* this rank's rows */
-    const size_t N = (size_t)B * T;
-
     const tlm_run_config run = tlm_bench_run_config(c);
+    const int accum = run.grad_accum_steps; /* micro-batches per step, each of B x T */
+    const size_t N = (size_t)B * T * accum;
     r->attention = tlm_attention_resolve(be, &cfg, c->precision, c->attention);
     /* no buffer of an earlier case is live in this one (a bf16 case's scratch arena, a split buffer), and
      * what earlier cases freed is not held by it: the case's peak is its own, whatever ran before */
@@ -180,12 +224,14 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     const size_t outside = tlm_device_memory_used(be) ? tlm_device_memory_used(be) - tlm_mem_stats_now(be).current_total : 0;
     size_t device_max = 0;
     tlm_model *m = NULL;
-    tlm_event *ev[4] = {NULL, NULL, NULL, NULL}; /* before forward, after forward, backward, optimizer */
+    const int nev = 2 * accum + 2; /* step_passes' events */
+    tlm_event **ev = calloc((size_t)nev, sizeof *ev);
     int32_t *tokens = malloc((N + 1) * sizeof(int32_t));
     double *ms = malloc(4 * (size_t)c->steps * sizeof(double));
-    if (!tokens || !ms) {
+    if (!tokens || !ms || !ev) {
         free(tokens);
         free(ms);
+        free(ev);
         return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the benchmark batch");
     }
     /* one random sequence of the global batch (this rank's stretch of it); targets are the inputs shifted by
@@ -199,30 +245,20 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     tlm_ddp *d = NULL;
     double *comm_ms = comm ? calloc((size_t)c->steps, sizeof(double)) : NULL;
     if (comm && !comm_ms) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
-    for (int e = 0; e < 4 && s == TLM_OK; e++) s = tlm_event_create(be, &ev[e]);
+    for (int e = 0; e < nev && s == TLM_OK; e++) s = tlm_event_create(be, &ev[e]);
     if (s == TLM_OK) s = tlm_model_create(&m, &cfg, &run, be);
     if (s == TLM_OK) s = initial_weights(m, c);
     if (comm && (s = tlm_ddp_agree(comm, s)) == TLM_OK) s = tlm_ddp_create(&d, m, comm, &c->ddp); /* symmetric errors */
     r->mem_after_init_bytes = tlm_mem_stats_now(be).current_total;
     const tlm_bench_hooks *hooks = c->hooks;
     if (s == TLM_OK && hooks && hooks->before_steps) s = hooks->before_steps(hooks->user, m);
-    const tlm_adamw_config opt = tlm_adamw_defaults();
     double *fwd = ms, *bwd = ms + c->steps, *upd = ms + 2 * c->steps, *step = ms + 3 * c->steps;
     for (int i = 0; s == TLM_OK && i < c->warmup + c->steps; i++) {
         const int timed = i - c->warmup; /* < 0 during warm-up */
         float loss = 0;
         /* profilers leave the warm-up out by the step's scope (ops.h) */
         tlm_step_begin(be, timed < 0 ? i : timed, timed < 0);
-        tlm_event_record(be, ev[0], NULL);
-        s = tlm_model_forward(m, tokens, tokens + 1, B, T, &loss);
-        tlm_event_record(be, ev[1], NULL);
-        if (s == TLM_OK && c->pass >= TLM_PASS_FORWARD_BACKWARD) s = tlm_model_backward(m);
-        tlm_event_record(be, ev[2], NULL);
-        if (s == TLM_OK && d && c->pass >= TLM_PASS_FORWARD_BACKWARD) s = tlm_ddp_sync_grads(d);
-        if (d) r->mem_before_opt_bytes = tlm_mem_stats_now(be).current_total;
-        if (s == TLM_OK && c->pass == TLM_PASS_TRAIN) s = d ? tlm_ddp_adamw_step(d, &opt) : tlm_model_adamw_step(m, &opt);
-        if (d) r->mem_after_opt_bytes = tlm_mem_stats_now(be).current_total;
-        tlm_event_record(be, ev[3], NULL);
+        s = step_passes(be, c, m, d, tokens, B, T, ev, r, &loss);
         tlm_step_end(be);
         tlm_synchronize(be);
         if (comm) s = tlm_ddp_agree(comm, s); /* a failure of every rank (out of memory) is the row's */
@@ -231,10 +267,7 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
             if (used > device_max) device_max = used;
         }
         if (timed >= 0 && s == TLM_OK) {
-            fwd[timed] = tlm_event_elapsed_ms(be, ev[0], ev[1]);
-            bwd[timed] = tlm_event_elapsed_ms(be, ev[1], ev[2]);
-            upd[timed] = tlm_event_elapsed_ms(be, ev[2], ev[3]);
-            step[timed] = tlm_event_elapsed_ms(be, ev[0], ev[3]);
+            step_times(be, ev, accum, &fwd[timed], &bwd[timed], &upd[timed], &step[timed]);
             if (d) { /* the communication the step waited for, out of the phases it happened in */
                 tlm_ddp_timing t;
                 tlm_ddp_last_timing(d, &t);
@@ -260,10 +293,12 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
             r->comm = summarize(comm_ms, c->steps);
             r->comm_share = r->comm.mean_ms / r->step.mean_ms;
         }
-        const double flops = tlm_config_forward_flops(&cfg, B, T);
+        const double flops = tlm_config_forward_flops(&cfg, B, T) * accum; /* every micro-batch's */
         const double gemm_ms = r->forward.mean_ms + r->backward.mean_ms;
         const double counted = c->pass >= TLM_PASS_FORWARD_BACKWARD ? 3 * flops : flops;
         r->tflops = counted / (gemm_ms * 1e-3) / 1e12;
+        const double peak = tlm_backend_peak_tflops(be, c->precision);
+        r->mfu = peak > 0 ? counted / (r->step.mean_ms * 1e-3) / (peak * 1e12) : 0;
     } else {
         fail_case(r, s);
     }
@@ -279,7 +314,9 @@ tlm_status tlm_bench_run(tlm_backend *be, const tlm_bench_case *c, tlm_bench_res
     tlm_ddp_free(d);
     tlm_model_free(m);
     tlm_backend_release_workspaces(be); /* the next case, or the caller, starts with none of this one's */
-    for (int e = 0; e < 4; e++) tlm_event_destroy(be, ev[e]);
+    for (int e = 0; e < nev; e++)
+        if (ev[e]) tlm_event_destroy(be, ev[e]);
+    free(ev);
     free(tokens);
     free(ms);
     free(comm_ms);

@@ -23,6 +23,7 @@ const tlm_column tlm_bench_columns[] = {
     {"recompute", TLM_FIELD_STR, "recompute", "", -9, 0, 0, TLM_COL_KEY},
     {"optimizer_in_backward", TLM_FIELD_BOOL, "opt in bwd", "", -10, 0, 0, TLM_COL_KEY},
     {"optimizer_overlap", TLM_FIELD_BOOL, "opt overlap", "", -11, 0, 0, TLM_COL_KEY},
+    {"grad_accum_steps", TLM_FIELD_INT, "accum", "", 5, 0, 0, TLM_COL_KEY},
     TLM_COL_HIDDEN("steps", TLM_FIELD_INT),
     TLM_COL_HIDDEN("cuda_graphs", TLM_FIELD_BOOL),
     TLM_COL_HIDDEN("seed", TLM_FIELD_INT),
@@ -41,6 +42,7 @@ const tlm_column tlm_bench_columns[] = {
     TLM_COL_HIDDEN("step_ms_std", TLM_FIELD_NUM),
     {"tokens_per_s", TLM_FIELD_NUM, "tokens/s", "", 9, 0, 0, 0},
     {"tflop_per_s", TLM_FIELD_NUM, "TFLOP/s", "", 7, 3, 0, 0},
+    {"mfu", TLM_FIELD_NUM, "MFU", "%", 5, 1, 100, 0},
     {"speedup_vs_fp32", TLM_FIELD_NUM, "vs fp32", "x", 7, 2, 0, 0},
     TLM_COL_SIZE("peak_bytes", "peak", 8),
     TLM_COL_SIZE_W("reserved_peak_bytes", "reserved", 8),
@@ -61,7 +63,7 @@ const tlm_column tlm_bench_columns[] = {
     {"skipped_steps", TLM_FIELD_INT, "skipped", "", 7, 0, 0, TLM_COL_WIDE},
 };
 const int tlm_bench_num_columns = (int)(sizeof tlm_bench_columns / sizeof tlm_bench_columns[0]);
-const int tlm_bench_case_columns = 14; /* model .. params */
+const int tlm_bench_case_columns = 15; /* model .. params */
 
 /* the per-tag peak fields, in tlm_mem_tag order */
 static const char *const peak_by_tag[TLM_MEM_NUM_TAGS] = {"peak_bytes_parameters", "peak_bytes_gradients",
@@ -69,8 +71,10 @@ static const char *const peak_by_tag[TLM_MEM_NUM_TAGS] = {"peak_bytes_parameters
                                                           "peak_bytes_workspace"};
 
 void tlm_bench_report_show_case(tlm_report *rep, const tlm_bench_case *cases, int n) {
-    bool several_passes = false, several_warmups = false, recompute = false, oib = false, overlap = false;
+    bool several_passes = false, several_warmups = false, recompute = false, oib = false, overlap = false,
+         accum = false;
     for (int i = 0; i < n; i++) {
+        accum |= cases[i].grad_accum_steps > 1 && cases[i].pass == TLM_PASS_TRAIN;
         several_passes |= cases[i].pass != cases[0].pass;
         several_warmups |= cases[i].warmup != cases[0].warmup;
         recompute |= cases[i].recompute != TLM_RECOMPUTE_NONE;
@@ -82,6 +86,7 @@ void tlm_bench_report_show_case(tlm_report *rep, const tlm_bench_case *cases, in
     tlm_report_show(rep, "recompute", recompute);
     tlm_report_show(rep, "optimizer_in_backward", oib);
     tlm_report_show(rep, "optimizer_overlap", overlap);
+    tlm_report_show(rep, "grad_accum_steps", accum);
 }
 
 void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_bench_case *cases, int n) {
@@ -133,7 +138,22 @@ void tlm_bench_report_begin(tlm_report *rep, const tlm_backend *be, const tlm_be
                             "(peak_bytes_min the smallest peak); init, pre-opt, post-opt: tracked bytes in use after "
                             "setting up, right before and after the last optimizer step (ZeRO-1's table)");
     }
+    const bool mfu = n > 0 && tlm_backend_peak_tflops((tlm_backend *)be, cases[0].precision) > 0;
+    bool accum = false;
+    for (int i = 0; i < n; i++) accum |= cases[i].grad_accum_steps > 1 && cases[i].pass == TLM_PASS_TRAIN;
+    if (accum)
+        tlm_report_meta_str(rep, "grad_accum_steps", "gradient accumulation (nanoGPT's convention): a step is "
+                            "grad_accum_steps micro-batches of batch_size rows (a forward and a backward each, the "
+                            "gradients added in place) and one update; tokens per step = grad_accum_steps x batch x "
+                            "context; forward and backward are summed over the micro-batches; tokens_per_s and mfu "
+                            "are per optimizer step; with several ranks the reduction runs in the last micro-batch's "
+                            "backward only");
+    if (mfu)
+        tlm_report_meta_str(rep, "mfu", "model FLOPs utilization: 3 x forward matmul FLOPs of the step (every "
+                        "micro-batch's) over the whole step's time (update and communication included) / the "
+                        "device's dense peak for the precision");
     tlm_report_table(rep, "rows", tlm_bench_columns, tlm_bench_num_columns);
+    tlm_report_show(rep, "mfu", mfu);
     const char *ddp_cols[] = {"ranks", "ddp", "grad_reduce_dtype", "zero", "comm_ms_mean", "comm_ms_std", "comm_share"};
     for (size_t i = 0; i < sizeof ddp_cols / sizeof ddp_cols[0]; i++) tlm_report_show(rep, ddp_cols[i], ddp);
     tlm_report_show(rep, "bucket_mb", bucketed);
@@ -165,6 +185,7 @@ void tlm_bench_report_case(tlm_report *rep, const tlm_bench_case *c) {
     tlm_report_str(rep, "recompute", tlm_recompute_name(c->recompute));
     tlm_report_bool(rep, "optimizer_in_backward", c->optimizer_in_backward);
     tlm_report_bool(rep, "optimizer_overlap", c->optimizer_overlap);
+    tlm_report_int(rep, "grad_accum_steps", c->pass == TLM_PASS_TRAIN && c->grad_accum_steps > 1 ? c->grad_accum_steps : 1);
     tlm_report_int(rep, "steps", c->steps);
     tlm_report_bool(rep, "cuda_graphs", c->graphs);
     tlm_report_int(rep, "seed", (int64_t)c->seed);
@@ -188,6 +209,7 @@ void tlm_bench_report_row(tlm_report *rep, const tlm_bench_case *c, const tlm_be
         timing(rep, "step_ms_mean", "step_ms_std", &r->step, true);
         tlm_report_num(rep, "tokens_per_s", r->tokens_per_s);
         tlm_report_num(rep, "tflop_per_s", r->tflops);
+        if (r->mfu > 0) tlm_report_num(rep, "mfu", r->mfu);
         if (r->speedup_vs_fp32 > 0) tlm_report_num(rep, "speedup_vs_fp32", r->speedup_vs_fp32);
         tlm_report_num(rep, "loss_first", r->loss_first);
         tlm_report_num(rep, "loss_last", r->loss_last);

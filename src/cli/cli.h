@@ -72,6 +72,7 @@ typedef enum {
     CLI_RECOMPUTE,      /*     --recompute LIST (none, attention, block: activation checkpointing) */
     CLI_OPTIMIZER_IN_BACKWARD, /* --optimizer-in-backward (no value) */
     CLI_OPTIMIZER_OVERLAP, /*  --optimizer-overlap (no value; model.h's run.optimizer_overlap) */
+    CLI_GRAD_ACCUM_STEPS, /*   --grad-accum-steps N (model.h's run.grad_accum_steps) */
     CLI_DDP,            /*     --ddp LIST (naive, flat, overlap, bucketed: data parallelism, ddp.h) */
     CLI_BUCKET_MB,      /*     --bucket-mb LIST (MiB) */
     CLI_ZERO,           /*     --zero LIST (0, 1) */
@@ -157,6 +158,7 @@ typedef struct {
     int num_recomputes;
     bool optimizer_in_backward;
     bool optimizer_overlap;
+    int grad_accum_steps;               /* micro-batches per optimizer step; 0: not given (1) */
     tlm_ddp_mode ddp_modes[4];          /* data parallelism (under a launcher); empty: the defaults */
     int num_ddp_modes;
     double bucket_mbs[CLI_MAX_LIST];

@@ -208,6 +208,13 @@ static const flag_info flags[CLI_NUM_FLAGS] = {
                                "launcher: once its bucket is averaged) on a stream of its own, beside the rest of "
                                "the backward; the gradient buffer stays (train pass; not with fp16, ZeRO or "
                                "--optimizer-in-backward)"},
+    [CLI_GRAD_ACCUM_STEPS] = {"grad-accum-steps", 0, "N", "N",
+                              "gradient accumulation (nanoGPT's gradient_accumulation_steps): an optimizer step is "
+                              "N micro-batches of --batch-size rows, their gradients added in place, then one update "
+                              "(and under a launcher one reduction, in the last micro-batch's backward); tokens per "
+                              "step = N x batch x context (train pass; not with --optimizer-in-backward or "
+                              "--optimizer-overlap); tlm train draws a step's N x batch rows as one batch, so (N, B) "
+                              "trains as (1, N x B)"},
     [CLI_DDP] = {"ddp", 0, "M", "LIST",
                  "data parallelism under mpirun/srun (one process per GPU; MPI on the CPU): how gradients are "
                  "averaged: naive (an all-reduce per tensor after backward), flat (one of the whole buffer after "
@@ -347,6 +354,7 @@ static bool parse_shared(const cli_command *c, cli_flag f, const char *arg, cli_
     case CLI_SEED: return cli_parse_int(cmd, flag, arg, 0, 0x7fffffffffffffffL, &v) && ((a->seed = (uint64_t)v), true);
     case CLI_OPTIMIZER_IN_BACKWARD: a->optimizer_in_backward = true; return true;
     case CLI_OPTIMIZER_OVERLAP: a->optimizer_overlap = true; return true;
+    case CLI_GRAD_ACCUM_STEPS: return cli_parse_int(cmd, flag, arg, 1, 1 << 16, &v) && ((a->grad_accum_steps = (int)v), true);
     case CLI_DDP:
     case CLI_GRAD_REDUCE_DTYPE: {
         static const char *const dtypes[2] = {"fp32", "bf16"};
@@ -650,6 +658,11 @@ bool cli_bench_cases(const char *cmd, const cli_args *a, tlm_backend *be, tlm_be
                            "first update (use bf16)", early);
             return false;
         }
+    if (a->grad_accum_steps > 1 && (a->optimizer_in_backward || a->optimizer_overlap)) {
+        cli_error(cmd, "--grad-accum-steps %d conflicts with %s: its updates run in each backward pass, before the "
+                       "last micro-batch's gradients are added (use one or the other)", a->grad_accum_steps, early);
+        return false;
+    }
     for (int k = 0; a->optimizer_in_backward && k < a->num_zeros; k++)
         if (a->zeros[k]) {
             cli_error(cmd, "--zero 1 conflicts with --optimizer-in-backward: a layer's update would need its shard "
@@ -703,6 +716,8 @@ bool cli_bench_cases(const char *cmd, const cli_args *a, tlm_backend *be, tlm_be
                                 bc->recompute = recomputes[ri];
                                 bc->optimizer_in_backward = a->optimizer_in_backward && bc->pass == TLM_PASS_TRAIN;
                                 bc->optimizer_overlap = a->optimizer_overlap && bc->pass == TLM_PASS_TRAIN;
+                                bc->grad_accum_steps = bc->pass == TLM_PASS_TRAIN && a->grad_accum_steps > 1
+                                                           ? a->grad_accum_steps : 1;
                                 bc->precision = a->precisions[ki];
                                 bc->context_length = a->contexts[ci / num_ddps];
                             }

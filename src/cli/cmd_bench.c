@@ -13,6 +13,7 @@ static const cli_use bench_uses[] = {
                       /* --warmup */ "5; CPU default run: 1",
                       /* --steps */ "10; CPU default run: 3"),
     {CLI_OPTIMIZER_OVERLAP, "off", 1},
+    {CLI_GRAD_ACCUM_STEPS, "1", 1},
     CLI_USES_DDP_SWEEP,
     {CLI_TIMEOUT, "600", 1},
     {CLI_MAX_CONTEXT, NULL, 1},

@@ -4,7 +4,6 @@
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -28,8 +27,7 @@ static const cli_use train_uses[] = {
     CLI_USES_RUN(/* --model */ "small (a resumed run: the checkpoint's)",
                  /* --batch-size */ "4; under a launcher the global batch, 4 a rank",
                  /* --context-length */ "256, or the model's context_length when shorter"),
-    {CLI_CUDA_GRAPH, "on", 1},
-    {CLI_SEED, "0", 1},
+    {CLI_GRAD_ACCUM_STEPS, "1", 1}, {CLI_CUDA_GRAPH, "on", 1}, {CLI_SEED, "0", 1},
     CLI_USES_DEVICE,
     {CLI_FORMAT, "json with --log FILE (csv for FILE.csv); table on stdout", 1},
     CLI_USES_DDP,
@@ -110,7 +108,7 @@ static const cli_command train_cmd = {
         "                            the vocabulary size (tools/make_tokens.py makes one from text)\n"
         "      --val-data FILE       held-out token ids (same formats) for the validation loss\n"
         "      --steps N             optimizer steps of the whole run\n"
-        "      --tokens N            instead: train on N tokens (steps = ceil(N / (batch x context)))\n"
+        "      --tokens N            instead: train on N tokens (steps = ceil(N / (accum x batch x context)))\n"
         "Recipe (CS336 get_lr_cosine_schedule, gradient_clipping, AdamW):\n"
         "      --lr-max X            peak learning rate (default 1e-3)\n"
         "      --lr-min X            final learning rate (default 1e-4)\n"
@@ -172,6 +170,8 @@ static tlm_train_args train_args(const cli_args *a, const train_opts *o) {
     t.given[TLM_TRAIN_ARG_CONTEXT_LENGTH] = a->num_contexts > 0;
     t.value[TLM_TRAIN_ARG_CONTEXT_LENGTH] = a->num_contexts ? a->contexts[0] : 0;
     t.given[TLM_TRAIN_ARG_SEED] = a->given[CLI_SEED];
+    t.given[TLM_TRAIN_ARG_GRAD_ACCUM_STEPS] = a->grad_accum_steps > 0; /* micro-batches a step */
+    t.value[TLM_TRAIN_ARG_GRAD_ACCUM_STEPS] = a->grad_accum_steps;
     if (a->num_precisions) t.precision = a->precisions[0];
     const cli_shape_flags *f = &a->shape;
     const long sizes[TLM_TRAIN_NUM_SIZES] = {f->vocab_size, f->d_model, f->d_ff, f->num_layers, f->num_heads,

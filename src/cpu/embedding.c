@@ -18,9 +18,11 @@ void tlm_cpu_embedding_forward(tlm_backend *be, float *out, const int32_t *token
 
 void tlm_cpu_embedding_backward(tlm_backend *be, float *dwte, const float *dout,
                                 const int32_t *tokens, int N, int V, int C) {
-    /* dwte (V,C) = 0 */
+    /* dwte (V,C) = 0, unless accumulating over micro-batches (backend.h) */
+    if (!be->accumulate_grads) {
 #pragma omp parallel for schedule(static) if ((size_t)V * C >= TLM_CPU_GRAIN)
-    for (int v = 0; v < V; v++) memset(dwte + (size_t)v * C, 0, (size_t)C * sizeof(float));
+        for (int v = 0; v < V; v++) memset(dwte + (size_t)v * C, 0, (size_t)C * sizeof(float));
+    }
 
     /* dwte[tokens[n],:] += dout[n,:], n in order, one column block per work item */
     int nblocks = (C + EMBEDDING_COLUMN_BLOCK - 1) / EMBEDDING_COLUMN_BLOCK;

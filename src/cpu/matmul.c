@@ -56,10 +56,10 @@ void tlm_cpu_matmul_backward(tlm_backend *be, void *dx, float *dw, const void *d
         wf = s + ny + nx;
         dxf = s + ny;
     }
-    /* dW (out,in) float32 = dy^T (out,N) . x (N,in) */
+    /* dW (out,in) float32 = (or += with be->accumulate_grads) dy^T (out,N) . x (N,in) */
     if (dw)
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N,
-                    1.0f, dyf, out, xf, in, 0.0f, dw, in);
+                    1.0f, dyf, out, xf, in, be->accumulate_grads ? 1.0f : 0.0f, dw, in);
     /* dx (N,in) = dy (N,out) . W (out,in) */
     if (dx) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out,

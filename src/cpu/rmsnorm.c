@@ -63,6 +63,7 @@ void tlm_cpu_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void 
 
     /* dw[c] = sum_n dout[n,c] x[n,c] rstd[n]: each work item sums whole columns, in row order */
     int nblocks = (C + RMSNORM_COLUMN_BLOCK - 1) / RMSNORM_COLUMN_BLOCK;
+    const bool accumulate = be->accumulate_grads;
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= TLM_CPU_GRAIN)
     for (int blk = 0; blk < nblocks; blk++) {
         int c0 = blk * RMSNORM_COLUMN_BLOCK;
@@ -76,6 +77,9 @@ void tlm_cpu_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void 
             float r = rstd[n];
             for (int c = 0; c < width; c++) acc[c] += (double)(dn[c] * (xn[c] * r));
         }
-        for (int c = 0; c < width; c++) dw[c0 + c] = (float)acc[c];
+        if (accumulate) /* over micro-batches (backend.h): dw += this batch's sum */
+            for (int c = 0; c < width; c++) dw[c0 + c] += (float)acc[c];
+        else
+            for (int c = 0; c < width; c++) dw[c0 + c] = (float)acc[c];
     }
 }

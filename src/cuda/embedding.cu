@@ -46,7 +46,8 @@ void tlm_cuda_embedding_forward(tlm_backend *be, float *out, const int32_t *toke
 void tlm_cuda_embedding_backward(tlm_backend *be, float *dwte, const float *dout, const int32_t *tokens, int N,
                                  int V, int C) {
     cudaStream_t st = tlm_cuda_stream(be);
-    TLM_CUDA_CHECK(cudaMemsetAsync(dwte, 0, (size_t)V * C * sizeof(float), st));
+    /* dwte = 0 first, unless accumulating over micro-batches (backend.h) */
+    if (!be->accumulate_grads) TLM_CUDA_CHECK(cudaMemsetAsync(dwte, 0, (size_t)V * C * sizeof(float), st));
     if (N <= 0) return;
     if (C % 4 == 0 && tlm_aligned16(dout)) {
         embedding_backward_kernel<4><<<N, tlm_cuda_row_threads(C / 4, 256), 0, st>>>(dwte, dout, tokens, C);

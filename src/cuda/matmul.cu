@@ -485,6 +485,7 @@ void tlm_cuda_matmul_backward(tlm_backend *be, void *dx, float *dw, const void *
                       in, 0, dt, 1, tf32);
     /* dW (out,in) float32 = dy^T (out,N) . x (N,in) */
     if (dw)
-        tlm_cuda_gemm(be, "matmul_backward", true, false, out, in, N, 1.0f, dy, out, 0, x, in, 0, dt, 0.0f, NULL, dw,
-                      in, 0, TLM_DTYPE_F32, 1, tf32);
+        tlm_cuda_gemm(be, "matmul_backward", true, false, out, in, N, 1.0f, dy, out, 0, x, in, 0, dt,
+                      be->accumulate_grads ? 1.0f : 0.0f, be->accumulate_grads ? dw : NULL, dw, in, 0, TLM_DTYPE_F32,
+                      1, tf32); /* += with be->accumulate_grads (beta 1: micro-batches, backend.h) */
 }

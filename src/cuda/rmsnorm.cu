@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(RMSNORM_BWD_THREADS)
 
 /* out[c] = sum over rows r < nrows of partial[r*C + c], in double; block (32, 32): 32 columns,
  * 32 row lanes, then a fixed-order sum of the lanes */
-__global__ void column_sum_kernel(float *out, const float *partial, int nrows, int C) {
+__global__ void column_sum_kernel(float *out, const float *partial, int nrows, int C, bool accumulate) {
     __shared__ double lane_sum[32][33];
     const int c = blockIdx.x * 32 + threadIdx.x;
     double acc = 0.0;
@@ -161,7 +161,7 @@ __global__ void column_sum_kernel(float *out, const float *partial, int nrows, i
     if (threadIdx.y == 0 && c < C) {
         double total = 0.0;
         for (int y = 0; y < 32; y++) total += lane_sum[y][threadIdx.x];
-        out[c] = (float)total;
+        out[c] = accumulate ? out[c] + (float)total : (float)total; /* += over micro-batches (backend.h) */
     }
 }
 
@@ -200,7 +200,7 @@ void tlm_cuda_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void
     cudaStream_t st = cu->stream;
     if (C <= 0) return;
     if (N <= 0) {
-        TLM_CUDA_CHECK(cudaMemsetAsync(dw, 0, (size_t)C * sizeof(float), st));
+        if (!be->accumulate_grads) TLM_CUDA_CHECK(cudaMemsetAsync(dw, 0, (size_t)C * sizeof(float), st));
         return;
     }
     int blocks = 0;
@@ -233,6 +233,6 @@ void tlm_cuda_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void
         rmsnorm_backward_kernel<V, T><<<blocks, threads, smem, st>>>(
             dx, static_cast<T *>(dx_lp), cu->scratch, static_cast<const T *>(dout), x, w, rstd, N, C, groups);
     }, dx, dout, x, w, dx_lp);
-    column_sum_kernel<<<(C + 31) / 32, dim3(32, 32), 0, st>>>(dw, cu->scratch, blocks, C);
+    column_sum_kernel<<<(C + 31) / 32, dim3(32, 32), 0, st>>>(dw, cu->scratch, blocks, C, be->accumulate_grads);
     TLM_CUDA_CHECK_LAUNCH();
 }

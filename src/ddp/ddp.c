@@ -1,8 +1,9 @@
 /* ddp.c — the data-parallel reducer (ddp.h): the parameters broadcast at the start, each bucket's
  * reduction issued from the grads-ready callback (OVERLAP, BUCKETED) or after the backward (NAIVE,
- * FLAT), on the communication stream (NCCL) or in place of the caller (MPI), the compute stream
- * ordered after them; ZeRO-1's update of this rank's pieces and the all-gather of the parameters;
- * the norm of the averaged gradients; and where the step's communication time went. */
+ * FLAT), once per optimizer step (with gradient accumulation in the last micro-batch's backward), on
+ * the communication stream (NCCL) or in place of the caller (MPI), the compute stream ordered after
+ * them; ZeRO-1's update of this rank's pieces and the all-gather of the parameters; the norm of the
+ * averaged gradients; and where the step's communication time went. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,14 +106,19 @@ static void compute_waits_comm(tlm_ddp *d, tlm_event *mark) {
 static void on_grads_ready(void *user, tlm_model *m, const tlm_param_group *g) {
     tlm_ddp *d = user;
     const int gi = (int)(g - m->layout.groups);
-    if (gi == 0) { /* a new backward pass */
-        d->next_bucket = 0;
-        d->pending = true;
+    if (gi == 0 && tlm_model_micro_batch(m) == 0) { /* a new step: its first (or only) backward pass */
         d->timed_after = d->timed_params = false;
-        d->status = TLM_OK;
         d->host_in_bwd = d->host_after = d->host_params = 0;
         d->collectives = 0;
         d->bytes = 0;
+    }
+    /* gradient accumulation: the micro-batches before the last only add into the local gradients (PyTorch
+     * DDP's no_sync); the last one's backward reduces their sum, bucket by bucket as without accumulation */
+    if (!tlm_model_last_micro_batch(m)) return;
+    if (gi == 0) { /* the step's reduction begins */
+        d->next_bucket = 0;
+        d->pending = true;
+        d->status = TLM_OK;
     }
     const bool in_backward = m->plan.update == TLM_UPDATE_IN_BACKWARD;
     if (d->status != TLM_OK || (!d->overlapped && !in_backward)) return;
@@ -187,9 +193,10 @@ static tlm_status setup(tlm_ddp *d) {
     /* the same reducer on every rank, before the first collective: a different plan would hang */
     char text[512];
     snprintf(text, sizeof text, "mode %s bucket_mb %.17g reduce %s zero %d; layout %zu floats, %d tensors; %s; "
-             "update %s", tlm_ddp_mode_name(cfg->mode), cfg->bucket_mb,
+             "update %s; micro-batches %d", tlm_ddp_mode_name(cfg->mode), cfg->bucket_mb,
              tlm_dtype_name(cfg->reduce_dtype), cfg->zero, l->flat_numel, l->num_tensors,
-             tlm_precision_name(m->run.precision), tlm_update_place_name(m->plan.update));
+             tlm_precision_name(m->run.precision), tlm_update_place_name(m->plan.update),
+             tlm_model_grad_accum_steps(m));
     TLM_TRY(tlm_comm_check_same(d->c, "the data-parallel configuration", text));
     TLM_TRY(tlm_ddp_config_check(cfg)); /* the same on every rank from here on */
     /* the model's plan: the callbacks run on the host every step; ZeRO's update is ours (step_plan.h) */

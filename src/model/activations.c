@@ -288,7 +288,8 @@ static tlm_status list_buffers(tlm_activations *a, const tlm_config *c, const tl
             b->tag = TLM_MEM_GRADIENTS;
             b->life = TLM_ACT_GRADIENT;
             b->plan.bytes = g->numel * sizeof(float);
-            b->plan.first = group_stage(g, L);
+            /* accumulating over micro-batches: the gradients outlive the forwards between their backwards */
+            b->plan.first = s->accumulate ? TLM_STAGE_INPUT : group_stage(g, L);
             b->plan.last = s->optimizer_in_backward ? b->plan.first : tlm_stage_optimizer(L);
             /* the flat buffer at the arena's start: the groups keep their layout offsets */
             b->plan.fixed = s->optimizer_in_backward ? -1 : (int64_t)(g->offset * sizeof(float));

@@ -56,6 +56,7 @@ typedef struct {
     tlm_recompute recompute;
     bool forward_only;
     bool optimizer_in_backward;
+    bool accumulate;           /* gradient accumulation: the gradients live the whole step (from INPUT) */
 } tlm_step_shape;
 
 /* Block l's buffers (in forward-only and recompute modes some are one shared buffer) */

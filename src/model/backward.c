@@ -152,11 +152,18 @@ tlm_status tlm_model_backward(tlm_model *m) {
         }
     }
     const float scale = m->plan.loss_scaling ? m->scaler.scale : 1.0f;
+    /* accumulation: each micro-batch's loss weighs 1/N of the step's mean; after the first it adds */
+    const int accum = m->plan.grad_accum_steps;
+    const bool adds = accum > 1 && m->step->micro_batch > 0;
+    const float pass_scale = accum > 1 ? scale / (float)accum : scale;
     uint32_t scale_bits;
-    memcpy(&scale_bits, &scale, sizeof scale_bits);
+    memcpy(&scale_bits, &pass_scale, sizeof scale_bits);
     m->grads = m->acts->grads; /* NULL with optimizer-in-backward */
-    /* with optimizer-in-backward the pass runs eagerly: each step's updates take t from the host */
-    tlm_graph_run(be, &m->graph_bwd, m->plan.backward_graph, backward_pass, m, scale_bits);
+    /* with optimizer-in-backward the pass runs eagerly: each step's updates take t from the host; an
+     * accumulating pass has its own graph (captured with the writers adding) */
+    be->accumulate_grads = adds;
+    tlm_graph_run(be, adds ? &m->graph_bwd_acc : &m->graph_bwd, m->plan.backward_graph, backward_pass, m, scale_bits);
+    be->accumulate_grads = false;
     tlm_phase_end(be);
     if (m->step->overlap_failed)
         return tlm_fail(TLM_ERR_BACKEND, "the overlapped optimizer's stream could not be made: %s", tlm_last_error());

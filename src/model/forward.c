@@ -85,11 +85,12 @@ static tlm_status ensure_activations(tlm_model *m, int B, int T) {
     const tlm_step_shape s = {.B = B, .T = T, .dt = tlm_precision_act_dtype(m->run.precision),
                               .attention = m->run.attention, .recompute = m->run.recompute,
                               .forward_only = m->run.forward_only,
-                              .optimizer_in_backward = m->plan.update == TLM_UPDATE_IN_BACKWARD};
+                              .optimizer_in_backward = m->plan.update == TLM_UPDATE_IN_BACKWARD,
+                              .accumulate = m->plan.grad_accum_steps > 1};
     const tlm_activations *a = m->acts;
     if (a && a->shape.B == s.B && a->shape.T == s.T && a->shape.dt == s.dt && a->shape.attention == s.attention &&
         a->shape.recompute == s.recompute && a->shape.forward_only == s.forward_only &&
-        a->shape.optimizer_in_backward == s.optimizer_in_backward)
+        a->shape.optimizer_in_backward == s.optimizer_in_backward && a->shape.accumulate == s.accumulate)
         return TLM_OK;
     tlm_model_free_activations(m);
     TLM_TRY(tlm_activations_plan(&m->acts, m->backend, &m->config, &m->layout, &s, true));

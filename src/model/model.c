@@ -20,7 +20,8 @@ tlm_run_config tlm_run_defaults(void) {
                             .forward_only = false,
                             .recompute = TLM_RECOMPUTE_NONE,
                             .optimizer_in_backward = false,
-                            .optimizer_overlap = false};
+                            .optimizer_overlap = false,
+                            .grad_accum_steps = 1};
 }
 
 static const char *const recompute_names[] = {"none", "attention", "block"}; /* by tlm_recompute */
@@ -207,7 +208,8 @@ tlm_status tlm_model_memory_estimate(tlm_backend *be, const tlm_config *cfg, con
     const tlm_step_shape shape = {.B = B, .T = T, .dt = dt,
                                   .attention = tlm_attention_resolve(be, cfg, r.precision, r.attention),
                                   .recompute = r.recompute, .forward_only = r.forward_only,
-                                  .optimizer_in_backward = plan.update == TLM_UPDATE_IN_BACKWARD};
+                                  .optimizer_in_backward = plan.update == TLM_UPDATE_IN_BACKWARD,
+                                  .accumulate = plan.grad_accum_steps > 1};
     tlm_activations *a = NULL;
     const tlm_status s = tlm_activations_plan(&a, NULL, cfg, &layout, &shape, false);
     if (s == TLM_OK) {
@@ -231,6 +233,7 @@ tlm_status tlm_model_memory_estimate(tlm_backend *be, const tlm_config *cfg, con
 void tlm_model_free_activations(tlm_model *m) {
     tlm_graph_reset(m->backend, &m->graph_fwd); /* the captured passes use these buffers */
     tlm_graph_reset(m->backend, &m->graph_bwd);
+    tlm_graph_reset(m->backend, &m->graph_bwd_acc);
     tlm_activations_free(m->acts, m->backend);
     m->acts = NULL;
     m->grads = NULL; /* they lived in the arena */
@@ -245,6 +248,7 @@ tlm_status tlm_model_refresh_lowp_weights(tlm_model *m) {
     if (!m->params_lp) {
         tlm_graph_reset(be, &m->graph_fwd);
         tlm_graph_reset(be, &m->graph_bwd);
+        tlm_graph_reset(be, &m->graph_bwd_acc);
         m->params_lp = tlm_alloc(be, m->layout.flat_numel * tlm_dtype_size(dt), TLM_MEM_PARAMETERS,
                                  dt == TLM_DTYPE_BF16 ? "parameters.bf16" : "parameters.fp16");
         if (!m->params_lp) return TLM_ERR_OUT_OF_MEMORY;

@@ -21,6 +21,7 @@ typedef struct tlm_step_state {
     bool overlap_failed;           /* the last backward could not issue an update (its error set) */
     /* what was attached to the model, kept across a new plan when m->run changes */
     bool clipping, data_parallel, sharded;
+    int micro_batch;               /* accumulation: the micro-batch of the next backward (tlm_model_set_micro_batch) */
 } tlm_step_state;
 
 /* step_plan.c: the plan again from m->run and what is attached (a forward, after m->run changed).

@@ -23,7 +23,16 @@ tlm_status tlm_step_plan_decide(tlm_step_plan *out, const tlm_run_config *r) {
     if (r->optimizer_in_backward && r->optimizer_overlap)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "optimizer-in-backward and the overlapped optimizer are two ways "
                         "of updating in the backward pass: choose one");
+    if (r->grad_accum_steps < 0)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "grad_accum_steps %d: the micro-batches of an optimizer step "
+                        "must be at least 1", r->grad_accum_steps);
+    if (r->grad_accum_steps > 1 && (r->optimizer_in_backward || r->optimizer_overlap))
+        return tlm_fail(TLM_ERR_UNSUPPORTED, "gradient accumulation (--grad-accum-steps %d) with %s: its updates run "
+                        "in each backward pass, before the last micro-batch's gradients are added (use one or the "
+                        "other)", r->grad_accum_steps,
+                        r->optimizer_in_backward ? "optimizer-in-backward" : "the overlapped optimizer");
     tlm_step_plan p = {0};
+    p.grad_accum_steps = r->grad_accum_steps > 1 ? r->grad_accum_steps : 1;
     p.update = r->optimizer_in_backward ? TLM_UPDATE_IN_BACKWARD
                : r->optimizer_overlap   ? TLM_UPDATE_OVERLAPPED
                                         : TLM_UPDATE_AFTER_BACKWARD;
@@ -81,6 +90,22 @@ tlm_status tlm_model_plan_data_parallel(tlm_model *m, bool sharded) {
     m->step->sharded = sharded;
     attach(&m->plan, m->step);
     return TLM_OK;
+}
+
+tlm_status tlm_model_set_micro_batch(tlm_model *m, int k) {
+    if (k < 0 || k >= m->plan.grad_accum_steps)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "micro-batch %d of an optimizer step of %d", k,
+                        m->plan.grad_accum_steps);
+    m->step->micro_batch = k;
+    return TLM_OK;
+}
+
+int tlm_model_grad_accum_steps(const tlm_model *m) { return m->plan.grad_accum_steps; }
+
+int tlm_model_micro_batch(const tlm_model *m) { return m->plan.grad_accum_steps > 1 ? m->step->micro_batch : 0; }
+
+bool tlm_model_last_micro_batch(const tlm_model *m) {
+    return m->step->micro_batch == m->plan.grad_accum_steps - 1 || m->plan.grad_accum_steps <= 1;
 }
 
 void tlm_model_params_changed(tlm_model *m, bool copy_current) { m->step->params_lp_stale = !copy_current; }

@@ -188,6 +188,7 @@ static char *state_json(const tlm_train *t, const tlm_train_sources *src, const 
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
     cJSON *r = cJSON_AddObjectToObject(root, "recipe");
     cJSON_AddNumberToObject(r, "batch_size", c->batch_size);
+    cJSON_AddNumberToObject(r, "grad_accum_steps", c->grad_accum_steps);
     cJSON_AddNumberToObject(r, "context_length", c->context_length);
     cJSON_AddNumberToObject(r, "steps", (double)c->steps);
     cJSON_AddStringToObject(r, "seed", seed); /* a string: JSON numbers hold 53 bits */
@@ -459,6 +460,9 @@ static void read_state(reader *rd, const cJSON *root, tlm_checkpoint *ck) {
     tlm_train_config *c = &ck->config;
     if (r) {
         c->batch_size = (int)integer(rd, r, "batch_size", 1, 1 << 20);
+        c->grad_accum_steps = 1; /* optional: not in checkpoints from before accumulation */
+        if (cJSON_GetObjectItemCaseSensitive(r, "grad_accum_steps"))
+            c->grad_accum_steps = (int)integer(rd, r, "grad_accum_steps", 1, 1 << 20);
         c->context_length = (int)integer(rd, r, "context_length", 1, 1 << 24);
         c->steps = integer(rd, r, "steps", 1, MAX_COUNT);
         c->seed = seed_of(rd, r, "seed");

@@ -25,6 +25,7 @@ static const char *const arg_flags[TLM_TRAIN_NUM_ARGS] = {
     [TLM_TRAIN_ARG_EVAL_BATCHES] = "--eval-batches",
     [TLM_TRAIN_ARG_BATCH_SIZE] = "--batch-size",
     [TLM_TRAIN_ARG_CONTEXT_LENGTH] = "--context-length",
+    [TLM_TRAIN_ARG_GRAD_ACCUM_STEPS] = "--grad-accum-steps",
     [TLM_TRAIN_ARG_SEED] = "--seed",
 };
 
@@ -43,10 +44,12 @@ tlm_status tlm_train_plan_fresh(const tlm_train_args *args, const tlm_config *mo
                         "ranks (give a multiple of %d)", B, world_size, world_size);
     const int T = GIVEN(args, CONTEXT_LENGTH) ? (int)VALUE(args, CONTEXT_LENGTH)
                                               : (model->context_length < 256 ? model->context_length : 256);
+    const int accum = GIVEN(args, GRAD_ACCUM_STEPS) ? (int)VALUE(args, GRAD_ACCUM_STEPS) : 1;
     const int64_t steps = GIVEN(args, STEPS) ? (int64_t)VALUE(args, STEPS)
-                                             : (int64_t)ceil(VALUE(args, TOKENS) / ((double)B * T));
+                                             : (int64_t)ceil(VALUE(args, TOKENS) / ((double)B * T * accum));
     tlm_train_config *r = out;
     *r = tlm_train_defaults(steps);
+    r->grad_accum_steps = accum;
     r->batch_size = B / world_size; /* this rank's rows */
     r->context_length = T;
     r->seed = args->seed;
@@ -90,6 +93,7 @@ static tlm_status check_recipe(const tlm_train_args *args, const tlm_checkpoint 
         [TLM_TRAIN_ARG_EVAL_BATCHES] = r->eval_batches,
         [TLM_TRAIN_ARG_BATCH_SIZE] = (double)r->batch_size * ck->world_size,
         [TLM_TRAIN_ARG_CONTEXT_LENGTH] = r->context_length,
+        [TLM_TRAIN_ARG_GRAD_ACCUM_STEPS] = r->grad_accum_steps,
         [TLM_TRAIN_ARG_SEED] = (double)r->seed,
     };
     for (int id = TLM_TRAIN_ARG_LR_MAX; id < TLM_TRAIN_NUM_ARGS; id++) {
@@ -136,7 +140,7 @@ tlm_status tlm_train_plan_resume(const tlm_train_args *args, const tlm_checkpoin
     /* the budget may grow */
     if (GIVEN(args, STEPS)) r->steps = (int64_t)VALUE(args, STEPS);
     if (GIVEN(args, TOKENS)) {
-        const double per_step = (double)r->batch_size * r->context_length * ck->world_size;
+        const double per_step = (double)r->grad_accum_steps * r->batch_size * r->context_length * ck->world_size;
         r->steps = (int64_t)ceil(VALUE(args, TOKENS) / per_step);
     }
     if (r->steps <= ck->step)

@@ -80,6 +80,11 @@ static void describe_run(const tlm_train_run_config *c, const tlm_train *t) {
     tlm_report_meta_int(rep, "d_model", c->model->d_model);
     tlm_report_meta_int(rep, "num_layers", c->model->num_layers);
     tlm_report_meta_int(rep, "batch_size", (int64_t)r->batch_size * t->world_size);
+    if (r->grad_accum_steps > 1) { /* nanoGPT's convention: batch_size is the micro-batch */
+        tlm_report_meta_int(rep, "grad_accum_steps", r->grad_accum_steps);
+        tlm_report_meta_int(rep, "tokens_per_step",
+                            (int64_t)r->grad_accum_steps * r->batch_size * t->world_size * r->context_length);
+    }
     if (c->comm) {
         char hosts[512];
         tlm_comm_describe_hosts(hosts, sizeof hosts);
@@ -133,7 +138,8 @@ void tlm_train_log_begin(const tlm_train_run_config *c, const tlm_train *t) {
                         "validation batches after the step; grad_norm: global L2 norm before clipping; step_ms, "
                         "tokens_per_s, mfu: wall clock of the steps since the last row, logging included (evaluation "
                         "and checkpoints not counted); mfu = 3 x forward matmul FLOPs per step (tlm bench's count) "
-                        "/ time / peak; "
+                        "/ time / peak; with grad_accum_steps a step is that many micro-batches of batch_size rows "
+                        "and one update (its loss their mean, its tokens every micro-batch's); "
                         "rows before resumed_from are the checkpoint's log (no timing); with several ranks: loss and "
                         "tokens over every rank, MFU per GPU, comm_ms the communication a step waited for (ddp.h) and "
                         "comm_share its part of the step");
@@ -286,8 +292,9 @@ double tlm_train_eta(const tlm_train *t, double step_s, double eval_s) {
 
 static tlm_status run_steps(tlm_train *t, const tlm_train_run_config *c, tlm_train_run_result *res) {
     const tlm_train_config *r = &t->config;
-    run_clock k = {.step_flops = 3.0 * tlm_config_forward_flops(c->model, r->batch_size, r->context_length),
-                   .tokens_per_step = (double)r->batch_size * t->world_size * r->context_length};
+    const double accum = r->grad_accum_steps; /* micro-batches per step */
+    run_clock k = {.step_flops = 3.0 * accum * tlm_config_forward_flops(c->model, r->batch_size, r->context_length),
+                   .tokens_per_step = accum * r->batch_size * t->world_size * r->context_length};
     k.t0 = now_s();
     /* a step's time runs from the end of the last one's (its logging included) to the end of its own; the
      * evaluations and checkpoints between are left out */
@@ -352,10 +359,11 @@ void tlm_train_log_summary(const tlm_train_run_config *c, const tlm_train *t, co
         const double mean = res->steady_steps ? res->steady_s / (double)res->steady_steps : res->train_s / (double)ran;
         snprintf(line, sizeof line, "%.4f", 1e3 * mean);
         tlm_report_summary_str(rep, "step_ms_mean", line);
-        snprintf(line, sizeof line, "%.1f", (double)r->batch_size * t->world_size * r->context_length / mean);
+        const double accum = r->grad_accum_steps; /* micro-batches per step */
+        snprintf(line, sizeof line, "%.1f", accum * r->batch_size * t->world_size * r->context_length / mean);
         tlm_report_summary_str(rep, "tokens_per_s", line);
         if (c->peak_tflops > 0) {
-            const double step_flops = 3.0 * tlm_config_forward_flops(c->model, r->batch_size, r->context_length);
+            const double step_flops = 3.0 * accum * tlm_config_forward_flops(c->model, r->batch_size, r->context_length);
             snprintf(line, sizeof line, "%.4f", step_flops / mean / (c->peak_tflops * 1e12));
             tlm_report_summary_str(rep, "mfu", line);
         }

@@ -63,7 +63,9 @@ tlm_status tlm_train_session_create(tlm_train_session *s, tlm_backend *be, const
                                     const tlm_run_config *run, const tlm_train_config *recipe, uint64_t seed,
                                     int rank, int world_size, const tlm_checkpoint *ck) {
     s->config = *model;
-    TLM_TRY(tlm_model_create(&s->model, model, run, be));
+    tlm_run_config r = *run;
+    r.grad_accum_steps = recipe->grad_accum_steps; /* the recipe's micro-batches (train.h) */
+    TLM_TRY(tlm_model_create(&s->model, model, &r, be));
     if (!ck) TLM_TRY(tlm_model_init_random(s->model, seed));
     TLM_TRY(tlm_train_init(&s->train, s->model, recipe, &s->train_data, s->have_val_data ? &s->val_data : NULL, rank,
                            world_size));

@@ -24,6 +24,10 @@ tlm_status tlm_train_init(tlm_train *t, tlm_model *m, const tlm_train_config *c,
         return tlm_fail(TLM_ERR_UNSUPPORTED, "training with %s: the updates run before the global "
                         "gradient norm is known (clipping needs every gradient)", tlm_update_place_name(m->plan.update));
     if (m->run.forward_only) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "training a model created forward-only");
+    if (tlm_model_grad_accum_steps(m) != c->grad_accum_steps)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the recipe's %d micro-batches per step are not the model's %d "
+                        "(create it with run.grad_accum_steps = %d)", c->grad_accum_steps,
+                        tlm_model_grad_accum_steps(m), c->grad_accum_steps);
     TLM_TRY(tlm_model_plan_clipping(m, c->max_grad_norm > 0));
     if (c->context_length > m->config.context_length)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "context length %d exceeds the model's context_length %d",
@@ -39,8 +43,8 @@ tlm_status tlm_train_init(tlm_train *t, tlm_model *m, const tlm_train_config *c,
     t->rank = rank;
     t->world_size = world_size;
     const size_t bt = (size_t)c->batch_size * c->context_length;
-    t->inputs = malloc(bt * sizeof(int32_t));
-    t->targets = malloc(bt * sizeof(int32_t));
+    t->inputs = malloc(bt * (size_t)c->grad_accum_steps * sizeof(int32_t)); /* every micro-batch's rows */
+    t->targets = malloc(bt * (size_t)c->grad_accum_steps * sizeof(int32_t));
     if (val_data) {
         t->eval_inputs = malloc(bt * c->eval_batches * sizeof(int32_t));
         t->eval_targets = malloc(bt * c->eval_batches * sizeof(int32_t));
@@ -84,18 +88,38 @@ static tlm_status log_append(tlm_train *t, const tlm_train_record *r) {
     return TLM_OK;
 }
 
+/* The step's micro-batches (one without accumulation): rows [k B, (k+1) B) of the step's batch each, a
+ * forward and a backward adding into the gradients (model.h, tlm_model_set_micro_batch); *loss the mean
+ * of their mean losses (equal-sized: the mean over every token of the step). */
+static tlm_status micro_batches(tlm_train *t, float *loss) {
+    tlm_model *m = t->model;
+    const tlm_train_config *c = &t->config;
+    const size_t bt = (size_t)c->batch_size * c->context_length;
+    double sum = 0;
+    for (int k = 0; k < c->grad_accum_steps; k++) {
+        float l = 0;
+        TLM_TRY(tlm_model_set_micro_batch(m, k));
+        TLM_TRY(tlm_model_forward(m, t->inputs + k * bt, t->targets + k * bt, c->batch_size, c->context_length, &l));
+        TLM_TRY(tlm_model_backward(m));
+        sum += l;
+    }
+    *loss = (float)(sum / c->grad_accum_steps);
+    return TLM_OK;
+}
+
 tlm_status tlm_train_step(tlm_train *t, tlm_train_record *rec) {
     tlm_model *m = t->model;
     const tlm_train_config *c = &t->config;
     const int64_t it = t->step; /* CS336's iteration: steps taken before this one */
     tlm_train_record r = {.step = it + 1, .val_loss = NAN, .loss_scale = 1.0f};
     r.lr = tlm_lr_cosine_schedule(it, c->lr_max, c->lr_min, c->warmup_iters, c->cosine_cycle_iters);
+    /* one draw of every micro-batch's rows: the batch a step of N x B rows would draw */
     const tlm_batch_draw draw = {c->seed, it, t->rank, t->world_size};
-    TLM_TRY(tlm_tokens_get_batch(t->train_data, c->batch_size, c->context_length, draw, t->inputs, t->targets));
+    TLM_TRY(tlm_tokens_get_batch(t->train_data, c->grad_accum_steps * c->batch_size, c->context_length, draw,
+                                 t->inputs, t->targets));
     tlm_backend *be = m->backend;
     tlm_step_begin(be, (int)it, false);
-    tlm_status s = tlm_model_forward(m, t->inputs, t->targets, c->batch_size, c->context_length, &r.loss);
-    if (s == TLM_OK) s = tlm_model_backward(m);
+    tlm_status s = micro_batches(t, &r.loss);
     if (s == TLM_OK && t->ddp) s = tlm_ddp_sync_grads(t->ddp); /* the ranks' average from here on */
     r.grad_norm = NAN; /* not measured without clipping: a pass over the gradients saved */
     if (s == TLM_OK && c->max_grad_norm > 0) {
@@ -122,7 +146,7 @@ tlm_status tlm_train_step(tlm_train *t, tlm_train_record *rec) {
         r.loss_scale = m->scaler.scale;
     }
     t->step = r.step;
-    t->tokens += (int64_t)c->batch_size * c->context_length * t->world_size;
+    t->tokens += (int64_t)c->grad_accum_steps * c->batch_size * c->context_length * t->world_size;
     r.tokens = t->tokens;
     TLM_TRY(log_append(t, &r));
     if (rec) *rec = r;
