@@ -25,8 +25,11 @@
 /* Exit codes: 0 success; 1 a runtime failure (bad file, OOM, failed check); 2 bad usage. */
 enum { TLM_EXIT_OK = 0, TLM_EXIT_FAILURE = 1, TLM_EXIT_USAGE = 2 };
 
-/* Prints "tlm <cmd>: <message>" to stderr. */
+/* Prints "tlm <cmd>: <message>" to stderr, as one line in one write. Under a launcher, errors every rank finds
+ * alike (the default until cli_join; a command turns it on again with cli_errors_alike(true) while it checks its
+ * flags) are printed by rank 0 alone; the others exit with the same code, silently. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cli_errors_alike(bool alike);
 
 /* ---- values ------------------------------------------------------------------------------------
  * Each prints "tlm <cmd>: <flag>: <why>" and returns false on bad input. */

@@ -143,7 +143,9 @@ static const cli_command train_cmd = {
         "Data parallelism: started by a launcher (mpirun -np 2 tlm train ...; srun), one process per GPU (NCCL) or\n"
         "per share of the CPU's cores (MPI, --device cpu), every process with the same flags: --batch-size is the\n"
         "global batch, each rank draws its rows; the gradients are averaged as --ddp says; rank 0 alone prints, logs\n"
-        "and saves checkpoints, which resume with as many ranks. A rank that dies or hangs ends the run, named.\n\n",
+        "and saves checkpoints (with --zero 1 the AdamW moments gathered to it: the same files); a checkpoint\n"
+        "resumes at any number of ranks that divides its global batch, with or without --zero 1. A rank that dies\n"
+        "or hangs ends the run, named.\n\n",
     .name = "train", CLI_USES(train_uses), .options = train_options, .handle = train_handle, .checks_own_files = true};
 
 /* ---- resolving the run --------------------------------------------------------------------------------------- */
@@ -185,6 +187,7 @@ static tlm_train_args train_args(const cli_args *a, const train_opts *o) {
 /* the run's plan from a checkpoint, every given flag checked against it */
 static bool plan_resume(const cli_args *a, const train_opts *o, const tlm_checkpoint *ck, run_plan *p) {
     tlm_train_args args = train_args(a, o);
+    args.world_size = p->world;
     if (args.preset_name && tlm_config_preset(args.preset_name, &args.preset) != TLM_OK) {
         cli_error("train", "--model: %s", tlm_last_error());
         return false;
@@ -257,10 +260,7 @@ static int plan_run(train_cli *x) {
     if (a->num_zeros) x->dcfg.zero = a->zeros[0];
     if (a->num_grad_reduce_dtypes) x->dcfg.reduce_dtype = a->grad_reduce_dtypes[0];
     const char *conflict =
-        x->dcfg.zero && (o->ckpt_dir || o->resume || GIVEN(o, OPT_SAVE_EVERY))
-            ? "--zero 1 conflicts with checkpoints (--save-every, --checkpoint-dir, --resume): the sharded AdamW state "
-              "is not gathered into a checkpoint yet (train with --zero 0 to save)"
-        : GIVEN(o, OPT_STEPS) && GIVEN(o, OPT_TOKENS) ? "--steps conflicts with --tokens: give the budget one way"
+        GIVEN(o, OPT_STEPS) && GIVEN(o, OPT_TOKENS) ? "--steps conflicts with --tokens: give the budget one way"
         : GIVEN(o, OPT_SAVE_EVERY) && !o->ckpt_dir && !o->resume ? "--save-every needs --checkpoint-dir DIR"
         : o->ckpt_dir && !GIVEN(o, OPT_SAVE_EVERY) && !o->resume ? "--checkpoint-dir needs --save-every N"
                                                                    : NULL;
@@ -274,12 +274,6 @@ static int plan_run(train_cli *x) {
             return TLM_EXIT_FAILURE;
         }
         x->have_ck = true;
-        if (x->ck.world_size != x->plan.world) {
-            cli_error(x->cmd, "the checkpoint %s was written by a run of %d rank%s, this run has %d: resume it with as "
-                              "many (the batch draws are each rank's)", x->ck.dir, x->ck.world_size,
-                      x->ck.world_size == 1 ? "" : "s", x->plan.world);
-            return TLM_EXIT_USAGE;
-        }
         if (!plan_resume(a, o, &x->ck, &x->plan)) return TLM_EXIT_USAGE;
     } else if (!plan_fresh(a, o, &x->plan)) {
         return TLM_EXIT_USAGE;
@@ -395,6 +389,9 @@ int cmd_train(int argc, char **argv) {
     }
     x.plan.world = x.proc.world.world_size;
     if (x.proc.world.rank != 0) x.o->log = NULL; /* rank 0 alone prints, logs and saves */
-    if ((rc = plan_run(&x)) < 0 && (rc = set_up(&x, argc, argv)) < 0) rc = train_and_report(&x);
+    cli_errors_alike(true); /* the flags' errors: rank 0 says them once */
+    rc = plan_run(&x);
+    cli_errors_alike(false);
+    if (rc < 0 && (rc = set_up(&x, argc, argv)) < 0) rc = train_and_report(&x);
     return finish(&x, rc);
 }

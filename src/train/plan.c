@@ -131,12 +131,20 @@ tlm_status tlm_train_plan_resume(const tlm_train_args *args, const tlm_checkpoin
     if (args->val_data_given && !ck->val_data_path)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "--val-data contradicts the checkpoint %s, whose run had no "
                         "validation data", d);
+    /* the global batch over this run's ranks (the draws are the global batch's rows: any count that divides) */
+    const int global = ck->config.batch_size * ck->world_size, world = args->world_size > 0 ? args->world_size
+                                                                                             : ck->world_size;
+    if (global % world != 0)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the checkpoint %s's global batch of %d rows does not divide over "
+                        "this run's %d ranks: resume it with a number of ranks that divides %d", d, global, world,
+                        global);
     tlm_train_config *r = out;
     *r = ck->config;
+    r->batch_size = global / world;
     /* the budget may grow */
     if (GIVEN(args, STEPS)) r->steps = (int64_t)VALUE(args, STEPS);
     if (GIVEN(args, TOKENS)) {
-        const double per_step = (double)r->batch_size * r->context_length * ck->world_size;
+        const double per_step = (double)global * r->context_length;
         r->steps = (int64_t)ceil(VALUE(args, TOKENS) / per_step);
     }
     if (r->steps <= ck->step)

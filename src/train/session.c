@@ -45,6 +45,7 @@ tlm_status tlm_train_session_create(tlm_train_session *s, tlm_backend *be, const
     TLM_TRY(tlm_train_init(&s->train, s->model, recipe, &s->train_data, s->have_val_data ? &s->val_data : NULL, rank,
                            world_size));
     s->have_train = true;
+    s->resumed = ck;
     return ck ? tlm_checkpoint_restore(&s->train, ck) : TLM_OK;
 }
 
@@ -60,7 +61,8 @@ tlm_status tlm_train_session_join(tlm_train_session *s, tlm_comm *comm, tlm_prec
     TLM_TRY(tlm_comm_check_same(comm, "the run's configuration", text));
     TLM_TRY(tlm_ddp_create(&s->ddp, s->model, comm, ddp));
     s->train.ddp = s->ddp;
-    return TLM_OK;
+    /* resumed: AdamW's moments where the reducer keeps them (replicated, or this rank's ZeRO-1 shard) */
+    return s->resumed ? tlm_ddp_agree(comm, tlm_checkpoint_restore_moments(&s->train, s->resumed)) : TLM_OK;
 }
 
 void tlm_train_session_free(tlm_train_session *s, bool free_ddp) {
