@@ -264,8 +264,8 @@ typedef struct {
      * preset named (preset_name NULL: none) where no size is given */
     long sizes[TLM_TRAIN_NUM_SIZES]; /* < 0: not given */
     double rope_theta;               /* NaN: not given */
-    const char *preset_name;
-    tlm_config preset;
+    const char *preset_name;         /* resolved by tlm_train_plan_resume (INVALID_ARGUMENT "--model: ...") */
+    tlm_config preset;               /* set by tlm_train_plan_resume from preset_name */
     int world_size;                  /* a resumed run's ranks (0: the checkpoint's), over which its global
                                         batch is divided anew */
 } tlm_train_args;

@@ -12,12 +12,12 @@
 
 enum { OPT_TRAIN_DATA = 2000, OPT_VAL_DATA, OPT_STEPS, OPT_TOKENS, OPT_LR_MAX, OPT_LR_MIN, OPT_WARMUP_ITERS,
        OPT_COSINE_ITERS, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD, OPT_MAX_GRAD_NORM, OPT_EVAL_EVERY, OPT_EVAL_BATCHES,
-       OPT_SAVE_EVERY, OPT_CKPT_DIR, OPT_KEEP, OPT_RESUME, OPT_LOG, OPT_LOG_EVERY, OPT_PEAK, OPT_NUM };
+       OPT_SAVE_EVERY, OPT_CKPT_DIR, OPT_KEEP, OPT_RESUME, OPT_LOG, OPT_LOG_EVERY, OPT_PEAK, OPT_INIT, OPT_STRIP, OPT_NUM };
 
 /* the options as given; a recipe option's `given` says whether it appeared (a resumed run refuses one
  * that contradicts the checkpoint) */
 typedef struct {
-    const char *train_data, *val_data, *ckpt_dir, *resume, *log;
+    const char *train_data, *val_data, *ckpt_dir, *resume, *log, *init_weights, *strip_prefix;
     double num[OPT_NUM - OPT_TRAIN_DATA];
     bool given[OPT_NUM - OPT_TRAIN_DATA];
 } train_opts;
@@ -48,7 +48,8 @@ static const struct option train_options[] = {
     {"save-every", required_argument, 0, OPT_SAVE_EVERY}, {"checkpoint-dir", required_argument, 0, OPT_CKPT_DIR},
     {"keep-checkpoints", required_argument, 0, OPT_KEEP}, {"resume", required_argument, 0, OPT_RESUME},
     {"log", required_argument, 0, OPT_LOG},               {"log-every", required_argument, 0, OPT_LOG_EVERY},
-    {"peak-tflops", required_argument, 0, OPT_PEAK},      {0, 0, 0, 0}};
+    {"peak-tflops", required_argument, 0, OPT_PEAK},      {"init-weights", required_argument, 0, OPT_INIT},
+    {"strip-prefix", required_argument, 0, OPT_STRIP},    {0, 0, 0, 0}};
 
 /* the numeric options: flag name, domain, whether a whole number */
 static const struct {
@@ -75,7 +76,8 @@ static bool train_handle(void *user, int opt, const char *arg) {
                             [OPT_CKPT_DIR - OPT_TRAIN_DATA] = &o->ckpt_dir,
                             [OPT_RESUME - OPT_TRAIN_DATA] = &o->resume,
                             [OPT_LOG - OPT_TRAIN_DATA] = &o->log,
-                            [OPT_NUM - OPT_TRAIN_DATA - 1] = NULL};
+                            [OPT_INIT - OPT_TRAIN_DATA] = &o->init_weights,
+                            [OPT_STRIP - OPT_TRAIN_DATA] = &o->strip_prefix};
     if (opt < OPT_TRAIN_DATA || opt >= OPT_NUM) return false;
     GIVEN(o, opt) = true;
     if (paths[opt - OPT_TRAIN_DATA]) {
@@ -114,6 +116,9 @@ static const cli_command train_cmd = {
         "      --val-data FILE       held-out token ids (same formats) for the validation loss\n"
         "      --steps N             optimizer steps of the whole run\n"
         "      --tokens N            instead: train on N tokens (steps = ceil(N / (batch x context)))\n"
+        "      --init-weights FILE   start from these weights, AdamW fresh: a tlm weights file or a PyTorch state\n"
+        "                            dict with the CS336 names (as tlm step --weights: the model is the file's)\n"
+        "      --strip-prefix P      remove P from the start of its tensor names (_orig_mod., module.)\n"
         "Recipe (CS336 get_lr_cosine_schedule, gradient_clipping, AdamW):\n"
         "      --lr-max X            peak learning rate (default 1e-3)\n"
         "      --lr-min X            final learning rate (default 1e-4)\n"
@@ -161,6 +166,8 @@ typedef struct {
     int64_t save_every, log_every;
     int keep;
     tlm_format log_format; /* --format, else by --log's name */
+    tlm_safetensors init;  /* --init-weights, read (have_init) */
+    bool have_init;
 } run_plan;
 
 /* the flags the planning reads (train.h); --steps .. --eval-batches are in tlm_train_arg's order */
@@ -188,10 +195,6 @@ static tlm_train_args train_args(const cli_args *a, const train_opts *o) {
 static bool plan_resume(const cli_args *a, const train_opts *o, const tlm_checkpoint *ck, run_plan *p) {
     tlm_train_args args = train_args(a, o);
     args.world_size = p->world;
-    if (args.preset_name && tlm_config_preset(args.preset_name, &args.preset) != TLM_OK) {
-        cli_error("train", "--model: %s", tlm_last_error());
-        return false;
-    }
     if (tlm_train_plan_resume(&args, ck, &p->recipe) != TLM_OK) {
         cli_error("train", "%s", tlm_last_error());
         return false;
@@ -208,16 +211,11 @@ static bool plan_resume(const cli_args *a, const train_opts *o, const tlm_checkp
 
 /* the run's plan from the flags alone */
 static bool plan_fresh(const cli_args *a, const train_opts *o, run_plan *p) {
-    if (!o->train_data) {
-        cli_error("train", "give --train-data FILE (or --resume DIR)");
+    const char *name = a->num_models ? a->models[0] : "small"; /* with --init-weights the model is the file's */
+    if (o->init_weights ? !(p->have_init = cli_weights_open("train", a, o->init_weights, o->strip_prefix, &p->init,
+                                                            &p->model, p->model_name, sizeof p->model_name))
+                        : !cli_model_config("train", a, name, &p->model, p->model_name, sizeof p->model_name))
         return false;
-    }
-    if (!GIVEN(o, OPT_STEPS) && !GIVEN(o, OPT_TOKENS)) {
-        cli_error("train", "give the budget: --steps N or --tokens N");
-        return false;
-    }
-    const char *name = a->num_models ? a->models[0] : "small";
-    if (!cli_model_config("train", a, name, &p->model, p->model_name, sizeof p->model_name)) return false;
     const tlm_train_args args = train_args(a, o);
     if (tlm_train_plan_fresh(&args, &p->model, p->world, &p->recipe) != TLM_OK) {
         cli_error("train", "%s", tlm_last_error());
@@ -261,6 +259,12 @@ static int plan_run(train_cli *x) {
     if (a->num_grad_reduce_dtypes) x->dcfg.reduce_dtype = a->grad_reduce_dtypes[0];
     const char *conflict =
         GIVEN(o, OPT_STEPS) && GIVEN(o, OPT_TOKENS) ? "--steps conflicts with --tokens: give the budget one way"
+        : o->init_weights && o->resume ? "--init-weights conflicts with --resume: a resumed run's weights are its checkpoint's"
+        : o->strip_prefix && !o->init_weights ? "--strip-prefix needs --init-weights FILE"
+        : !o->resume && !o->train_data ? "give --train-data FILE (or --resume DIR)"
+        : !o->resume && !GIVEN(o, OPT_STEPS) && !GIVEN(o, OPT_TOKENS) ? "give the budget: --steps N or --tokens N"
+        : !o->resume && !o->val_data && (GIVEN(o, OPT_EVAL_EVERY) || GIVEN(o, OPT_EVAL_BATCHES))
+            ? "--eval-every/--eval-batches need --val-data FILE"
         : GIVEN(o, OPT_SAVE_EVERY) && !o->ckpt_dir && !o->resume ? "--save-every needs --checkpoint-dir DIR"
         : o->ckpt_dir && !GIVEN(o, OPT_SAVE_EVERY) && !o->resume ? "--checkpoint-dir needs --save-every N"
                                                                    : NULL;
@@ -287,14 +291,11 @@ static int plan_run(train_cli *x) {
     x->plan.log_format = tlm_train_log_format(o->log, a->given[CLI_FORMAT], a->format);
     tlm_io_plan files; /* every file checked before anything runs: no output over an input or in a checkpoint */
     tlm_train_plan_files(&files, x->plan.train_path, x->plan.val_path, o->resume, x->ckpt_dir, o->ckpt_dir != NULL);
+    tlm_io_plan_input(&files, "--init-weights", o->init_weights);
     tlm_report_plan(&files, "--log", x->plan.log_format, o->log);
     if (!cli_check_files(x->cmd, a, &files)) return TLM_EXIT_USAGE;
     x->plan.keep = (int)NUM(o, OPT_KEEP);
     x->plan.log_every = GIVEN(o, OPT_LOG_EVERY) ? (int64_t)NUM(o, OPT_LOG_EVERY) : 10;
-    if (o->val_data == NULL && !x->have_ck && (GIVEN(o, OPT_EVAL_EVERY) || GIVEN(o, OPT_EVAL_BATCHES))) {
-        cli_error(x->cmd, "--eval-every/--eval-batches need --val-data FILE");
-        return TLM_EXIT_USAGE;
-    }
     return -1;
 }
 
@@ -316,6 +317,8 @@ static int set_up(train_cli *x, int argc, char **argv) {
     const tlm_run_config run = {.precision = p->precision, .attention = p->attention, .cuda_graphs = x->a.cuda_graphs};
     tlm_status s = tlm_train_session_create(&x->run, x->be, &p->model, &run, &p->recipe, x->a.seed,
                                             x->proc.world.rank, p->world, ck);
+    if (s == TLM_OK && p->have_init) /* checks every tensor, then copies; AdamW starts fresh */
+        s = tlm_model_load_from(x->run.model, &p->init, x->o->init_weights, x->o->strip_prefix, NULL);
     if (s == TLM_OK) s = tlm_report_open(&x->rep, "tlm train", p->log_format, x->o->log, argc, argv);
     if (s == TLM_OK) tlm_report_view(x->rep, x->a.wide, x->a.verbose);
     if (s != TLM_OK) {
@@ -371,6 +374,7 @@ static int finish(train_cli *x, int rc) {
     if (!x->proc.be) tlm_backend_destroy(x->be); /* alone: the backend is ours */
     else if (x->together && tlm_ddp_leave(&x->proc, true) != TLM_OK && rc == TLM_EXIT_OK) rc = TLM_EXIT_FAILURE;
     if (x->have_ck) tlm_checkpoint_close(&x->ck);
+    if (x->plan.have_init) tlm_safetensors_free(&x->plan.init);
     free(x->ckpt_dir);
     cli_args_free(&x->a);
     return rc;
@@ -383,10 +387,7 @@ int cmd_train(int argc, char **argv) {
     if (rc >= 0) return rc;
     /* data parallelism: the world the launcher made (a world of one without one) */
     const int joined = cli_join(x.cmd, &x.a, 1800, &x.proc);
-    if (joined >= 0) {
-        cli_args_free(&x.a);
-        return joined;
-    }
+    if (joined >= 0) return cli_args_free(&x.a), joined;
     x.plan.world = x.proc.world.world_size;
     if (x.proc.world.rank != 0) x.o->log = NULL; /* rank 0 alone prints, logs and saves */
     cli_errors_alike(true); /* the flags' errors: rank 0 says them once */

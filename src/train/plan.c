@@ -121,8 +121,14 @@ static tlm_status check_model(const tlm_train_args *args, const tlm_checkpoint *
     return TLM_OK;
 }
 
-tlm_status tlm_train_plan_resume(const tlm_train_args *args, const tlm_checkpoint *ck, tlm_train_config *out) {
+tlm_status tlm_train_plan_resume(const tlm_train_args *given, const tlm_checkpoint *ck, tlm_train_config *out) {
     const char *d = ck->dir;
+    tlm_train_args named = *given, *args = &named; /* the preset named, resolved here */
+    if (args->preset_name && tlm_config_preset(args->preset_name, &named.preset) != TLM_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", tlm_last_error());
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "--model: %s", why);
+    }
     TLM_TRY(check_model(args, ck));
     TLM_TRY(check_recipe(args, ck));
     if (args->precision_given && args->precision != ck->precision)
