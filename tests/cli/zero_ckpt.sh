@@ -8,7 +8,8 @@
 # is the mean of its own rows, then the ranks' gradients are averaged, so the sums group the rows by rank and
 # round differently with another count (ddp.sh: N ranks give one process's weights to rtol 1e-6, not the
 # bits); those runs are compared within 1e-5. The re-cut itself is exact: test_ddp's gather/scatter check.
-# Usage errors under a launcher are printed once, by rank 0.
+# --init-weights under 2 ranks gives one process's weights. Usage errors under a launcher are printed once, by
+# rank 0.
 source "$(dirname "$0")/lib.bash"
 ddp_tokens "$TMP"
 RUN=(bash "$(dirname "$0")/../test_comm_mpirun.sh")
@@ -78,6 +79,14 @@ expect_ok "ZeRO-1 3 ranks -> one process" "$TLM" train --resume "$(ck z3 3)" --c
 check "ZeRO-1 3 -> one process: within 1e-5" near z3r1 z3
 expect_fail "global batch of 12 rows does not divide over this run's 5 ranks" \
   "${RUN[@]}" 5 "$TLM" train --resume "$(ck z2 3)" --zero 1
+
+# ---- --init-weights under a launcher: every rank starts from the file (train_init.sh checks it alone) ----------------
+init=(train --device cpu --init-weights "$(ck z2 3)/weights.safetensors" --train-data "$TMP/train.bin" --steps 2
+      --save-every 2 --batch-size 12 --context-length 32 --lr-max 5e-3 --warmup-iters 1)  # the model: the file's
+expect_ok "ZeRO-1, 2 ranks, from --init-weights" "${RUN[@]}" 2 "$TLM" "${init[@]}" --zero 1 --checkpoint-dir "$TMP/i2"
+expect_ok "one process, from --init-weights" "$TLM" "${init[@]}" --checkpoint-dir "$TMP/i1"
+check "2 ranks from --init-weights: one process's weights after 2 steps (rtol 1e-6)" \
+  "$TLM" compare --rtol 1e-6 "$TMP/i2/step-00000002/weights.safetensors" "$TMP/i1/step-00000002/weights.safetensors"
 
 # ---- usage errors under a launcher: once, by rank 0 -----------------------------------------------------------------
 err=$("${RUN[@]}" 3 "$TLM" "${args[@]}" --tokens 100 --zero 1 2>&1)
