@@ -170,8 +170,8 @@ typedef struct {
 /* Writes the checkpoint of t's state after step t->step into ROOT `root` (created if missing, its
  * parent must exist), then keeps only the newest `keep` step directories (0: all). Rank 0 writes; under
  * ZeRO-1 (t->ddp shards the moments) it is a collective: every rank calls it, the moments are gathered
- * to rank 0 (tlm_ddp_gather_moments: the same files as a replicated run's), and the others return then. *written (may be
- * NULL) receives the step directory's path (malloc'ed, the caller frees). Errors: IO (naming the path
+ * to rank 0 (tlm_ddp_gather_moments: the same files as a replicated run's), and the others return then.
+ * *written (may be NULL) receives the step directory's path (malloc'ed, the caller frees). Errors: IO (naming the path
  * and the reason), INVALID_ARGUMENT (non-finite weights: nothing is written), OUT_OF_MEMORY (host
  * copies of the weights and moments). */
 tlm_status tlm_checkpoint_save(const tlm_train *t, const tlm_train_sources *src, const char *root, int keep,
@@ -283,11 +283,11 @@ tlm_status tlm_train_plan_fresh(const tlm_train_args *args, const tlm_config *mo
 /* A resumed run's recipe: first its model's sizes, rope_theta and preset are checked against the
  * checkpoint's model ("--model <name> (<size> N) contradicts the checkpoint <dir>, whose model has M");
  * then the checkpoint's recipe, its global batch divided over args->world_size ranks (INVALID_ARGUMENT
- * when it does not divide; the rows drawn are the same: npy.h), with a larger budget when STEPS or TOKENS is given (TOKENS
- * over the checkpoint's global batch). Every other given value must be the checkpoint's (AdamW's as
- * float32; the batch as the global batch; the precision); VAL_DATA given to a run without validation
- * data is refused. Errors: INVALID_ARGUMENT naming the flag, its value, the checkpoint and the value
- * it holds; or a budget the checkpoint's step already reached. */
+ * when it does not divide; the rows drawn are the same: npy.h), with a larger budget when STEPS or
+ * TOKENS is given (TOKENS over the checkpoint's global batch). Every other given value must be the
+ * checkpoint's (AdamW's as float32; the batch as the global batch; the precision); VAL_DATA given to a run
+ * without validation data is refused. Errors: INVALID_ARGUMENT naming the flag, its value, the checkpoint and
+ * the value it holds; or a budget the checkpoint's step already reached. */
 tlm_status tlm_train_plan_resume(const tlm_train_args *args, const tlm_checkpoint *ck, tlm_train_config *out);
 
 /* Where a run saves its checkpoints: `given` (a malloc'ed copy), else when resuming (ck not NULL) the

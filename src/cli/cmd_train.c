@@ -12,7 +12,8 @@
 
 enum { OPT_TRAIN_DATA = 2000, OPT_VAL_DATA, OPT_STEPS, OPT_TOKENS, OPT_LR_MAX, OPT_LR_MIN, OPT_WARMUP_ITERS,
        OPT_COSINE_ITERS, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD, OPT_MAX_GRAD_NORM, OPT_EVAL_EVERY, OPT_EVAL_BATCHES,
-       OPT_SAVE_EVERY, OPT_CKPT_DIR, OPT_KEEP, OPT_RESUME, OPT_LOG, OPT_LOG_EVERY, OPT_PEAK, OPT_INIT, OPT_STRIP, OPT_NUM };
+       OPT_SAVE_EVERY, OPT_CKPT_DIR, OPT_KEEP, OPT_RESUME, OPT_LOG, OPT_LOG_EVERY, OPT_PEAK, OPT_INIT, OPT_STRIP,
+       OPT_NUM };
 
 /* the options as given; a recipe option's `given` says whether it appeared (a resumed run refuses one
  * that contradicts the checkpoint) */
@@ -259,7 +260,7 @@ static int plan_run(train_cli *x) {
     if (a->num_grad_reduce_dtypes) x->dcfg.reduce_dtype = a->grad_reduce_dtypes[0];
     const char *conflict =
         GIVEN(o, OPT_STEPS) && GIVEN(o, OPT_TOKENS) ? "--steps conflicts with --tokens: give the budget one way"
-        : o->init_weights && o->resume ? "--init-weights conflicts with --resume: a resumed run's weights are its checkpoint's"
+        : o->init_weights && o->resume ? "--init-weights conflicts with --resume: the weights are the checkpoint's"
         : o->strip_prefix && !o->init_weights ? "--strip-prefix needs --init-weights FILE"
         : !o->resume && !o->train_data ? "give --train-data FILE (or --resume DIR)"
         : !o->resume && !GIVEN(o, OPT_STEPS) && !GIVEN(o, OPT_TOKENS) ? "give the budget: --steps N or --tokens N"

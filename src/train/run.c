@@ -268,7 +268,8 @@ static tlm_status after_step(tlm_train *t, const tlm_train_run_config *c, run_cl
         k->window_steps = 0;
         k->window_comm = 0;
     }
-    if (save && (t->rank == 0 || tlm_ddp_shards_optimizer(t->ddp))) return save_checkpoint(t, c, k, res); /* ZeRO-1: every rank gives its shard */
+    if (save && (t->rank == 0 || tlm_ddp_shards_optimizer(t->ddp))) /* ZeRO-1: every rank gives its shard */
+        return save_checkpoint(t, c, k, res);
     return TLM_OK;
 }
 

@@ -4,10 +4,10 @@
 # same global batch (tlm compare, rtol 1e-6) for 2 ranks bucketed and 3 ranks flat + ZeRO-1, rank 0
 # alone prints and writes (one table, the log and checkpoints), a 2-rank checkpoint resumes with 2 ranks
 # bit for bit and in one process (zero_ckpt.sh: ZeRO-1's checkpoints); a killed rank and a stopped (hung)
-# rank end the run with a message naming them, the last checkpoint intact (it resumes); tlm bench's data-parallel rows (the overlapped
-# optimizer's too) and their pictures (tlm plot ddp-buckets, ddp-scaling); bad input refused by name
-# with exit 1 or 2 (a global batch that does not divide, data-parallel flags alone, ZeRO-1 with
-# optimizer-in-backward or --optimizer-overlap, ranks given different flags).
+# rank end the run with a message naming them, the last checkpoint intact (it resumes); tlm bench's
+# data-parallel rows (the overlapped optimizer's too) and their pictures (tlm plot ddp-buckets,
+# ddp-scaling); bad input refused by name with exit 1 or 2 (a global batch that does not divide, data-parallel
+# flags alone, ZeRO-1 with optimizer-in-backward or --optimizer-overlap, ranks given different flags).
 source "$(dirname "$0")/lib.bash"
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} OMP_NUM_THREADS=1
 RUN=(bash "$(dirname "$0")/../test_comm_mpirun.sh")

@@ -38,7 +38,8 @@ for x, y in zip(a, b):
 }
 
 # ---- the uninterrupted runs ----------------------------------------------------------------------------------------
-expect_ok "ZeRO-1, 2 ranks, 6 steps, saving every 3" "${RUN[@]}" 2 "$TLM" "${args[@]}" --zero 1 --checkpoint-dir "$TMP/z2"
+expect_ok "ZeRO-1, 2 ranks, 6 steps, saving every 3" \
+  "${RUN[@]}" 2 "$TLM" "${args[@]}" --zero 1 --checkpoint-dir "$TMP/z2"
 expect_ok "replicated, 2 ranks" "${RUN[@]}" 2 "$TLM" "${args[@]}" --checkpoint-dir "$TMP/r2"
 expect_ok "ZeRO-1, 3 ranks" "${RUN[@]}" 3 "$TLM" "${args[@]}" --zero 1 --checkpoint-dir "$TMP/z3"
 check "ZeRO-1 writes a replicated run's files: step 3's weights and moments, the same bytes (2 ranks)" \
@@ -91,7 +92,8 @@ check "2 ranks from --init-weights: one process's weights after 2 steps (rtol 1e
 # ---- usage errors under a launcher: once, by rank 0 -----------------------------------------------------------------
 err=$("${RUN[@]}" 3 "$TLM" "${args[@]}" --tokens 100 --zero 1 2>&1)
 check "a usage error under 3 ranks is printed once, whole" \
-  test "$(grep -c 'tlm train: --steps conflicts with --tokens' <<<"$err")" -eq 1 -a "$(grep -c 'tlm train: tlm' <<<"$err")" -eq 0
+  test "$(grep -c 'tlm train: --steps conflicts with --tokens' <<<"$err")" -eq 1 \
+    -a "$(grep -c 'tlm train: tlm' <<<"$err")" -eq 0
 err=$("${RUN[@]}" 2 "$TLM" train --bogus 2>&1)
 check "an unknown flag under 2 ranks is printed once" test "$(grep -c "unknown option '--bogus'" <<<"$err")" -eq 1
 finish
