@@ -24,6 +24,7 @@
  *   batch within 1e-6 in fp32 (bf16 reduction 5e-3), for every mode and ZeRO-1, each bucket reduced once
  *   a step (in the last micro-batch's backward: no_sync before it);
  * - the time: MPI's reductions inside the backward for the overlapped modes, after it for the others;
+ * - ZeRO-1's moments: whole -> this rank's shard -> whole (a checkpoint's save and resume), the same bits;
  * - refusals: ZeRO with optimizer-in-backward, a bucket size of 0, ZeRO stage 2, ranks that disagree
  *   (every rank refuses, naming the configuration), a world of one. */
 #include <math.h>
@@ -550,6 +551,67 @@ static void test_refusals(void) {
     tlm_model_free(m);
 }
 
+/* ZeRO-1's moments in a checkpoint: whole moments scattered into the shards (each rank its pieces and the tails)
+ * and gathered back to rank 0 are the same bits, for several plans (a tail, many buckets, one); every value
+ * kind rides along (-0, subnormals, the largest float). Before any update the gather gives zeros. */
+static void test_moment_shards(void) {
+    static const struct {
+        tlm_ddp_mode mode;
+        double mb;
+    } plans[] = {{TLM_DDP_BUCKETED, 0.05}, {TLM_DDP_FLAT, 25}, {TLM_DDP_NAIVE, 25}};
+    for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
+        tlm_model *m = new_model(TLM_PRECISION_FP32, false, 7, 1);
+        tlm_ddp *d = NULL;
+        tlm_ddp_config dc = tlm_ddp_defaults();
+        dc.mode = plans[k].mode;
+        dc.bucket_mb = plans[k].mb;
+        dc.zero = 1;
+        die_on(tlm_ddp_create(&d, m, comm, &dc), "reducer");
+        const size_t n = m->layout.flat_numel;
+        float *whole = malloc(2 * n * sizeof(float)), *back = calloc(2 * n, sizeof(float));
+        TLM_ASSERT(whole && back);
+        const float kinds[] = {-0.0f, 1e-45f, 3.4028235e38f, -1.5f};
+        for (size_t i = 0; i < 2 * n; i++) whole[i] = i % 97 == 0 ? kinds[i / 97 % 4] : (float)i * 1e-3f - 7.0f;
+        tlm_status s = tlm_ddp_gather_moments(d, 0, n, rank ? NULL : back, rank ? NULL : back + n);
+        bool zeros = s == TLM_OK;
+        for (size_t i = 0; rank == 0 && zeros && i < 2 * n; i++) zeros = back[i] == 0.0f;
+        RCHECK(zeros, "ZeRO-1 %s: the moments gathered before any update are zeros (%s)", tlm_ddp_mode_name(dc.mode),
+               s == TLM_OK ? "ok" : tlm_last_error());
+        s = tlm_ddp_scatter_moments(d, 0, n, whole, whole + n);
+        if (s == TLM_OK) s = tlm_ddp_gather_moments(d, 0, n, rank ? NULL : back, rank ? NULL : back + n);
+        RCHECK(s == TLM_OK && (rank != 0 || memcmp(whole, back, 2 * n * sizeof(float)) == 0),
+               "ZeRO-1 %s (%d ranks, moments of %zu floats in exchanges of %zu): whole -> shards -> whole, the same "
+               "bits", tlm_ddp_mode_name(dc.mode), nranks, n, TLM_DDP_MOMENT_CHUNK);
+        /* spans that start and end inside pieces (a checkpoint's tensors; the exchanges of a larger model) */
+        memset(back, 0, 2 * n * sizeof(float));
+        for (size_t off = 0, len = 10007; s == TLM_OK && off < n; off += len) {
+            const size_t span = off + len < n ? len : n - off;
+            float *v = calloc(span, sizeof(float));
+            TLM_ASSERT(v);
+            s = tlm_ddp_gather_moments(d, off, span, rank ? NULL : back + off, rank ? NULL : v);
+            if (rank == 0) memcpy(back + n + off, v, span * sizeof(float));
+            free(v);
+        }
+        RCHECK(s == TLM_OK && (rank != 0 || memcmp(whole, back, 2 * n * sizeof(float)) == 0),
+               "ZeRO-1 %s: gathered in spans of 10007 floats, the same bits", tlm_ddp_mode_name(dc.mode));
+        free(whole);
+        free(back);
+        tlm_ddp_free(d);
+        tlm_model_free(m);
+    }
+    tlm_model *m = new_model(TLM_PRECISION_FP32, false, 7, 1);
+    tlm_ddp *d = NULL;
+    const tlm_ddp_config dc = tlm_ddp_defaults();
+    die_on(tlm_ddp_create(&d, m, comm, &dc), "reducer");
+    float x = 0;
+    rcheck_status(tlm_ddp_scatter_moments(d, 0, 1, &x, &x), TLM_ERR_INVALID_ARGUMENT, "ZeRO-1 only",
+                  "scattering moments into a replicated reducer");
+    RCHECK(!tlm_ddp_shards_optimizer(d) && !tlm_ddp_shards_optimizer(NULL), "a replicated reducer, or none, "
+           "shards nothing");
+    tlm_ddp_free(d);
+    tlm_model_free(m);
+}
+
 int main(void) {
     tlm_comm_world w = {.rank = 0, .world_size = 1};
     if (tlm_comm_launched()) die_on(tlm_comm_init(&w, 60), "joining the run");
@@ -593,6 +655,7 @@ int main(void) {
         test_update_in_backward(2, TLM_DDP_OVERLAP, 25, "overlapped optimizer, overlap (per tensor)");
         test_update_in_backward(2, TLM_DDP_FLAT, 25, "overlapped optimizer, flat (after the backward)");
         test_refusals();
+        test_moment_shards();
         tlm_comm_destroy(comm);
     } else {
         tlm_model *m = new_model(TLM_PRECISION_FP32, false, 7, 1);

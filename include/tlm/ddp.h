@@ -204,6 +204,31 @@ void tlm_ddp_plan(const tlm_ddp *d, tlm_ddp_plan_info *out);
  * ranks go on, or stop, together. Collective (a host all-gather). */
 tlm_status tlm_ddp_agree(tlm_comm *c, tlm_status mine);
 
+/* ---- ZeRO-1's moments in a checkpoint --------------------------------------------------------------------
+ * Under ZeRO-1 rank r keeps AdamW's moments of piece r of every sharded bucket (and of the tails, which
+ * every rank keeps alike), one shard allocation on the rank's device (above). A checkpoint holds the moments
+ * whole, as a replicated run's (train.h), so that it resumes at any rank count, with or without ZeRO: the
+ * save gathers the pieces to rank 0, a resume re-cuts them by its own plan. The model's AdamW step count
+ * (m->optimizer.t) stays the run's under ZeRO: the shard's update takes it and advances it. */
+
+/* floats per moment that one exchange of tlm_ddp_gather_moments carries per rank (16 MiB) */
+#define TLM_DDP_MOMENT_CHUNK ((size_t)1 << 22)
+
+/* Whether d keeps AdamW's moments sharded (ZeRO-1); false for NULL (one rank) or replicated. */
+bool tlm_ddp_shards_optimizer(const tlm_ddp *d);
+
+/* Collective (every rank, the same span): the moments m and v of the flat span [off, off + n) (the layout's
+ * offsets, floats) into rank 0's host buffers m_out and v_out (n floats each; the other ranks pass NULL),
+ * exactly (the float32 bits copied). In exchanges of TLM_DDP_MOMENT_CHUNK floats: besides the output, each
+ * rank holds (2 + 2 x world) x the chunk of host memory and no device memory. Before the first update: zeros.
+ * Errors (on every rank): INVALID_ARGUMENT (not ZeRO), OUT_OF_MEMORY (host; rank 0 without outputs), BACKEND. */
+tlm_status tlm_ddp_gather_moments(tlm_ddp *d, size_t off, size_t n, float *m_out, float *v_out);
+
+/* Local: sets this rank's pieces (and tails) of the flat span [off, off + n) of the shard's moments from the
+ * whole moments m_in, v_in (host, n float32 each, any alignment: a checkpoint's tensor), allocating the
+ * shard's moments if no update has. Errors: INVALID_ARGUMENT (not ZeRO), OUT_OF_MEMORY (device). */
+tlm_status tlm_ddp_scatter_moments(tlm_ddp *d, size_t off, size_t n, const void *m_in, const void *v_in);
+
 /* ---- one process of a data-parallel run (src/ddp/launch.c) ----------------------------------------------- */
 
 typedef struct {

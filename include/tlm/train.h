@@ -186,8 +186,10 @@ typedef struct {
 } tlm_train_sources;
 
 /* Writes the checkpoint of t's state after step t->step into ROOT `root` (created if missing, its
- * parent must exist), then keeps only the newest `keep` step directories (0: all). *written (may be
- * NULL) receives the step directory's path (malloc'ed, the caller frees). Errors: IO (naming the path
+ * parent must exist), then keeps only the newest `keep` step directories (0: all). Rank 0 writes; under
+ * ZeRO-1 (t->ddp shards the moments) it is a collective: every rank calls it, the moments are gathered
+ * to rank 0 (tlm_ddp_gather_moments: the same files as a replicated run's), and the others return then.
+ * *written (may be NULL) receives the step directory's path (malloc'ed, the caller frees). Errors: IO (naming the path
  * and the reason), INVALID_ARGUMENT (non-finite weights: nothing is written), OUT_OF_MEMORY (host
  * copies of the weights and moments). */
 tlm_status tlm_checkpoint_save(const tlm_train *t, const tlm_train_sources *src, const char *root, int keep,
@@ -226,10 +228,17 @@ tlm_status tlm_checkpoint_open(const char *path, tlm_checkpoint *ck);
 void tlm_checkpoint_close(tlm_checkpoint *ck);
 
 /* Restores t (set up by tlm_train_init for a model created with ck->model and ck->precision) to the
- * checkpoint: the weights, AdamW's moments and t, the loss scaler, the step, the tokens and the log.
+ * checkpoint: the weights, AdamW's moments (one rank; several: tlm_checkpoint_restore_moments below) and
+ * t, the loss scaler, the step, the tokens and the log.
  * Everything is checked (every moment present, float32, the parameter's shape, finite) before
  * anything changes. Errors: INVALID_ARGUMENT / FORMAT naming the file and tensor, OUT_OF_MEMORY. */
 tlm_status tlm_checkpoint_restore(tlm_train *t, const tlm_checkpoint *ck);
+
+/* AdamW's moments of ck (checked as above) into t's optimizer: the model's, or under ZeRO-1 (t->ddp shards
+ * it: ddp.h) this rank's pieces re-cut from the whole tensors, so a checkpoint of any rank count, replicated
+ * or ZeRO-1, resumes into either. tlm_checkpoint_restore calls it for a run of one rank; a run of several
+ * calls it once its reducer exists (tlm_train_session_join). Errors: as tlm_checkpoint_restore's. */
+tlm_status tlm_checkpoint_restore_moments(tlm_train *t, const tlm_checkpoint *ck);
 
 /* ---- planning a run (src/train/plan.c) --------------------------------------------------------------
  * A run's recipe from what its caller was given (tlm train's flags): a fresh run's from the defaults
@@ -278,8 +287,10 @@ typedef struct {
      * preset named (preset_name NULL: none) where no size is given */
     long sizes[TLM_TRAIN_NUM_SIZES]; /* < 0: not given */
     double rope_theta;               /* NaN: not given */
-    const char *preset_name;
-    tlm_config preset;
+    const char *preset_name;         /* resolved by tlm_train_plan_resume (INVALID_ARGUMENT "--model: ...") */
+    tlm_config preset;               /* set by tlm_train_plan_resume from preset_name */
+    int world_size;                  /* a resumed run's ranks (0: the checkpoint's), over which its global
+                                        batch is divided anew */
 } tlm_train_args;
 
 /* A fresh run's recipe for `model` over `world_size` ranks: tlm_train_defaults of the budget (STEPS,
@@ -294,11 +305,12 @@ tlm_status tlm_train_plan_fresh(const tlm_train_args *args, const tlm_config *mo
 
 /* A resumed run's recipe: first its model's sizes, rope_theta and preset are checked against the
  * checkpoint's model ("--model <name> (<size> N) contradicts the checkpoint <dir>, whose model has M");
- * then the checkpoint's recipe, with a larger budget when STEPS or TOKENS is given (TOKENS
- * over the checkpoint's global batch). Every other given value must be the checkpoint's (AdamW's as
- * float32; the batch as the global batch; the precision); VAL_DATA given to a run without validation
- * data is refused. Errors: INVALID_ARGUMENT naming the flag, its value, the checkpoint and the value
- * it holds; or a budget the checkpoint's step already reached. */
+ * then the checkpoint's recipe, its global batch divided over args->world_size ranks (INVALID_ARGUMENT
+ * when it does not divide; the rows drawn are the same: npy.h), with a larger budget when STEPS or
+ * TOKENS is given (TOKENS over the checkpoint's global batch). Every other given value must be the
+ * checkpoint's (AdamW's as float32; the batch as the global batch; the precision); VAL_DATA given to a run
+ * without validation data is refused. Errors: INVALID_ARGUMENT naming the flag, its value, the checkpoint and
+ * the value it holds; or a budget the checkpoint's step already reached. */
 tlm_status tlm_train_plan_resume(const tlm_train_args *args, const tlm_checkpoint *ck, tlm_train_config *out);
 
 /* Where a run saves its checkpoints: `given` (a malloc'ed copy), else when resuming (ck not NULL) the
@@ -449,6 +461,8 @@ typedef struct {
     tlm_ddp *ddp;                    /* several ranks (_join); NULL alone */
     tlm_file_identity train_id, val_id; /* the data files' (_load), recorded in the checkpoints */
     char data_change[512];           /* resuming with allow_data_change: how the data differ ("" the same) */
+    const tlm_checkpoint *resumed;   /* not owned: the checkpoint _create restored from (NULL: fresh); _join
+                                        places its moments */
 } tlm_train_session;
 
 /* Loads the token files of src (val NULL: none), every id below `vocab`, and their identities
@@ -471,7 +485,8 @@ tlm_status tlm_train_session_create(tlm_train_session *s, tlm_backend *be, const
 
 /* Several ranks (a collective): checks that every rank runs the same model, recipe, precision and data
  * (tlm_comm_check_same: INVALID_ARGUMENT naming the ranks that differ), then creates the reducer of
- * `ddp` (tlm_ddp_create: rank 0's weights everywhere) and gives it to the training state. */
+ * `ddp` (tlm_ddp_create: rank 0's weights everywhere) and gives it to the training state; a resumed run's
+ * moments then go where the reducer keeps them (tlm_checkpoint_restore_moments; every rank fails alike). */
 tlm_status tlm_train_session_join(tlm_train_session *s, tlm_comm *comm, tlm_precision precision,
                                   const tlm_ddp_config *ddp);
 

@@ -25,8 +25,11 @@
 /* Exit codes: 0 success; 1 a runtime failure (bad file, OOM, failed check); 2 bad usage. */
 enum { TLM_EXIT_OK = 0, TLM_EXIT_FAILURE = 1, TLM_EXIT_USAGE = 2 };
 
-/* Prints "tlm <cmd>: <message>" to stderr. */
+/* Prints "tlm <cmd>: <message>" to stderr, as one line in one write. Under a launcher, errors every rank finds
+ * alike (the default until cli_join; a command turns it on again with cli_errors_alike(true) while it checks its
+ * flags) are printed by rank 0 alone; the others exit with the same code, silently. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cli_errors_alike(bool alike);
 
 /* ---- values ------------------------------------------------------------------------------------
  * Each prints "tlm <cmd>: <flag>: <why>" and returns false on bad input. */
@@ -245,6 +248,20 @@ typedef struct {
 } cli_size;
 enum { CLI_SIZE_VOCAB, CLI_SIZE_D_MODEL, CLI_SIZE_D_FF, CLI_SIZE_NUM_LAYERS, CLI_SIZE_NUM_HEADS, CLI_NUM_SIZES };
 void cli_sizes(const cli_args *a, const tlm_config *preset, const tlm_config *model, cli_size out[CLI_NUM_SIZES]);
+
+/* The config of the model whose weights st holds (read from `path`; tensor names after strip_prefix, NULL:
+ * none): tlm_weights_config's (the file's metadata, or a PyTorch state dict's shapes with --num-heads or the
+ * --model that matches), every size given by a flag or by --model checked against it (refused naming the
+ * flag, the file and the size it holds), --rope-theta and --max-context-length applied as the file allows.
+ * Prints the error and returns false. (src/cli/cli_weights.c) */
+bool cli_weights_config(const char *cmd, const cli_args *a, const char *path, const char *strip_prefix,
+                        const tlm_safetensors *st, tlm_config *cfg);
+
+/* Reads the weights file `path` into *st (the caller frees it with tlm_safetensors_free) and its model's config
+ * (cli_weights_config), the model's name (tlm_config_name: a preset's, or "custom: ...") into display (NULL:
+ * none). Prints the error and returns false, *st then freed. */
+bool cli_weights_open(const char *cmd, const cli_args *a, const char *path, const char *strip_prefix,
+                      tlm_safetensors *st, tlm_config *cfg, char *display, size_t display_n);
 
 /* The workload flags not given, their defaults (CLI_USES_WORKLOAD's help): context 128 on the CPU and
  * 256 on a GPU, batch size 4, fp32, the train pass, and the warm-up and timed steps given here. */

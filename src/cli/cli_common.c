@@ -11,13 +11,35 @@
 #include "tlm/agreement.h"
 #include "tlm/util.h"
 
+/* errors every rank of a launch finds alike (the flags: parsing, planning) are printed by rank 0 alone */
+static bool errors_alike = true;
+
+/* this process's rank under a launcher (the variables tlm_comm_launched reads), before any joining; 0 alone */
+static int launcher_rank(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
+void cli_errors_alike(bool alike) { errors_alike = alike; }
+
 void cli_error(const char *cmd, const char *fmt, ...) {
+    if (errors_alike && launcher_rank() != 0) return; /* rank 0 says it once */
+    char line[4096];
+    int n = snprintf(line, sizeof line, "tlm %s: ", cmd);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "tlm %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    if (n >= 0 && (size_t)n < sizeof line) n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof line - 1) n = (int)sizeof line - 2; /* cut: the line still ends */
+    line[n++] = '\n';
+    /* one write: the lines of ranks sharing a terminal through a launcher do not interleave mid-line */
+    fwrite(line, 1, (size_t)n, stderr);
+    fflush(stderr);
 }
 
 /* ---- values ------------------------------------------------------------------------------------------ */
@@ -765,6 +787,7 @@ void cli_report_device(tlm_report *r, const tlm_backend *be) {
 }
 
 int cli_join(const char *cmd, const cli_args *a, double default_timeout_s, tlm_ddp_process *p) {
+    cli_errors_alike(false); /* from here a rank's failure may be its own */
     if (tlm_ddp_join(p, a->device, a->gpu, a->threads, a->timeout > 0 ? a->timeout : default_timeout_s) != TLM_OK) {
         cli_error(cmd, "joining the run (rank %d): %s", p->world.rank, tlm_last_error());
         return TLM_EXIT_FAILURE; /* alone: the communication layer tells the others */

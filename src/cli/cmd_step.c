@@ -121,65 +121,10 @@ static bool read_batch_file(const char *path, const char *what, int vocab, int32
     return ok;
 }
 
-/* The model's config: from the weights file (flags that contradict it refused by name), else the
- * preset with the shape flags. */
+/* The model's config: from the weights file (cli_weights_config), else the preset with the shape flags. */
 static bool step_config(const cli_args *a, const step_opts *o, const tlm_safetensors *st, tlm_config *cfg) {
-    const char *cmd = "step", *model = a->num_models ? a->models[0] : "small";
-    if (!st) return cli_model_config(cmd, a, model, cfg, NULL, 0);
-    tlm_config preset;
-    const bool have_preset = a->num_models && tlm_config_preset(model, &preset) == TLM_OK;
-    bool from_meta;
-    if (tlm_weights_config(st, o->weights, o->strip_prefix, 0, cfg, &from_meta) != TLM_OK) {
-        cli_error(cmd, "%s", tlm_last_error());
-        return false;
-    }
-    if (!have_preset) preset = *cfg;
-    /* every size given, by a flag or by --model, must be the file's (num_heads: only where the file
-     * records it) */
-    cli_size sizes[CLI_NUM_SIZES];
-    cli_sizes(a, &preset, cfg, sizes);
-    if (!from_meta) sizes[CLI_SIZE_NUM_HEADS].model = 0;
-    for (int i = 0; i < CLI_NUM_SIZES; i++) {
-        const cli_size *s = &sizes[i];
-        const char *name = s->flag + 2; /* "d-model" */
-        if (!s->model) continue;
-        if (s->given != CLI_NOT_GIVEN && s->given != s->model) {
-            cli_error(cmd, "%s %ld contradicts %s, whose model has %s %d", s->flag, s->given, o->weights, name,
-                      s->model);
-            return false;
-        }
-        if (have_preset && s->preset != s->model) {
-            cli_error(cmd, "--model %s (%s %d) contradicts %s, whose model has %s %d: leave --model out to run the "
-                           "file's model", model, name, s->preset, o->weights, name, s->model);
-            return false;
-        }
-    }
-    if (!from_meta) { /* a PyTorch state dict: num_heads from the flag, or from the --model that matched */
-        cfg->num_heads = a->shape.num_heads != CLI_NOT_GIVEN ? (int)a->shape.num_heads
-                         : have_preset                       ? preset.num_heads
-                                                             : 0;
-        if (!cfg->num_heads) {
-            cli_error(cmd, "%s has no model config in its metadata (a PyTorch state dict?): give --num-heads (or the "
-                           "--model it is); the other sizes are read from its shapes", o->weights);
-            return false;
-        }
-    }
-    if (!isnan(a->shape.rope_theta)) {
-        if (from_meta && a->shape.rope_theta != cfg->rope_theta) {
-            cli_error(cmd, "--rope-theta %g contradicts %s, whose model has rope_theta %g", a->shape.rope_theta,
-                      o->weights, cfg->rope_theta);
-            return false;
-        }
-        cfg->rope_theta = a->shape.rope_theta;
-    }
-    /* the RoPE table's length is not a weight: the flag sets it */
-    if (a->shape.max_context != CLI_NOT_GIVEN) cfg->context_length = (int)a->shape.max_context;
-    if (tlm_config_validate(cfg) != TLM_OK) {
-        cli_error(cmd, "%s: the model it holds%s: %s", o->weights, from_meta ? "" : " with these flags",
-                  tlm_last_error());
-        return false;
-    }
-    return true;
+    if (!st) return cli_model_config("step", a, a->num_models ? a->models[0] : "small", cfg, NULL, 0);
+    return cli_weights_config("step", a, o->weights, o->strip_prefix, st, cfg);
 }
 
 /* The batch a step runs on: rows drawn from --data, or --inputs and --targets read. */

@@ -11,12 +11,13 @@
 
 enum { OPT_TRAIN_DATA = 2000, OPT_VAL_DATA, OPT_STEPS, OPT_TOKENS, OPT_LR_MAX, OPT_LR_MIN, OPT_WARMUP_ITERS,
        OPT_COSINE_ITERS, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD, OPT_MAX_GRAD_NORM, OPT_EVAL_EVERY, OPT_EVAL_BATCHES,
-       OPT_SAVE_EVERY, OPT_CKPT_DIR, OPT_KEEP, OPT_RESUME, OPT_LOG, OPT_LOG_EVERY, OPT_PEAK, OPT_ALLOW, OPT_NUM };
+       OPT_SAVE_EVERY, OPT_CKPT_DIR, OPT_KEEP, OPT_RESUME, OPT_LOG, OPT_LOG_EVERY, OPT_PEAK, OPT_ALLOW, OPT_INIT,
+       OPT_STRIP, OPT_NUM };
 
 /* the options as given; a recipe option's `given` says whether it appeared (a resumed run refuses one
  * that contradicts the checkpoint) */
 typedef struct {
-    const char *train_data, *val_data, *ckpt_dir, *resume, *log;
+    const char *train_data, *val_data, *ckpt_dir, *resume, *log, *init_weights, *strip_prefix;
     double num[OPT_NUM - OPT_TRAIN_DATA];
     bool given[OPT_NUM - OPT_TRAIN_DATA];
 } train_opts;
@@ -46,7 +47,8 @@ static const struct option train_options[] = {
     {"save-every", required_argument, 0, OPT_SAVE_EVERY}, {"checkpoint-dir", required_argument, 0, OPT_CKPT_DIR},
     {"keep-checkpoints", required_argument, 0, OPT_KEEP}, {"resume", required_argument, 0, OPT_RESUME},
     {"log", required_argument, 0, OPT_LOG},               {"log-every", required_argument, 0, OPT_LOG_EVERY},
-    {"peak-tflops", required_argument, 0, OPT_PEAK},      {"allow-data-change", no_argument, 0, OPT_ALLOW}, {0}};
+    {"peak-tflops", required_argument, 0, OPT_PEAK},      {"allow-data-change", no_argument, 0, OPT_ALLOW},
+    {"init-weights", required_argument, 0, OPT_INIT},     {"strip-prefix", required_argument, 0, OPT_STRIP}, {0}};
 
 /* the numeric options: flag name, domain, whether a whole number */
 static const struct {
@@ -73,7 +75,8 @@ static bool train_handle(void *user, int opt, const char *arg) {
                             [OPT_CKPT_DIR - OPT_TRAIN_DATA] = &o->ckpt_dir,
                             [OPT_RESUME - OPT_TRAIN_DATA] = &o->resume,
                             [OPT_LOG - OPT_TRAIN_DATA] = &o->log,
-                            [OPT_NUM - OPT_TRAIN_DATA - 1] = NULL};
+                            [OPT_INIT - OPT_TRAIN_DATA] = &o->init_weights,
+                            [OPT_STRIP - OPT_TRAIN_DATA] = &o->strip_prefix};
     if (opt < OPT_TRAIN_DATA || opt >= OPT_NUM) return false;
     if ((GIVEN(o, opt) = true) && opt == OPT_ALLOW) return true;
     if (paths[opt - OPT_TRAIN_DATA]) return (*paths[opt - OPT_TRAIN_DATA] = arg), true;
@@ -109,6 +112,9 @@ static const cli_command train_cmd = {
         "      --val-data FILE       held-out token ids (same formats) for the validation loss\n"
         "      --steps N             optimizer steps of the whole run\n"
         "      --tokens N            instead: train on N tokens (steps = ceil(N / (accum x batch x context)))\n"
+        "      --init-weights FILE   start from these weights, AdamW fresh: a tlm weights file or a PyTorch state\n"
+        "                            dict with the CS336 names (as tlm step --weights: the model is the file's)\n"
+        "      --strip-prefix P      remove P from the start of its tensor names (_orig_mod., module.)\n"
         "Recipe (CS336 get_lr_cosine_schedule, gradient_clipping, AdamW):\n"
         "      --lr-max X            peak learning rate (default 1e-3)\n"
         "      --lr-min X            final learning rate (default 1e-4)\n"
@@ -139,7 +145,9 @@ static const cli_command train_cmd = {
         "Data parallelism: started by a launcher (mpirun -np 2 tlm train ...; srun), one process per GPU (NCCL) or\n"
         "per share of the CPU's cores (MPI, --device cpu), every process with the same flags: --batch-size is the\n"
         "global batch, each rank draws its rows; the gradients are averaged as --ddp says; rank 0 alone prints, logs\n"
-        "and saves checkpoints, which resume with as many ranks. A rank that dies or hangs ends the run, named.\n\n",
+        "and saves checkpoints (with --zero 1 the AdamW moments gathered to it: the same files); a checkpoint\n"
+        "resumes at any number of ranks that divides its global batch, with or without --zero 1. A rank that dies\n"
+        "or hangs ends the run, named.\n\n",
     .name = "train", CLI_USES(train_uses), .options = train_options, .handle = train_handle, .checks_own_files = true};
 
 /* ---- resolving the run --------------------------------------------------------------------------------------- */
@@ -155,6 +163,8 @@ typedef struct {
     int64_t save_every, log_every;
     int keep;
     tlm_format log_format; /* --format, else by --log's name */
+    tlm_safetensors init;  /* --init-weights, read (have_init) */
+    bool have_init;
 } run_plan;
 
 /* the flags the planning reads (train.h); --steps .. --eval-batches are in tlm_train_arg's order */
@@ -183,10 +193,7 @@ static tlm_train_args train_args(const cli_args *a, const train_opts *o) {
 /* the run's plan from a checkpoint, every given flag checked against it */
 static bool plan_resume(const cli_args *a, const train_opts *o, const tlm_checkpoint *ck, run_plan *p) {
     tlm_train_args args = train_args(a, o);
-    if (args.preset_name && tlm_config_preset(args.preset_name, &args.preset) != TLM_OK) {
-        cli_error("train", "--model: %s", tlm_last_error());
-        return false;
-    }
+    args.world_size = p->world;
     if (tlm_train_plan_resume(&args, ck, &p->recipe) != TLM_OK) {
         cli_error("train", "%s", tlm_last_error());
         return false;
@@ -203,16 +210,11 @@ static bool plan_resume(const cli_args *a, const train_opts *o, const tlm_checkp
 
 /* the run's plan from the flags alone */
 static bool plan_fresh(const cli_args *a, const train_opts *o, run_plan *p) {
-    if (!o->train_data) {
-        cli_error("train", "give --train-data FILE (or --resume DIR)");
+    const char *name = a->num_models ? a->models[0] : "small"; /* with --init-weights the model is the file's */
+    if (o->init_weights ? !(p->have_init = cli_weights_open("train", a, o->init_weights, o->strip_prefix, &p->init,
+                                                            &p->model, p->model_name, sizeof p->model_name))
+                        : !cli_model_config("train", a, name, &p->model, p->model_name, sizeof p->model_name))
         return false;
-    }
-    if (!GIVEN(o, OPT_STEPS) && !GIVEN(o, OPT_TOKENS)) {
-        cli_error("train", "give the budget: --steps N or --tokens N");
-        return false;
-    }
-    const char *name = a->num_models ? a->models[0] : "small";
-    if (!cli_model_config("train", a, name, &p->model, p->model_name, sizeof p->model_name)) return false;
     const tlm_train_args args = train_args(a, o);
     if (tlm_train_plan_fresh(&args, &p->model, p->world, &p->recipe) != TLM_OK) {
         cli_error("train", "%s", tlm_last_error());
@@ -255,10 +257,13 @@ static int plan_run(train_cli *x) {
     if (a->num_zeros) x->dcfg.zero = a->zeros[0];
     if (a->num_grad_reduce_dtypes) x->dcfg.reduce_dtype = a->grad_reduce_dtypes[0];
     const char *conflict =
-        x->dcfg.zero && (o->ckpt_dir || o->resume || GIVEN(o, OPT_SAVE_EVERY))
-            ? "--zero 1 conflicts with checkpoints (--save-every, --checkpoint-dir, --resume): the sharded AdamW state "
-              "is not gathered into a checkpoint yet (train with --zero 0 to save)"
-        : GIVEN(o, OPT_STEPS) && GIVEN(o, OPT_TOKENS) ? "--steps conflicts with --tokens: give the budget one way"
+        GIVEN(o, OPT_STEPS) && GIVEN(o, OPT_TOKENS) ? "--steps conflicts with --tokens: give the budget one way"
+        : o->init_weights && o->resume ? "--init-weights conflicts with --resume: the weights are the checkpoint's"
+        : o->strip_prefix && !o->init_weights ? "--strip-prefix needs --init-weights FILE"
+        : !o->resume && !o->train_data ? "give --train-data FILE (or --resume DIR)"
+        : !o->resume && !GIVEN(o, OPT_STEPS) && !GIVEN(o, OPT_TOKENS) ? "give the budget: --steps N or --tokens N"
+        : !o->resume && !o->val_data && (GIVEN(o, OPT_EVAL_EVERY) || GIVEN(o, OPT_EVAL_BATCHES))
+            ? "--eval-every/--eval-batches need --val-data FILE"
         : GIVEN(o, OPT_SAVE_EVERY) && !o->ckpt_dir && !o->resume ? "--save-every needs --checkpoint-dir DIR"
         : o->ckpt_dir && !GIVEN(o, OPT_SAVE_EVERY) && !o->resume ? "--checkpoint-dir needs --save-every N"
         : GIVEN(o, OPT_ALLOW) && !o->resume ? "--allow-data-change needs --resume DIR (a fresh run has no data to change)"
@@ -273,12 +278,6 @@ static int plan_run(train_cli *x) {
             return TLM_EXIT_FAILURE;
         }
         x->have_ck = true;
-        if (x->ck.world_size != x->plan.world) {
-            cli_error(x->cmd, "the checkpoint %s was written by a run of %d rank%s, this run has %d: resume it with as "
-                              "many (the batch draws are each rank's)", x->ck.dir, x->ck.world_size,
-                      x->ck.world_size == 1 ? "" : "s", x->plan.world);
-            return TLM_EXIT_USAGE;
-        }
         if (!plan_resume(a, o, &x->ck, &x->plan)) return TLM_EXIT_USAGE;
     } else if (!plan_fresh(a, o, &x->plan)) {
         return TLM_EXIT_USAGE;
@@ -292,14 +291,11 @@ static int plan_run(train_cli *x) {
     x->plan.log_format = tlm_train_log_format(o->log, a->given[CLI_FORMAT], a->format);
     tlm_io_plan files; /* every file checked before anything runs: no output over an input or in a checkpoint */
     tlm_train_plan_files(&files, x->plan.train_path, x->plan.val_path, o->resume, x->ckpt_dir, o->ckpt_dir != NULL);
+    tlm_io_plan_input(&files, "--init-weights", o->init_weights);
     tlm_report_plan(&files, "--log", x->plan.log_format, o->log);
     if (!cli_check_files(x->cmd, a, &files)) return TLM_EXIT_USAGE;
     x->plan.keep = (int)NUM(o, OPT_KEEP);
     x->plan.log_every = GIVEN(o, OPT_LOG_EVERY) ? (int64_t)NUM(o, OPT_LOG_EVERY) : 10;
-    if (o->val_data == NULL && !x->have_ck && (GIVEN(o, OPT_EVAL_EVERY) || GIVEN(o, OPT_EVAL_BATCHES))) {
-        cli_error(x->cmd, "--eval-every/--eval-batches need --val-data FILE");
-        return TLM_EXIT_USAGE;
-    }
     return -1;
 }
 
@@ -321,6 +317,8 @@ static int set_up(train_cli *x, int argc, char **argv) {
     const tlm_run_config run = {.precision = p->precision, .attention = p->attention, .cuda_graphs = x->a.cuda_graphs};
     tlm_status s = tlm_train_session_create(&x->run, x->be, &p->model, &run, &p->recipe, x->a.seed,
                                             x->proc.world.rank, p->world, ck);
+    if (s == TLM_OK && p->have_init) /* checks every tensor, then copies; AdamW starts fresh */
+        s = tlm_model_load_from(x->run.model, &p->init, x->o->init_weights, x->o->strip_prefix, NULL);
     if (s == TLM_OK) s = tlm_report_open(&x->rep, "tlm train", p->log_format, x->o->log, argc, argv);
     if (s == TLM_OK) tlm_report_view(x->rep, x->a.wide, x->a.verbose);
     if (s != TLM_OK) {
@@ -376,6 +374,7 @@ static int finish(train_cli *x, int rc) {
     if (!x->proc.be) tlm_backend_destroy(x->be); /* alone: the backend is ours */
     else if (x->together && tlm_ddp_leave(&x->proc, true) != TLM_OK && rc == TLM_EXIT_OK) rc = TLM_EXIT_FAILURE;
     if (x->have_ck) tlm_checkpoint_close(&x->ck);
+    if (x->plan.have_init) tlm_safetensors_free(&x->plan.init);
     free(x->ckpt_dir);
     cli_args_free(&x->a);
     return rc;
@@ -392,7 +391,9 @@ int cmd_train(int argc, char **argv) {
     x.plan.world = x.proc.world.world_size;
     if (x.proc.world.rank != 0) x.o->log = NULL; /* rank 0 alone prints, logs and saves */
     static const char *const data_flags[] = {"--train-data", "--val-data"}; /* ranks compare files, not paths */
-    if ((rc = cli_agree(x.cmd, &x.a, &x.proc, data_flags, 2)) < 0 && (rc = plan_run(&x)) < 0 &&
-        (rc = set_up(&x, argc, argv)) < 0) rc = train_and_report(&x);
+    cli_errors_alike(true); /* the flags' errors: rank 0 says them once */
+    if ((rc = cli_agree(x.cmd, &x.a, &x.proc, data_flags, 2)) < 0) rc = plan_run(&x);
+    cli_errors_alike(false);
+    if (rc < 0 && (rc = set_up(&x, argc, argv)) < 0) rc = train_and_report(&x);
     return finish(&x, rc);
 }

@@ -320,7 +320,9 @@ static void cast_lowp(tlm_ddp *d, tlm_model *m, size_t off, size_t n, tlm_dtype 
 static tlm_status zero_update(void *user, tlm_model *m) {
     tlm_ddp *d = user;
     tlm_adamw *o = &d->opt;
+    o->t = m->optimizer.t; /* the model's count is the run's (a checkpoint's, when resumed) */
     TLM_TRY(tlm_adamw_begin_step(o)); /* t += 1; the first allocates the shard's moments */
+    m->optimizer.t = o->t;
     const tlm_adamw_config *h = &o->config;
     const tlm_dtype dt = m->params_lp ? tlm_precision_act_dtype(m->run.precision) : TLM_DTYPE_F32;
     float clip;
@@ -366,5 +368,94 @@ tlm_status tlm_ddp_last_timing(tlm_ddp *d, tlm_ddp_timing *t) {
     if (d->timed_after) t->after_backward_ms = tlm_event_elapsed_ms(d->be, d->ev_bwd_end, d->ev_joined);
     if (d->timed_params) t->params_ms = tlm_event_elapsed_ms(d->be, d->ev_upd_end, d->ev_ag_joined);
     t->exposed_ms = t->in_backward_ms + t->after_backward_ms + t->params_ms;
+    return TLM_OK;
+}
+
+/* ---- ZeRO-1's moments in checkpoints ------------------------------------------------------------------------ */
+
+bool tlm_ddp_shards_optimizer(const tlm_ddp *d) { return d && d->cfg.zero; }
+
+/* The first run of [lo, hi) held by one rank under ZeRO: its length; *owner the rank (-1: a tail, every rank
+ * holds it), *at where it starts in that rank's shard of the moments. The buckets tile the flat buffer. */
+static size_t segment(const tlm_ddp *d, size_t lo, size_t hi, int *owner, size_t *at) {
+    *owner = -1;
+    *at = 0;
+    for (int k = 0; k < d->nb; k++) {
+        const tlm_ddp_bucket *b = &d->buckets[k];
+        if (lo < b->offset || lo >= b->offset + b->numel) continue;
+        size_t first = b->offset, end = b->offset + b->numel;
+        if (b->sharded) {
+            const size_t piece = b->numel / (size_t)d->world;
+            *owner = (int)((lo - b->offset) / piece);
+            first = b->offset + (size_t)*owner * piece;
+            end = first + piece;
+        }
+        *at = d->moment_off[k] + (lo - first);
+        return (hi < end ? hi : end) - lo;
+    }
+    return hi - lo; /* not reached */
+}
+
+/* rank r's floats of [lo, hi), as `segment` cuts them (a tail: rank 0's) */
+static bool holds(int owner, int r) { return owner == r || (owner < 0 && r == 0); }
+
+tlm_status tlm_ddp_gather_moments(tlm_ddp *d, size_t off, size_t n, float *m_out, float *v_out) {
+    if (!d->cfg.zero) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the moments are gathered under ZeRO-1 only");
+    const size_t chunk = TLM_DDP_MOMENT_CHUNK, W = (size_t)d->world;
+    float *send = malloc(2 * chunk * sizeof(float)), *recv = malloc(2 * chunk * W * sizeof(float));
+    tlm_status mine = send && recv && (d->rank != 0 || (m_out && v_out)) ? TLM_OK
+                      : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for gathering the AdamW moments");
+    tlm_status s = tlm_ddp_agree(d->c, mine); /* no rank enters the exchange alone */
+    for (size_t lo = off; s == TLM_OK && lo < off + n; lo += chunk) {
+        const size_t hi = lo + chunk < off + n ? lo + chunk : off + n;
+        size_t cnt = 0, len, at = 0;
+        int owner = -1;
+        for (size_t i = lo; i < hi; i += len) { /* this rank's floats of the chunk, in flat order */
+            len = segment(d, i, hi, &owner, &at);
+            if (!holds(owner, d->rank)) continue;
+            if (d->opt.m) {
+                tlm_copy_to_host(d->be, send + cnt, d->opt.m + at, len * sizeof(float));
+                tlm_copy_to_host(d->be, send + chunk + cnt, d->opt.v + at, len * sizeof(float));
+            } else { /* before the first update: zeros, as the replicated AdamW's */
+                memset(send + cnt, 0, len * sizeof(float));
+                memset(send + chunk + cnt, 0, len * sizeof(float));
+            }
+            cnt += len;
+        }
+        s = tlm_comm_host_all_gather(d->c, send, recv, 2 * chunk * sizeof(float));
+        if (s != TLM_OK || d->rank != 0) continue;
+        size_t *used = calloc(W, sizeof *used);
+        if (!used) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
+        for (size_t i = lo; used && i < hi; i += len) { /* each rank's floats where they belong */
+            len = segment(d, i, hi, &owner, &at);
+            const size_t r = owner < 0 ? 0 : (size_t)owner;
+            const float *from = recv + r * 2 * chunk + used[r];
+            memcpy(m_out + (i - off), from, len * sizeof(float));
+            memcpy(v_out + (i - off), from + chunk, len * sizeof(float));
+            used[r] += len;
+        }
+        free(used);
+    }
+    free(send);
+    free(recv);
+    return s;
+}
+
+tlm_status tlm_ddp_scatter_moments(tlm_ddp *d, size_t off, size_t n, const void *m_in, const void *v_in) {
+    if (!d->cfg.zero) return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the moments are scattered under ZeRO-1 only");
+    if (!d->opt.m) { /* the shard's moments, allocated as the first update would (its count is the model's) */
+        TLM_TRY(tlm_adamw_begin_step(&d->opt));
+        d->opt.t = d->m->optimizer.t;
+    }
+    size_t len, at = 0;
+    int owner = -1;
+    for (size_t i = off; i < off + n; i += len) {
+        len = segment(d, i, off + n, &owner, &at);
+        if (owner >= 0 && owner != d->rank) continue;
+        const size_t bytes = (i - off) * sizeof(float);
+        tlm_copy_to_backend(d->be, d->opt.m + at, (const char *)m_in + bytes, len * sizeof(float));
+        tlm_copy_to_backend(d->be, d->opt.v + at, (const char *)v_in + bytes, len * sizeof(float));
+    }
+    tlm_synchronize(d->be); /* the caller's buffers may go */
     return TLM_OK;
 }

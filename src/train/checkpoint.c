@@ -110,23 +110,39 @@ static void tidy_root(const char *root, int keep, int64_t current) {
 
 /* ---- writing ------------------------------------------------------------------------------------------ */
 
-/* AdamW's moments as safetensors: exp_avg.<name>, exp_avg_sq.<name> (zeros before the first update) */
-static tlm_status save_optimizer(const tlm_model *m, const char *path) {
+/* AdamW's moments whole on the host, m then v (2 x flat_numel floats; zeros before the first update): the
+ * model's, or under ZeRO-1 gathered from every rank's shard (a collective: every rank calls it; rank 0 gets
+ * *mv, the others NULL) */
+static tlm_status moments_to_host(const tlm_train *t, float **mv) {
+    const tlm_model *m = t->model;
+    const size_t n = m->layout.flat_numel;
+    const bool sharded = tlm_ddp_shards_optimizer(t->ddp);
+    *mv = t->rank == 0 || !sharded ? calloc(2 * n, sizeof(float)) : NULL;
+    tlm_status s = *mv || (sharded && t->rank != 0) ? TLM_OK
+                   : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the AdamW moments (%zu bytes)",
+                              2 * n * sizeof(float));
+    if (sharded) s = tlm_ddp_gather_moments(t->ddp, 0, n, *mv, *mv ? *mv + n : NULL); /* every rank fails alike */
+    else if (s == TLM_OK && m->optimizer.m) {
+        tlm_copy_to_host(m->backend, *mv, m->optimizer.m, n * sizeof(float));
+        tlm_copy_to_host(m->backend, *mv + n, m->optimizer.v, n * sizeof(float));
+    }
+    if (s != TLM_OK) {
+        free(*mv);
+        *mv = NULL;
+    }
+    return s;
+}
+
+/* AdamW's moments mv (moments_to_host's) as safetensors: exp_avg.<name>, exp_avg_sq.<name> */
+static tlm_status save_optimizer(const tlm_model *m, const float *mv, const char *path) {
     const tlm_param_layout *l = &m->layout;
     const size_t n = l->flat_numel;
-    float *mv = calloc(2 * n, sizeof(float));
     tlm_st_entry *e = calloc(2 * (size_t)l->num_tensors, sizeof *e);
     char (*names)[80] = calloc(2 * (size_t)l->num_tensors, sizeof *names);
-    if (!mv || !e || !names) {
-        free(mv);
+    if (!e || !names) {
         free(e);
         free(names);
-        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the AdamW moments (%zu bytes)",
-                        2 * n * sizeof(float));
-    }
-    if (m->optimizer.m) {
-        tlm_copy_to_host(m->backend, mv, m->optimizer.m, n * sizeof(float));
-        tlm_copy_to_host(m->backend, mv + n, m->optimizer.v, n * sizeof(float));
+        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     }
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < l->num_tensors; i++) {
@@ -144,7 +160,6 @@ static tlm_status save_optimizer(const tlm_model *m, const char *path) {
     const tlm_status s = tlm_safetensors_write_meta(path, e, 2 * l->num_tensors, meta, 3);
     free(names);
     free(e);
-    free(mv);
     return s;
 }
 
@@ -245,9 +260,9 @@ static char *state_json(const tlm_train *t, const tlm_train_sources *src, const 
     return text;
 }
 
-tlm_status tlm_checkpoint_save(const tlm_train *t, const tlm_train_sources *src, const char *root, int keep,
-                               char **written) {
-    if (written) *written = NULL;
+/* the step directory's files and `latest`, under ROOT's lock (rank 0) */
+static tlm_status save_files(const tlm_train *t, const tlm_train_sources *src, const float *mv, const char *root,
+                             int keep, char **written) {
     if (mkdir(root, 0777) != 0 && errno != EEXIST)
         return tlm_fail(TLM_ERR_IO, "checkpoint directory %s: cannot create it: %s", root, strerror(errno));
     struct stat st;
@@ -285,7 +300,7 @@ tlm_status tlm_checkpoint_save(const tlm_train *t, const tlm_train_sources *src,
         if (!weights || !optim || !state) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     }
     if (s == TLM_OK) s = tlm_model_save(t->model, weights);
-    if (s == TLM_OK) s = save_optimizer(t->model, optim);
+    if (s == TLM_OK) s = save_optimizer(t->model, mv, optim);
     step_digests dg; /* a second pass over the files as written (from the page cache) */
     if (s == TLM_OK) s = tlm_file_digest(weights, dg.hex[0], &dg.bytes[0]);
     if (s == TLM_OK) s = tlm_file_digest(optim, dg.hex[1], &dg.bytes[1]);
@@ -323,6 +338,17 @@ tlm_status tlm_checkpoint_save(const tlm_train *t, const tlm_train_sources *src,
     free(state);
     cJSON_free(text);
     close(lock);
+    return s;
+}
+
+tlm_status tlm_checkpoint_save(const tlm_train *t, const tlm_train_sources *src, const char *root, int keep,
+                               char **written) {
+    if (written) *written = NULL;
+    float *mv = NULL; /* first: under ZeRO-1 every rank gives its shard, and only rank 0 goes on */
+    TLM_TRY(moments_to_host(t, &mv));
+    if (!mv) return TLM_OK;
+    const tlm_status s = save_files(t, src, mv, root, keep, written);
+    free(mv);
     return s;
 }
 
@@ -656,29 +682,53 @@ static tlm_status check_optimizer(const tlm_model *m, const tlm_safetensors *st,
     return TLM_OK;
 }
 
-tlm_status tlm_checkpoint_restore(tlm_train *t, const tlm_checkpoint *ck) {
+/* the moments of st (checked) into t's optimizer: the model's, or under ZeRO-1 this rank's shard */
+static tlm_status place_moments(tlm_train *t, const tlm_checkpoint *ck, const tlm_safetensors *st) {
     tlm_model *m = t->model;
-    char *optim = path_join(ck->dir, "optimizer.safetensors"), *weights = path_join(ck->dir, "weights.safetensors");
+    const bool sharded = tlm_ddp_shards_optimizer(t->ddp);
+    if (ck->adamw_t > 0 && !sharded && !m->optimizer.m) TLM_TRY(tlm_adamw_begin_step(&m->optimizer)); /* allocates */
+    for (int i = 0; ck->adamw_t > 0 && i < m->layout.num_tensors; i++) {
+        const tlm_tensor_info *p = &m->layout.tensors[i];
+        char name[2][80];
+        snprintf(name[0], sizeof name[0], "exp_avg.%s", p->name);
+        snprintf(name[1], sizeof name[1], "exp_avg_sq.%s", p->name);
+        const tlm_st_tensor *xm = tlm_safetensors_find(st, name[0]), *xv = tlm_safetensors_find(st, name[1]);
+        if (sharded) {
+            TLM_TRY(tlm_ddp_scatter_moments(t->ddp, p->offset, p->numel, xm->data, xv->data));
+            continue;
+        }
+        tlm_copy_to_backend(m->backend, m->optimizer.m + p->offset, xm->data, p->numel * sizeof(float));
+        tlm_copy_to_backend(m->backend, m->optimizer.v + p->offset, xv->data, p->numel * sizeof(float));
+    }
+    tlm_model_restore_optimizer_state(m, ck->adamw_t, &ck->scaler);
+    return TLM_OK;
+}
+
+tlm_status tlm_checkpoint_restore_moments(tlm_train *t, const tlm_checkpoint *ck) {
+    char *optim = path_join(ck->dir, "optimizer.safetensors");
     tlm_safetensors st;
     bool have = false;
-    tlm_status s = optim && weights ? TLM_OK : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
+    tlm_status s = optim ? TLM_OK : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     if (s == TLM_OK) have = (s = tlm_safetensors_read(optim, &st)) == TLM_OK;
-    if (s == TLM_OK) s = check_optimizer(m, &st, optim, ck->adamw_t);
+    if (s == TLM_OK) s = check_optimizer(t->model, &st, optim, ck->adamw_t);
+    if (s == TLM_OK) s = place_moments(t, ck, &st);
+    if (have) tlm_safetensors_free(&st);
+    free(optim);
+    return s;
+}
+
+tlm_status tlm_checkpoint_restore(tlm_train *t, const tlm_checkpoint *ck) {
+    tlm_model *m = t->model;
+    char *weights = path_join(ck->dir, "weights.safetensors");
+    tlm_status s = weights ? TLM_OK : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     tlm_train_record *log = NULL;
     if (s == TLM_OK && ck->log_len > 0 && !(log = malloc((size_t)ck->log_len * sizeof *log)))
         s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the loss log");
+    /* one rank: the moments now (their file checked before anything changes); several: once the reducer
+     * says where they live (tlm_train_session_join) */
+    if (s == TLM_OK && t->world_size == 1) s = tlm_checkpoint_restore_moments(t, ck);
     if (s == TLM_OK) s = tlm_model_load_from(m, &ck->weights, weights, NULL, NULL); /* checks, then copies */
-    if (s == TLM_OK && ck->adamw_t > 0 && !m->optimizer.m) s = tlm_adamw_begin_step(&m->optimizer); /* allocates */
     if (s == TLM_OK) {
-        for (int k = 0; k < 2 && m->optimizer.m; k++)
-            for (int i = 0; i < m->layout.num_tensors; i++) {
-                const tlm_tensor_info *p = &m->layout.tensors[i];
-                char name[80];
-                snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", p->name);
-                const tlm_st_tensor *x = tlm_safetensors_find(&st, name);
-                tlm_copy_to_backend(m->backend, (k ? m->optimizer.v : m->optimizer.m) + p->offset, x->data,
-                                    p->numel * sizeof(float));
-            }
         tlm_model_restore_optimizer_state(m, ck->adamw_t, &ck->scaler);
         t->step = ck->step;
         t->tokens = ck->tokens;
@@ -689,8 +739,6 @@ tlm_status tlm_checkpoint_restore(tlm_train *t, const tlm_checkpoint *ck) {
         log = NULL;
     }
     free(log);
-    if (have) tlm_safetensors_free(&st);
-    free(optim);
     free(weights);
     return s;
 }

@@ -125,8 +125,14 @@ static tlm_status check_model(const tlm_train_args *args, const tlm_checkpoint *
     return TLM_OK;
 }
 
-tlm_status tlm_train_plan_resume(const tlm_train_args *args, const tlm_checkpoint *ck, tlm_train_config *out) {
+tlm_status tlm_train_plan_resume(const tlm_train_args *given, const tlm_checkpoint *ck, tlm_train_config *out) {
     const char *d = ck->dir;
+    tlm_train_args named = *given, *args = &named; /* the preset named, resolved here */
+    if (args->preset_name && tlm_config_preset(args->preset_name, &named.preset) != TLM_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", tlm_last_error());
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "--model: %s", why);
+    }
     TLM_TRY(check_model(args, ck));
     TLM_TRY(check_recipe(args, ck));
     if (args->precision_given && args->precision != ck->precision)
@@ -135,12 +141,20 @@ tlm_status tlm_train_plan_resume(const tlm_train_args *args, const tlm_checkpoin
     if (args->val_data_given && !ck->val_data_path)
         return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "--val-data contradicts the checkpoint %s, whose run had no "
                         "validation data", d);
+    /* the global batch over this run's ranks (the draws are the global batch's rows: any count that divides) */
+    const int global = ck->config.batch_size * ck->world_size, world = args->world_size > 0 ? args->world_size
+                                                                                             : ck->world_size;
+    if (global % world != 0)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the checkpoint %s's global batch of %d rows does not divide over "
+                        "this run's %d ranks: resume it with a number of ranks that divides %d", d, global, world,
+                        global);
     tlm_train_config *r = out;
     *r = ck->config;
+    r->batch_size = global / world;
     /* the budget may grow */
     if (GIVEN(args, STEPS)) r->steps = (int64_t)VALUE(args, STEPS);
     if (GIVEN(args, TOKENS)) {
-        const double per_step = (double)r->grad_accum_steps * r->batch_size * r->context_length * ck->world_size;
+        const double per_step = (double)r->grad_accum_steps * global * r->context_length;
         r->steps = (int64_t)ceil(VALUE(args, TOKENS) / per_step);
     }
     if (r->steps <= ck->step)

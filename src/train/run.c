@@ -237,7 +237,8 @@ static tlm_train_window clock_step(const tlm_train *t, const tlm_train_run_confi
     return w;
 }
 
-/* rank 0 writes the checkpoint; the others wait for it in the next step's first collective */
+/* rank 0 writes the checkpoint (under ZeRO-1 the others first give it their moments); the others wait for it in
+ * the next step's first collective */
 static tlm_status save_checkpoint(tlm_train *t, const tlm_train_run_config *c, run_clock *k,
                                   tlm_train_run_result *res) {
     free(res->checkpoint);
@@ -275,7 +276,8 @@ static tlm_status after_step(tlm_train *t, const tlm_train_run_config *c, run_cl
         k->window_steps = 0;
         k->window_comm = 0;
     }
-    if (save && t->rank == 0) return save_checkpoint(t, c, k, res);
+    if (save && (t->rank == 0 || tlm_ddp_shards_optimizer(t->ddp))) /* ZeRO-1: every rank gives its shard */
+        return save_checkpoint(t, c, k, res);
     return TLM_OK;
 }
 

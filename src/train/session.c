@@ -73,6 +73,7 @@ tlm_status tlm_train_session_create(tlm_train_session *s, tlm_backend *be, const
     s->train.train_data_id = &s->train_id;
     s->train.val_data_id = s->have_val_data ? &s->val_id : NULL;
     s->train.data_change = s->data_change[0] ? s->data_change : NULL;
+    s->resumed = ck;
     return ck ? tlm_checkpoint_restore(&s->train, ck) : TLM_OK;
 }
 
@@ -88,7 +89,8 @@ tlm_status tlm_train_session_join(tlm_train_session *s, tlm_comm *comm, tlm_prec
     TLM_TRY(tlm_comm_check_same(comm, "the run's configuration", text));
     TLM_TRY(tlm_ddp_create(&s->ddp, s->model, comm, ddp));
     s->train.ddp = s->ddp;
-    return TLM_OK;
+    /* resumed: AdamW's moments where the reducer keeps them (replicated, or this rank's ZeRO-1 shard) */
+    return s->resumed ? tlm_ddp_agree(comm, tlm_checkpoint_restore_moments(&s->train, s->resumed)) : TLM_OK;
 }
 
 void tlm_train_session_free(tlm_train_session *s, bool free_ddp) {
