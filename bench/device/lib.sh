@@ -197,3 +197,12 @@ dev_pack() {
   [ "$mb" -ge 16 ] && warn "results.tar.xz is $mb MiB: over the 16 MiB a file may come back with (PACK_MAX_MB lower)"
   return 0
 }
+gen_corpus() { # (the generate and realrun stages) prints the train and val token files' paths, making them when needed
+  local w=$1
+  if [ -f build-train/data/fortunes-train.bin ]; then
+    echo "build-train/data/fortunes-train.bin build-train/data/fortunes-val.bin"
+  elif [ -d /usr/share/games/fortunes ] || dry; then
+    x python3 tools/make_tokens.py --out "$w/fortunes" > "$w/make_tokens.txt" 2>&1
+    echo "$w/fortunes-train.bin $w/fortunes-val.bin"
+  fi
+}

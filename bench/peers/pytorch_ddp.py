@@ -18,7 +18,9 @@ bf16 (torch.autocast, fp32 master weights and gradients).
 
 Timing, as tlm bench: warm-up steps, then timed steps, each phase between torch.cuda.synchronize()
 calls on every rank: forward (loss), backward (DDP's all-reduces run inside it, overlapped), optimizer
-(ZeRO: its update and broadcast); step = their sum, the mean over the timed steps, the largest over the
+(ZeRO: its update and broadcast); with --grad-accum-steps N an optimizer step is N micro-batches of the
+same rows (the loss divided by N; DDP's no_sync in all but the last), forward and backward summed over
+them; step = their sum, the mean over the timed steps, the largest over the
 ranks. Memory (torch.cuda.max_memory_allocated, the largest over the ranks): after the model and
 optimizer are built, right before and right after the last optimizer step, and the peak; the
 optimizer state's bytes (AdamW's exp_avg and exp_avg_sq held by this rank).
@@ -28,12 +30,13 @@ optimizer state's bytes (AdamW's exp_avg and exp_avg_sq held by this rank).
 
 Output: a JSON object {"tool": "pytorch_ddp.py", "rows": [...]} whose rows use tlm bench's field names
 (model, context_length, batch_size (global), precision, ranks, ddp ("pytorch" or "none"), bucket_mb,
-grad_reduce_dtype, zero, fwd_ms_mean, bwd_ms_mean, opt_ms_mean, step_ms_mean, comm_ms_mean (null:
+grad_reduce_dtype, zero, grad_accum_steps, fwd_ms_mean, bwd_ms_mean, opt_ms_mean, step_ms_mean, comm_ms_mean (null:
 PyTorch's overlap leaves no phase of its own), tokens_per_s, peak_bytes, mem_after_init_bytes,
 mem_before_opt_bytes, mem_after_opt_bytes, peak_bytes_optimizer, status, error); a table on stdout.
 """
 
 import argparse
+import contextlib
 import datetime
 import itertools
 import json
@@ -116,16 +119,23 @@ def worker(rank, cfg, port, result_path):
         mem_init = allocated()
         times = {"fwd": [], "bwd": [], "opt": []}
         before = after = 0
+        accum = cfg["grad_accum_steps"]
         for i in range(cfg["warmup"] + cfg["steps"]):
-            sync()
-            t0 = time.perf_counter()
-            with amp:
-                loss = cross_entropy(net(x), y)
-            sync()
-            t1 = time.perf_counter()
-            loss.backward()
-            sync()
-            t2 = time.perf_counter()
+            t_fwd = t_bwd = 0.0
+            for k in range(accum):  # nanoGPT's loop: DDP reduces only in the last micro-batch's backward (no_sync)
+                quiet = net.no_sync() if n > 1 and k < accum - 1 else contextlib.nullcontext()
+                with quiet:
+                    sync()
+                    t0 = time.perf_counter()
+                    with amp:
+                        loss = cross_entropy(net(x), y) / accum
+                    sync()
+                    t1 = time.perf_counter()
+                    loss.backward()
+                    sync()
+                    t2 = time.perf_counter()
+                t_fwd += t1 - t0
+                t_bwd += t2 - t1
             before = allocated()
             opt.step()
             opt.zero_grad(set_to_none=False)  # DDP's bucket views stay
@@ -134,8 +144,8 @@ def worker(rank, cfg, port, result_path):
             after = allocated()
             loss = None
             if i >= cfg["warmup"]:
-                for k, (a, b) in (("fwd", (t0, t1)), ("bwd", (t1, t2)), ("opt", (t2, t3))):
-                    times[k].append((b - a) * 1e3)
+                for k, v in (("fwd", t_fwd), ("bwd", t_bwd), ("opt", t3 - t2)):
+                    times[k].append(v * 1e3)
         mine = [np.mean(times["fwd"]), np.mean(times["bwd"]), np.mean(times["opt"]),
                 torch.cuda.max_memory_allocated() if cuda else 0, mem_init, before, after, optimizer_bytes(opt)]
         vals = torch.tensor(mine, dtype=torch.float64, device=dev)
@@ -145,7 +155,7 @@ def worker(rank, cfg, port, result_path):
         row.update(fwd_ms_mean=fwd, bwd_ms_mean=bwd, opt_ms_mean=upd, step_ms_mean=fwd + bwd + upd,
                    peak_bytes=int(peak), mem_after_init_bytes=int(init), mem_before_opt_bytes=int(bef),
                    mem_after_opt_bytes=int(aft), peak_bytes_optimizer=int(optb), status="ok", error="")
-        row["tokens_per_s"] = row["batch_size"] * T / (row["step_ms_mean"] / 1e3)
+        row["tokens_per_s"] = row["batch_size"] * T * accum / (row["step_ms_mean"] / 1e3)
     except (torch.cuda.OutOfMemoryError, MemoryError) as e:
         row.update(status="OOM", error=str(e).splitlines()[0])
     except Exception as e:  # noqa: BLE001 — the row says what failed; the sweep goes on
@@ -176,6 +186,8 @@ def main(argv=None):
     p.add_argument("--grad-reduce-dtype", default="fp32", help="fp32,bf16 (bf16: bf16_compress_hook)")
     p.add_argument("--zero", default="0", help="0,1 (1: ZeroRedundancyOptimizer)")
     p.add_argument("--attention", choices=("naive", "sdpa"), default="naive")
+    p.add_argument("--grad-accum-steps", type=int, default=1,
+                   help="micro-batches an optimizer step (nanoGPT's gradient_accumulation_steps; DDP's no_sync)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
@@ -197,7 +209,7 @@ def main(argv=None):
         seen.add(key)
         cfg = dict(model=args.model, context_length=args.context_length, precision=prec, ranks=n, bucket_mb=bucket,
                    grad_reduce_dtype=rdt, zero=zero, batch_per_rank=args.batch_size_per_rank, seed=args.seed,
-                   attention=args.attention, warmup=args.warmup, steps=args.steps, device=args.device)
+                   attention=args.attention, grad_accum_steps=args.grad_accum_steps, warmup=args.warmup, steps=args.steps, device=args.device)
         if n > gpus and args.device == "cuda":
             row = dict(cfg, status="skipped", error=f"{n} processes need {n} GPUs, {gpus} here")
         else:

@@ -8,15 +8,6 @@
 # Files: generate/samples.md (the samples, the commands and the speeds, kept), generate/speed.txt (the stderr
 #   lines: time to first token, tokens/s), generate/train.json (the run's log), gpu-tests-generate.txt.
 # env: GEN_STEPS (300) GEN_PROMPTS ("The |A |Q: |You will ")
-gen_corpus() { # prints the train and val token files' paths, making them when needed
-  local w=$1
-  if [ -f build-train/data/fortunes-train.bin ]; then
-    echo "build-train/data/fortunes-train.bin build-train/data/fortunes-val.bin"
-  elif [ -d /usr/share/games/fortunes ] || dry; then
-    x python3 tools/make_tokens.py --out "$w/fortunes" > "$w/make_tokens.txt" 2>&1
-    echo "$w/fortunes-train.bin $w/fortunes-val.bin"
-  fi
-}
 stage_generate() {
   local w=$R/generate-work g=$R/generate rc=0 steps=${GEN_STEPS:-300} data p seed prec
   mkdir -p "$w" "$g"
