@@ -12,7 +12,8 @@ stage_accum() {
   local rc=0 m=${MODELS:-2.7B,xl} b=${BATCH:-8} c=${CTX:-256} n=${ACCUM:-256} p=${PREC:-bf16} nm
   nm=$(tr ',' '\n' <<<"$m" | grep -c .)  # models: the estimates below are per model and step
   say "test_gpu_accum"
-  x "$BUILD/tests/test_gpu_accum" > "$R/gpu-tests.txt" 2>&1 || rc=1
+  local tests=${BIN:+$BIN/tests}
+  x "${tests:-$BUILD/tests}/test_gpu_accum" > "$R/gpu-tests.txt" 2>&1 || rc=1
   dry || grep -E '^(FAIL|[0-9]+ passed)' "$R/gpu-tests.txt"
   local common=(--device cuda --model "$m" --context-length "$c" --batch-size "$b" --precision "$p" --pass train)
   say "tlm bench, no accumulation: $m, batch $b x context $c"

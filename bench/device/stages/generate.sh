@@ -11,10 +11,10 @@
 stage_generate() {
   local w=$R/generate-work g=$R/generate rc=0 steps=${GEN_STEPS:-300} data p seed prec
   mkdir -p "$w" "$g"
-  if [ -z "${BIN:-}" ] || [ -x "$BIN/test_gpu_generate" ]; then
+  if [ -z "${BIN:-}" ] || [ -x "$BIN/tests/test_gpu_generate" ]; then
     say "GPU test (generate)"
     local t=$BUILD/tests/test_gpu_generate
-    [ -n "${BIN:-}" ] && t=$BIN/test_gpu_generate
+    [ -n "${BIN:-}" ] && t=$BIN/tests/test_gpu_generate
     { x "$t"; echo "test_gpu_generate exit $?"; } > "$R/gpu-tests-generate.txt" 2>&1
     grep -E "FAIL|passed|exit" "$R/gpu-tests-generate.txt"
     grep -q "test_gpu_generate exit 0" "$R/gpu-tests-generate.txt" || dry || rc=1
