@@ -50,8 +50,9 @@ test-asan: deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(BUILD_ASAN) -L cpu -E slow --output-on-failure -j $(JOBS)
 
-# libFuzzer harnesses of the safetensors, .npy and token readers (tests/fuzz/README.md): ASan+UBSan,
-# no input may crash, leak, take 10 s or allocate over 1 GiB. 60 s each from the seed corpus.
+# libFuzzer harnesses of the file readers (tests/fuzz/README.md: safetensors, .npy, tokens, checkpoints,
+# plot inputs, --exec profiles): ASan+UBSan, no input may crash, leak, take 10 s or allocate over 1 GiB.
+# 60 s each from the seed corpus.
 test-fuzz: deps
 	@JOBS=$(JOBS) bash tests/fuzz/run.sh --build $(BUILD_FUZZ) --seconds 60 --if-clang
 

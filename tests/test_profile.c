@@ -18,6 +18,7 @@
  *    unwritable path gives an error and no file. */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,31 @@ static void test_data_and_file(void) {
     tlm_profile_write(p, h);
     check_status(tlm_profile_read(&q, h, "loop"), TLM_ERR_FORMAT, "range 0", "a range that encloses itself");
     fclose(h);
+    p->ranges[0].parent = -1;
+    /* a record whose index, enum, bool or time is out of range is refused, never used (an index
+     * into the summary's tables: found by tests/fuzz/fuzz_profile.c) */
+    const tlm_prof_activity good = p->acts[0];
+    const char *what[] = {"phase 65536", "layer 2^31-1", "op 5 of 0", "range -2", "warmup byte 2", "kind 9",
+                          "end before start"};
+    for (int k = 0; k < 7; k++) {
+        tlm_prof_activity *x = &p->acts[0];
+        *x = good;
+        if (k == 0) x->phase = (tlm_phase)65536;
+        if (k == 1) x->layer = INT32_MAX;
+        if (k == 2) x->op = 5;
+        if (k == 3) x->range = -2;
+        if (k == 4) memset(&x->warmup, 2, 1);
+        if (k == 5) x->kind = (tlm_prof_kind)9;
+        if (k == 6) x->end_ns = x->start_ns - 1;
+        FILE *c = tmpfile();
+        tlm_profile_write(p, c);
+        char label[64];
+        snprintf(label, sizeof label, "an activity's %s", what[k]);
+        check_status(tlm_profile_read(&q, c, "bad"), TLM_ERR_FORMAT, "bad: activity 0 is malformed", label);
+        check(q == NULL, "%s: no profile", label);
+        fclose(c);
+    }
+    p->acts[0] = good;
     free(bytes);
     fclose(f);
     tlm_profile_free(p);
@@ -227,6 +253,29 @@ static void test_resolve_tlm(void) {
           "a kernel with no launch: no op, no phase, in the step begun last before it started (step %d)", r[2].step);
     check(p->ops[op].captured && !p->ops[eager].captured, "the op behind a graph node is marked captured");
     tlm_profile_free(p);
+}
+
+/* "layer N" past TLM_PROF_MAX_LAYER names no layer (the layer table is dense in the number) */
+static void test_resolve_layer_bound(void) {
+    const int layers[2] = {TLM_PROF_MAX_LAYER, 99999999};
+    for (int k = 0; k < 2; k++) {
+        tlm_profile *p;
+        die_on(tlm_profile_create(&p), "profile");
+        p->foreign = true;
+        char name[32];
+        snprintf(name, sizeof name, "layer %d", layers[k]);
+        add_range(p, name, TLM_PROF_RANGE_NVTX, 0, 100, 1, -1, scope(0, -1, -1, false));
+        const tlm_prof_launch l = {1, -1, -1, 50, 1};
+        tlm_profile_add_launch(p, &l);
+        tlm_prof_activity a = tlm_prof_activity_blank(TLM_PROF_KERNEL, tlm_profile_intern(p, "k"), 60, 70);
+        a.correlation = 1;
+        tlm_profile_add_activity(p, &a);
+        tlm_profile_resolve(p);
+        const int want = k ? -1 : TLM_PROF_MAX_LAYER;
+        check(p->acts[0].range == 0 && p->acts[0].layer == want, "an NVTX range \"%s\": layer %d (want %d)", name,
+              p->acts[0].layer, want);
+        tlm_profile_free(p);
+    }
 }
 
 static void test_resolve_foreign(void) {
@@ -597,6 +646,7 @@ int main(void) {
     test_names_and_classes();
     test_resolve_tlm();
     test_resolve_foreign();
+    test_resolve_layer_bound();
     test_synthetic_findings();
     tlm_backend *be = test_backend();
     char trace[] = "/tmp/tlm_profile_trace_XXXXXX";

@@ -356,6 +356,9 @@ static void test_damaged(const tlm_tokens *train, const tlm_tokens *val) {
                    val);
     expect_damaged("latest holds garbage", "echo ../../etc > ../latest", TLM_ERR_FORMAT, "does not name a step", train,
                    val);
+    /* found by tests/fuzz/fuzz_checkpoint.c: the name up to the NUL was opened, another step's directory */
+    expect_damaged("latest holds a NUL byte", "printf 'step-0000\\0000003\\n' > ../latest", TLM_ERR_FORMAT,
+                   "holds a NUL byte", train, val);
     expect_damaged("weights truncated", "head -c 3000 weights.safetensors > w && mv w weights.safetensors",
                    TLM_ERR_FORMAT, "weights.safetensors", train, val);
     expect_damaged("optimizer truncated", "head -c 3000 optimizer.safetensors > w && mv w optimizer.safetensors",

@@ -99,6 +99,12 @@ tlm_status tlm_plot_find_gnuplot(char *path, size_t n);
  * written unless every picture is. */
 tlm_status tlm_plot_render(const tlm_plot_kind *k, const char *const *inputs, int n, const tlm_plot_options *o);
 
+/* Reads the inputs and builds kind k's description without drawing it (no gnuplot needed): the data
+ * blocks and commands as one text (*script, malloc'ed; NULL on failure). For tests and the fuzz
+ * harness of the readers (tests/fuzz/fuzz_plot.c). Errors: INVALID_ARGUMENT (the number of inputs),
+ * IO, FORMAT, OUT_OF_MEMORY, as tlm_plot_render. */
+tlm_status tlm_plot_describe(const tlm_plot_kind *k, const char *const *inputs, int n, char **script);
+
 #ifdef __cplusplus
 }
 #endif

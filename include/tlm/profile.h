@@ -65,10 +65,14 @@ typedef struct {
     int32_t op;             /* index into ops[] of the tlm op that issued it; -1: none */
     int32_t range;          /* innermost host range (index into ranges[]) it was issued in; -1: none */
     tlm_phase phase;        /* foreign programs: from an enclosing range named forward/backward/optimizer */
-    int32_t layer;          /* -1 outside the blocks */
+    int32_t layer;          /* -1 outside the blocks; at most TLM_PROF_MAX_LAYER */
     int32_t step;           /* -1 outside any step */
     bool warmup;            /* issued in a warm-up step: left out of the tables */
 } tlm_prof_activity;
+
+/* The largest layer number attributed (the layer table is dense in it): a foreign program's NVTX
+ * range "layer N" with N above it names no layer; a profile file holding one is refused. */
+#define TLM_PROF_MAX_LAYER 65535
 
 /* One op tlm dispatched (ops.h), with the scope it ran in and ops.def's FLOPs and bytes. */
 typedef struct {

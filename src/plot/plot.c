@@ -322,6 +322,27 @@ static void remove_dir(const char *dir) {
     rmdir(dir);
 }
 
+static void free_docs(cJSON **docs, int n) {
+    for (int i = 0; docs && i < n; i++) cJSON_Delete(docs[i]);
+    free(docs);
+}
+
+/* reads and parses the n inputs into *docs (calloc'ed, n entries; free_docs frees them, on failure too) */
+static tlm_status read_inputs(const tlm_plot_kind *k, const char *const *inputs, int n, cJSON ***docs) {
+    if (!(*docs = calloc((size_t)(n > 0 ? n : 1), sizeof **docs)))
+        return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
+    for (int i = 0; i < n; i++) {
+        char *data;
+        size_t len;
+        TLM_TRY(read_file(inputs[i], &data, &len));
+        (*docs)[i] = cJSON_ParseWithLength(data, len);
+        free(data);
+        if (!(*docs)[i])
+            return tlm_fail(TLM_ERR_FORMAT, "%s is not JSON (tlm plot %s reads %s)", inputs[i], k->name, k->reads);
+    }
+    return TLM_OK;
+}
+
 /* OUT without a .png / .svg extension */
 static void stem(const char *out, char *buf, size_t n) {
     snprintf(buf, n, "%s", out);
@@ -346,18 +367,8 @@ tlm_status tlm_plot_render(const tlm_plot_kind *k, const char *const *inputs, in
             tlm_io_plan_output(&files, "--out", path);
         }
     TLM_TRY(tlm_io_plan_check(&files));
-    cJSON **docs = calloc((size_t)n, sizeof *docs);
-    if (!docs) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
-    tlm_status s = TLM_OK;
-    for (int i = 0; i < n && s == TLM_OK; i++) {
-        char *data;
-        size_t len;
-        s = read_file(inputs[i], &data, &len);
-        if (s != TLM_OK) break;
-        docs[i] = cJSON_ParseWithLength(data, len);
-        free(data);
-        if (!docs[i]) s = tlm_fail(TLM_ERR_FORMAT, "%s is not JSON (tlm plot %s reads %s)", inputs[i], k->name, k->reads);
-    }
+    cJSON **docs = NULL;
+    tlm_status s = read_inputs(k, inputs, n, &docs);
     char gnuplot[4096]; /* looked for once the inputs are read: a bad input is named with or without gnuplot */
     if (s == TLM_OK) s = tlm_plot_find_gnuplot(gnuplot, sizeof gnuplot);
     tlm_plot p = {.width = 1200, .height = 700};
@@ -395,7 +406,25 @@ tlm_status tlm_plot_render(const tlm_plot_kind *k, const char *const *inputs, in
     }
     if (dir[0]) remove_dir(dir);
     plot_free(&p);
-    for (int i = 0; i < n; i++) cJSON_Delete(docs[i]);
-    free(docs);
+    free_docs(docs, n);
+    return s;
+}
+
+tlm_status tlm_plot_describe(const tlm_plot_kind *k, const char *const *inputs, int n, char **script) {
+    *script = NULL;
+    if (n < k->min_inputs || n > k->max_inputs)
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "tlm plot %s takes %d to %d input files (%s), not %d", k->name,
+                        k->min_inputs, k->max_inputs, k->reads, n);
+    cJSON **docs = NULL;
+    tlm_status s = read_inputs(k, inputs, n, &docs);
+    tlm_plot p = {.width = 1200, .height = 700};
+    if (s == TLM_OK) s = k->build(&p, (const struct cJSON *const *)docs, inputs, n);
+    if (s == TLM_OK && p.oom) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory describing the plot");
+    if (s == TLM_OK && asprintf(script, "%s%s", p.data.s ? p.data.s : "", p.cmds.s ? p.cmds.s : "") < 0) {
+        *script = NULL;
+        s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory describing the plot");
+    }
+    plot_free(&p);
+    free_docs(docs, n);
     return s;
 }

@@ -135,10 +135,12 @@ static tlm_status collect(results *r, const cJSON *const *docs, const char *cons
             char name[128];
             impl_name(docs[f], row, tool, name, sizeof name);
             const int i = impl_of(r, name, f, owner, paths[f]);
-            if (i < 0) return tlm_fail(TLM_ERR_FORMAT, "more than %d implementations to draw in one picture", MAX_IMPLS);
-            if (r->n_pts == MAX_POINTS) return tlm_fail(TLM_ERR_FORMAT, "more than %d rows to draw", MAX_POINTS);
+            if (i < 0) return tlm_fail(TLM_ERR_FORMAT, "%s: more than %d implementations to draw in one picture",
+                                       paths[f], MAX_IMPLS);
+            if (r->n_pts == MAX_POINTS) return tlm_fail(TLM_ERR_FORMAT, "%s: more than %d rows to draw",
+                                                        paths[f], MAX_POINTS);
             if (!add_key(r->nranks, &r->n_nranks, p.nranks) || !add_key(r->sizes, &r->n_sizes, p.bytes))
-                return tlm_fail(TLM_ERR_FORMAT, "more than %d process counts or sizes to draw", MAX_KEYS);
+                return tlm_fail(TLM_ERR_FORMAT, "%s: more than %d process counts or sizes to draw", paths[f], MAX_KEYS);
             r->pts[r->n_pts] = p;
             r->pts[r->n_pts++].impl = i;
         }
@@ -238,7 +240,8 @@ static tlm_status time_against(tlm_plot *p, const cJSON *const *docs, const char
                                            lines++ ? ", " : "", name, colors[color % 8], dash % 5 + 1,
                                            points_types[dash % 6], tlm_plot_str(p, title));
         }
-    if (s == TLM_OK && !fits) s = tlm_fail(TLM_ERR_FORMAT, "too many lines to draw in one picture");
+    if (s == TLM_OK && !fits) s = tlm_fail(TLM_ERR_FORMAT, "%s%s: too many lines to draw in one picture",
+                                           paths[0], n > 1 ? " and the others" : "");
     if (s == TLM_OK) {
         tlm_plot_cmd(p, "set title 'All-reduce: time against %s (in place; the mean over the ranks)'",
                      nproc ? "the number of processes" : "size");
@@ -319,7 +322,8 @@ static tlm_status backends(tlm_plot *p, const cJSON *const *docs, const char *co
                                            lines++ ? ", " : "", name, colors[i % 8], points_types[i % 6],
                                            tlm_plot_str(p, r.impl[i]));
         }
-        if (!fits) s = tlm_fail(TLM_ERR_FORMAT, "too many lines to draw in one panel");
+        if (!fits) s = tlm_fail(TLM_ERR_FORMAT, "%s%s: too many lines to draw in one panel",
+                                paths[0], n > 1 ? " and the others" : "");
         tlm_plot_cmd(p, "set title '%.0f ranks'", r.nranks[k]);
         tlm_plot_cmd(p, "%s", lines ? plot : "plot NaN notitle");
     }

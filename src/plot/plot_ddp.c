@@ -86,11 +86,12 @@ static tlm_status collect(ddp_rows *r, const cJSON *const *docs, const char *con
                                 "bucketed, \"bucket_mb\")",
                                 paths[f]);
             if (x.ranks > 1 && !x.bucketed && t == 1) continue; /* PyTorch: no other mode */
-            if (r->n == MAX_ROWS) return tlm_fail(TLM_ERR_FORMAT, "more than %d rows to draw", MAX_ROWS);
+            if (r->n == MAX_ROWS) return tlm_fail(TLM_ERR_FORMAT, "%s: more than %d rows to draw", paths[f], MAX_ROWS);
             int k = 0;
             while (k < r->n_precisions && strcmp(r->precisions[k], x.precision) != 0) k++;
             if (k == r->n_precisions) {
-                if (k == MAX_PRECISIONS) return tlm_fail(TLM_ERR_FORMAT, "more than %d precisions", MAX_PRECISIONS);
+                if (k == MAX_PRECISIONS) return tlm_fail(TLM_ERR_FORMAT, "%s: more than %d precisions",
+                                                         paths[f], MAX_PRECISIONS);
                 snprintf(r->precisions[r->n_precisions++], sizeof r->precisions[0], "%s", x.precision);
             }
             r->rows[r->n++] = x;
@@ -188,7 +189,8 @@ static tlm_status buckets(tlm_plot *p, const cJSON *const *docs, const char *con
         for (int i = 0; i < r.n; i++)
             if (r.rows[i].bucketed && r.rows[i].ranks > 1 && strcmp(r.rows[i].precision, prec) == 0 &&
                 series_of(keys, &nk, &r.rows[i]) < 0)
-                s = tlm_fail(TLM_ERR_FORMAT, "more than %d lines in one panel", MAX_SERIES);
+                s = tlm_fail(TLM_ERR_FORMAT, "%s%s: more than %d lines in one panel",
+                             paths[0], n > 1 ? " and the others" : "", MAX_SERIES);
         char plot[8192], name[48], title[160];
         size_t used = 0;
         bool fits = tlm_plot_append(plot, sizeof plot, &used, "plot ");
@@ -226,7 +228,8 @@ static tlm_status buckets(tlm_plot *p, const cJSON *const *docs, const char *con
                                            "%s%.17g with lines lw 1.5 dt 2 lc rgb '%s' title %s", lines++ ? ", " : "",
                                            one->step_ms, t ? "#7f7f7f" : "#000000", tlm_plot_str(p, title));
         }
-        if (s == TLM_OK && !fits) s = tlm_fail(TLM_ERR_FORMAT, "too many lines to draw in one panel");
+        if (s == TLM_OK && !fits) s = tlm_fail(TLM_ERR_FORMAT, "%s%s: too many lines to draw in one panel",
+                                               paths[0], n > 1 ? " and the others" : "");
         snprintf(title, sizeof title, "%s, %s", r.rows[0].model, prec);
         tlm_plot_cmd(p, "set title %s", tlm_plot_str(p, title));
         tlm_plot_cmd(p, "%s", lines && s == TLM_OK ? plot : "plot NaN notitle");
@@ -282,7 +285,8 @@ static tlm_status scaling(tlm_plot *p, const cJSON *const *docs, const char *con
                      paths[0], n > 1 ? " and the others" : "");
     if (s == TLM_OK && !(fits && tlm_plot_append(plot, sizeof plot, &used,
                                                  ", x with lines lw 1 dt 3 lc rgb '#7f7f7f' title 'ideal (N-fold)'")))
-        s = tlm_fail(TLM_ERR_FORMAT, "too many lines to draw in one picture");
+        s = tlm_fail(TLM_ERR_FORMAT, "%s%s: too many lines to draw in one picture",
+                     paths[0], n > 1 ? " and the others" : "");
     if (s == TLM_OK) {
         snprintf(title, sizeof title,
                  "Data-parallel training, %s: tokens/s over one %s's (bucketed 25 MiB, float32 reduction)",

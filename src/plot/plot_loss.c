@@ -75,7 +75,8 @@ static tlm_status build(tlm_plot *p, const cJSON *const *docs, const char *const
                 k += snprintf(out + k, room - (size_t)k,
                               ", $val%d using %d:3 with linespoints lw 2.5 pt 7 ps 0.8 lc rgb '%s' title %s", i, x,
                               color, tv);
-            if (k < 0 || (size_t)k >= room) return tlm_fail(TLM_ERR_FORMAT, "too many runs to plot in one picture");
+            if (k < 0 || (size_t)k >= room)
+                return tlm_fail(TLM_ERR_FORMAT, "%s: too many runs to plot in one picture", paths[i]);
             used[side] += (size_t)k;
         }
     }

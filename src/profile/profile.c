@@ -267,7 +267,8 @@ static void resolve_foreign(tlm_profile *p, const size_t *lix) {
             const char *name = tlm_profile_str(p, p->ranges[q].name);
             const int ph = phase_of_name(name);
             if (ph >= 0 && a->phase == TLM_PHASE_SETUP) a->phase = (tlm_phase)ph;
-            if (a->layer < 0 && number_after(name, "layer ") >= 0) a->layer = number_after(name, "layer ");
+            const int layer = number_after(name, "layer "); /* the layer table is dense: a bounded number */
+            if (a->layer < 0 && layer >= 0 && layer <= TLM_PROF_MAX_LAYER) a->layer = layer;
             if (a->step < 0 && number_after(name, "step ") >= 0) a->step = number_after(name, "step ");
             if (a->step < 0 && number_after(name, "warmup step ") >= 0) {
                 a->step = number_after(name, "warmup step ");

@@ -4,6 +4,7 @@
  * holds each record's size so that a file from another build is refused, not misread. */
 #include "tlm/profile.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,71 @@ tlm_status tlm_profile_write(const tlm_profile *p, FILE *f) {
         ok = fwrite(&len, sizeof len, 1, f) == 1 && fwrite(p->strings[i], 1, len, f) == len;
     }
     return ok ? TLM_OK : tlm_fail(TLM_ERR_IO, "writing the profile: write failed");
+}
+
+/* ---- what a record read from a file may hold: every index, enum, bool and time in range --------------- */
+
+#define MAX_ABS_NS (INT64_C(1) << 60) /* about 36 years: differences of two times never overflow */
+
+static bool time_ok(int64_t t) { return t > -MAX_ABS_NS && t < MAX_ABS_NS; }
+static bool span_ok(int64_t begin, int64_t end) { return time_ok(begin) && time_ok(end) && begin <= end; }
+static bool index_ok(int32_t i, size_t n) { return i >= -1 && (i < 0 || (size_t)i < n); }
+static bool phase_ok(tlm_phase ph) { return (int)ph >= 0 && (int)ph < TLM_PHASE_COUNT; }
+
+/* a bool's byte as the file holds it: only 0 and 1 are bools (another value read as bool is undefined) */
+static bool bool_ok(const bool *b) {
+    uint8_t v;
+    memcpy(&v, b, 1);
+    return v <= 1;
+}
+
+static bool scope_ok(const tlm_scope *sc) {
+    return phase_ok(sc->phase) && sc->layer >= -1 && sc->layer <= TLM_PROF_MAX_LAYER && sc->step >= -1 &&
+           bool_ok(&sc->warmup);
+}
+
+static bool name_ok(const tlm_profile *p, int32_t id) { return id >= 0 && (size_t)id < p->n_strings; }
+
+/* Every record of a profile read from a file: string ids that exist, indices into the other arrays
+ * (or -1), enums of their type, bools of 0 or 1, times that subtract without overflow. FORMAT naming
+ * the record otherwise. */
+static tlm_status check_records(const tlm_profile *p, const char *name) {
+    if (!time_ok(p->end_ns))
+        return tlm_fail(TLM_ERR_FORMAT, "%s: end time %lld ns is out of range", name, (long long)p->end_ns);
+    for (size_t i = 0; i < p->n_acts; i++) {
+        const tlm_prof_activity *a = &p->acts[i];
+        if (!name_ok(p, a->name) || (int)a->kind < TLM_PROF_KERNEL || (int)a->kind > TLM_PROF_MEMSET ||
+            !span_ok(a->start_ns, a->end_ns) || !index_ok(a->op, p->n_ops) || !index_ok(a->range, p->n_ranges) ||
+            !phase_ok(a->phase) || a->layer < -1 || a->layer > TLM_PROF_MAX_LAYER ||
+            a->step < -1 || !bool_ok(&a->warmup))
+            return tlm_fail(TLM_ERR_FORMAT, "%s: activity %zu is malformed", name, i);
+    }
+    for (size_t i = 0; i < p->n_ops; i++) {
+        const tlm_prof_op *o = &p->ops[i];
+        if ((int)o->op < 0 || (int)o->op >= TLM_OP_COUNT || !scope_ok(&o->scope) || !(o->flops >= 0) ||
+            !isfinite(o->flops) || !(o->bytes >= 0) || !isfinite(o->bytes) || !span_ok(o->begin_ns, o->end_ns) ||
+            !bool_ok(&o->captured))
+            return tlm_fail(TLM_ERR_FORMAT, "%s: op %zu is malformed", name, i);
+    }
+    for (size_t i = 0; i < p->n_ranges; i++) {
+        const tlm_prof_range *r = &p->ranges[i];
+        if (!name_ok(p, r->name) || r->kind < TLM_RANGE_STEP || r->kind > TLM_PROF_RANGE_NVTX ||
+            !span_ok(r->begin_ns, r->end_ns) || r->parent < -1 ||
+            r->parent >= (int32_t)i || /* a parent is opened, and added, before its child */
+            !scope_ok(&r->scope))
+            return tlm_fail(TLM_ERR_FORMAT, "%s: range %zu is malformed", name, i);
+    }
+    for (size_t i = 0; i < p->n_launches; i++) {
+        const tlm_prof_launch *l = &p->launches[i];
+        if (!index_ok(l->op, p->n_ops) || !index_ok(l->range, p->n_ranges) || !time_ok(l->api_ns))
+            return tlm_fail(TLM_ERR_FORMAT, "%s: launch %zu is malformed", name, i);
+    }
+    for (size_t i = 0; i < p->n_nodes; i++)
+        if (!index_ok(p->nodes[i].op, p->n_ops) || !index_ok(p->nodes[i].range, p->n_ranges))
+            return tlm_fail(TLM_ERR_FORMAT, "%s: graph node %zu is malformed", name, i);
+    for (size_t i = 0; i < p->n_mem; i++)
+        if (!time_ok(p->mem[i].t_ns)) return tlm_fail(TLM_ERR_FORMAT, "%s: memory sample %zu is malformed", name, i);
+    return TLM_OK;
 }
 
 tlm_status tlm_profile_read(tlm_profile **out, FILE *f, const char *name) {
@@ -116,15 +182,7 @@ tlm_status tlm_profile_read(tlm_profile **out, FILE *f, const char *name) {
             s = tlm_fail(TLM_ERR_FORMAT, "%s: string %llu repeated or out of memory", name, (unsigned long long)i);
     }
     free(buf);
-    /* every string id a record holds must exist */
-    for (size_t i = 0; s == TLM_OK && i < p->n_acts; i++)
-        if (p->acts[i].name < 0 || (size_t)p->acts[i].name >= p->n_strings)
-            s = tlm_fail(TLM_ERR_FORMAT, "%s: activity %zu names string %d of %zu", name, i, p->acts[i].name,
-                         p->n_strings);
-    for (size_t i = 0; s == TLM_OK && i < p->n_ranges; i++)
-        if (p->ranges[i].name < 0 || (size_t)p->ranges[i].name >= p->n_strings ||
-            p->ranges[i].parent >= (int32_t)i) /* a parent is opened, and added, before its child */
-            s = tlm_fail(TLM_ERR_FORMAT, "%s: range %zu is malformed", name, i);
+    if (s == TLM_OK) s = check_records(p, name);
     if (s != TLM_OK) {
         tlm_profile_free(p);
         return s;

@@ -576,6 +576,8 @@ static tlm_status resolve_dir(const char *path, char **dir) {
         size_t n = 0;
         s = read_text(latest, 256, &text, &n);
         while (s == TLM_OK && n > 0 && (text[n - 1] == '\n' || text[n - 1] == ' ')) text[--n] = '\0';
+        if (s == TLM_OK && strlen(text) != n) /* a NUL inside would name another directory than the bytes */
+            s = tlm_fail(TLM_ERR_FORMAT, "%s: holds a NUL byte: not a step directory's name", latest);
         if (s == TLM_OK && step_of_name(text) < 0)
             s = tlm_fail(TLM_ERR_FORMAT, "%s: '%s' does not name a step directory (step-NNNNNNNN)", latest, text);
         if (s == TLM_OK && !(*dir = path_join(path, text))) s = tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");

@@ -26,6 +26,18 @@
         }                                                                                              \
     } while (0)
 
+/* $TMPDIR, else /tmp: where the harnesses write their files */
+static inline const char *fuzz_tmpdir(void) {
+    const char *dir = getenv("TMPDIR");
+    return dir && dir[0] ? dir : "/tmp";
+}
+
+/* FUZZ_WRITE_SEEDS: the folder a harness that makes its own seeds writes them into (then exits), or NULL */
+static inline const char *fuzz_seed_dir(void) {
+    const char *dir = getenv("FUZZ_WRITE_SEEDS");
+    return dir && dir[0] ? dir : NULL;
+}
+
 static char fuzz_paths[4][512];
 static int fuzz_num_paths;
 
@@ -39,9 +51,7 @@ static inline const char *fuzz_write_input(const uint8_t *data, size_t size, con
     while (k < fuzz_num_paths && !strstr(fuzz_paths[k], suffix)) k++;
     if (k == fuzz_num_paths) {
         if (k == 4) abort();
-        const char *dir = getenv("TMPDIR");
-        snprintf(fuzz_paths[k], sizeof fuzz_paths[k], "%s/tlm-fuzz-%d%s", dir && dir[0] ? dir : "/tmp", (int)getpid(),
-                 suffix);
+        snprintf(fuzz_paths[k], sizeof fuzz_paths[k], "%s/tlm-fuzz-%d%s", fuzz_tmpdir(), (int)getpid(), suffix);
         if (fuzz_num_paths++ == 0) atexit(fuzz_remove_inputs);
     }
     int fd = open(fuzz_paths[k], O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -85,8 +95,10 @@ static inline const char *fuzz_output_path(const char *input) {
     return out;
 }
 
-/* A failed read must leave a message naming the file. */
+/* A failed read must leave a message naming the file (FUZZ_VERBOSE=1 in the environment prints it:
+ * why a seed is refused). */
 static inline void fuzz_require_message(const char *path) {
+    if (getenv("FUZZ_VERBOSE")) fprintf(stderr, "fuzz: refused: %s\n", tlm_last_error());
     fuzz_require(tlm_last_error()[0] != '\0');
     fuzz_require(strstr(tlm_last_error(), path) != NULL);
 }

@@ -2,10 +2,18 @@
 """make_corpus.py — writes the seed corpus of the fuzz harnesses (tests/fuzz/corpus/<harness>/):
 a handful of small valid files and near-valid ones (each breaking one rule), standard library only.
 Deterministic: run it again and the files are the same. Inputs that once crashed a harness are kept
-there too, under crash-* names (they are not written by this script)."""
+there too, under crash-* names (they are not written by this script).
+
+The checkpoint and profile seeds are files tlm itself writes: a real checkpoint's state.json and
+latest (a tiny model trained two steps), and profiles as libtlm_inject.so writes them (their records
+are the C structs of this build). The harnesses write those (FUZZ_WRITE_SEEDS); with the fuzz build
+given (make_corpus.py --build build-fuzz), this script runs them first, then derives near-valid
+variants of the state.json."""
 import json
 import os
 import struct
+import subprocess
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DTYPES = {"F32": ("<f", 4), "F64": ("<d", 8), "F16": ("<e", 2), "I64": ("<q", 8), "I32": ("<i", 4),
@@ -135,7 +143,159 @@ def tokens():
     write(w, "bad_claims_2p40.npy", bytes([v50257]) + npy("<u2", (1 << 40,), b"\0" * 8))
 
 
+# ---- checkpoint ---------------------------------------------------------------------------------
+# first byte: 0 = the rest is a step directory's state.json, 1 = the rest is ROOT/latest
+
+def checkpoint():
+    w = "checkpoint"
+    seed = os.path.join(HERE, "corpus", w, "state_step2.json")
+    if not os.path.exists(seed):
+        print("make_corpus.py: no %s: run with --build DIR (the fuzz build) to write it" % seed, file=sys.stderr)
+        return
+    state = json.loads(open(seed, "rb").read()[1:])
+
+    def variant(name, change):
+        s = json.loads(json.dumps(state))
+        change(s)
+        write(w, name, b"\0" + json.dumps(s, indent=1).encode())
+
+    variant("bad_version_2.json", lambda s: s.update(version=2))
+    variant("bad_log_short.json", lambda s: s["log"].pop())
+    variant("bad_step_1e300.json", lambda s: s.update(step=1e300))
+    variant("bad_batch_nan.json", lambda s: s["recipe"].update(batch_size="nan"))
+    variant("bad_batch_2p5.json", lambda s: s["recipe"].update(batch_size=2.5))
+    variant("bad_seed_negative.json", lambda s: s["recipe"].update(seed="-1"))
+    variant("bad_context_over_model.json", lambda s: s["recipe"].update(context_length=1 << 20))
+    variant("bad_loss_scale_0.json", lambda s: s["loss_scaler"].update(scale=0))
+    variant("bad_log_entry_array.json", lambda s: s["log"].__setitem__(0, [1]))
+    variant("bad_train_data_null.json", lambda s: s["recipe"].update(train_data=None))
+    variant("bad_precision.json", lambda s: s["recipe"].update(precision="fp8"))
+    variant("no_model_name.json", lambda s: s["recipe"].pop("model"))
+    variant("val_loss_strings.json", lambda s: [e.update(loss="inf", val_loss="nan") for e in s["log"]])
+    write(w, "latest_no_newline", b"\1step-00000002")
+    write(w, "bad_latest_missing_step", b"\1step-00000099\n")
+    write(w, "bad_latest_dotdot", b"\1../step-00000002\n")
+    write(w, "bad_latest_empty", b"\1")
+    write(w, "bad_latest_nul", b"\1step-0000\0002\n")
+
+
+# ---- plot ---------------------------------------------------------------------------------------
+# first byte: the kind (byte % 8, plot.c's registry order), bit 4: the file given twice
+
+PLOT_KINDS = ["memory-timeline", "memory-context", "loss-curve", "allreduce-size", "allreduce-nproc",
+              "allreduce-backends", "ddp-buckets", "ddp-scaling"]
+
+
+def plot_seed(name, kind, doc, twice=False):
+    k = PLOT_KINDS.index(kind) | (16 if twice else 0)
+    text = doc if isinstance(doc, str) else json.dumps(doc, indent=1)
+    write("plot", name, bytes([k]) + text.encode())
+
+
+def memory_timeline():
+    cats = ["parameters", "gradients", "optimizer", "activations", "weight copy", "workspace"]
+    start = [658688, 0, 0, 0, 0, 0]
+    events, marks, by = [], [], list(start)
+    marks.append({"op_seq": 0, "step": 0, "warmup": False, "phase": "setup", "layer": -1, "kind": "step",
+                  "name": "step", "begin": True, "event": 0, "in_use": 658688, "footprint": 658688})
+    for i, (ph, cat, b) in enumerate([("forward", 3, 4096), ("forward", 3, 8192), ("forward", 5, 2184),
+                                      ("backward", 1, 527616), ("backward", 3, -8192), ("optimizer", 2, 1317376),
+                                      ("optimizer", 5, -2184)]):
+        if not marks or marks[-1]["name"] != ph:
+            marks.append({"op_seq": i, "step": 0, "warmup": False, "phase": ph, "layer": -1, "kind": "phase",
+                          "name": ph, "begin": True, "event": i, "in_use": sum(by), "footprint": sum(by)})
+        by[cat] += b
+        events.append({"t_us": 10.0 * i, "op_seq": i, "step": 0, "warmup": False, "phase": ph, "layer": 0,
+                       "action": "alloc" if b > 0 else "free", "bytes": abs(b), "category": cats[cat],
+                       "name": "x%d" % i, "in_use": sum(by), "footprint": sum(by) + 4096, "by_category": list(by)})
+    return {"kind": "tlm.memory_timeline", "meta": {"title": "tiny ctx16 b2 fp32 train"}, "categories": cats,
+            "start": start, "events": events, "marks": marks, "peaks": {"peak_bytes": max(e["in_use"] for e in events)}}
+
+
+def allreduce_row(backend, nranks, nbytes, in_place, t_us, busbw, status="ok"):
+    return {"backend": backend, "nranks": nranks, "bytes": nbytes, "count": nbytes // 4, "dtype": "fp32", "op": "sum",
+            "in_place": in_place, "time_us_mean": t_us, "time_us_min": t_us, "time_us_max": t_us,
+            "busbw_gb_per_s": busbw, "wrong": 0, "status": status, "error": None}
+
+
+def bench_row(ranks, batch, ddp, bucket_mb, step_ms):
+    return {"model": "tiny", "context_length": 32, "batch_size": batch, "precision": "fp32", "pass": "train",
+            "ranks": ranks, "ddp": ddp, "bucket_mb": bucket_mb, "grad_reduce_dtype": "fp32", "zero": 0,
+            "cuda_graphs": False, "step_ms_mean": step_ms, "tokens_per_s": batch * 32 * 1000 // step_ms, "status": "ok"}
+
+
+def plots():
+    tl = memory_timeline()
+    plot_seed("memory_timeline.json", "memory-timeline", tl)
+    bad = json.loads(json.dumps(tl))
+    bad["events"][2]["by_category"] = [1, 2]
+    plot_seed("bad_timeline_by_category.json", "memory-timeline", bad)
+    bad = json.loads(json.dumps(tl))
+    bad["marks"][1]["event"] = 1e300
+    plot_seed("bad_timeline_mark_1e300.json", "memory-timeline", bad)
+    rows = [{"model": "tiny", "context_length": c, "batch_size": 2, "precision": "fp32", "pass": "train",
+             "recompute": "none", "peak_bytes": 2736520 * c // 16, "status": "ok"} for c in (16, 32, 64)]
+    rows.append({"model": "tiny", "context_length": 128, "precision": "fp32", "impl": "pytorch", "peak_mib": 9.5})
+    rows.append({"model": "tiny", "context_length": 4096, "precision": "fp32", "peak_bytes": None, "status": "OOM"})
+    plot_seed("memory_context.json", "memory-context", {"tool": "tlm memory", "rows": rows})
+    log = [{"step": i + 1, "tokens": 32 * (i + 1), "loss": 5.5 - 0.1 * i, "lr": 1e-3, "grad_norm": 1.0,
+            "clipped": False, "skipped": False, "loss_scale": 1, "val_loss": 5.4 - 0.1 * i if i % 2 else None}
+           for i in range(6)]
+    train = {"tool": "tlm train", "model": "tiny*", "precision": "fp32", "log": log}
+    plot_seed("loss_curve.json", "loss-curve", train)
+    plot_seed("loss_curve_twice.json", "loss-curve", train, twice=True)
+    plot_seed("bad_loss_no_finite.json", "loss-curve", {"tool": "tlm train", "log": [{"step": 1, "loss": "nan"}]})
+    ar = {"tool": "tlm allreduce", "mpi_algorithm": "auto", "nccl_env": "(none set)", "rows": [
+        allreduce_row("mpi", 2, 1000000, True, 120, 8.3), allreduce_row("mpi", 2, 1000000, False, 130, 7.7),
+        allreduce_row("mpi", 2, 100000000, True, 25000, 4.0), allreduce_row("mpi", 3, 1000000, True, 200, 6.6),
+        allreduce_row("mpi", 3, 100000000, True, 40000, 3.3),
+        {"backend": "nccl", "nranks": 2, "status": "skipped", "error": "2 processes need 2 GPUs"}]}
+    gloo = {"tool": "torch_allreduce.py", "backend": "gloo", "rows": [
+        allreduce_row("gloo", 2, 1000000, True, 600, 1.6), allreduce_row("gloo", 3, 100000000, True, 70000, 1.9)]}
+    nt = {"tool": "nccl-tests", "nccl_version": "2.28.3", "rows": [
+        allreduce_row("nccl", 2, 1000000, True, 26.13, 38.28), allreduce_row("nccl", 2, 100000000, False, 373.26, 267.91)]}
+    for kind in ("allreduce-size", "allreduce-nproc", "allreduce-backends"):
+        stem = kind.replace("-", "_")
+        plot_seed(stem + "_tlm.json", kind, ar)
+        plot_seed(stem + "_twice.json", kind, ar, twice=True)
+        plot_seed(stem + "_gloo.json", kind, gloo)
+        plot_seed(stem + "_nccl_tests.json", kind, nt)
+    bad = json.loads(json.dumps(ar))
+    bad["rows"][0]["nranks"] = 1e300
+    plot_seed("bad_allreduce_nranks_1e300.json", "allreduce-size", bad)
+    ddp = {"tool": "tlm bench", "device": "cpu", "rows": [
+        bench_row(2, 4, "bucketed", 1, 52), bench_row(2, 4, "bucketed", 25, 45), bench_row(2, 4, "bucketed", 100, 49),
+        bench_row(3, 6, "bucketed", 25, 47), bench_row(1, 2, "none", None, 40), bench_row(1, 4, "none", None, 75),
+        bench_row(1, 6, "none", None, 110)]}
+    torch = {"tool": "pytorch_ddp.py", "rows": [bench_row(2, 4, "pytorch", 25, 60), bench_row(1, 4, "none", None, 70)]}
+    for kind in ("ddp-buckets", "ddp-scaling"):
+        stem = kind.replace("-", "_")
+        plot_seed(stem + ".json", kind, ddp)
+        plot_seed(stem + "_twice.json", kind, ddp, twice=True)
+        plot_seed(stem + "_pytorch.json", kind, torch)
+    bad = json.loads(json.dumps(ddp))
+    bad["rows"][0]["ranks"] = -1e300
+    plot_seed("bad_ddp_ranks.json", "ddp-buckets", bad)
+    plot_seed("bad_not_json.json", "memory-timeline", "{\"kind\": ")
+    plot_seed("bad_rows_object.json", "ddp-scaling", {"tool": "tlm bench", "rows": {"a": 1}})
+
+
+# ---- profile --------------------------------------------------------------------------------------
+# profiles as libtlm_inject.so writes them, by fuzz_profile itself (FUZZ_WRITE_SEEDS)
+
+
+def harness_seeds(build):
+    for h in ("checkpoint", "profile"):
+        d = os.path.join(HERE, "corpus", h)
+        os.makedirs(d, exist_ok=True)
+        subprocess.run([os.path.join(build, "fuzz_" + h)], env=dict(os.environ, FUZZ_WRITE_SEEDS=d), check=True)
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--build":
+        harness_seeds(sys.argv[2])
     safetensors()
     npys()
     tokens()
+    checkpoint()
+    plots()

@@ -11,7 +11,8 @@
 #   tests/fuzz/run.sh --coverage [--build DIR] [--fuzzed FUZZDIR] [HARNESS...]
 #       builds the harnesses with clang's source-based coverage, runs each once over its seed corpus
 #       (and FUZZDIR/corpus-<harness>/, the corpus a fuzzing run grew, when given) and prints the
-#       line coverage of every src/io file (llvm-profdata, llvm-cov).
+#       line coverage of every src/io file and of the checkpoint, plot and profile readers (llvm-profdata,
+#       llvm-cov).
 # Environment: JOBS (build parallelism, default nproc), FUZZ_MAX_LEN (largest input, default 65536).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,12 +27,12 @@ while [ $# -gt 0 ]; do
     --if-clang) if_clang=1; shift ;;
     --coverage) coverage=1; shift ;;
     --fuzzed) fuzzed=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     fuzz_*) harnesses+=("$1"); shift ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(fuzz_safetensors fuzz_npy fuzz_tokens)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(fuzz_safetensors fuzz_npy fuzz_tokens fuzz_checkpoint fuzz_plot fuzz_profile)
 
 if ! command -v clang >/dev/null 2>&1; then
   if [ $if_clang = 1 ]; then
@@ -75,7 +76,8 @@ if [ $coverage = 1 ]; then
     objects+=(-object "$build/$h")
   done
   "$profdata" merge -sparse "$build"/prof/*.profraw -o "$build/prof/all.profdata"
-  "$llvmcov" report "${objects[@]:1}" -instr-profile="$build/prof/all.profdata" "$root"/src/io/*.c |
+  "$llvmcov" report "${objects[@]:1}" -instr-profile="$build/prof/all.profdata" "$root"/src/io/*.c \
+    "$root"/src/train/checkpoint.c "$root"/src/plot/*.c "$root"/src/profile/{profile_io,profile,summary,trace}.c |
     sed "s|$root/||"
   exit 0
 fi
@@ -92,11 +94,13 @@ for h in "${harnesses[@]}"; do
   log="$build/$h.log"
   dict=tests/fuzz/${h#fuzz_}.dict
   [ $h = fuzz_tokens ] && dict=tests/fuzz/npy.dict
+  dict_flag=()
+  [ -f "$dict" ] && dict_flag=(-dict="$dict")
   echo "tlm: fuzzing $h for $seconds s (log: $log)"
   rc=0
   TMPDIR="$tmp" UBSAN_OPTIONS=print_stacktrace=1 "$build/$h" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -malloc_limit_mb=1024 -max_len="${FUZZ_MAX_LEN:-65536}" -print_final_stats=1 \
-    -dict="$dict" -artifact_prefix="$build/artifacts/$h-" "$build/corpus-$h" "tests/fuzz/corpus/${h#fuzz_}" > "$log" 2>&1 || rc=$?
+    "${dict_flag[@]}" -artifact_prefix="$build/artifacts/$h-" "$build/corpus-$h" "tests/fuzz/corpus/${h#fuzz_}" > "$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   last=$(grep -E '^#[0-9]+' "$log" | tail -1 || true) # none when an input of the corpus fails
