@@ -12,22 +12,38 @@
 
 #include "tlm/status.h"
 
+/* What the error measures sum over the entries where `want` is finite: (got - want)^2, want^2, got^2,
+ * and how many such entries. */
+typedef struct {
+    double diff2, want2, got2;
+    size_t finite;
+} attn_error_sums;
+
+/* The sums of got against want; false when an infinite `want` is not matched exactly or `got` is not
+ * finite where `want` is (NaN): the measures then give +inf. */
+static inline bool attn_sum_errors(const float *got, const double *want, size_t n, attn_error_sums *s) {
+    *s = (attn_error_sums){0};
+    for (size_t i = 0; i < n; i++) {
+        if (isinf(want[i])) {
+            if (got[i] != want[i]) return false;
+            continue;
+        }
+        if (!isfinite(got[i])) return false;
+        s->diff2 += (got[i] - want[i]) * (got[i] - want[i]);
+        s->want2 += want[i] * want[i];
+        s->got2 += (double)got[i] * got[i];
+        s->finite++;
+    }
+    return true;
+}
+
 /* ||got - want|| / ||want||; NaN or a missed infinity gives +inf. A `want` that is exactly 0
  * everywhere (dQ, dK when each row sees one key) gives the RMS of got (inputs are O(1)). */
 static inline double attn_norm_error(const float *got, const double *want, size_t n) {
-    double num = 0.0, den = 0.0, got2 = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (isinf(want[i])) {
-            if (got[i] != want[i]) return INFINITY;
-            continue;
-        }
-        if (!isfinite(got[i])) return INFINITY;
-        num += (got[i] - want[i]) * (got[i] - want[i]);
-        den += want[i] * want[i];
-        got2 += (double)got[i] * got[i];
-    }
-    if (den == 0.0) return sqrt(got2 / (double)(n ? n : 1));
-    return sqrt(num / den);
+    attn_error_sums s;
+    if (!attn_sum_errors(got, want, n, &s)) return INFINITY;
+    if (s.want2 == 0.0) return sqrt(s.got2 / (double)(n ? n : 1));
+    return sqrt(s.diff2 / s.want2);
 }
 
 /* max |got - want|; NaN gives +inf */

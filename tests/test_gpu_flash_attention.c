@@ -301,18 +301,9 @@ static void scan_buffer(const dbuf *b, const view *views, int nv, int C, size_t 
 /* sqrt(mean((got - want)^2)) over the finite entries of want; an infinite want must be matched
  * exactly and NaN never passes (+inf) */
 static double rms_error(const float *got, const double *want, size_t n) {
-    double sum = 0.0;
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isinf(want[i])) {
-            if (got[i] != want[i]) return INFINITY;
-            continue;
-        }
-        if (!isfinite(got[i])) return INFINITY;
-        sum += (got[i] - want[i]) * (got[i] - want[i]);
-        m++;
-    }
-    return m ? sqrt(sum / (double)m) : 0.0;
+    attn_error_sums s;
+    if (!attn_sum_errors(got, want, n, &s)) return INFINITY;
+    return s.finite ? sqrt(s.diff2 / (double)s.finite) : 0.0;
 }
 static double norm_error_f(const float *got, const float *want, size_t n) {
     double num = 0.0, den = 0.0;

@@ -48,6 +48,23 @@ static tlm_status write_text(const char *path, const char *text) {
     return tlm_output_commit(o);
 }
 
+/* A child that opens `name` for writing, writes part of it and dies of signal `sig`: true when it died of
+ * it and left no file and no temporary (the output layer removes its temporary on the way out). */
+static bool killed_while_writing(const char *name, int sig) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+        tlm_output *w;
+        if (tlm_output_open(&w, at(name)) != TLM_OK) _exit(3);
+        fputs("partial", tlm_output_file(w));
+        fflush(tlm_output_file(w));
+        raise(sig);
+        _exit(5);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFSIGNALED(status) && WTERMSIG(status) == sig && access(at(name), F_OK) != 0 && temporaries() == 0;
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/tlm_output_XXXXXX");
     TLM_ASSERT(mkdtemp(dir));
@@ -128,33 +145,10 @@ int main(void) {
           "a failed write: reported naming the file (child exit %d), the old file kept, no temporary",
           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 
-    /* SIGTERM while writing removes the temporary */
-    pid = fork();
-    if (pid == 0) {
-        tlm_output *w;
-        if (tlm_output_open(&w, at("sig.txt")) != TLM_OK) _exit(3);
-        fputs("partial", tlm_output_file(w));
-        fflush(tlm_output_file(w));
-        raise(SIGTERM);
-        _exit(5);
-    }
-    waitpid(pid, &status, 0);
-    check(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM && access(at("sig.txt"), F_OK) != 0 && temporaries() == 0,
+    /* SIGTERM while writing removes the temporary; SIGPIPE (stdout into a pipe whose reader left) too */
+    check(killed_while_writing("sig.txt", SIGTERM),
           "SIGTERM while a file is open: the process dies of it, no file, no temporary");
-
-    /* SIGPIPE (stdout into a pipe whose reader left) too */
-    pid = fork();
-    if (pid == 0) {
-        tlm_output *w;
-        if (tlm_output_open(&w, at("pipe.txt")) != TLM_OK) _exit(3);
-        fputs("partial", tlm_output_file(w));
-        fflush(tlm_output_file(w));
-        raise(SIGPIPE);
-        _exit(5);
-    }
-    waitpid(pid, &status, 0);
-    check(WIFSIGNALED(status) && WTERMSIG(status) == SIGPIPE && access(at("pipe.txt"), F_OK) != 0 &&
-              temporaries() == 0,
+    check(killed_while_writing("pipe.txt", SIGPIPE),
           "SIGPIPE while a file is open: the process dies of it, no file, no temporary");
 
     char cmd[200];

@@ -54,6 +54,19 @@ bool cli_parse_int_list(const char *cmd, const char *flag, const char *text, lon
 bool cli_parse_choice(const char *cmd, const char *flag, const char *text, const char *const *names, int n,
                       int *out);
 
+/* The AdamW flags step and train share: --beta1, --beta2, --eps, --weight-decay, four consecutive option
+ * ids from `first` in the command's table (CLI_ADAMW_OPTIONS(first)); `which` is opt - first. */
+enum { CLI_ADAMW_BETA1, CLI_ADAMW_BETA2, CLI_ADAMW_EPS, CLI_ADAMW_WEIGHT_DECAY, CLI_ADAMW_NUM };
+#define CLI_ADAMW_OPTIONS(first)                                                                                \
+    {"beta1", required_argument, 0, (first) + CLI_ADAMW_BETA1},                                                \
+        {"beta2", required_argument, 0, (first) + CLI_ADAMW_BETA2},                                            \
+        {"eps", required_argument, 0, (first) + CLI_ADAMW_EPS},                                                \
+        {"weight-decay", required_argument, 0, (first) + CLI_ADAMW_WEIGHT_DECAY}
+/* The value of AdamW flag `which` in the domain of tlm_adamw_config_check (betas in [0, 1], eps in (0, 1],
+ * weight decay in [0, 1]), so a value is refused with the flag's own text; the open ends (a beta's 1, eps's
+ * 1) are left to the command or to that check. */
+bool cli_parse_adamw(const char *cmd, int which, const char *text, double *out);
+
 /* ---- the shared flags ---------------------------------------------------------------------------- */
 
 typedef enum {
@@ -249,19 +262,33 @@ typedef struct {
 enum { CLI_SIZE_VOCAB, CLI_SIZE_D_MODEL, CLI_SIZE_D_FF, CLI_SIZE_NUM_LAYERS, CLI_SIZE_NUM_HEADS, CLI_NUM_SIZES };
 void cli_sizes(const cli_args *a, const tlm_config *preset, const tlm_config *model, cli_size out[CLI_NUM_SIZES]);
 
-/* The config of the model whose weights st holds (read from `path`; tensor names after strip_prefix, NULL:
- * none): tlm_weights_config's (the file's metadata, or a PyTorch state dict's shapes with --num-heads or the
+/* A weights file as step (--weights), train (--init-weights) and generate (--weights) take it: the file and
+ * --strip-prefix (the prefix removed from its tensor names; NULL: none). A command's table takes the two
+ * options as CLI_WEIGHTS_OPTIONS("weights") (their ids below the commands' own, 2000 up), and its handler
+ * passes each option to cli_weights_option first. */
+typedef struct {
+    const char *path, *strip_prefix; /* NULL: not given */
+} cli_weights_file;
+enum { CLI_OPT_WEIGHTS = 1900, CLI_OPT_STRIP_PREFIX };
+#define CLI_WEIGHTS_OPTIONS(flag)                                                                                \
+    {flag, required_argument, 0, CLI_OPT_WEIGHTS}, {"strip-prefix", required_argument, 0, CLI_OPT_STRIP_PREFIX}
+
+/* Takes opt when it is one of CLI_WEIGHTS_OPTIONS' (its value into *w) and returns true; else false. */
+bool cli_weights_option(cli_weights_file *w, int opt, const char *arg);
+
+/* The config of the model whose weights st holds (read from w->path; tensor names after w->strip_prefix):
+ * tlm_weights_config's (the file's metadata, or a PyTorch state dict's shapes with --num-heads or the
  * --model that matches), every size given by a flag or by --model checked against it (refused naming the
  * flag, the file and the size it holds), --rope-theta and --max-context-length applied as the file allows.
  * Prints the error and returns false. (src/cli/cli_weights.c) */
-bool cli_weights_config(const char *cmd, const cli_args *a, const char *path, const char *strip_prefix,
-                        const tlm_safetensors *st, tlm_config *cfg);
+bool cli_weights_config(const char *cmd, const cli_args *a, const cli_weights_file *w, const tlm_safetensors *st,
+                        tlm_config *cfg);
 
-/* Reads the weights file `path` into *st (the caller frees it with tlm_safetensors_free) and its model's config
+/* Reads the weights file w->path into *st (the caller frees it with tlm_safetensors_free) and its model's config
  * (cli_weights_config), the model's name (tlm_config_name: a preset's, or "custom: ...") into display (NULL:
  * none). Prints the error and returns false, *st then freed. */
-bool cli_weights_open(const char *cmd, const cli_args *a, const char *path, const char *strip_prefix,
-                      tlm_safetensors *st, tlm_config *cfg, char *display, size_t display_n);
+bool cli_weights_open(const char *cmd, const cli_args *a, const cli_weights_file *w, tlm_safetensors *st,
+                      tlm_config *cfg, char *display, size_t display_n);
 
 /* The workload flags not given, their defaults (CLI_USES_WORKLOAD's help): context 128 on the CPU and
  * 256 on a GPU, batch size 4, fp32, the train pass, and the warm-up and timed steps given here. */
@@ -333,17 +360,14 @@ typedef struct {
 int cli_run_subcommand(const char *prog, const char *noun, int argc, char **argv, const cli_subcommand *subs, int n,
                        void (*usage)(FILE *f));
 
-int cmd_bench(int argc, char **argv);
-int cmd_step(int argc, char **argv);
-int cmd_compare(int argc, char **argv);
-int cmd_precision(int argc, char **argv);
-int cmd_attention(int argc, char **argv);
-int cmd_train(int argc, char **argv);
-int cmd_allreduce(int argc, char **argv);
-int cmd_profile(int argc, char **argv);
-int cmd_memory(int argc, char **argv);
-int cmd_plot(int argc, char **argv);
-int cmd_knobs(int argc, char **argv);
-int cmd_generate(int argc, char **argv);
+/* tlm's subcommands, in the order `tlm --help` lists them: X(name) for each, whose entry point is
+ * cmd_<name> (src/cli/cmd_<name>.c). The one list serves the declarations below and main's table. */
+#define CLI_SUBCOMMANDS(X)                                                                                      \
+    X(bench) X(train) X(step) X(compare) X(precision) X(attention) X(allreduce) X(profile) X(memory) X(plot)   \
+    X(knobs) X(generate)
+
+#define CLI_DECLARE_SUBCOMMAND(name) int cmd_##name(int argc, char **argv);
+CLI_SUBCOMMANDS(CLI_DECLARE_SUBCOMMAND)
+#undef CLI_DECLARE_SUBCOMMAND
 
 #endif

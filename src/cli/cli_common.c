@@ -1,6 +1,7 @@
 /* cli_common.c — the shared flags of the tlm subcommands (one parser, one help line each), value
  * parsers, the benchmark cases of the workload flags, and backend and report creation. */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -78,6 +79,18 @@ bool cli_parse_double(const char *cmd, const char *flag, const char *text, doubl
     }
     *out = v; /* an underflow (1e-320) is a number, kept as parsed: the caller's domain check names it */
     return true;
+}
+
+bool cli_parse_adamw(const char *cmd, int which, const char *text, double *out) {
+    static const struct {
+        const char *flag;
+        double lo, hi;
+    } adamw[CLI_ADAMW_NUM] = {[CLI_ADAMW_BETA1] = {"--beta1", 0, 1},
+                              [CLI_ADAMW_BETA2] = {"--beta2", 0, 1},
+                              [CLI_ADAMW_EPS] = {"--eps", FLT_MIN, 1},
+                              [CLI_ADAMW_WEIGHT_DECAY] = {"--weight-decay", 0, 1}};
+    TLM_ASSERT(which >= 0 && which < CLI_ADAMW_NUM);
+    return cli_parse_double(cmd, adamw[which].flag, text, adamw[which].lo, adamw[which].hi, out);
 }
 
 bool cli_parse_bytes(const char *cmd, const char *flag, const char *text, uint64_t min, uint64_t max,

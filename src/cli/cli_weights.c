@@ -5,13 +5,21 @@
 
 #include "cli/cli.h"
 
-bool cli_weights_config(const char *cmd, const cli_args *a, const char *path, const char *strip_prefix,
-                        const tlm_safetensors *st, tlm_config *cfg) {
+bool cli_weights_option(cli_weights_file *w, int opt, const char *arg) {
+    if (opt == CLI_OPT_WEIGHTS) w->path = arg;
+    else if (opt == CLI_OPT_STRIP_PREFIX) w->strip_prefix = arg;
+    else return false;
+    return true;
+}
+
+bool cli_weights_config(const char *cmd, const cli_args *a, const cli_weights_file *w, const tlm_safetensors *st,
+                        tlm_config *cfg) {
+    const char *path = w->path;
     const char *model = a->num_models ? a->models[0] : "small";
     tlm_config preset;
     const bool have_preset = a->num_models && tlm_config_preset(model, &preset) == TLM_OK;
     bool from_meta;
-    if (tlm_weights_config(st, path, strip_prefix, 0, cfg, &from_meta) != TLM_OK) {
+    if (tlm_weights_config(st, path, w->strip_prefix, 0, cfg, &from_meta) != TLM_OK) {
         cli_error(cmd, "%s", tlm_last_error());
         return false;
     }
@@ -64,13 +72,13 @@ bool cli_weights_config(const char *cmd, const cli_args *a, const char *path, co
     return true;
 }
 
-bool cli_weights_open(const char *cmd, const cli_args *a, const char *path, const char *strip_prefix,
-                      tlm_safetensors *st, tlm_config *cfg, char *display, size_t display_n) {
-    if (tlm_safetensors_read(path, st) != TLM_OK) {
+bool cli_weights_open(const char *cmd, const cli_args *a, const cli_weights_file *w, tlm_safetensors *st,
+                      tlm_config *cfg, char *display, size_t display_n) {
+    if (tlm_safetensors_read(w->path, st) != TLM_OK) {
         cli_error(cmd, "%s", tlm_last_error());
         return false;
     }
-    if (!cli_weights_config(cmd, a, path, strip_prefix, st, cfg)) {
+    if (!cli_weights_config(cmd, a, w, st, cfg)) {
         tlm_safetensors_free(st);
         return false;
     }

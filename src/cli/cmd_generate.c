@@ -12,13 +12,14 @@
 #include "tlm/generate.h"
 #include "tlm/output.h"
 
-enum { OPT_CHECKPOINT = 2000, OPT_WEIGHTS, OPT_STRIP_PREFIX, OPT_NUM_HEADS, OPT_MAX_CONTEXT, OPT_PROMPT, OPT_PROMPT_IDS,
+enum { OPT_CHECKPOINT = 2000, OPT_NUM_HEADS, OPT_MAX_CONTEXT, OPT_PROMPT, OPT_PROMPT_IDS,
        OPT_MAX_NEW, OPT_TEMPERATURE, OPT_TOP_P, OPT_EOT, OPT_PRINT };
 
 typedef enum { PRINT_AUTO = 0, PRINT_TEXT, PRINT_IDS } print_mode;
 
 typedef struct {
-    tlm_generate_source src;
+    tlm_generate_source src; /* its weights and strip_prefix: those of `weights` */
+    cli_weights_file weights; /* --weights, --strip-prefix */
     const char *prompt, *prompt_ids;
     tlm_generate_config gen;
     int print; /* print_mode */
@@ -32,8 +33,8 @@ static const cli_use generate_uses[] = {
 };
 
 static const struct option generate_options[] = {
-    {"checkpoint", required_argument, 0, OPT_CHECKPOINT},   {"weights", required_argument, 0, OPT_WEIGHTS},
-    {"strip-prefix", required_argument, 0, OPT_STRIP_PREFIX}, {"num-heads", required_argument, 0, OPT_NUM_HEADS},
+    {"checkpoint", required_argument, 0, OPT_CHECKPOINT}, CLI_WEIGHTS_OPTIONS("weights"),
+    {"num-heads", required_argument, 0, OPT_NUM_HEADS},
     {"max-context-length", required_argument, 0, OPT_MAX_CONTEXT}, {"prompt", required_argument, 0, OPT_PROMPT},
     {"prompt-ids", required_argument, 0, OPT_PROMPT_IDS},   {"max-new-tokens", required_argument, 0, OPT_MAX_NEW},
     {"temperature", required_argument, 0, OPT_TEMPERATURE}, {"top-p", required_argument, 0, OPT_TOP_P},
@@ -46,10 +47,13 @@ static bool generate_handle(void *user, int opt, const char *arg) {
     static const char *const prints[] = {"auto", "text", "ids"};
     long v = 0;
     bool ok = true;
+    if (cli_weights_option(&o->weights, opt, arg)) {
+        o->src.weights = o->weights.path;
+        o->src.strip_prefix = o->weights.strip_prefix;
+        return true;
+    }
     switch (opt) {
     case OPT_CHECKPOINT: o->src.checkpoint = arg; break;
-    case OPT_WEIGHTS: o->src.weights = arg; break;
-    case OPT_STRIP_PREFIX: o->src.strip_prefix = arg; break;
     case OPT_NUM_HEADS:
         ok = cli_parse_int(cmd, "--num-heads", arg, 1, 1 << 16, &v) && ((o->src.num_heads = (int)v), true);
         break;

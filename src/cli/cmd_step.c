@@ -14,11 +14,12 @@
 #include "tlm/output.h"
 #include "tlm/rng.h"
 
-enum { OPT_WEIGHTS = 2000, OPT_STRIP_PREFIX, OPT_INPUTS, OPT_TARGETS, OPT_DATA, OPT_OUT_LOGITS, OPT_OUT_GRADS,
-       OPT_OPT_STEPS, OPT_OUT_WEIGHTS, OPT_LR, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD };
+enum { OPT_INPUTS = 2000, OPT_TARGETS, OPT_DATA, OPT_OUT_LOGITS, OPT_OUT_GRADS,
+       OPT_OPT_STEPS, OPT_OUT_WEIGHTS, OPT_LR, OPT_BETA1, OPT_ADAMW_END = OPT_BETA1 + CLI_ADAMW_NUM };
 
 typedef struct {
-    const char *weights, *strip_prefix, *inputs, *targets, *data, *out_logits, *out_grads, *out_weights;
+    cli_weights_file weights; /* --weights, --strip-prefix */
+    const char *inputs, *targets, *data, *out_logits, *out_grads, *out_weights;
     long opt_steps;
     tlm_adamw_config adamw;
 } step_opts;
@@ -32,13 +33,12 @@ static const cli_use step_uses[] = {
 };
 
 static const struct option step_options[] = {
-    {"weights", required_argument, 0, OPT_WEIGHTS},     {"strip-prefix", required_argument, 0, OPT_STRIP_PREFIX},
+    CLI_WEIGHTS_OPTIONS("weights"),
     {"inputs", required_argument, 0, OPT_INPUTS},       {"targets", required_argument, 0, OPT_TARGETS},
     {"data", required_argument, 0, OPT_DATA},           {"out-logits", required_argument, 0, OPT_OUT_LOGITS},
     {"out-grads", required_argument, 0, OPT_OUT_GRADS}, {"optimizer-steps", required_argument, 0, OPT_OPT_STEPS},
     {"out-weights", required_argument, 0, OPT_OUT_WEIGHTS}, {"lr", required_argument, 0, OPT_LR},
-    {"beta1", required_argument, 0, OPT_BETA1},         {"beta2", required_argument, 0, OPT_BETA2},
-    {"eps", required_argument, 0, OPT_EPS},             {"weight-decay", required_argument, 0, OPT_WD},
+    CLI_ADAMW_OPTIONS(OPT_BETA1),
     {0, 0, 0, 0}};
 
 static bool step_handle(void *user, int opt, const char *arg) {
@@ -46,9 +46,8 @@ static bool step_handle(void *user, int opt, const char *arg) {
     const char *cmd = "step";
     double x = 0;
     bool ok = true;
+    if (cli_weights_option(&o->weights, opt, arg)) return true;
     switch (opt) {
-    case OPT_WEIGHTS: o->weights = arg; break;
-    case OPT_STRIP_PREFIX: o->strip_prefix = arg; break;
     case OPT_INPUTS: o->inputs = arg; break;
     case OPT_TARGETS: o->targets = arg; break;
     case OPT_DATA: o->data = arg; break;
@@ -58,11 +57,13 @@ static bool step_handle(void *user, int opt, const char *arg) {
     case OPT_OPT_STEPS: ok = cli_parse_int(cmd, "--optimizer-steps", arg, 0, 1 << 20, &o->opt_steps); break;
     /* the domains of tlm_adamw_config_check, so a value is refused with the flag's own text */
     case OPT_LR: ok = cli_parse_double(cmd, "--lr", arg, FLT_MIN, 10, &x) && ((o->adamw.lr = (float)x), true); break;
-    case OPT_BETA1: ok = cli_parse_double(cmd, "--beta1", arg, 0, 1, &x) && ((o->adamw.beta1 = (float)x), true); break;
-    case OPT_BETA2: ok = cli_parse_double(cmd, "--beta2", arg, 0, 1, &x) && ((o->adamw.beta2 = (float)x), true); break;
-    case OPT_EPS: ok = cli_parse_double(cmd, "--eps", arg, FLT_MIN, 1, &x) && ((o->adamw.eps = (float)x), true); break;
-    case OPT_WD: ok = cli_parse_double(cmd, "--weight-decay", arg, 0, 1, &x) && ((o->adamw.weight_decay = (float)x), true); break;
-    default: return false;
+    default: {
+        float *adamw[CLI_ADAMW_NUM] = {[CLI_ADAMW_BETA1] = &o->adamw.beta1, [CLI_ADAMW_BETA2] = &o->adamw.beta2,
+                                       [CLI_ADAMW_EPS] = &o->adamw.eps,
+                                       [CLI_ADAMW_WEIGHT_DECAY] = &o->adamw.weight_decay};
+        if (opt < OPT_BETA1 || opt >= OPT_ADAMW_END) return false;
+        ok = cli_parse_adamw(cmd, opt - OPT_BETA1, arg, &x) && ((*adamw[opt - OPT_BETA1] = (float)x), true);
+    }
     }
     return ok;
 }
@@ -124,7 +125,7 @@ static bool read_batch_file(const char *path, const char *what, int vocab, int32
 /* The model's config: from the weights file (cli_weights_config), else the preset with the shape flags. */
 static bool step_config(const cli_args *a, const step_opts *o, const tlm_safetensors *st, tlm_config *cfg) {
     if (!st) return cli_model_config("step", a, a->num_models ? a->models[0] : "small", cfg, NULL, 0);
-    return cli_weights_config("step", a, o->weights, o->strip_prefix, st, cfg);
+    return cli_weights_config("step", a, &o->weights, st, cfg);
 }
 
 /* The batch a step runs on: rows drawn from --data, or --inputs and --targets read. */
@@ -237,7 +238,7 @@ static bool check_flags(const cli_args *a, const step_opts *o) {
         !cli_refuse_together(cmd, a, CLI_CONTEXT_LENGTH, o->inputs != NULL, "--inputs",
                              "the batch's shape is the shape of the --inputs array"))
         return false;
-    if (o->strip_prefix && !o->weights) {
+    if (o->weights.strip_prefix && !o->weights.path) {
         cli_error(cmd, "--strip-prefix needs --weights");
         return false;
     }
@@ -258,7 +259,7 @@ int cmd_step(int argc, char **argv) {
     if (!check_flags(&a, o)) goto out;
     tlm_io_plan files; /* an output may not replace an input, nor another output */
     tlm_io_plan_init(&files);
-    tlm_io_plan_input(&files, "--weights", o->weights);
+    tlm_io_plan_input(&files, "--weights", o->weights.path);
     tlm_io_plan_input(&files, "--inputs", o->inputs);
     tlm_io_plan_input(&files, "--targets", o->targets);
     tlm_io_plan_input(&files, "--data", o->data);
@@ -270,8 +271,8 @@ int cmd_step(int argc, char **argv) {
     rc = TLM_EXIT_FAILURE;
     tlm_safetensors st;
     bool have_st = false;
-    if (o->weights) {
-        if (tlm_safetensors_read(o->weights, &st) != TLM_OK) {
+    if (o->weights.path) {
+        if (tlm_safetensors_read(o->weights.path, &st) != TLM_OK) {
             cli_error(cmd, "%s", tlm_last_error());
             goto out;
         }
@@ -294,14 +295,14 @@ int cmd_step(int argc, char **argv) {
     tlm_status s = tlm_model_create(&m, &cfg, &run, be);
     tlm_dtype converted = TLM_DTYPE_F32;
     if (s == TLM_OK)
-        s = have_st ? tlm_model_load_from(m, &st, o->weights, o->strip_prefix, &converted)
+        s = have_st ? tlm_model_load_from(m, &st, o->weights.path, o->weights.strip_prefix, &converted)
                     : tlm_model_init_random(m, a.seed);
     if (have_st) {
         tlm_safetensors_free(&st);
         have_st = false;
     }
     if (s == TLM_OK && converted != TLM_DTYPE_F32)
-        fprintf(stderr, "tlm step: note: %s stores %s tensors: converted to float32\n", o->weights,
+        fprintf(stderr, "tlm step: note: %s stores %s tensors: converted to float32\n", o->weights.path,
                 tlm_dtype_name(converted));
     if (s == TLM_OK) s = run_passes(m, o, &b, cfg.vocab_size, run.precision);
     if (s != TLM_OK) cli_error(cmd, "%s", tlm_last_error());

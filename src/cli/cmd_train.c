@@ -1,7 +1,6 @@
 /* cmd_train.c — `tlm train`: the flags of a training run, checked and planned (train.h's planning), then
  * the run (tlm_train_run: the CS336 recipe, validation, checkpoints that resume bit for bit, the progress
  * line on stderr and the loss log through the report writer: table on stdout, CSV or JSON with --log). */
-#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -11,13 +10,13 @@
 
 enum { OPT_TRAIN_DATA = 2000, OPT_VAL_DATA, OPT_STEPS, OPT_TOKENS, OPT_LR_MAX, OPT_LR_MIN, OPT_WARMUP_ITERS,
        OPT_COSINE_ITERS, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD, OPT_MAX_GRAD_NORM, OPT_EVAL_EVERY, OPT_EVAL_BATCHES,
-       OPT_SAVE_EVERY, OPT_CKPT_DIR, OPT_KEEP, OPT_RESUME, OPT_LOG, OPT_LOG_EVERY, OPT_PEAK, OPT_ALLOW, OPT_INIT,
-       OPT_STRIP, OPT_NUM };
+       OPT_SAVE_EVERY, OPT_CKPT_DIR, OPT_KEEP, OPT_RESUME, OPT_LOG, OPT_LOG_EVERY, OPT_PEAK, OPT_ALLOW, OPT_NUM };
 
 /* the options as given; a recipe option's `given` says whether it appeared (a resumed run refuses one
  * that contradicts the checkpoint) */
 typedef struct {
-    const char *train_data, *val_data, *ckpt_dir, *resume, *log, *init_weights, *strip_prefix;
+    const char *train_data, *val_data, *ckpt_dir, *resume, *log;
+    cli_weights_file init; /* --init-weights, --strip-prefix */
     double num[OPT_NUM - OPT_TRAIN_DATA];
     bool given[OPT_NUM - OPT_TRAIN_DATA];
 } train_opts;
@@ -41,14 +40,13 @@ static const struct option train_options[] = {
     {"max-grad-norm", required_argument, 0, OPT_MAX_GRAD_NORM},
     {"lr-max", required_argument, 0, OPT_LR_MAX},         {"lr-min", required_argument, 0, OPT_LR_MIN},
     {"warmup-iters", required_argument, 0, OPT_WARMUP_ITERS}, {"cosine-cycle-iters", required_argument, 0, OPT_COSINE_ITERS},
-    {"beta1", required_argument, 0, OPT_BETA1},           {"beta2", required_argument, 0, OPT_BETA2},
-    {"eps", required_argument, 0, OPT_EPS},               {"weight-decay", required_argument, 0, OPT_WD},
+    CLI_ADAMW_OPTIONS(OPT_BETA1),
     {"eval-every", required_argument, 0, OPT_EVAL_EVERY}, {"eval-batches", required_argument, 0, OPT_EVAL_BATCHES},
     {"save-every", required_argument, 0, OPT_SAVE_EVERY}, {"checkpoint-dir", required_argument, 0, OPT_CKPT_DIR},
     {"keep-checkpoints", required_argument, 0, OPT_KEEP}, {"resume", required_argument, 0, OPT_RESUME},
     {"log", required_argument, 0, OPT_LOG},               {"log-every", required_argument, 0, OPT_LOG_EVERY},
     {"peak-tflops", required_argument, 0, OPT_PEAK},      {"allow-data-change", no_argument, 0, OPT_ALLOW},
-    {"init-weights", required_argument, 0, OPT_INIT},     {"strip-prefix", required_argument, 0, OPT_STRIP}, {0}};
+    CLI_WEIGHTS_OPTIONS("init-weights"), {0}};
 
 /* the numeric options: flag name, domain, whether a whole number */
 static const struct {
@@ -60,8 +58,6 @@ static const struct {
     {OPT_STEPS, "--steps", 1, 1e15, true},           {OPT_TOKENS, "--tokens", 1, 1e18, true},
     {OPT_LR_MAX, "--lr-max", 0, 10, false},          {OPT_LR_MIN, "--lr-min", 0, 10, false},
     {OPT_WARMUP_ITERS, "--warmup-iters", 0, 1e15, true}, {OPT_COSINE_ITERS, "--cosine-cycle-iters", 0, 1e15, true},
-    {OPT_BETA1, "--beta1", 0, 1, false},             {OPT_BETA2, "--beta2", 0, 1, false},
-    {OPT_EPS, "--eps", FLT_MIN, 1, false},           {OPT_WD, "--weight-decay", 0, 1, false},
     {OPT_MAX_GRAD_NORM, "--max-grad-norm", 0, 1e30, false}, {OPT_EVAL_EVERY, "--eval-every", 0, 1e15, true},
     {OPT_EVAL_BATCHES, "--eval-batches", 1, 1 << 20, true}, {OPT_SAVE_EVERY, "--save-every", 0, 1e15, true},
     {OPT_KEEP, "--keep-checkpoints", 0, 1 << 20, true}, {OPT_LOG_EVERY, "--log-every", 1, 1e15, true},
@@ -70,26 +66,31 @@ static const struct {
 
 static bool train_handle(void *user, int opt, const char *arg) {
     train_opts *o = user;
-    const char **paths[] = {[OPT_TRAIN_DATA - OPT_TRAIN_DATA] = &o->train_data,
-                            [OPT_VAL_DATA - OPT_TRAIN_DATA] = &o->val_data,
-                            [OPT_CKPT_DIR - OPT_TRAIN_DATA] = &o->ckpt_dir,
-                            [OPT_RESUME - OPT_TRAIN_DATA] = &o->resume,
-                            [OPT_LOG - OPT_TRAIN_DATA] = &o->log,
-                            [OPT_INIT - OPT_TRAIN_DATA] = &o->init_weights,
-                            [OPT_STRIP - OPT_TRAIN_DATA] = &o->strip_prefix};
+    const char **paths[OPT_NUM - OPT_TRAIN_DATA] = {[OPT_TRAIN_DATA - OPT_TRAIN_DATA] = &o->train_data,
+                                                    [OPT_VAL_DATA - OPT_TRAIN_DATA] = &o->val_data,
+                                                    [OPT_CKPT_DIR - OPT_TRAIN_DATA] = &o->ckpt_dir,
+                                                    [OPT_RESUME - OPT_TRAIN_DATA] = &o->resume,
+                                                    [OPT_LOG - OPT_TRAIN_DATA] = &o->log};
+    if (cli_weights_option(&o->init, opt, arg)) return true;
     if (opt < OPT_TRAIN_DATA || opt >= OPT_NUM) return false;
     if ((GIVEN(o, opt) = true) && opt == OPT_ALLOW) return true;
     if (paths[opt - OPT_TRAIN_DATA]) return (*paths[opt - OPT_TRAIN_DATA] = arg), true;
+    if (opt >= OPT_BETA1 && opt <= OPT_WD) { /* cli_parse_adamw's domains; a beta's 1 refused here */
+        double x;
+        if (!cli_parse_adamw("train", opt - OPT_BETA1, arg, &x)) return false;
+        if ((opt == OPT_BETA1 || opt == OPT_BETA2) && x >= 1) {
+            cli_error("train", "--beta%d: %s is outside [0, 1)", opt == OPT_BETA1 ? 1 : 2, arg);
+            return false;
+        }
+        NUM(o, opt) = x;
+        return true;
+    }
     for (size_t i = 0; i < sizeof numeric / sizeof numeric[0]; i++) {
         if (numeric[i].id != opt) continue;
         double x;
         if (!cli_parse_double("train", numeric[i].flag, arg, numeric[i].lo, numeric[i].hi, &x)) return false;
         if (numeric[i].whole && x != floor(x)) {
             cli_error("train", "%s: '%s' is not a whole number", numeric[i].flag, arg);
-            return false;
-        }
-        if ((opt == OPT_BETA1 || opt == OPT_BETA2) && x >= 1) {
-            cli_error("train", "%s: %s is outside [0, 1)", numeric[i].flag, arg);
             return false;
         }
         NUM(o, opt) = x;
@@ -211,8 +212,8 @@ static bool plan_resume(const cli_args *a, const train_opts *o, const tlm_checkp
 /* the run's plan from the flags alone */
 static bool plan_fresh(const cli_args *a, const train_opts *o, run_plan *p) {
     const char *name = a->num_models ? a->models[0] : "small"; /* with --init-weights the model is the file's */
-    if (o->init_weights ? !(p->have_init = cli_weights_open("train", a, o->init_weights, o->strip_prefix, &p->init,
-                                                            &p->model, p->model_name, sizeof p->model_name))
+    if (o->init.path ? !(p->have_init = cli_weights_open("train", a, &o->init, &p->init, &p->model, p->model_name,
+                                                         sizeof p->model_name))
                         : !cli_model_config("train", a, name, &p->model, p->model_name, sizeof p->model_name))
         return false;
     const tlm_train_args args = train_args(a, o);
@@ -258,8 +259,8 @@ static int plan_run(train_cli *x) {
     if (a->num_grad_reduce_dtypes) x->dcfg.reduce_dtype = a->grad_reduce_dtypes[0];
     const char *conflict =
         GIVEN(o, OPT_STEPS) && GIVEN(o, OPT_TOKENS) ? "--steps conflicts with --tokens: give the budget one way"
-        : o->init_weights && o->resume ? "--init-weights conflicts with --resume: the weights are the checkpoint's"
-        : o->strip_prefix && !o->init_weights ? "--strip-prefix needs --init-weights FILE"
+        : o->init.path && o->resume ? "--init-weights conflicts with --resume: the weights are the checkpoint's"
+        : o->init.strip_prefix && !o->init.path ? "--strip-prefix needs --init-weights FILE"
         : !o->resume && !o->train_data ? "give --train-data FILE (or --resume DIR)"
         : !o->resume && !GIVEN(o, OPT_STEPS) && !GIVEN(o, OPT_TOKENS) ? "give the budget: --steps N or --tokens N"
         : !o->resume && !o->val_data && (GIVEN(o, OPT_EVAL_EVERY) || GIVEN(o, OPT_EVAL_BATCHES))
@@ -291,7 +292,7 @@ static int plan_run(train_cli *x) {
     x->plan.log_format = tlm_train_log_format(o->log, a->given[CLI_FORMAT], a->format);
     tlm_io_plan files; /* every file checked before anything runs: no output over an input or in a checkpoint */
     tlm_train_plan_files(&files, x->plan.train_path, x->plan.val_path, o->resume, x->ckpt_dir, o->ckpt_dir != NULL);
-    tlm_io_plan_input(&files, "--init-weights", o->init_weights);
+    tlm_io_plan_input(&files, "--init-weights", o->init.path);
     tlm_report_plan(&files, "--log", x->plan.log_format, o->log);
     if (!cli_check_files(x->cmd, a, &files)) return TLM_EXIT_USAGE;
     x->plan.keep = (int)NUM(o, OPT_KEEP);
@@ -318,7 +319,7 @@ static int set_up(train_cli *x, int argc, char **argv) {
     tlm_status s = tlm_train_session_create(&x->run, x->be, &p->model, &run, &p->recipe, x->a.seed,
                                             x->proc.world.rank, p->world, ck);
     if (s == TLM_OK && p->have_init) /* checks every tensor, then copies; AdamW starts fresh */
-        s = tlm_model_load_from(x->run.model, &p->init, x->o->init_weights, x->o->strip_prefix, NULL);
+        s = tlm_model_load_from(x->run.model, &p->init, x->o->init.path, x->o->init.strip_prefix, NULL);
     if (s == TLM_OK) s = tlm_report_open(&x->rep, "tlm train", p->log_format, x->o->log, argc, argv);
     if (s == TLM_OK) tlm_report_view(x->rep, x->a.wide, x->a.verbose);
     if (s != TLM_OK) {

@@ -77,12 +77,9 @@ static int stdout_written(int rc) {
 }
 
 int main(int argc, char **argv) {
-    static const cli_subcommand commands[] = {
-        {"bench", cmd_bench},         {"train", cmd_train},         {"step", cmd_step},
-        {"compare", cmd_compare},     {"precision", cmd_precision}, {"attention", cmd_attention},
-        {"allreduce", cmd_allreduce}, {"profile", cmd_profile},     {"memory", cmd_memory},
-        {"plot", cmd_plot},           {"knobs", cmd_knobs},         {"generate", cmd_generate},
-    };
+#define SUBCOMMAND(name) {#name, cmd_##name},
+    static const cli_subcommand commands[] = {CLI_SUBCOMMANDS(SUBCOMMAND)};
+#undef SUBCOMMAND
     if (tlm_tuning_init() != TLM_OK) { /* a bad TLM_* value is refused before any work */
         fprintf(stderr, "tlm: %s (tlm knobs lists them)\n", tlm_last_error());
         return TLM_EXIT_USAGE;
