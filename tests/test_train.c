@@ -393,6 +393,14 @@ static void test_damaged(const tlm_tokens *train, const tlm_tokens *val) {
     die_on(tlm_checkpoint_open(bad, &old), "open the checkpoint without a model name");
     check(old.model_name && strcmp(old.model_name, "tiny") == 0, "a checkpoint without its model's name: named from "
           "its sizes (%s)", old.model_name ? old.model_name : "none");
+    check(old.version == 2 && old.warning[0] == '\0', "a version-2 checkpoint: no warning ('%s')", old.warning);
+    tlm_checkpoint_close(&old);
+    /* a version-1 state.json opens; what it leaves unchecked is the caller's to print (once, under a launcher) */
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s && cd %s/step-00000003 && " V1 "true", bad, dir, bad, bad);
+    if (system(cmd) != 0) die_on(TLM_ERR_IO, cmd);
+    die_on(tlm_checkpoint_open(bad, &old), "open a version-1 checkpoint");
+    check(old.version == 1 && strstr(old.warning, "step-00000003/state.json is version 1: it recorded neither"),
+          "a version-1 checkpoint: its warning for the caller ('%s')", old.warning);
     tlm_checkpoint_close(&old);
     sh("rm -rf %s", bad);
     tlm_checkpoint ck;

@@ -29,7 +29,8 @@ typedef struct {
 } tlm_generate_source;
 
 /* Creates the model the source holds on `be` with `run` (forward_only is set) and loads its weights
- * (float32 masters; a weights file's bf16/fp16/fp64 tensors converted). *cfg receives its config.
+ * (float32 masters; a weights file's bf16/fp16/fp64 tensors converted). *cfg receives its config. A
+ * checkpoint's warning (tlm_checkpoint's `warning`: a version-1 state.json) goes to stderr, "tlm: warning: ...".
  * Errors: IO, FORMAT (the files, named), INVALID_ARGUMENT (a state dict without num_heads: the hint
  * to give it; a checkpoint and a weights file both or neither), the model's. */
 tlm_status tlm_generate_load(const tlm_generate_source *src, const tlm_run_config *run, tlm_backend *be,

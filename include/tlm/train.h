@@ -216,7 +216,10 @@ typedef struct {
     int64_t log_len;
     tlm_safetensors weights;    /* the weights file, read whole (for tlm_checkpoint_restore) */
     int version;                /* of state.json: 1 recorded neither the data's identity nor the files'
-                                   digests (then not checked, with a warning); 2 both */
+                                   digests (then not checked: `warning` says so); 2 both */
+    char warning[4352];         /* what the reader could not check, for the caller to print once (rank 0
+                                   under a launcher; tlm_checkpoint_open prints nothing): "PATH/state.json is
+                                   version 1: ..."; "": none */
     bool have_train_id, have_val_id;
     tlm_file_identity train_data_id, val_data_id; /* the data files' identities as the run saw them */
 } tlm_checkpoint;

@@ -279,6 +279,8 @@ static int plan_run(train_cli *x) {
             return TLM_EXIT_FAILURE;
         }
         x->have_ck = true;
+        if (x->ck.warning[0] && x->proc.world.rank == 0) /* every rank read the same: rank 0 says it once */
+            fprintf(stderr, "tlm: warning: %s\n", x->ck.warning);
         if (!plan_resume(a, o, &x->ck, &x->plan)) return TLM_EXIT_USAGE;
     } else if (!plan_fresh(a, o, &x->plan)) {
         return TLM_EXIT_USAGE;

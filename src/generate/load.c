@@ -49,6 +49,7 @@ tlm_status tlm_generate_load(const tlm_generate_source *src, const tlm_run_confi
     if (src->checkpoint) {
         tlm_checkpoint ck;
         TLM_TRY(tlm_checkpoint_open(src->checkpoint, &ck));
+        if (ck.warning[0]) fprintf(stderr, "tlm: warning: %s\n", ck.warning); /* one process: said here */
         *cfg = ck.model;
         char path[4200];
         snprintf(path, sizeof path, "%s/weights.safetensors", ck.dir);

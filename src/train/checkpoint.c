@@ -612,8 +612,8 @@ tlm_status tlm_checkpoint_open(const char *path, tlm_checkpoint *ck) {
         s = rd.s;
         if (s == TLM_OK && ck->version >= 2) s = verify_files(ck->dir, &dg);
         if (s == TLM_OK && ck->version < 2)
-            fprintf(stderr, "tlm: warning: %s is version %d: it recorded neither the data files' identity nor its "
-                            "files' digests; they are not checked\n", state, ck->version);
+            snprintf(ck->warning, sizeof ck->warning, "%s is version %d: it recorded neither the data files' "
+                     "identity nor its files' digests; they are not checked", state, ck->version);
     }
     bool have_weights = false;
     if (s == TLM_OK) have_weights = (s = tlm_safetensors_read(weights, &ck->weights)) == TLM_OK;

@@ -9,7 +9,7 @@
 # round differently with another count (ddp.sh: N ranks give one process's weights to rtol 1e-6, not the
 # bits); those runs are compared within 1e-5. The re-cut itself is exact: test_ddp's gather/scatter check.
 # --init-weights under 2 ranks gives one process's weights. Usage errors under a launcher are printed once, by
-# rank 0.
+# rank 0, and so is a version-1 checkpoint's warning.
 source "$(dirname "$0")/lib.bash"
 ddp_tokens "$TMP"
 RUN=(bash "$(dirname "$0")/../test_comm_mpirun.sh")
@@ -96,4 +96,12 @@ check "a usage error under 3 ranks is printed once, whole" \
     -a "$(grep -c 'tlm train: tlm' <<<"$err")" -eq 0
 err=$("${RUN[@]}" 2 "$TLM" train --bogus 2>&1)
 check "an unknown flag under 2 ranks is printed once" test "$(grep -c "unknown option '--bogus'" <<<"$err")" -eq 1
+rm -rf "$TMP/v1"; cp -r "$(ck r2 3)" "$TMP/v1"  # a version-1 state.json (no data identity, no digests)
+python3 -c "
+import json; p = '$TMP/v1/state.json'; d = json.load(open(p)); d['version'] = 1; del d['files']
+for k in ('train_data', 'val_data'): del d['recipe'][k]['identity']
+json.dump(d, open(p, 'w'))"
+err=$("${RUN[@]}" 2 "$TLM" train --resume "$TMP/v1" --steps 4 --checkpoint-dir "$TMP/v1r" 2>&1); rc=$?
+check "a version-1 checkpoint resumes under 2 ranks ($rc), its warning printed once" \
+  test $rc -eq 0 -a "$(grep -c 'tlm: warning: .*state.json is version 1' <<<"$err")" -eq 1
 finish
