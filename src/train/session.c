@@ -79,6 +79,9 @@ tlm_status tlm_train_session_create(tlm_train_session *s, tlm_backend *be, const
 
 tlm_status tlm_train_session_join(tlm_train_session *s, tlm_comm *comm, tlm_precision precision,
                                   const tlm_ddp_config *ddp) {
+    /* what the ranks will run, as they resolved it: tlm train's fingerprint (cli_agree) compares the flags and
+     * the data files, not what a --resume or --init-weights path holds on each rank (node-local disks), and a
+     * caller of the library has no fingerprint at all */
     const tlm_config *m = &s->config;
     const tlm_train_config *r = &s->train.config;
     char text[1024];

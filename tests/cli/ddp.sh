@@ -150,4 +150,12 @@ expect_fail "the ranks disagree on --seed: rank 0 has 1, rank 1 has 2" \
   ${MPIRUN:-mpirun} "${flags[@]}" -np 1 "${t1[@]}" --seed 1 : -np 1 "${t1[@]}" --seed 2
 expect_fail "the ranks disagree on --bucket-mb: rank 0 has 1, rank 1 has 2" \
   ${MPIRUN:-mpirun} "${flags[@]}" -np 1 "${t1[@]}" --bucket-mb 1 : -np 1 "${t1[@]}" --bucket-mb 2
+# the same flags, but --resume ck names another checkpoint on each rank (their working directories differ, as
+# node-local disks would): the flags' fingerprint agrees, tlm_train_session_join's check of the run refuses
+mkdir -p "$TMP/w0" "$TMP/w1"
+expect_ok "a checkpoint at lr-max 1e-3" "${t1[@]}" --lr-max 1e-3 --save-every 2 --checkpoint-dir "$TMP/w0/ck"
+expect_ok "one at lr-max 2e-3" "${t1[@]}" --lr-max 2e-3 --save-every 2 --checkpoint-dir "$TMP/w1/ck"
+expect_fail "the ranks disagree on the run's configuration: rank 0 has 'model 256 64 172 2 4 32; recipe batch 2 ctx" \
+  ${MPIRUN:-mpirun} "${flags[@]}" -np 1 -wdir "$TMP/w0" "$TLM" train --resume ck --steps 4 \
+  : -np 1 -wdir "$TMP/w1" "$TLM" train --resume ck --steps 4
 finish
