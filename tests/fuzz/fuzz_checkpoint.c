@@ -1,11 +1,13 @@
 /* fuzz_checkpoint.c — libFuzzer harness of tlm_checkpoint_open (train.h): the reading of a checkpoint
  * directory's `latest` pointer and its step directory's state.json. At start-up the harness trains a
  * tiny model two steps on the CPU and saves a real checkpoint, ROOT/step-00000002 (weights, AdamW's
- * moments, state.json) and ROOT/latest, under $TMPDIR (else /tmp)/tlm-fuzz-ck-<pid>. The input's
- * first byte chooses what the rest is (bit 0):
- *   0: a state.json, written into ROOT/fuzz/ beside a hard link to the saved weights; opens ROOT/fuzz;
+ * moments, state.json version 2 with the data files' identities and the files' digests) and ROOT/latest,
+ * under $TMPDIR (else /tmp)/tlm-fuzz-ck-<pid>. The input's first byte chooses what the rest is (bit 0):
+ *   0: a state.json, written into ROOT/fuzz/ beside hard links to the saved weights and moments (so that
+ *      the seeds' digests match: the start-up run is the same bits every time); opens ROOT/fuzz;
  *   1: ROOT/latest (the saved step directory stays valid); opens ROOT.
- * On success the fields must hold what the reader promises (step and log, recipe, model); on failure
+ * On success the fields must hold what the reader promises (step and log, recipe, model; a warning
+ * exactly for version 1); on failure
  * a message naming the file. FUZZ_WRITE_SEEDS=DIR: write the saved state.json and latest as seeds
  * (with their first byte) into DIR and exit (make_corpus.py uses it). */
 #include <limits.h>
@@ -49,6 +51,11 @@ static void save_checkpoint(void) {
     c.eval_batches = 1;
     tlm_train t;
     if (tlm_train_init(&t, m, &c, &data, &data, 0, 1) != TLM_OK) die("train init");
+    /* the identities a run records (identity.h), made up: the reader parses them, nothing compares them here */
+    static const tlm_file_identity train_id = {16384, false, "0123456789abcdef0123456789abcdef"},
+                                   val_id = {1 << 30, true, "fedcba9876543210fedcba9876543210"};
+    t.train_data_id = &train_id;
+    t.val_data_id = &val_id;
     for (int i = 0; i < 2; i++)
         if (tlm_train_step(&t, NULL) != TLM_OK) die("train step");
     double v;
@@ -75,13 +82,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     snprintf(root, sizeof root, "%s/tlm-fuzz-ck-%d", fuzz_tmpdir(), (int)getpid());
     save_checkpoint();
     atexit(remove_root);
-    char weights[700], link_to[700];
     snprintf(fuzz_dir, sizeof fuzz_dir, "%s/fuzz", root);
     snprintf(fuzz_state, sizeof fuzz_state, "%s/state.json", fuzz_dir);
     snprintf(latest, sizeof latest, "%s/latest", root);
-    snprintf(weights, sizeof weights, "%s/step-00000002/weights.safetensors", root);
-    snprintf(link_to, sizeof link_to, "%s/weights.safetensors", fuzz_dir);
-    if (mkdir(fuzz_dir, 0700) != 0 || link(weights, link_to) != 0) die("the fuzzed step directory");
+    if (mkdir(fuzz_dir, 0700) != 0) die("the fuzzed step directory");
+    static const char *const step_files[] = {"weights.safetensors", "optimizer.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char saved[700], link_to[700];
+        snprintf(saved, sizeof saved, "%s/step-00000002/%s", root, step_files[i]);
+        snprintf(link_to, sizeof link_to, "%s/%s", fuzz_dir, step_files[i]);
+        if (link(saved, link_to) != 0) die("the fuzzed step directory");
+    }
     const char *seeds = fuzz_seed_dir();
     if (seeds) {
         char state[700], out[700];
@@ -118,6 +129,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_require(ck.config.context_length <= ck.model.context_length && ck.model_name != NULL);
     fuzz_require(ck.train_data_path != NULL && ck.train_data_tokens >= 1);
     fuzz_require(ck.scaler.scale > 0 && ck.world_size >= 1 && ck.adamw_t >= 0);
+    fuzz_require((ck.version == 1) == (ck.warning[0] != '\0') && ck.version >= 1 && ck.version <= 2);
     tlm_checkpoint_close(&ck);
     fuzz_require(ck.dir == NULL);
     return 0;

@@ -159,7 +159,22 @@ def checkpoint():
         change(s)
         write(w, name, b"\0" + json.dumps(s, indent=1).encode())
 
-    variant("bad_version_2.json", lambda s: s.update(version=2))
+    files = state["files"]  # version 2 (the identities: recipe.train_data.identity, val_data.identity)
+    variant("bad_version_3.json", lambda s: s.update(version=3))
+
+    def version_1(s):  # before the data's identity and the files' digests: read, with a warning
+        s.update(version=1)
+        del s["files"]
+        for k in ("train_data", "val_data"):
+            del s["recipe"][k]["identity"]
+    variant("v1_no_digests.json", version_1)
+    variant("bad_files_missing.json", lambda s: s.pop("files"))
+    variant("bad_files_swapped.json", lambda s: s.update(files={k: v for k, v in zip(files, reversed(files.values()))}))
+    variant("bad_digest_short.json", lambda s: s["files"]["weights.safetensors"].update(xxh3_128="abc"))
+    variant("bad_digest_bytes.json", lambda s: s["files"]["optimizer.safetensors"].update(bytes=1))
+    variant("bad_identity_bytes.json", lambda s: s["recipe"]["train_data"]["identity"].update(bytes=-1))
+    variant("bad_identity_sampled.json", lambda s: s["recipe"]["val_data"]["identity"].update(sampled="yes"))
+    variant("bad_identity_hash.json", lambda s: s["recipe"]["train_data"]["identity"].update(xxh3_128=None))
     variant("bad_log_short.json", lambda s: s["log"].pop())
     variant("bad_step_1e300.json", lambda s: s.update(step=1e300))
     variant("bad_batch_nan.json", lambda s: s["recipe"].update(batch_size="nan"))
