@@ -9,10 +9,10 @@
 #             logs side by side (bench/realrun_table.py), and 200-byte samples from the resumed run's checkpoint
 # Files: rr-1gpu.json, rr-2gpu.json, rr-torch.json, rr-zero2.json (the 2-GPU run's log), rr-resume1.json (the
 #   resumed run's), rr-samples.txt, realrun.md (kept).
-# env: RR_PARTS (scale,torch,fortunes) RR_MODEL (2.7B) RR_BATCH (8) RR_TOKENS (524288) RR_STEPS (600)
+# env: RR_PARTS (scale,fortunes,torch: in this order) RR_MODEL (2.7B) RR_BATCH (8) RR_TOKENS (524288) RR_STEPS (600)
 needs_realrun="tree gpu2"
 stage_realrun() {
-  local parts=${RR_PARTS:-scale,torch,fortunes} m=${RR_MODEL:-2.7B} b=${RR_BATCH:-8} rc=0 E=$R/bench-stderr.txt
+  local parts=${RR_PARTS:-scale,fortunes,torch} m=${RR_MODEL:-2.7B} b=${RR_BATCH:-8} rc=0 E=$R/bench-stderr.txt
   local n1=$(( ${RR_TOKENS:-524288} / (b * 256) )) steps=${RR_STEPS:-600} w=$R/realrun-work
   local n2=$((n1 / 2)) common=(--device cuda --model "$m" -P bf16 -c 256 --pass train --warmup 1 --steps 1)
   mkdir -p "$w"
@@ -20,17 +20,6 @@ stage_realrun() {
     x "$TLM" bench "${common[@]}" -b "$b" --grad-accum-steps "$n1" -f json -o "$R/rr-1gpu.json" 2>> "$E" | show -v '^#'
     mpi 2 "$TLM" bench "${common[@]}" -b $((2 * b)) --grad-accum-steps "$n2" --ddp bucketed --bucket-mb 25 --zero 0,1 \
       --timeout 300 -f json -o "$R/rr-2gpu.json" 2>> "$E" | show -v '^#'
-    dev_pack
-  fi
-  if part "$parts" torch 200 "PyTorch DDP, the same accumulation, 1 and 2 GPUs"; then
-    x env PYTHONUNBUFFERED=1 python3 bench/peers/pytorch_ddp.py --model "$m" --context-length 256 \
-      --batch-size-per-rank "$b" --precision bf16 --nproc 1 --grad-accum-steps "$n1" --warmup 1 --steps 1 \
-      --out "$w/torch-1.json" 2>> "$E" | show -v '^prec'
-    x env PYTHONUNBUFFERED=1 python3 bench/peers/pytorch_ddp.py --model "$m" --context-length 256 \
-      --batch-size-per-rank "$b" --precision bf16 --nproc 2 --grad-accum-steps "$n2" --warmup 1 --steps 1 \
-      --out "$w/torch-2.json" 2>> "$E" | show -v '^prec'
-    dry || python3 -c 'import json, sys; d = [json.load(open(f)) for f in sys.argv[2:]]; d[0]["rows"] += d[1]["rows"]; json.dump(d[0], open(sys.argv[1], "w"), indent=1)' \
-      "$R/rr-torch.json" "$w/torch-1.json" "$w/torch-2.json" || true
     dev_pack
   fi
   if part "$parts" fortunes 150 "small on fortunes: 2 GPUs ZeRO-1 to $steps, resumed at $((steps / 2)) on 1 GPU"; then
@@ -52,6 +41,17 @@ stage_realrun() {
             --max-new-tokens 200 2>> "$R/rr-samples-speed.txt"; echo; } >> "$R/rr-samples.txt"
       done
     done
+    dev_pack
+  fi
+  if part "$parts" torch 200 "PyTorch DDP, the same accumulation, 1 and 2 GPUs"; then
+    x env PYTHONUNBUFFERED=1 python3 bench/peers/pytorch_ddp.py --model "$m" --context-length 256 \
+      --batch-size-per-rank "$b" --precision bf16 --nproc 1 --grad-accum-steps "$n1" --warmup 1 --steps 1 \
+      --out "$w/torch-1.json" 2>> "$E" | show -v '^prec'
+    x env PYTHONUNBUFFERED=1 python3 bench/peers/pytorch_ddp.py --model "$m" --context-length 256 \
+      --batch-size-per-rank "$b" --precision bf16 --nproc 2 --grad-accum-steps "$n2" --warmup 1 --steps 1 \
+      --out "$w/torch-2.json" 2>> "$E" | show -v '^prec'
+    dry || python3 -c 'import json, sys; d = [json.load(open(f)) for f in sys.argv[2:]]; d[0]["rows"] += d[1]["rows"]; json.dump(d[0], open(sys.argv[1], "w"), indent=1)' \
+      "$R/rr-torch.json" "$w/torch-1.json" "$w/torch-2.json" || true
     dev_pack
   fi
   x python3 bench/realrun_table.py "$R" > "$R/realrun.md" || rc=1
