@@ -8,7 +8,7 @@ Usage: realrun_table.py DIR
   `tlm train --log` (JSON: its "log" rows: step, loss, val_loss). A missing file leaves its part out.
 
 Part 1: tokens per optimizer step, step time, tokens/s, MFU (tlm's), and tokens/s against the same
-implementation's one GPU. Part 2: the 2-GPU ZeRO-1 run and its half-way checkpoint resumed on one GPU: the
+implementation's one GPU (PyTorch's MFU from tlm's FLOP count: tlm's MFU per token/s). Part 2: the 2-GPU ZeRO-1 run and its half-way checkpoint resumed on one GPU: the
 validation losses at the same steps, and the largest difference of the training losses after the resume."""
 import json
 import os
@@ -26,20 +26,33 @@ def bench_rows(doc):
     return [r for r in (doc or {}).get("rows", []) if r.get("status", "ok") == "ok"]
 
 
+def accum_of(r):  # a peer row written before it recorded grad_accum_steps: from its tokens/s and step time
+    if r.get("grad_accum_steps"):
+        return r["grad_accum_steps"]
+    if r.get("tokens_per_s") and r.get("step_ms_mean"):
+        return max(1, round(r["tokens_per_s"] * r["step_ms_mean"] / 1e3 / (r["batch_size"] * r["context_length"])))
+    return 1
+
+
 def scaling(d):
     out = ["| impl | GPUs | ZeRO | micro-batches | tokens/step | step ms | tokens/s | vs 1 GPU | MFU |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    per_tps = None  # MFU per token/s, from tlm's rows (the same model and FLOP count): the peer's MFU
     for impl, rows in (("tlm", bench_rows(load(f"{d}/rr-1gpu.json")) + bench_rows(load(f"{d}/rr-2gpu.json"))),
                        ("pytorch DDP", bench_rows(load(f"{d}/rr-torch.json")))):
         one = None
         for r in rows:
             n = r.get("ranks") or 1
-            tok = (r.get("grad_accum_steps") or 1) * r["batch_size"] * r["context_length"]
+            tok = accum_of(r) * r["batch_size"] * r["context_length"]
             tps = r.get("tokens_per_s") or tok / (r["step_ms_mean"] / 1e3)
             if n == 1 and one is None:
                 one = tps
             mfu = r.get("mfu")
-            out.append(f"| {impl} | {n} | {r.get('zero') or 0} | {r.get('grad_accum_steps') or 1} | {tok} | "
+            if impl == "tlm" and mfu and per_tps is None and n == 1:
+                per_tps = mfu / tps
+            elif impl != "tlm" and per_tps:
+                mfu = tps * per_tps / n  # per GPU, as tlm reports it
+            out.append(f"| {impl} | {n} | {r.get('zero') or 0} | {accum_of(r)} | {tok} | "
                        f"{r['step_ms_mean']:.0f} | {tps:,.0f} | {tps / one:.2f}x | "
                        f"{'' if mfu is None else f'{100 * mfu:.1f}%'} |" if one else "")
     return [line for line in out if line]

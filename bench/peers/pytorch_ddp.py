@@ -82,7 +82,7 @@ def worker(rank, cfg, port, result_path):
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     allocated = torch.cuda.memory_allocated if cuda else (lambda: 0)
     row = {k: cfg[k] for k in ("model", "context_length", "precision", "ranks", "bucket_mb", "grad_reduce_dtype",
-                               "zero")}
+                               "zero", "grad_accum_steps")}
     row.update(ddp="pytorch" if n > 1 else "none", batch_size=cfg["batch_per_rank"] * n, comm_ms_mean=None)
     try:
         if n > 1:
