@@ -20,7 +20,7 @@ stage_ckpt() {
     t1=$(date +%s.%N); plain=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
     rm -rf "$w/ck$z"
     t0=$(date +%s.%N)
-    mpi 2 "$TLM" "${run[@]}" --zero "$z" --save-every 1 --checkpoint-dir "$w/ck$z" > /dev/null 2> "$R/ckpt-save-$z.txt" || rc=1
+    mpi 2 "$TLM" "${run[@]}" --zero "$z" --save-every 1 --keep-checkpoints 1 --checkpoint-dir "$w/ck$z" > /dev/null 2> "$R/ckpt-save-$z.txt" || rc=1
     t1=$(date +%s.%N); saved=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
     dry || echo "| --zero $z | $plain | $saved | $(awk -v a="$plain" -v b="$saved" 'BEGIN { printf "%.1f", (b - a) / 2 }') | $(du -sh "$w/ck$z/step-00000002" | cut -f1) |" >> "$R/ckpt-time.md"
     rm -rf "$w/ck$z"
