@@ -2,7 +2,9 @@
 #   random tokens of the presets' vocabulary) for 2 steps under mpirun, replicated and with --zero 1, each
 #   without saving and with a save after step 1 and 2 (--save-every 1); the difference of the wall times over
 #   the two saves is the save's cost (the moments gathered to rank 0 under ZeRO-1, the files written, fsync'ed
-#   and hashed); the checkpoint's size beside it.
+#   and hashed); the checkpoint's size beside it. Time: more than 5 minutes for 2.7B (its checkpoint is about
+#   32 GB): on 2026-11-28 a call of 300 s on 2 H200 ended before the stage did (no figure); give it a call of
+#   its own with BUDGET 560.
 # Files: ckpt-time.md (kept), ckpt-*.txt (the runs' stderr).
 # env: CK_MODEL (2.7B)
 needs_ckpt="tree gpu2"
