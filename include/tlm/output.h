@@ -68,8 +68,10 @@ tlm_status tlm_output_write_file(const char *path, const void *data, size_t n);
  * the flag it collides with):
  * - an output that is an input (compare -o A A B) or another output (--out-grads X --out-weights X);
  * - an output inside a directory declared with tlm_io_plan_inside (a checkpoint being read or written:
- *   tlm train --resume ck --log ck/step-N/weights.safetensors);
- * - an output that exists and is not a regular file: a directory, a symbolic link, a device node.
+ *   tlm train --resume ck --log ck/step-N/weights.safetensors), and an input inside one (tlm train
+ *   --init-weights ck/step-N/weights.safetensors --checkpoint-dir ck: its save would replace it);
+ * - an output that exists and is not a regular file: a directory, a symbolic link, a device node;
+ * - a directory declared with tlm_io_plan_inside that exists and is not one (--checkpoint-dir FILE).
  * Two paths are the same file when the real path of their directories plus their names agree (so
  * "./a", "d/../a" and a directory reached through a symbolic link are one), or, where both exist, when
  * their device and inode agree (a hard link, a symbolic link to the file). The check also declares the

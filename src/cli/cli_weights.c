@@ -38,7 +38,7 @@ bool cli_weights_config(const char *cmd, const cli_args *a, const cli_weights_fi
                       s->model);
             return false;
         }
-        if (have_preset && s->preset != s->model) {
+        if (have_preset && s->given == CLI_NOT_GIVEN && s->preset != s->model) { /* a flag overrides --model */
             cli_error(cmd, "--model %s (%s %d) contradicts %s, whose model has %s %d: leave --model out to run the "
                            "file's model", model, name, s->preset, path, name, s->model);
             return false;

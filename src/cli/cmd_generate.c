@@ -139,7 +139,10 @@ static bool prompt_ids(const generate_opts *o, int32_t **ids, int *n) {
         if (ok) (*ids)[i] = (int32_t)v;
     }
     free(items);
-    if (!ok) free(*ids);
+    if (!ok) {
+        free(*ids); /* the caller frees *ids too: leave it NULL */
+        *ids = NULL;
+    }
     *n = k;
     return ok;
 }

@@ -393,9 +393,9 @@ int cmd_train(int argc, char **argv) {
     if (joined >= 0) return cli_args_free(&x.a), joined;
     x.plan.world = x.proc.world.world_size;
     if (x.proc.world.rank != 0) x.o->log = NULL; /* rank 0 alone prints, logs and saves */
-    static const char *const data_flags[] = {"--train-data", "--val-data"}; /* ranks compare files, not paths */
+    static const char *const data_flags[] = {"--train-data", "--val-data", "--init-weights"}; /* files, not paths */
     cli_errors_alike(true); /* the flags' errors: rank 0 says them once */
-    if ((rc = cli_agree(x.cmd, &x.a, &x.proc, data_flags, 2)) < 0) rc = plan_run(&x);
+    if ((rc = cli_agree(x.cmd, &x.a, &x.proc, data_flags, 3)) < 0) rc = plan_run(&x);
     cli_errors_alike(false);
     if (rc < 0 && (rc = set_up(&x, argc, argv)) < 0) rc = train_and_report(&x);
     return finish(&x, rc);

@@ -190,6 +190,17 @@ tlm_status tlm_io_plan_check(const tlm_io_plan *p) {
         else if (s == TLM_OK && o->kind == TLM_IO_OUTPUT && !o->lexists && o->path[strlen(o->path) - 1] == '/')
             s = tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s %s names a directory: give a file name", o->flag, o->path);
     }
+    for (int i = 0; s == TLM_OK && i < p->n; i++) { /* a checkpoint directory that is a file: before the run */
+        struct stat st;
+        if (r[i].kind == TLM_IO_INSIDE && stat(r[i].path, &st) == 0 && !S_ISDIR(st.st_mode))
+            s = tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s %s exists and is %s, not a directory", r[i].flag, r[i].path,
+                         S_ISREG(st.st_mode) ? "a regular file" : kind_of(st.st_mode));
+    }
+    for (int i = 0; s == TLM_OK && i < p->n; i++) /* an input in a checkpoint may be replaced by its save */
+        for (int j = 0; s == TLM_OK && r[i].kind == TLM_IO_INPUT && j < p->n; j++)
+            if (r[j].kind == TLM_IO_INSIDE && (below(r[i].canon, r[j].canon) || below(r[i].real, r[j].canon)))
+                s = tlm_fail(TLM_ERR_INVALID_ARGUMENT, "%s %s is inside %s %s, whose files the command reads or "
+                             "saves itself: move it elsewhere", r[i].flag, r[i].path, r[j].flag, r[j].path);
     for (int i = 0; s == TLM_OK && i < p->n; i++)
         if (r[i].kind == TLM_IO_INPUT) tlm_output_input(r[i].path); /* the writer refuses them too */
     free(r);

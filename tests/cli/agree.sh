@@ -3,7 +3,7 @@
 # with its own command line through an app context `mpirun -np 1 tlm ... : -np 1 tlm ...`): the fingerprint
 # of every flag of the command (cli_agree) names the first differing flag and the ranks' values, once, and
 # every rank exits non-zero. One case per class: numerics (--beta2), data (another file of the same
-# length; the same path, other content, through per-rank working directories), cadence (--eval-every,
+# length; the same path, other content, through per-rank working directories; --init-weights alike), cadence (--eval-every,
 # which used to hang until --timeout: --timeout 60 here so a regression fails instead of hanging),
 # outputs (--save-every, --log to one rank only), tlm bench; ranks that agree still run, with different
 # --threads (a per-process flag) and different paths to the same data.
@@ -48,6 +48,21 @@ out=$(${MPIRUN:-mpirun} "${flags[@]}" -np 1 -wdir "$TMP/a" "${t[@]}" --train-dat
       -np 1 -wdir "$TMP/b" "${t[@]}" --train-data train.bin 2>&1); rc=$?
 check "the same path, other content: exit $rc, named once" test $rc -ne 0 -a \
   "$(grep -c "train-data: rank 1's file differs from rank 0's (the same size" <<<"$out")" -eq 1
+# --init-weights: the same path, other content (per-rank working directories), refused; other paths, the
+# same content, run (below)
+"$TLM" step --device cpu --model tiny --vocab-size 256 --data "$TMP/train.bin" -b 1 -c 8 --optimizer-steps 1 \
+  --out-weights "$TMP/a/init.st" >/dev/null 2>&1
+"$TLM" step --device cpu --model tiny --vocab-size 256 --data "$TMP/train.bin" -b 1 -c 8 --optimizer-steps 2 \
+  --out-weights "$TMP/b/init.st" >/dev/null 2>&1
+out=$(${MPIRUN:-mpirun} "${flags[@]}" -np 1 -wdir "$TMP/a" "${t[@]}" --train-data "$TMP/train.bin" --init-weights init.st \
+      : -np 1 -wdir "$TMP/b" "${t[@]}" --train-data "$TMP/train.bin" --init-weights init.st 2>&1); rc=$?
+check "--init-weights: the same path, other content: exit $rc, named once" test $rc -ne 0 -a \
+  "$(grep -c "init-weights: rank 1's file differs from rank 0's (the same size" <<<"$out")" -eq 1
+cp "$TMP/a/init.st" "$TMP/init-copy.st"
+out=$(${MPIRUN:-mpirun} "${flags[@]}" -np 1 "${t[@]}" --train-data "$TMP/train.bin" --init-weights "$TMP/a/init.st" : \
+      -np 1 "${t[@]}" --train-data "$TMP/train.bin" --init-weights "$TMP/init-copy.st" 2>&1); rc=$?
+check "--init-weights: other paths, the same content, train: exit $rc" test $rc -eq 0
+[ $rc -eq 0 ] || echo "$out" | tail -5
 b=("$TLM" bench --device cpu -m tiny -c 16 -b 2 -n 1 -w 0 --timeout 60)
 expect_once "the ranks disagree on --steps: rank 0 has 1, rank 1 has 2" \
   ${MPIRUN:-mpirun} "${flags[@]}" -np 1 "${b[@]}" : -np 1 "${b[@]}" -n 2

@@ -34,6 +34,8 @@ expect_fail "give --prompt TEXT or --prompt-ids IDS" gen --checkpoint "$TMP/ck"
 expect_fail "missing.safetensors: cannot open" gen --weights "$TMP/missing.safetensors" --prompt "x"
 expect_fail "not a tlm checkpoint" gen --checkpoint "$TMP" --prompt "x"
 expect_fail "prompt token 1 is id 300, outside the model's vocabulary [0, 256)" gen --checkpoint "$TMP/ck" --prompt-ids 5,300
+expect_fail "--prompt-ids: -1 is out of range" gen --checkpoint "$TMP/ck" --prompt-ids -1,2
+expect_fail "--prompt-ids: 99999999999999999999 is out of range" gen --checkpoint "$TMP/ck" --prompt-ids 7,99999999999999999999
 expect_fail "--top-p: 0 is out of range" gen --checkpoint "$TMP/ck" --prompt "x" --top-p 0
 expect_fail "--top-p: 1.5 is out of range" gen --checkpoint "$TMP/ck" --prompt "x" --top-p 1.5
 expect_fail "--temperature: -1 is out of range" gen --checkpoint "$TMP/ck" --prompt "x" --temperature -1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # outputs.sh — every command declares its files before any work (output.h, tlm_io_plan): an output that is
 # an input (by name, ./ spelling, symbolic link, hard link), another output, a file inside a checkpoint
-# directory being read, or an existing directory is refused by name, exit 2, and the input is unchanged.
+# directory being read, or an existing directory is refused by name, exit 2, and the input is unchanged;
+# so are an input inside the checkpoint directory a run saves into and a checkpoint directory that is a file.
 source "$(dirname "$0")/lib.bash"
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 cd "$TMP" || exit 1
@@ -79,6 +80,19 @@ start=$(date +%s)
 expect_refused "train --log a directory: refused before the run" "--log sub exists and is a directory" \
   "$TLM" "${train[@]}" --steps 200 --log sub
 check "... at once (not after 200 steps)" test $(( $(date +%s) - start )) -lt 5
+mkdir -p ck8/step-00000001 && cp A.safetensors ck8/step-00000001/weights.safetensors
+expect_refused "train --init-weights inside the --checkpoint-dir it saves into" \
+  "--init-weights ck8/step-00000001/weights.safetensors is inside --checkpoint-dir ck8" \
+  "$TLM" "${train[@]}" --steps 1 --save-every 1 --checkpoint-dir ck8 --init-weights ck8/step-00000001/weights.safetensors
+check "... the weights file is unchanged" cmp A.safetensors ck8/step-00000001/weights.safetensors
+start=$(date +%s)
+expect_refused "train --checkpoint-dir a regular file: refused before the run" \
+  "--checkpoint-dir A.safetensors exists and is a regular file, not a directory" \
+  "$TLM" "${train[@]}" --steps 200 --save-every 100 --checkpoint-dir A.safetensors
+check "... at once (not after 200 steps)" test $(( $(date +%s) - start )) -lt 5
+mkfifo fifo
+expect_refused "generate --checkpoint a FIFO" "--checkpoint fifo exists and is a pipe, not a directory" \
+  "$TLM" generate --device cpu --checkpoint fifo --prompt hi
 expect_refused "train --log over --train-data" "--log train.bin $same_input --train-data train.bin" \
   "$TLM" "${train[@]}" --steps 2 --log train.bin
 finish

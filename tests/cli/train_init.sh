@@ -3,7 +3,7 @@
 # names, no config in its metadata: --model tiny gives num_heads) or a tlm weights file takes the step
 # `tlm step --weights` takes on the same batch (the first batch of seed 0 is tlm step --data's): the same loss
 # and, after one AdamW step at the same learning rate, the same weights bit for bit (tlm compare --rtol 0);
-# torch.compile's prefix with --strip-prefix; a size that contradicts the file, --resume and a lone
+# torch.compile's prefix with --strip-prefix; --model with a size flag that overrides it; a size that contradicts the file, --resume and a lone
 # --strip-prefix refused by name.
 source "$(dirname "$0")/lib.bash"
 F=$FIX/tiny
@@ -40,6 +40,11 @@ expect_ok "--init-weights a tlm weights file (tlm step --out-weights'), no --mod
 out=$("$TLM" step "${batch[@]}" --weights "$TMP/step1.safetensors" --data "$TMP/train.bin" 2>&1)
 check "from the tlm file: the first loss is tlm step's" \
   test "$(loss0 "$TMP/tlm/step-00000001/state.json")" = "$(grep -oP '^loss \K[0-9.]+' <<<"$out")"
+# --model with a size flag that overrides it: the file's model when the flag matches the file
+"$TLM" step "${batch[@]}" --d-model 32 --data "$TMP/train.bin" --optimizer-steps 1 \
+  --out-weights "$TMP/d32.safetensors" >/dev/null 2>&1
+expect_ok "--model tiny --d-model 32 and a file of d-model 32" "$TLM" "${train[@]}" --device cpu --model tiny \
+  --d-model 32 --init-weights "$TMP/d32.safetensors" --checkpoint-dir "$TMP/d32"
 # refusals
 expect_fail "--d-model 32 contradicts $F/weights.safetensors, whose model has d-model 64" \
   "$TLM" "${train[@]}" --device cpu --init-weights "$F/weights.safetensors" --model tiny --d-model 32 \
