@@ -324,6 +324,10 @@ void cli_report_device(tlm_report *r, const tlm_backend *be);
 int cli_agree(const char *cmd, const cli_args *a, const tlm_ddp_process *p, const char *const *file_flags,
               int num_file_flags);
 
+/* The data-parallel configuration of a one-run command (train): tlm_ddp_defaults with the first value of
+ * each of --ddp, --bucket-mb, --zero, --grad-reduce-dtype that was given. */
+tlm_ddp_config cli_ddp_config(const cli_args *a);
+
 /* Joins the data-parallel run a launcher started (ddp.h, tlm_ddp_join: --device, --gpu, --threads, --timeout,
  * default_timeout_s when not given): several ranks: p->comm and p->be set, and ranks other than 0 print
  * nothing on stdout; a world of one: the data-parallel flags (--ddp, --bucket-mb, --zero,

@@ -657,6 +657,15 @@ void cli_default_workload(cli_args *a, const tlm_backend *be, int warmup, int st
     if (!a->num_warmups) a->warmups[a->num_warmups++] = warmup;
     if (!a->steps) a->steps = steps;
 }
+tlm_ddp_config cli_ddp_config(const cli_args *a) {
+    tlm_ddp_config c = tlm_ddp_defaults();
+    if (a->num_ddp_modes) c.mode = a->ddp_modes[0];
+    if (a->num_bucket_mbs) c.bucket_mb = a->bucket_mbs[0];
+    if (a->num_zeros) c.zero = a->zeros[0];
+    if (a->num_grad_reduce_dtypes) c.reduce_dtype = a->grad_reduce_dtypes[0];
+    return c;
+}
+
 
 bool cli_bench_cases(const char *cmd, const cli_args *a, tlm_backend *be, tlm_bench_case **cases, int *n) {
     TLM_ASSERT(a->num_models > 0 && a->num_contexts > 0 && a->num_precisions > 0 && a->num_batch_sizes > 0 &&

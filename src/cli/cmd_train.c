@@ -253,10 +253,7 @@ typedef struct {
 static int plan_run(train_cli *x) {
     train_opts *o = x->o;
     const cli_args *a = &x->a;
-    if (a->num_ddp_modes) x->dcfg.mode = a->ddp_modes[0];
-    if (a->num_bucket_mbs) x->dcfg.bucket_mb = a->bucket_mbs[0];
-    if (a->num_zeros) x->dcfg.zero = a->zeros[0];
-    if (a->num_grad_reduce_dtypes) x->dcfg.reduce_dtype = a->grad_reduce_dtypes[0];
+    x->dcfg = cli_ddp_config(a);
     const char *conflict =
         GIVEN(o, OPT_STEPS) && GIVEN(o, OPT_TOKENS) ? "--steps conflicts with --tokens: give the budget one way"
         : o->init.path && o->resume ? "--init-weights conflicts with --resume: the weights are the checkpoint's"
@@ -385,7 +382,7 @@ static int finish(train_cli *x, int rc) {
 
 int cmd_train(int argc, char **argv) {
     train_opts given = {0};
-    train_cli x = {.cmd = "train", .o = &given, .dcfg = tlm_ddp_defaults(), .together = true};
+    train_cli x = {.cmd = "train", .o = &given, .together = true};
     int rc = cli_parse(&train_cmd, x.o, argc, argv, &x.a);
     if (rc >= 0) return rc;
     /* data parallelism: the world the launcher made (a world of one without one) */
