@@ -47,6 +47,10 @@ tlm_status tlm_file_identify(const char *path, tlm_file_identity *id);
  * cache on the build machine, the disk's speed cold). Errors: as tlm_file_identify. */
 tlm_status tlm_file_digest(const char *path, char hex[33], uint64_t *bytes);
 
+/* XXH3-128 of n bytes in memory, as tlm_file_digest writes it for a file of those bytes (for a file a
+ * reader already holds whole, checked without reading it again). */
+void tlm_bytes_digest(const void *data, size_t n, char hex[33]);
+
 /* Whether two identities are of the same content (size, mode and hash equal). */
 bool tlm_file_identity_same(const tlm_file_identity *a, const tlm_file_identity *b);
 

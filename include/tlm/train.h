@@ -222,6 +222,8 @@ typedef struct {
                                    version 1: ..."; "": none */
     bool have_train_id, have_val_id;
     tlm_file_identity train_data_id, val_data_id; /* the data files' identities as the run saw them */
+    char file_digest[2][33];    /* version 2: XXH3-128 (hex) and size of weights.safetensors and */
+    uint64_t file_bytes[2];     /* optimizer.safetensors as saved; checked where each file is read */
 } tlm_checkpoint;
 
 /* Reads the checkpoint at `path`: a ROOT (its `latest` names the step directory) or a step directory.

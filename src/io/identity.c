@@ -69,6 +69,8 @@ tlm_status tlm_file_digest(const char *path, char hex[33], uint64_t *bytes) {
     return s;
 }
 
+void tlm_bytes_digest(const void *data, size_t n, char hex[33]) { to_hex(XXH3_128bits(data, n), hex); }
+
 bool tlm_file_identity_same(const tlm_file_identity *a, const tlm_file_identity *b) {
     return a->bytes == b->bytes && a->sampled == b->sampled && strcmp(a->hash, b->hash) == 0;
 }

@@ -438,37 +438,51 @@ static void source(reader *rd, const cJSON *recipe, const char *key, char **path
 }
 
 /* version 2: the digests of the step directory's files, then checked against the files */
-static void read_digests(reader *rd, const cJSON *root, step_digests *dg) {
+static void read_digests(reader *rd, const cJSON *root, tlm_checkpoint *ck) {
     const cJSON *files = field(rd, root, "files", is_object, "an object");
     for (int i = 0; i < 2 && files && rd->s == TLM_OK; i++) {
         const cJSON *f = field(rd, files, step_files[i], is_object, "an object");
         if (!f) break;
-        dg->bytes[i] = (uint64_t)integer(rd, f, "bytes", 0, MAX_COUNT);
+        ck->file_bytes[i] = (uint64_t)integer(rd, f, "bytes", 0, MAX_COUNT);
         const cJSON *h = hash_field(rd, f, "xxh3_128");
-        if (h) snprintf(dg->hex[i], sizeof dg->hex[i], "%s", h->valuestring);
+        if (h) snprintf(ck->file_digest[i], sizeof ck->file_digest[i], "%s", h->valuestring);
     }
 }
 
 /* The step directory's files are those its state.json recorded: another step's weights copied in, a
- * file cut short or edited is refused, naming the file. Cost: one pass over each file. */
-static tlm_status verify_files(const char *dir, const step_digests *dg) {
-    for (int i = 0; i < 2; i++) {
-        char *path = path_join(dir, step_files[i]), hex[33];
-        uint64_t bytes = 0;
-        if (!path) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
-        tlm_status s = tlm_file_digest(path, hex, &bytes);
-        if (s == TLM_OK && bytes != dg->bytes[i])
-            s = tlm_fail(TLM_ERR_FORMAT, "%s: %llu bytes, but state.json recorded %llu: not the file this checkpoint "
-                         "saved (cut short, extended or another step's)", path, (unsigned long long)bytes,
-                         (unsigned long long)dg->bytes[i]);
-        else if (s == TLM_OK && strcmp(hex, dg->hex[i]) != 0)
-            s = tlm_fail(TLM_ERR_FORMAT, "%s: its content differs from the digest state.json recorded (XXH3-128 %s, "
-                         "recorded %s): not the file this checkpoint saved (edited or another step's)", path, hex,
-                         dg->hex[i]);
+ * file cut short or edited is refused, naming the file. Sizes: checked when the checkpoint is opened
+ * (a stat each); content: XXH3-128 of the bytes the reader already holds whole, where each file is read
+ * (weights at open, the moments at restore: a command that reads only the weights never hashes the
+ * moments). Version 1 recorded no digests: nothing checked. */
+static tlm_status check_size(const tlm_checkpoint *ck, int i, const char *path, uint64_t bytes) {
+    if (ck->version < 2 || bytes == ck->file_bytes[i]) return TLM_OK;
+    return tlm_fail(TLM_ERR_FORMAT, "%s: %llu bytes, but state.json recorded %llu: not the file this checkpoint "
+                    "saved (cut short, extended or another step's)", path, (unsigned long long)bytes,
+                    (unsigned long long)ck->file_bytes[i]);
+}
+
+static tlm_status check_sizes(const tlm_checkpoint *ck) {
+    for (int i = 0; ck->version >= 2 && i < 2; i++) {
+        char *path = path_join(ck->dir, step_files[i]);
+        struct stat st;
+        tlm_status s = !path ? tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory")
+                       : stat(path, &st) != 0 ? tlm_fail(TLM_ERR_IO, "%s: cannot open: %s", path, strerror(errno))
+                                              : check_size(ck, i, path, (uint64_t)st.st_size);
         free(path);
         TLM_TRY(s);
     }
     return TLM_OK;
+}
+
+static tlm_status check_digest(const tlm_checkpoint *ck, int i, const char *path, const tlm_safetensors *st) {
+    if (ck->version < 2) return TLM_OK;
+    TLM_TRY(check_size(ck, i, path, st->buffer_size));
+    char hex[33];
+    tlm_bytes_digest(st->buffer, st->buffer_size, hex);
+    if (strcmp(hex, ck->file_digest[i]) == 0) return TLM_OK;
+    return tlm_fail(TLM_ERR_FORMAT, "%s: its content differs from the digest state.json recorded (XXH3-128 %s, "
+                    "recorded %s): not the file this checkpoint saved (edited or another step's)", path, hex,
+                    ck->file_digest[i]);
 }
 
 static void read_state(reader *rd, const cJSON *root, tlm_checkpoint *ck) {
@@ -603,20 +617,20 @@ tlm_status tlm_checkpoint_open(const char *path, tlm_checkpoint *ck) {
     if (s == TLM_OK) {
         cJSON *root = cJSON_ParseWithLength(text, n);
         reader rd = {state, TLM_OK};
-        step_digests dg = {0};
         if (!root) rd.s = tlm_fail(TLM_ERR_FORMAT, "%s: not valid JSON (near byte %td)", state,
                                    cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - text : (ptrdiff_t)0);
         else read_state(&rd, root, ck);
-        if (rd.s == TLM_OK && ck->version >= 2) read_digests(&rd, root, &dg);
+        if (rd.s == TLM_OK && ck->version >= 2) read_digests(&rd, root, ck);
         cJSON_Delete(root);
         s = rd.s;
-        if (s == TLM_OK && ck->version >= 2) s = verify_files(ck->dir, &dg);
+        if (s == TLM_OK) s = check_sizes(ck);
         if (s == TLM_OK && ck->version < 2)
             snprintf(ck->warning, sizeof ck->warning, "%s is version %d: it recorded neither the data files' "
                      "identity nor its files' digests; they are not checked", state, ck->version);
     }
     bool have_weights = false;
     if (s == TLM_OK) have_weights = (s = tlm_safetensors_read(weights, &ck->weights)) == TLM_OK;
+    if (s == TLM_OK) s = check_digest(ck, 0, weights, &ck->weights);
     if (s == TLM_OK) {
         bool from_meta = false;
         s = tlm_weights_config(&ck->weights, weights, NULL, 0, &ck->model, &from_meta);
@@ -712,6 +726,7 @@ tlm_status tlm_checkpoint_restore_moments(tlm_train *t, const tlm_checkpoint *ck
     bool have = false;
     tlm_status s = optim ? TLM_OK : tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory");
     if (s == TLM_OK) have = (s = tlm_safetensors_read(optim, &st)) == TLM_OK;
+    if (s == TLM_OK) s = check_digest(ck, 1, optim, &st);
     if (s == TLM_OK) s = check_optimizer(t->model, &st, optim, ck->adamw_t);
     if (s == TLM_OK) s = place_moments(t, ck, &st);
     if (have) tlm_safetensors_free(&st);

@@ -27,6 +27,19 @@ run_ok "the speeds on stderr, the report in --out" gen --checkpoint "$TMP/ck" --
   --out "$TMP/r.json" --format json
 check "stderr names the time to first token and tokens/s" grep -q "time to first token .* ms, decoding .* tokens/s" <<<"$out"
 check "the report holds decode_tokens_per_s" grep -q '"decode_tokens_per_s"' "$TMP/r.json"
+# generation reads only the weights: the moments file's content is neither read nor hashed (its size is checked),
+# so an edited one does not stop it, while an edited weights file is refused by its digest
+cp -r "$TMP/ck" "$TMP/ck-edited"
+python3 -c "
+import sys
+for name, pos in (('optimizer', 4000), ('weights', -4)):
+    p = '$TMP/ck-edited/step-00000002/' + name + '.safetensors'
+    d = bytearray(open(p, 'rb').read()); d[pos] ^= 1; open(p + ('.bad' if name == 'weights' else ''), 'wb').write(d)"
+d=$(gen --checkpoint "$TMP/ck-edited" --prompt "Hello" --temperature 0 --max-new-tokens 12 2>/dev/null)
+check "an edited moments file: generation runs, the same greedy text" test -n "$d" -a "$d" = "$a"
+mv "$TMP/ck-edited/step-00000002/weights.safetensors.bad" "$TMP/ck-edited/step-00000002/weights.safetensors"
+expect_fail "weights.safetensors: its content differs from the digest state.json recorded" \
+  gen --checkpoint "$TMP/ck-edited" --prompt "Hello" --max-new-tokens 4
 # bad input
 expect_fail "give the model: --checkpoint DIR or --weights FILE" gen --prompt "x"
 expect_fail "--checkpoint conflicts with --weights" gen --checkpoint "$TMP/ck" --weights "$TMP/w" --prompt "x"
