@@ -42,13 +42,15 @@ def attention_row(r):
 def load(path):
     with open(path) as f:
         doc = json.load(f)
-    out = {}
+    out, peaks = {}, {}
     for r in doc.get("rows", []):
         if r.get("status") != "ok":
             continue
         key, phases = attention_row(r) if "d_head" in r and "model" not in r else bench_row(r)
         out[key] = {p: v for p, v in phases.items() if v is not None}
-    return out, doc.get("device", "?"), doc.get("tuning") or doc.get("knobs")
+        if r.get("peak_bytes"):
+            peaks[key] = r["peak_bytes"]
+    return out, peaks, doc.get("device", "?"), doc.get("tuning") or doc.get("knobs")
 
 
 def main():
@@ -56,6 +58,7 @@ def main():
         sys.exit("usage: before_after.py DIR (with before-*N.json and after-*N.json)")
     d = sys.argv[1]
     runs = {"before": {}, "after": {}}  # version -> round -> {key: phases}
+    peaks = {"before": {}, "after": {}}  # version -> key -> [peak bytes of each round]
     device, knobs = "?", set()
     for v in runs:
         for p in sorted(glob.glob(os.path.join(d, f"{v}-*.json"))):
@@ -63,11 +66,13 @@ def main():
             if not m:
                 continue
             try:
-                rows, device, kn = load(p)
+                rows, pk, device, kn = load(p)
             except (OSError, ValueError, KeyError) as e:
                 print(f"skipped {p}: {e}", file=sys.stderr)
                 continue
             runs[v].setdefault(int(m.group(1)), {}).update(rows)
+            for k, b in pk.items():
+                peaks[v].setdefault(k, []).append(b)
             if kn:
                 knobs.add(f"{v}: {kn}")
     rounds = sorted(set(runs["before"]) & set(runs["after"]))
@@ -101,6 +106,13 @@ def main():
                 print(f"| {k[0]} | {k[1]} | {phase} | {med['before']:.3f} | {med['after']:.3f} | {ratio:.3f} | {spread} |")
     if worst:
         print(f"\nworst after/before: {worst:.3f} ({worst_at})")
+    both = sorted(set(peaks["before"]) & set(peaks["after"]))
+    if both:  # the allocator's peak (tlm bench's peak_bytes): the same every round unless the plan changed
+        print("\n| row | prec | before peak GiB | after peak GiB | after - before GiB |")
+        print("|---|---|---:|---:|---:|")
+        for k in both:
+            b, a = (max(peaks[v][k]) / 2**30 for v in ("before", "after"))
+            print(f"| {k[0]} | {k[1]} | {b:.2f} | {a:.2f} | {a - b:+.2f} |")
 
 
 if __name__ == "__main__":

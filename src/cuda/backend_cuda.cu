@@ -381,6 +381,7 @@ extern "C" tlm_status tlm_backend_cuda_create(tlm_backend **out, int gpu) {
                      cu->device_name);
         goto fail;
     }
+    cu->pdl = tlm_knob_int(TLM_KNOB_PDL) != 0; /* cuda_common.cuh: tlm_cuda_launch */
     /* TLM_SIDE_STREAM=0: the backward's weight-gradient GEMMs stay on the compute stream */
     cu->side_state = tlm_knob_int(TLM_KNOB_SIDE_STREAM) ? 0 : -1;
     /* with a side stream, the compute stream (and the communication streams) take the device's

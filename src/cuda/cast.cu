@@ -8,6 +8,7 @@
 
 template <typename T, bool VEC8>
 __global__ void cast_kernel(T *dst, const float *src, size_t n) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t done = 0;
@@ -36,9 +37,11 @@ void tlm_cuda_cast(tlm_backend *be, void *dst, const float *src, size_t n, tlm_d
         const int threads = 256;
         T *d = static_cast<T *>(dst);
         if (tlm_aligned16(dst) && tlm_aligned16(src)) {
-            cast_kernel<T, true><<<tlm_cuda_grid(be, (n + 7) / 8, threads), threads, 0, st>>>(d, src, n);
+            tlm_cuda_launch("cast", be, cast_kernel<T, true>, dim3(tlm_cuda_grid(be, (n + 7) / 8, threads)),
+                            dim3(threads), 0, st, d, src, n);
         } else {
-            cast_kernel<T, false><<<tlm_cuda_grid(be, n, threads), threads, 0, st>>>(d, src, n);
+            tlm_cuda_launch("cast", be, cast_kernel<T, false>, dim3(tlm_cuda_grid(be, n, threads)), dim3(threads), 0,
+                            st, d, src, n);
         }
     });
     TLM_CUDA_CHECK_LAUNCH();

@@ -13,6 +13,7 @@
 template <int VEC, typename T>
 __global__ void cross_entropy_forward_kernel(float *losses, float *lse, const T *logits,
                                              const int32_t *targets, int V) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
     /* losses (N); lse (N); logits (N,V) T; targets (N); block n does row n */
     const size_t n = blockIdx.x;
     const T *l = logits + n * V;
@@ -41,6 +42,7 @@ __global__ void cross_entropy_forward_kernel(float *losses, float *lse, const T 
 template <int VEC, typename T>
 __global__ void cross_entropy_backward_kernel(T *dlogits, const T *logits, const float *lse,
                                               const int32_t *targets, int V, float dloss) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
     /* dlogits (N,V) T; logits (N,V) T; lse (N); targets (N) */
     const size_t n = blockIdx.x;
     const T *l = logits + n * V;
@@ -71,11 +73,12 @@ static void cross_entropy_launch(tlm_backend *be, const char *op, float *losses,
         constexpr int W = decltype(vec)::value;
         const T *l = static_cast<const T *>(logits);
         if constexpr (BACKWARD)
-            cross_entropy_backward_kernel<W, T><<<N, tlm_cuda_row_threads(V / W, 512), 0, st>>>(
-                static_cast<T *>(dlogits), l, lse, targets, V, dloss);
+            tlm_cuda_launch("cross_entropy_backward", be, cross_entropy_backward_kernel<W, T>, dim3(N),
+                            dim3(tlm_cuda_row_threads(V / W, 512)), 0, st, static_cast<T *>(dlogits), l, lse, targets,
+                            V, dloss);
         else
-            cross_entropy_forward_kernel<W, T><<<N, tlm_cuda_row_threads(V / W, 512), 0, st>>>(losses, lse_out, l,
-                                                                                              targets, V);
+            tlm_cuda_launch("cross_entropy_forward", be, cross_entropy_forward_kernel<W, T>, dim3(N),
+                            dim3(tlm_cuda_row_threads(V / W, 512)), 0, st, losses, lse_out, l, targets, V);
     }, logits, BACKWARD ? dlogits : logits);
 }
 

@@ -85,6 +85,7 @@ typedef struct tlm_cuda {
     size_t flash_split_floats;
     bool flash_split_failed;         /* it could not be allocated: the kernels run unsplit */
     struct tlm_cuda_matmul_cache *matmul_cache;
+    bool pdl; /* tlm_cuda_launch's kernels launch early (TLM_PDL, below) */
 } tlm_cuda;
 
 static inline tlm_cuda *tlm_cuda_of(tlm_backend *be) { return (tlm_cuda *)be->impl; }
@@ -241,6 +242,39 @@ static inline void tlm_cuda_launch_vec(tlm_dtype dt, const char *op, long long n
         else launch(tag, std::integral_constant<int, 1>{});
     });
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
+}
+
+/* ---- programmatic dependent launch (Hopper; CUDA programming guide, "Programmatic Dependent
+ * Launch and Synchronization") ----------------------------------------------------------------
+ * tlm_cuda_launch(op, be, kernel, grid, block, smem, stream, args...) launches with
+ * cudaLaunchAttributeProgrammaticStreamSerialization (when the backend's `pdl`, TLM_PDL=1, the
+ * default): the kernel's blocks may be scheduled while the previous kernel on the stream drains,
+ * instead of after it completes and the launch is processed, which hides the launch latency between
+ * the short kernels of a small model's step (in a CUDA graph as well: capture keeps the
+ * programmatic edge). Every kernel launched this way calls tlm_pdl_wait() before its first global
+ * memory access, read or write: it returns once the previous grid has completed and its writes are
+ * visible, so the kernel sees exactly what a plain launch would. Without the attribute (or before
+ * sm_90) tlm_pdl_wait() is a no-op. A launch failure is fatal, naming the calling op. */
+__device__ __forceinline__ void tlm_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+template <typename... KP, typename... A>
+static inline void tlm_cuda_launch(const char *op, tlm_backend *be, void (*kernel)(KP...), dim3 grid, dim3 block,
+                                   size_t smem, cudaStream_t st, A &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = tlm_cuda_of(be)->pdl ? 1 : 0;
+    TLM_CUDA_CHECK_OP(op, cudaLaunchKernelEx(&cfg, kernel, static_cast<KP>(args)...));
 }
 
 /* A grid-stride pass over n floats: each thread calls vec4(i) for its float4 indices i < n/4 when

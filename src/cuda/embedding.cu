@@ -6,6 +6,7 @@
 
 template <int VEC>
 __global__ void embedding_forward_kernel(float *out, const int32_t *tokens, const float *wte, int C) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
     /* out (N,C); tokens (N); wte (V,C); block n copies row tokens[n] */
     const size_t n = blockIdx.x;
     const float *src = wte + (size_t)tokens[n] * C;
@@ -19,6 +20,7 @@ __global__ void embedding_forward_kernel(float *out, const int32_t *tokens, cons
 
 template <int VEC>
 __global__ void embedding_backward_kernel(float *dwte, const float *dout, const int32_t *tokens, int C) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
     /* dwte (V,C) += per row n: dwte[tokens[n],:] += dout[n,:] */
     const size_t n = blockIdx.x;
     float *dst = dwte + (size_t)tokens[n] * C;
@@ -36,9 +38,11 @@ void tlm_cuda_embedding_forward(tlm_backend *be, float *out, const int32_t *toke
     if (N <= 0) return;
     cudaStream_t st = tlm_cuda_stream(be);
     if (C % 4 == 0 && tlm_aligned16(out) && tlm_aligned16(wte)) {
-        embedding_forward_kernel<4><<<N, tlm_cuda_row_threads(C / 4, 256), 0, st>>>(out, tokens, wte, C);
+        tlm_cuda_launch("embedding_forward", be, embedding_forward_kernel<4>, dim3(N),
+                        dim3(tlm_cuda_row_threads(C / 4, 256)), 0, st, out, tokens, wte, C);
     } else {
-        embedding_forward_kernel<1><<<N, tlm_cuda_row_threads(C, 256), 0, st>>>(out, tokens, wte, C);
+        tlm_cuda_launch("embedding_forward", be, embedding_forward_kernel<1>, dim3(N),
+                        dim3(tlm_cuda_row_threads(C, 256)), 0, st, out, tokens, wte, C);
     }
     TLM_CUDA_CHECK_LAUNCH();
 }
@@ -50,9 +54,11 @@ void tlm_cuda_embedding_backward(tlm_backend *be, float *dwte, const float *dout
     if (!be->accumulate_grads) TLM_CUDA_CHECK(cudaMemsetAsync(dwte, 0, (size_t)V * C * sizeof(float), st));
     if (N <= 0) return;
     if (C % 4 == 0 && tlm_aligned16(dout)) {
-        embedding_backward_kernel<4><<<N, tlm_cuda_row_threads(C / 4, 256), 0, st>>>(dwte, dout, tokens, C);
+        tlm_cuda_launch("embedding_backward", be, embedding_backward_kernel<4>, dim3(N),
+                        dim3(tlm_cuda_row_threads(C / 4, 256)), 0, st, dwte, dout, tokens, C);
     } else {
-        embedding_backward_kernel<1><<<N, tlm_cuda_row_threads(C, 256), 0, st>>>(dwte, dout, tokens, C);
+        tlm_cuda_launch("embedding_backward", be, embedding_backward_kernel<1>, dim3(N),
+                        dim3(tlm_cuda_row_threads(C, 256)), 0, st, dwte, dout, tokens, C);
     }
     TLM_CUDA_CHECK_LAUNCH();
 }

@@ -7,6 +7,7 @@
 #define REDUCE_THREADS 1024
 
 __global__ void reduce_mean_kernel(float *out, const float *x, size_t n) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
     /* out (1); x (n) */
     __shared__ double part[REDUCE_THREADS];
     double s = 0.0;
@@ -21,6 +22,7 @@ __global__ void reduce_mean_kernel(float *out, const float *x, size_t n) {
 }
 
 void tlm_cuda_reduce_mean(tlm_backend *be, float *out, const float *x, size_t n) {
-    reduce_mean_kernel<<<1, REDUCE_THREADS, 0, tlm_cuda_stream(be)>>>(out, x, n);
+    tlm_cuda_launch("reduce_mean", be, reduce_mean_kernel, dim3(1), dim3(REDUCE_THREADS), 0, tlm_cuda_stream(be), out,
+                    x, n);
     TLM_CUDA_CHECK_LAUNCH();
 }

@@ -17,6 +17,7 @@
 
 template <int VEC, typename T>
 __global__ void rmsnorm_forward_kernel(T *out, float *rstd, const float *x, const float *w, int C, float eps) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
     /* out (N,C) T; rstd (N); x (N,C); w (C); block n does row n */
     const size_t n = blockIdx.x;
     const float *xn = x + n * C;
@@ -61,6 +62,7 @@ template <int VEC, typename T>
 __global__ void __launch_bounds__(RMSNORM_BWD_THREADS)
     rmsnorm_backward_kernel(float *dx, T *dx_lp, float *dw_partial, const T *dout, const float *x, const float *w,
                             const float *rstd, int N, int C, int groups) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
     /* dx (N,C) +=; dx_lp (N,C) = round(dx), or NULL; dw_partial (gridDim.x, C) =; dout (N,C) T;
      * x (N,C); w (C); rstd (N). Group g of block b does rows n = b groups + g + k gridDim.x groups. */
     constexpr int ITEMS = RMSNORM_BWD_ELEMS / VEC; /* VEC-wide pieces a thread holds per pass */
@@ -151,6 +153,7 @@ __global__ void __launch_bounds__(RMSNORM_BWD_THREADS)
 /* out[c] = sum over rows r < nrows of partial[r*C + c], in double; block (32, 32): 32 columns,
  * 32 row lanes, then a fixed-order sum of the lanes */
 __global__ void column_sum_kernel(float *out, const float *partial, int nrows, int C, bool accumulate) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
     __shared__ double lane_sum[32][33];
     const int c = blockIdx.x * 32 + threadIdx.x;
     double acc = 0.0;
@@ -173,8 +176,8 @@ void tlm_cuda_rmsnorm_forward(tlm_backend *be, void *out, float *rstd, const flo
     tlm_cuda_launch_vec(dt, __func__, C, [&](auto tag, auto vec) {
         using T = typename decltype(tag)::type;
         constexpr int V = decltype(vec)::value;
-        rmsnorm_forward_kernel<V, T><<<N, tlm_cuda_row_threads(C / V, 1024), 0, st>>>(static_cast<T *>(out), rstd, x,
-                                                                                     w, C, eps);
+        tlm_cuda_launch("rmsnorm_forward", be, rmsnorm_forward_kernel<V, T>, dim3(N),
+                        dim3(tlm_cuda_row_threads(C / V, 1024)), 0, st, static_cast<T *>(out), rstd, x, w, C, eps);
     }, out, x, w);
 }
 
@@ -230,9 +233,11 @@ void tlm_cuda_rmsnorm_backward(tlm_backend *be, float *dx, float *dw, const void
         if (blocks > resident) blocks = resident;
         if ((size_t)blocks * C > cu->scratch_floats) blocks = (int)(cu->scratch_floats / (size_t)C);
         if (blocks < 1) tlm_fatal("rmsnorm_backward: d_model %d exceeds the scratch buffer", C);
-        rmsnorm_backward_kernel<V, T><<<blocks, threads, smem, st>>>(
-            dx, static_cast<T *>(dx_lp), cu->scratch, static_cast<const T *>(dout), x, w, rstd, N, C, groups);
+        tlm_cuda_launch("rmsnorm_backward", be, rmsnorm_backward_kernel<V, T>, dim3(blocks), dim3(threads), smem, st,
+                        dx, static_cast<T *>(dx_lp), cu->scratch, static_cast<const T *>(dout), x, w, rstd, N, C,
+                        groups);
     }, dx, dout, x, w, dx_lp);
-    column_sum_kernel<<<(C + 31) / 32, dim3(32, 32), 0, st>>>(dw, cu->scratch, blocks, C, be->accumulate_grads);
+    tlm_cuda_launch("rmsnorm_backward", be, column_sum_kernel, dim3((C + 31) / 32), dim3(32, 32), 0, st, dw,
+                    cu->scratch, blocks, C, be->accumulate_grads);
     TLM_CUDA_CHECK_LAUNCH();
 }

@@ -10,6 +10,7 @@
 template <int PAIRS, typename T>
 __global__ void rope_kernel(T *x, const float *cos, const float *sin, int T_, int nheads, int half, int ld,
                             size_t total, float sign) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
     /* x (B*T rows, row stride ld), head h at columns h*2*half..; cos, sin (T_max, half) */
     const int groups = half / PAIRS; /* thread work items per head */
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
@@ -62,12 +63,12 @@ static void rope(tlm_backend *be, void *x, const float *cos, const float *sin, i
         if (half % PAIRS == 0 && ld % (2 * PAIRS) == 0 && tlm_aligned16(x) && ((uintptr_t)cos & cs_align) == 0 &&
             ((uintptr_t)sin & cs_align) == 0) {
             const size_t total = rows * nheads * (half / PAIRS);
-            rope_kernel<PAIRS, E><<<tlm_cuda_grid(be, total, threads), threads, 0, st>>>(xe, cos, sin, T, nheads,
-                                                                                       half, ld, total, sign);
+            tlm_cuda_launch("rope", be, rope_kernel<PAIRS, E>, dim3(tlm_cuda_grid(be, total, threads)), dim3(threads),
+                            0, st, xe, cos, sin, T, nheads, half, ld, total, sign);
         } else {
             const size_t total = rows * nheads * half;
-            rope_kernel<1, E><<<tlm_cuda_grid(be, total, threads), threads, 0, st>>>(xe, cos, sin, T, nheads, half,
-                                                                                   ld, total, sign);
+            tlm_cuda_launch("rope", be, rope_kernel<1, E>, dim3(tlm_cuda_grid(be, total, threads)), dim3(threads), 0,
+                            st, xe, cos, sin, T, nheads, half, ld, total, sign);
         }
     });
 }

@@ -13,6 +13,7 @@ __device__ __forceinline__ float sigmoid(float a) { return 1.0f / (1.0f + __expf
  * ab (N,2F) = [a | b]; total = N*F/VEC work items */
 template <int VEC, typename T, bool BACKWARD>
 __global__ void swiglu_kernel(T *y, const T *dout, const T *ab, int F, size_t total) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
     const int fv = F / VEC;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
@@ -54,8 +55,9 @@ static void swiglu_launch(tlm_backend *be, const char *op, void *y, const void *
         using T = typename decltype(tag)::type;
         constexpr int V = decltype(vec)::value;
         const size_t total = (size_t)N * F / V;
-        swiglu_kernel<V, T, BACKWARD><<<tlm_cuda_grid(be, total, threads), threads, 0, st>>>(
-            static_cast<T *>(y), static_cast<const T *>(dout), static_cast<const T *>(ab), F, total);
+        tlm_cuda_launch("swiglu", be, swiglu_kernel<V, T, BACKWARD>, dim3(tlm_cuda_grid(be, total, threads)),
+                        dim3(threads), 0, st, static_cast<T *>(y), static_cast<const T *>(dout),
+                        static_cast<const T *>(ab), F, total);
     }, y, BACKWARD ? dout : ab, ab);
 }
 

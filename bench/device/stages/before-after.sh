@@ -10,21 +10,28 @@
 # env: BASE (.baseline) ROUNDS (3) BA_MODELS (small,2.7B) BA_PREC (bf16) BA_XL (xl; empty: none) CTX (256)
 #      BATCH (4) WARMUP (3) STEPS (10) ATTN_ITERS (20) ATTN_WARMUP (5) ATTN_D (64; 64,128 adds d_head 128)
 #      BA_ATTN (1; 0: no attention) ROUND_S (90: the first round's estimate, seconds)
+# stage before-after-knob — the same rounds and rows with the working tree's tlm on both sides, a knob's value
+#   the only difference: before runs with KNOB_BEFORE (VAR=value words, e.g. TLM_PDL=0), after with KNOB_AFTER
+#   (default: none, every knob at its default); a change kept behind a dev knob measured in one build.
+#   Files: knob-ab.md (kept), ba-knob/{before,after}-*-N.json. env: as before-after, and KNOB_BEFORE, KNOB_AFTER
 needs_before_after="tree base gpu"
-ba_run() { # version round
-  local v=$1 r=$2 bin=$TLM out=$R/ba
-  [ "$v" = before ] && bin=$BASE_TLM
+needs_before_after_knob="tree gpu"
+ba_run() { # version round [dir]
+  local v=$1 r=$2 bin=$TLM out=${3:-$R/ba}
+  [ "$v" = before ] && [ -z "${3:-}" ] && bin=$BASE_TLM
+  [ -n "${3:-}" ] && bin="env ${KNOB_BEFORE:-} $TLM"
+  [ -n "${3:-}" ] && [ "$v" = after ] && bin="env ${KNOB_AFTER:-} $TLM"
   if [ "${BA_ATTN:-1}" = 1 ]; then
-    x "$bin" attention --device cuda --suite leaderboard --impl flash -D "${ATTN_D:-64}" -n "${ATTN_ITERS:-20}" \
+    x $bin attention --device cuda --suite leaderboard --impl flash -D "${ATTN_D:-64}" -n "${ATTN_ITERS:-20}" \
       -w "${ATTN_WARMUP:-5}" --format json --out "$out/$v-attn-$r.json" > "$out/$v-attn-$r.txt" 2>&1 ||
       { tail -3 "$out/$v-attn-$r.txt"; warn "$v attention round $r failed"; }
   fi
   local lm=(--device cuda --context-length "${CTX:-256}" --batch-size "${BATCH:-4}" --warmup "${WARMUP:-3}"
             --steps "${STEPS:-10}" --pass train --format json)
-  x "$bin" bench "${lm[@]}" --model "${BA_MODELS:-small,2.7B}" --precision "${BA_PREC:-bf16}" \
+  x $bin bench "${lm[@]}" --model "${BA_MODELS:-small,2.7B}" --precision "${BA_PREC:-bf16}" \
     --out "$out/$v-lm-$r.json" > "$out/$v-lm-$r.txt" 2>&1 || { tail -3 "$out/$v-lm-$r.txt"; warn "$v lm round $r failed"; }
   if [ -n "${BA_XL-xl}" ]; then
-    x "$bin" bench "${lm[@]}" --model "${BA_XL-xl}" --precision fp32 --out "$out/$v-xl-$r.json" \
+    x $bin bench "${lm[@]}" --model "${BA_XL-xl}" --precision fp32 --out "$out/$v-xl-$r.json" \
       > "$out/$v-xl-$r.txt" 2>&1 || { tail -3 "$out/$v-xl-$r.txt"; warn "$v xl round $r failed"; }
   fi
   grep -hvE '^#|^ *$' "$out/$v"-*-"$r".txt 2>/dev/null | sed "s/^/$v $r: /"
@@ -49,4 +56,25 @@ stage_before_after() {
     x python3 bench/before_after.py "$R/ba"
   } > "$R/before-after.md"
   cat "$R/before-after.md"
+}
+stage_before_after_knob() {
+  local r t0 est=${ROUND_S:-90} first second
+  [ -n "${KNOB_BEFORE:-}${KNOB_AFTER:-}" ] || { warn "before-after-knob: set KNOB_BEFORE or KNOB_AFTER"; return 1; }
+  mkdir -p "$R/ba-knob"
+  keep knob-ab.md
+  for r in $(seq 1 "${ROUNDS:-3}"); do
+    fits "$est" "knob round $r of ${ROUNDS:-3}" || break
+    t0=$SECONDS
+    first=before second=after
+    [ $((r % 2)) = 0 ] && first=after second=before
+    ba_run $first "$r" "$R/ba-knob"
+    ba_run $second "$r" "$R/ba-knob"
+    est=$((SECONDS - t0 + 5))
+  done
+  {
+    echo "before: the working tree with ${KNOB_BEFORE:-every knob at its default}; after: the same binary with" \
+         "${KNOB_AFTER:-every knob at its default} ($(grep '^# tree' "$R/info.txt" | cut -d' ' -f3-))"
+    x python3 bench/before_after.py "$R/ba-knob"
+  } > "$R/knob-ab.md"
+  cat "$R/knob-ab.md"
 }

@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(256)
     flash_bwd_delta_kernel(float *__restrict__ delta, float *__restrict__ dq_acc, float *__restrict__ dkv,
                            const E *__restrict__ dout, const E *__restrict__ out, int ld_out, int B, int Tq, int Tk,
                            int H) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
     constexpr int CH = D / 8, L = CH <= 2 ? 2 : CH <= 4 ? 4 : CH <= 8 ? 8 : CH <= 16 ? 16 : 32;
     static_assert(D % 8 == 0 && CH <= 32, "delta: 8 columns a lane");
     const int T = dkv ? max(Tq, Tk) : Tq;
@@ -111,6 +112,7 @@ __global__ void __launch_bounds__(WARPS * 32, SPLIT ? 1 : MINB)
                      const float *__restrict__ lse, const float *__restrict__ delta, int ld_qkv, int ld_out, int Tq,
                      int Tk, int H, float scale, float scale_log2, int causal, int split_q_arg,
                      float *__restrict__ dkv_arg) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
     /* each warp owns RK groups of 16 keys (rows warp*16*RK + 16*rk ..): every Q / dO fragment loaded
      * from shared memory feeds RK products */
     constexpr int BC = 16 * RK * WARPS, LDS = D + FA_PAD, LDP = BR + FA_PAD, NT = WARPS * 32;
@@ -350,9 +352,9 @@ void tlm_attn_bwd16_prepass(tlm_backend *be, const tlm_attn_bwd_args *a, float *
                  * zeroed, no memset; L lanes a (b, i, h) position */
                 constexpr int CH = DD / 8, L = CH <= 2 ? 2 : CH <= 4 ? 4 : CH <= 8 ? 8 : CH <= 16 ? 16 : 32;
                 const int64_t positions = (int64_t)a->B * (dkv ? max(a->Tq, a->Tk) : a->Tq) * a->H;
-                flash_bwd_delta_kernel<E, DD><<<(unsigned)((positions * L + 255) / 256), 256, 0, tlm_cuda_stream(be)>>>(
-                    fa_delta(a), fa_dq_acc(a), dkv, (const E *)a->dout, (const E *)a->out, a->ld_out, a->B, a->Tq,
-                    a->Tk, a->H);
+                tlm_cuda_launch(op, be, flash_bwd_delta_kernel<E, DD>, dim3((unsigned)((positions * L + 255) / 256)),
+                                dim3(256), 0, tlm_cuda_stream(be), fa_delta(a), fa_dq_acc(a), dkv, (const E *)a->dout,
+                                (const E *)a->out, a->ld_out, a->B, a->Tq, a->Tk, a->H);
                 TLM_CUDA_CHECK_LAUNCH();
             });
         }
@@ -384,10 +386,10 @@ void tlm_attn_mma_backward(tlm_backend *be, const tlm_attn_choice *c, const tlm_
             const auto kernel = fa_mma_kernel<fa_bwd_pass, E, DD, C>(dkv != nullptr, op);
             const int S = dkv ? c->split : 1, split_q = dkv ? c->split_len : 0;
             const dim3 grid((unsigned)((a->Tk + C::bc - 1) / C::bc * S), (unsigned)a->H, (unsigned)a->B);
-            kernel<<<grid, C::warps * 32, C::template smem<E, DD>(), st>>>(
-                dq_acc, (E *)a->dk, (E *)a->dv, (const E *)a->dout, (const E *)a->q, (const E *)a->k, (const E *)a->v,
-                a->lse, delta, a->ld_qkv, a->ld_out, a->Tq, a->Tk, a->H, scale, scale_log2, a->causal ? 1 : 0, split_q,
-                dkv);
+            tlm_cuda_launch(op, be, kernel, grid, dim3(C::warps * 32), C::template smem<E, DD>(), st, dq_acc,
+                            (E *)a->dk, (E *)a->dv, (const E *)a->dout, (const E *)a->q, (const E *)a->k,
+                            (const E *)a->v, a->lse, delta, a->ld_qkv, a->ld_out, a->Tq, a->Tk, a->H, scale, scale_log2,
+                            a->causal ? 1 : 0, split_q, dkv);
             TLM_CUDA_CHECK_LAUNCH();
         };
         /* the pre-pass zeroes the split's dK, dV accumulators too */

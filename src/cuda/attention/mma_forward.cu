@@ -64,6 +64,7 @@ __global__ void __launch_bounds__(WARPS * 32, SPLIT ? 1 : MINB)
     flash_fwd_kernel(E *__restrict__ out, float *__restrict__ lse, const E *__restrict__ q, const E *__restrict__ k,
                      const E *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale_log2,
                      int causal, int split_keys_arg, float *__restrict__ part_arg) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
     /* each warp owns R groups of 16 query rows: rows warp*16*R + 16*r .. ; every K/V fragment loaded
      * from shared memory feeds R products */
     constexpr int BR = 16 * R * WARPS, LDS = D + FA_PAD, NT = WARPS * 32;
@@ -296,9 +297,9 @@ void tlm_attn_mma_forward(tlm_backend *be, const tlm_attn_choice *c, const tlm_a
             const auto kernel = fa_mma_kernel<fa_fwd_pass, E, DD, C>(part != nullptr, op);
             const int S = part ? c->split : 1, split_keys = part ? c->split_len : 0;
             const dim3 grid((unsigned)((a->Tq + C::br - 1) / C::br * S), (unsigned)a->H, (unsigned)a->B);
-            kernel<<<grid, C::warps * 32, C::template smem<E, DD>(), st>>>(
-                (E *)a->out, a->lse, (const E *)a->q, (const E *)a->k, (const E *)a->v, a->ld_qkv, a->ld_out, a->Tq,
-                a->Tk, a->H, scale_log2, a->causal ? 1 : 0, split_keys, part);
+            tlm_cuda_launch(op, be, kernel, grid, dim3(C::warps * 32), C::template smem<E, DD>(), st, (E *)a->out,
+                            a->lse, (const E *)a->q, (const E *)a->k, (const E *)a->v, a->ld_qkv, a->ld_out, a->Tq,
+                            a->Tk, a->H, scale_log2, a->causal ? 1 : 0, split_keys, part);
             TLM_CUDA_CHECK_LAUNCH();
             if (part) tlm_cuda_flash_split_combine(be, a->out, a->lse, part, S, a->B, a->Tq, a->H, DD, a->ld_out, a->dt);
         };

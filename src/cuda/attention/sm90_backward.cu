@@ -73,6 +73,7 @@ __global__ void __launch_bounds__(FA90_THREADS, 1)
                           const E *__restrict__ v, const float *__restrict__ lse, const float *__restrict__ delta,
                           int ld_qkv, int ld_out, int Tq, int Tk, int H, float scale, float scale_log2, int causal,
                           int group, const __grid_constant__ fa90_maps maps, int tma) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(D == 32 || D == 64 || D == 80 || D == 128, "d_head 32, 64, 80 or 128");
     constexpr bool OWN = D == 64 && TILED_DQ, RSKV = OWN; /* the header says why */
@@ -463,10 +464,10 @@ static void fa90_backward_launch(tlm_backend *be, const tlm_attn_bwd_args *a, bo
     fa90_maps maps;
     const bool tma =
         tlm_attn_sm90_maps(&maps, a->dt, D, allow_tma, a->q, a->k, a->v, a->dout, ld_qkv, ld_out, B, Tq, Tk, H, 64);
-    kernel<<<grid, FA90_THREADS, smem, tlm_cuda_stream(be)>>>(
-        dq_acc, (E *)a->dk, (E *)a->dv, (const E *)a->dout, (const E *)a->q, (const E *)a->k, (const E *)a->v, a->lse,
-        delta, ld_qkv, ld_out, Tq, Tk, H, scale, FA_LOG2E * scale, a->causal ? 1 : 0,
-        fa90_group(FA90_BWD_GROUP(D), H * B), maps, tma ? 1 : 0);
+    tlm_cuda_launch(op, be, kernel, grid, dim3(FA90_THREADS), smem, tlm_cuda_stream(be), dq_acc, (E *)a->dk, (E *)a->dv,
+                    (const E *)a->dout, (const E *)a->q, (const E *)a->k, (const E *)a->v, a->lse, delta, ld_qkv,
+                    ld_out, Tq, Tk, H, scale, FA_LOG2E * scale, a->causal ? 1 : 0, fa90_group(FA90_BWD_GROUP(D), H * B),
+                    maps, tma ? 1 : 0);
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 

@@ -81,6 +81,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
                           const E *__restrict__ k, const E *__restrict__ v, int ld_qkv, int ld_out, int Tq, int Tk,
                           int H, float scale_log2, int causal, int group,
                           const __grid_constant__ fa90_maps maps, int tma) {
+    tlm_pdl_wait(); /* tlm_cuda_launch: the previous kernel has completed */
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(D == 32 || D == 64 || D == 80 || D == 128, "d_head 32, 64, 80 or 128");
     constexpr int BR = 64 * NC, BC = FA90_BC, NS = FA90_STAGES;
@@ -306,9 +307,10 @@ static void fa90_forward_launch(tlm_backend *be, const tlm_attn_fwd_args *a, boo
     fa90_maps maps;
     const bool tma =
         tlm_attn_sm90_maps(&maps, a->dt, D, allow_tma, a->q, a->k, a->v, NULL, ld_qkv, ld_out, B, Tq, Tk, H, BR);
-    kernel<<<grid, 128 * (NC + 1), smem, tlm_cuda_stream(be)>>>(
-        (E *)a->out, a->lse, (const E *)a->q, (const E *)a->k, (const E *)a->v, ld_qkv, ld_out, Tq, Tk, H,
-        FA_LOG2E / sqrtf((float)D), a->causal ? 1 : 0, fa90_group(D <= 64 ? 0 : 1, H * B), maps, tma ? 1 : 0);
+    tlm_cuda_launch(op, be, kernel, grid, dim3(128 * (NC + 1)), smem, tlm_cuda_stream(be), (E *)a->out, a->lse,
+                    (const E *)a->q, (const E *)a->k, (const E *)a->v, ld_qkv, ld_out, Tq, Tk, H,
+                    FA_LOG2E / sqrtf((float)D), a->causal ? 1 : 0, fa90_group(D <= 64 ? 0 : 1, H * B), maps,
+                    tma ? 1 : 0);
     TLM_CUDA_CHECK_OP(op, cudaGetLastError());
 }
 
