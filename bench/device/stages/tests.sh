@@ -3,13 +3,14 @@
 # tests/test_gpu_* binary directly, and test_gpu_flash_attention again with TLM_FLASH_SM90=2, 3 and 0 (ctest's
 # variants). Files: gpu-tests.log (kept).
 # env: TESTS_R (a ctest -R regex: a subset, e.g. 'flash|profile') TESTS_ENV (VAR=value words for every test,
-#      e.g. TLM_GEMM_TUNE=1) TESTS_TIMEOUT (300: seconds for all of them)
+#      e.g. TLM_GEMM_TUNE=1) TESTS_TIMEOUT (300: seconds for all of them) TESTS_J (ctest -j: tests at once on
+#      the GPU; empty: one at a time)
 stage_tests() {
   local rc=0 t v
   local envs=(${TESTS_ENV:-}) limit=${TESTS_TIMEOUT:-300}
   keep gpu-tests.log
   if [ -z "${BIN:-}" ]; then
-    x env ${envs[@]+"${envs[@]}"} timeout "$limit" ctest --test-dir "$BUILD" -L gpu ${TESTS_R:+-R "$TESTS_R"} \
+    x env ${envs[@]+"${envs[@]}"} timeout "$limit" ctest --test-dir "$BUILD" -L gpu ${TESTS_R:+-R "$TESTS_R"} ${TESTS_J:+-j "$TESTS_J"} \
       --output-on-failure > "$R/gpu-tests.log" 2>&1 || rc=1
   else
     : > "$R/gpu-tests.log"
