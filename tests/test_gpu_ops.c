@@ -463,7 +463,7 @@ static void case_matmul(const tcase *t) {
         tbuf dy = tb_rand((size_t)N * out, 1.0, 0.0, dt), dx = tb_poison((size_t)N * in, dt);
         tbuf dw = tb_poison((size_t)out * in, F32);
         snprintf(what, sizeof what, "matmul_backward %dx%d", in, out);
-        ON_BOTH(what, t->tag, tlm_matmul_backward(be_, P(dx), FP(dw), P(dy), P(x), P(w), N, in, out, pm));
+        ON_BOTH(what, t->tag, tlm_matmul_backward(be_, P(dx), FP(dw), TLM_DTYPE_F32, P(dy), P(x), P(w), N, in, out, pm));
         snprintf(what, sizeof what, "matmul_backward %dx%d (dx)", in, out);
         compare(what, t->tag, &dx, t->tol);
         snprintf(what, sizeof what, "matmul_backward %dx%d (dw)", in, out);
@@ -471,12 +471,12 @@ static void case_matmul(const tcase *t) {
         if (i == 0) { /* dx == NULL: only dw */
             tbuf dw2 = tb_poison((size_t)out * in, F32);
             snprintf(what, sizeof what, "matmul_backward %dx%d (dx NULL)", in, out);
-            ON_BOTH(what, t->tag, tlm_matmul_backward(be_, NULL, FP(dw2), P(dy), P(x), P(w), N, in, out, pm));
+            ON_BOTH(what, t->tag, tlm_matmul_backward(be_, NULL, FP(dw2), TLM_DTYPE_F32, P(dy), P(x), P(w), N, in, out, pm));
             compare(what, t->tag, &dw2, t->tol);
             tb_free(&dw2);
             tbuf dx2 = tb_poison((size_t)N * in, dt); /* dw == NULL: only dx (the side stream's split) */
             snprintf(what, sizeof what, "matmul_backward %dx%d (dw NULL)", in, out);
-            ON_BOTH(what, t->tag, tlm_matmul_backward(be_, P(dx2), NULL, P(dy), P(x), P(w), N, in, out, pm));
+            ON_BOTH(what, t->tag, tlm_matmul_backward(be_, P(dx2), NULL, TLM_DTYPE_F32, P(dy), P(x), P(w), N, in, out, pm));
             compare(what, t->tag, &dx2, t->tol);
             tb_free(&dx2);
         }
