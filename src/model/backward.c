@@ -5,7 +5,8 @@
  * ready: after the last op that writes them (and the side's work joined), the pass announces the
  * group (layout.h) to the model's grads_ready callback (model.h), then, with optimizer-in-backward,
  * takes the group's AdamW update. With recompute, a block's backward first re-runs what its
- * forward did not keep. */
+ * forward did not keep. With a bf16 gradient sink (model.h: a data-parallel bf16 reduction's
+ * buffer), the linear layers' weight gradients go there in bf16, written by their GEMMs. */
 #include <stdlib.h>
 #include <string.h>
 
