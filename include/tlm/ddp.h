@@ -43,7 +43,8 @@
  * gradient accumulation, not optimizer-in-backward), the linear layers' weight-gradient GEMMs write
  * their bf16 result there themselves (the bits of the cast), and only the rest of a span (RMSNorm
  * gains, the embedding, padding) is cast in; with ZeRO-1 alike (the reduce-scatter reads the same
- * buffer). Otherwise (fp32, tf32 and fp16 precision, accumulation's float32 sums,
+ * buffer; outside this rank's pieces m->grads then holds no weight gradient, where the cast path left
+ * this rank's own). Otherwise (fp32, tf32 and fp16 precision, accumulation's float32 sums,
  * optimizer-in-backward) the whole span is cast as above. The cast back stays: AdamW, the norm and
  * the clip read the float32 gradients, which hold the weight gradients only from then on.
  *

@@ -21,20 +21,17 @@ ddpbf16_run() { # version round
   grep -hvE '^#|^ *$' "$out/$v-1-$r.txt" "$out/$v-$n-$r.txt" 2>/dev/null | sed "s/^/$v $r: /" | tee -a "$R/ddp-bf16.txt"
 }
 stage_ddp_bf16() {
-  local r t0 est=${ROUND_S:-120} first second
+  local r v t0 est=${ROUND_S:-120} order=(before after)
   [ -n "${BASE_TLM:-}" ] || { warn "no baseline tlm (BASE=${BASE:-.baseline})"; return 1; }
   mkdir -p "$R/ddpbf16"
   keep ddp-bf16.txt
   echo "before: ${BASE:-.baseline} ($(cat "${BASE:-.baseline}/.commit" 2>/dev/null || echo 'commit not recorded'));" \
        "after: the working tree" > "$R/ddp-bf16.txt"
-  for r in $(seq 1 "${ROUNDS:-3}"); do
+  for r in $(seq 1 "${ROUNDS:-3}"); do # the order swapped every round: the machine's drift hits both alike
     fits "$est" "round $r of ${ROUNDS:-3}" || break
     t0=$SECONDS
-    first=before second=after
-    [ $((r % 2)) = 0 ] && first=after second=before
-    ddpbf16_run $first "$r"
-    ddpbf16_run $second "$r"
-    est=$((SECONDS - t0 + 5))
-    dev_pack
+    for v in "${order[@]}"; do ddpbf16_run "$v" "$r"; done
+    order=("${order[1]}" "${order[0]}")
+    est=$((SECONDS - t0 + 5)) && dev_pack
   done
 }
