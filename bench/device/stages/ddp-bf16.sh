@@ -1,4 +1,4 @@
-# stage ddp-bf16 — the bf16 data-parallel step before and after a change (issue 36, item 4: the weight-gradient
+# stage ddp-bf16 — the bf16 data-parallel step before and after a change (such as the weight-gradient
 #   GEMMs writing bf16 into the reduction's staging buffer), the working tree against BASE on the same GPUs,
 #   alternating: ROUNDS rounds, the order of before and after swapped every round, each version in its own
 #   processes: `tlm bench --pass train` of MODEL in bf16, BATCH rows a rank, context CTX, CUDA graphs off (as every
