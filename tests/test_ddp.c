@@ -454,8 +454,8 @@ static void test_training(void) {
 /* bf16 precision with the bf16 reduction: the weight-gradient GEMMs write bf16 into the staging buffer (model.h,
  * the gradient sink; ddp.h) and only the rest is cast, against the same run casting every gradient: the same
  * bits (the GEMM's fp32 result rounded once is the cast of the fp32 gradient; OpenBLAS computes that result
- * alike whichever buffer it writes), for the bucketed, naive and flat modes and ZeRO-1; fp32 precision and
- * gradient accumulation keep the cast of everything */
+ * alike whichever buffer it writes), for the bucketed, naive and flat modes and ZeRO-1; fp32 and fp16 precision
+ * and gradient accumulation keep the cast of everything */
 static void test_direct_bf16(void) {
     const tlm_config cfg = tiny();
     tlm_param_layout l;
@@ -499,14 +499,16 @@ static void test_direct_bf16(void) {
      * micro-batches of accumulation (they add in float32) */
     tlm_ddp_config dc = tlm_ddp_defaults();
     dc.reduce_dtype = TLM_DTYPE_BF16;
-    run_result f = train(comm, &dc, TLM_PRECISION_FP32);
+    run_result f = train(comm, &dc, TLM_PRECISION_FP32), h = train(comm, &dc, TLM_PRECISION_FP16);
     accum = 2;
     run_result a = train(comm, &dc, TLM_PRECISION_BF16);
     accum = 1;
-    RCHECK(!f.timing.direct_bf16 && f.timing.cast_floats == n && !a.timing.direct_bf16 && a.timing.cast_floats == n,
-           "bf16 reduction: fp32 precision and bf16 with 2 micro-batches cast every gradient (%zu and %zu of %zu)",
-           f.timing.cast_floats, a.timing.cast_floats, n);
+    RCHECK(!f.timing.direct_bf16 && f.timing.cast_floats == n && !h.timing.direct_bf16 && h.timing.cast_floats == n &&
+               !a.timing.direct_bf16 && a.timing.cast_floats == n,
+           "bf16 reduction: fp32 and fp16 precision, and bf16 with 2 micro-batches, cast every gradient (%zu, %zu and "
+           "%zu of %zu)", f.timing.cast_floats, h.timing.cast_floats, a.timing.cast_floats, n);
     free(f.params);
+    free(h.params);
     free(a.params);
     tlm_layout_free(&l);
 }
