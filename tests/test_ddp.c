@@ -22,7 +22,7 @@
  *   optimizer-in-backward (per-group all-reduce before each update) equal to one process;
  * - bf16 precision with the bf16 reduction: the weight gradients written in bf16 by their GEMMs into the
  *   staging buffer give the bits of casting every gradient (bucketed, naive, flat, ZeRO-1), and only the
- *   rest is cast; fp32 precision and accumulation cast everything;
+ *   rest is cast, with the overlapped optimizer too; fp32 and fp16 precision and accumulation cast everything;
  * - gradient accumulation (2 and 3 micro-batches a step): the one process on the whole global batch as one
  *   batch within 1e-6 in fp32 (bf16 reduction 5e-3), for every mode and ZeRO-1, each bucket reduced once
  *   a step (in the last micro-batch's backward: no_sync before it);
@@ -485,13 +485,14 @@ static void test_direct_bf16(void) {
          * sums: a rounding may land one bf16 ulp apart, test_gpu_ops counts them): on GPUs close, not equal */
         const char *where;
         const double e = test_worst_tensor_error(&l, r.params, c.params, &where);
-        RCHECK((on_cpu ? same : e <= 1e-4) && r.timing.direct_bf16 && !c.timing.direct_bf16 && r.timing.cast_floats == n - weights &&
-                   c.timing.cast_floats == n && same_on_every_rank(r.params, n),
+        RCHECK((on_cpu ? same : e <= 1e-4) && r.timing.direct_bf16 && !c.timing.direct_bf16 &&
+                   r.timing.cast_floats == n - weights && c.timing.cast_floats == n && same_on_every_rank(r.params, n),
                "bf16, bf16 reduction, %-8s zero %d: the weight gradients written in bf16 by their GEMMs (%s; %zu of %zu "
                "floats cast a step, want %zu) = every gradient cast (%s; %zu cast): weights, losses and norms %s "
-               "(weights %.1e, %s; %s)", tlm_ddp_mode_name(dc.mode), dc.zero, r.timing.direct_bf16 ? "taken" : "NOT taken",
-               r.timing.cast_floats, n, n - weights, c.timing.direct_bf16 ? "direct" : "cast", c.timing.cast_floats,
-               same ? "the same bits" : "differ", e, where && *where ? where : "every tensor", on_cpu ? "the CPU: the same bits" : "GPU: limit 1e-4");
+               "(weights %.1e, %s; %s)", tlm_ddp_mode_name(dc.mode), dc.zero,
+               r.timing.direct_bf16 ? "taken" : "NOT taken", r.timing.cast_floats, n, n - weights,
+               c.timing.direct_bf16 ? "direct" : "cast", c.timing.cast_floats, same ? "the same bits" : "differ", e,
+               where && *where ? where : "every tensor", on_cpu ? "the CPU: the same bits" : "GPU: limit 1e-4");
         free(r.params);
         free(c.params);
     }
@@ -595,6 +596,56 @@ static void test_update_in_backward(int upd, tlm_ddp_mode mode, double bucket_mb
     tlm_ddp_free(d);
     tlm_model_free(m);
     tlm_model_free(one);
+}
+
+/* the overlapped optimizer (each bucket's update after its average) with bf16 precision and the bf16 reduction,
+ * bucketed: 3 steps by hand with the weight gradients written into the staging buffer, or (cast) every gradient
+ * cast; this rank's weights after them */
+static float *overlapped_bf16(bool cast, tlm_ddp_timing *t) {
+    tlm_model *m = new_model(TLM_PRECISION_BF16, 2, 7 + rank, 1);
+    tlm_ddp *d = NULL;
+    tlm_ddp_config dc = tlm_ddp_defaults();
+    dc.bucket_mb = 0.05;
+    dc.reduce_dtype = TLM_DTYPE_BF16;
+    die_on(tlm_ddp_create(&d, m, comm, &dc), "ddp");
+    if (cast) tlm_model_set_grad_sink(m, NULL);
+    int32_t *x = malloc(sizeof(int32_t) * ROWS_PER_RANK * CTX), *y = malloc(sizeof(int32_t) * ROWS_PER_RANK * CTX);
+    const tlm_adamw_config opt = tlm_adamw_defaults();
+    for (int step = 0; step < 3; step++) {
+        const tlm_batch_draw mine = {5, step, rank, nranks};
+        die_on(tlm_tokens_get_batch(&data, ROWS_PER_RANK, CTX, mine, x, y), "batch");
+        float loss;
+        die_on(tlm_model_forward(m, x, y, ROWS_PER_RANK, CTX, &loss), "forward");
+        die_on(tlm_model_backward(m), "backward");
+        die_on(tlm_ddp_sync_grads(d), "sync");
+        die_on(tlm_ddp_adamw_step(d, &opt), "step");
+    }
+    die_on(tlm_ddp_last_timing(d, t), "timing");
+    float *p = host_params(m);
+    free(x);
+    free(y);
+    tlm_ddp_free(d);
+    tlm_model_free(m);
+    return p;
+}
+
+static void test_overlapped_bf16(void) {
+    tlm_ddp_timing td, tc;
+    float *direct = overlapped_bf16(false, &td), *cast = overlapped_bf16(true, &tc);
+    tlm_param_layout l;
+    const tlm_config cfg = tiny();
+    die_on(tlm_layout_build(&l, &cfg), "layout");
+    const char *where;
+    const double e = test_worst_tensor_error(&l, direct, cast, &where);
+    const bool same = memcmp(direct, cast, l.flat_numel * sizeof(float)) == 0;
+    RCHECK((on_cpu ? same : e <= 1e-4) && td.direct_bf16 && !tc.direct_bf16 && td.cast_floats < tc.cast_floats,
+           "the overlapped optimizer, bf16, bf16 reduction: the weight gradients written by their GEMMs (%zu floats "
+           "cast) = every gradient cast (%zu): weights %s (%.1e, %s; %s)", td.cast_floats, tc.cast_floats,
+           same ? "the same bits" : "differ", e, where && *where ? where : "every tensor",
+           on_cpu ? "the CPU: the same bits" : "GPU: limit 1e-4");
+    free(direct);
+    free(cast);
+    tlm_layout_free(&l);
 }
 
 static void test_refusals(void) {
@@ -724,6 +775,7 @@ int main(void) {
         test_update_in_backward(2, TLM_DDP_BUCKETED, 0.05, "overlapped optimizer, bucketed 0.05 MiB");
         test_update_in_backward(2, TLM_DDP_OVERLAP, 25, "overlapped optimizer, overlap (per tensor)");
         test_update_in_backward(2, TLM_DDP_FLAT, 25, "overlapped optimizer, flat (after the backward)");
+        test_overlapped_bf16();
         test_refusals();
         test_moment_shards();
         tlm_comm_destroy(comm);

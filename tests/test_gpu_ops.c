@@ -471,7 +471,8 @@ static void case_matmul(const tcase *t) {
         if (dt == TLM_DTYPE_BF16) { /* a bf16 dW (ops.def's dw_dt, the data-parallel bf16 reduction's) */
             tbuf dwb = tb_poison((size_t)out * in, TLM_DTYPE_BF16);
             snprintf(what, sizeof what, "matmul_backward %dx%d (bf16 dw)", in, out);
-            ON_BOTH(what, t->tag, tlm_matmul_backward(be_, NULL, P(dwb), TLM_DTYPE_BF16, P(dy), P(x), P(w), N, in, out, pm));
+            ON_BOTH(what, t->tag,
+                    tlm_matmul_backward(be_, NULL, P(dwb), TLM_DTYPE_BF16, P(dy), P(x), P(w), N, in, out, pm));
             compare(what, t->tag, &dwb, t->tol);
             if (!perf_mode) { /* cuBLASLt's bf16 D against its fp32 D (dw.host, fetched by compare) rounded: equal
                                * where both plans sum in the same order; a plan of another algorithm (the heuristic
