@@ -360,7 +360,7 @@ static void test_matmul(int N, int in, int out) {
     float *dx = alloc_floats((size_t)N * in), *dw = alloc_floats((size_t)out * in);
     poison(dx, (size_t)N * in);
     poison(dw, (size_t)out * in);
-    tlm_matmul_backward(be, dx, dw, c.R, c.x, c.w, N, in, out, tlm_precision_of_dtype(F32));
+    tlm_matmul_backward(be, dx, dw, TLM_DTYPE_F32, c.R, c.x, c.w, N, in, out, tlm_precision_of_dtype(F32));
     check(all_finite(dx, (size_t)N * in) && all_finite(dw, (size_t)out * in),
           "matmul N=%d in=%d out=%d backward writes every dx and dw", N, in, out);
     snprintf(name, sizeof name, "matmul N=%d in=%d out=%d dx", N, in, out);
@@ -370,12 +370,12 @@ static void test_matmul(int N, int in, int out) {
 
     float *dw2 = alloc_floats((size_t)out * in);
     poison(dw2, (size_t)out * in);
-    tlm_matmul_backward(be, NULL, dw2, c.R, c.x, c.w, N, in, out, tlm_precision_of_dtype(F32));
+    tlm_matmul_backward(be, NULL, dw2, TLM_DTYPE_F32, c.R, c.x, c.w, N, in, out, tlm_precision_of_dtype(F32));
     check(max_abs_diff(dw, dw2, (size_t)out * in) == 0.0,
           "matmul N=%d in=%d out=%d backward with dx == NULL: same dW", N, in, out);
     float *dx2 = alloc_floats((size_t)N * in);
     poison(dx2, (size_t)N * in);
-    tlm_matmul_backward(be, dx2, NULL, c.R, c.x, c.w, N, in, out, tlm_precision_of_dtype(F32));
+    tlm_matmul_backward(be, dx2, NULL, TLM_DTYPE_F32, c.R, c.x, c.w, N, in, out, tlm_precision_of_dtype(F32));
     check(max_abs_diff(dx, dx2, (size_t)N * in) == 0.0,
           "matmul N=%d in=%d out=%d backward with dw == NULL: same dx", N, in, out);
     free(want);
@@ -1104,19 +1104,33 @@ static void test_matmul_lowp(int N, int in, int out, tlm_dtype dt) {
           *dw32 = alloc_floats(nw), *dw2 = alloc_floats(nw);
     poison(dw, nw);
     poison(dw2, nw);
-    tlm_matmul_backward(be, dx, dw, dy, x, w, N, in, out, tlm_precision_of_dtype(dt));
-    tlm_matmul_backward(be, dx32, dw32, dy32, x32, w32, N, in, out, tlm_precision_of_dtype(F32));
+    tlm_matmul_backward(be, dx, dw, TLM_DTYPE_F32, dy, x, w, N, in, out, tlm_precision_of_dtype(dt));
+    tlm_matmul_backward(be, dx32, dw32, TLM_DTYPE_F32, dy32, x32, w32, N, in, out, tlm_precision_of_dtype(F32));
     snprintf(name, sizeof name, "matmul N=%d in=%d out=%d backward dx", N, in, out);
     check_lowp(name, dx, dx32, nx, dt, true);
     snprintf(name, sizeof name, "matmul N=%d in=%d out=%d backward dW", N, in, out);
     check_lowp_f32(name, dw, dw32, nw, dt);
-    tlm_matmul_backward(be, NULL, dw2, dy, x, w, N, in, out, tlm_precision_of_dtype(dt));
+    tlm_matmul_backward(be, NULL, dw2, TLM_DTYPE_F32, dy, x, w, N, in, out, tlm_precision_of_dtype(dt));
     check(max_abs_diff(dw, dw2, nw) == 0.0,
           "%s matmul N=%d in=%d out=%d backward with dx == NULL: same dW", dt_name(dt), N, in, out);
     void *dx2 = alloc_dt(nx, dt);
-    tlm_matmul_backward(be, dx2, NULL, dy, x, w, N, in, out, tlm_precision_of_dtype(dt));
+    tlm_matmul_backward(be, dx2, NULL, TLM_DTYPE_F32, dy, x, w, N, in, out, tlm_precision_of_dtype(dt));
     check(memcmp(dx, dx2, nx * tlm_dtype_size(dt)) == 0,
           "%s matmul N=%d in=%d out=%d backward with dw == NULL: same dx", dt_name(dt), N, in, out);
+    if (dt == TLM_DTYPE_BF16) { /* a bf16 dW (ops.def's dw_dt): the fp32 dW rounded once, bit for bit */
+        uint16_t *dwb = alloc_dt(nw, dt), *dwb2 = alloc_dt(nw, dt);
+        void *dx3 = alloc_dt(nx, dt);
+        poison_dt(dwb, nw, dt);
+        poison_dt(dwb2, nw, dt);
+        tlm_matmul_backward(be, dx3, dwb, TLM_DTYPE_BF16, dy, x, w, N, in, out, tlm_precision_of_dtype(dt));
+        tlm_matmul_backward(be, NULL, dwb2, TLM_DTYPE_BF16, dy, x, w, N, in, out, tlm_precision_of_dtype(dt));
+        size_t differ = 0;
+        for (size_t i = 0; i < nw; i++) differ += dwb[i] != tlm_f32_to_bf16(dw[i]) || dwb2[i] != dwb[i];
+        check(differ == 0, "bf16 matmul N=%d in=%d out=%d backward bf16 dW == bf16(fp32 dW) bit for bit (%zu of %zu "
+              "differ)", N, in, out, differ, nw);
+        check(memcmp(dx, dx3, nx * tlm_dtype_size(dt)) == 0,
+              "bf16 matmul N=%d in=%d out=%d backward with a bf16 dW: same dx", N, in, out);
+    }
 }
 
 static void test_rope_lowp(int B, int T, int nheads, int D, int extra_columns, tlm_dtype dt) {

@@ -20,6 +20,9 @@
  *   within 1e-6, norms, losses and weights within one ulp of the format (its rounding of the loss
  *   gradient and of the GEMM copies of the weights);
  *   optimizer-in-backward (per-group all-reduce before each update) equal to one process;
+ * - bf16 precision with the bf16 reduction: the weight gradients written in bf16 by their GEMMs into the
+ *   staging buffer give the bits of casting every gradient (bucketed, naive, flat, ZeRO-1), and only the
+ *   rest is cast, with the overlapped optimizer too; fp32 and fp16 precision and accumulation cast everything;
  * - gradient accumulation (2 and 3 micro-batches a step): the one process on the whole global batch as one
  *   batch within 1e-6 in fp32 (bf16 reduction 5e-3), for every mode and ZeRO-1, each bucket reduced once
  *   a step (in the last micro-batch's backward: no_sync before it);
@@ -232,6 +235,9 @@ typedef struct {
 /* gradient accumulation: the micro-batches of a step of the runs with a communicator (train: the one-process
  * reference takes them as one batch of accum x its rows) */
 static int accum = 1;
+/* the bf16 reduction's path of today: the model's gradient sink detached after the reducer attached it, so
+ * every gradient is float32 and cast into the staging buffer (the reference of the direct write) */
+static bool cast_path = false;
 
 /* upd: 0 the AdamW step after the backward, 1 (true) in it (optimizer_in_backward), 2 beside it (optimizer_overlap) */
 static tlm_model *new_model(tlm_precision p, int upd, uint64_t seed, int micro_batches) {
@@ -284,6 +290,7 @@ static run_result train(tlm_comm *c, const tlm_ddp_config *cfg, tlm_precision p)
     tlm_ddp *d = NULL;
     if (c) {
         die_on(tlm_ddp_create(&d, m, c, cfg), "ddp");
+        if (cast_path) tlm_model_set_grad_sink(m, NULL);
         t.ddp = d;
         tlm_ddp_plan(d, &r.plan);
         r.num_buckets = r.plan.num_buckets;
@@ -444,6 +451,69 @@ static void test_training(void) {
     tlm_layout_free(&l);
 }
 
+/* bf16 precision with the bf16 reduction: the weight-gradient GEMMs write bf16 into the staging buffer (model.h,
+ * the gradient sink; ddp.h) and only the rest is cast, against the same run casting every gradient: the same
+ * bits (the GEMM's fp32 result rounded once is the cast of the fp32 gradient; OpenBLAS computes that result
+ * alike whichever buffer it writes), for the bucketed, naive and flat modes and ZeRO-1; fp32 and fp16 precision
+ * and gradient accumulation keep the cast of everything */
+static void test_direct_bf16(void) {
+    const tlm_config cfg = tiny();
+    tlm_param_layout l;
+    die_on(tlm_layout_build(&l, &cfg), "layout");
+    size_t weights = 0; /* the floats of the linear layers' weights: every 2-D tensor but the embedding */
+    for (int t = 0; t < l.num_tensors; t++)
+        if (l.tensors[t].ndim == 2 && strcmp(l.tensors[t].name, "token_embeddings.weight") != 0)
+            weights += l.tensors[t].numel;
+    const size_t n = l.flat_numel;
+    const struct {
+        tlm_ddp_mode mode;
+        int zero;
+    } cases[] = {{TLM_DDP_BUCKETED, 0}, {TLM_DDP_BUCKETED, 1}, {TLM_DDP_NAIVE, 0}, {TLM_DDP_FLAT, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tlm_ddp_config dc = tlm_ddp_defaults();
+        dc.mode = cases[i].mode;
+        dc.bucket_mb = 0.05;
+        dc.zero = cases[i].zero;
+        dc.reduce_dtype = TLM_DTYPE_BF16;
+        run_result r = train(comm, &dc, TLM_PRECISION_BF16);
+        cast_path = true;
+        run_result c = train(comm, &dc, TLM_PRECISION_BF16);
+        cast_path = false;
+        const bool same = memcmp(r.params, c.params, n * sizeof(float)) == 0 &&
+                          memcmp(r.loss, c.loss, sizeof r.loss) == 0 && memcmp(r.norm, c.norm, sizeof r.norm) == 0;
+        /* cuBLASLt may pick another algorithm for a bf16 D than for a float32 one (another order of the fp32
+         * sums: a rounding may land one bf16 ulp apart, test_gpu_ops counts them): on GPUs close, not equal */
+        const char *where;
+        const double e = test_worst_tensor_error(&l, r.params, c.params, &where);
+        RCHECK((on_cpu ? same : e <= 1e-4) && r.timing.direct_bf16 && !c.timing.direct_bf16 &&
+                   r.timing.cast_floats == n - weights && c.timing.cast_floats == n && same_on_every_rank(r.params, n),
+               "bf16, bf16 reduction, %-8s zero %d: the weight gradients written in bf16 by their GEMMs (%s; %zu of %zu "
+               "floats cast a step, want %zu) = every gradient cast (%s; %zu cast): weights, losses and norms %s "
+               "(weights %.1e, %s; %s)", tlm_ddp_mode_name(dc.mode), dc.zero,
+               r.timing.direct_bf16 ? "taken" : "NOT taken", r.timing.cast_floats, n, n - weights,
+               c.timing.direct_bf16 ? "direct" : "cast", c.timing.cast_floats, same ? "the same bits" : "differ", e,
+               where && *where ? where : "every tensor", on_cpu ? "the CPU: the same bits" : "GPU: limit 1e-4");
+        free(r.params);
+        free(c.params);
+    }
+    /* where the direct write is not taken: fp32 precision (no bf16 GEMM output from fp32 operands), and the
+     * micro-batches of accumulation (they add in float32) */
+    tlm_ddp_config dc = tlm_ddp_defaults();
+    dc.reduce_dtype = TLM_DTYPE_BF16;
+    run_result f = train(comm, &dc, TLM_PRECISION_FP32), h = train(comm, &dc, TLM_PRECISION_FP16);
+    accum = 2;
+    run_result a = train(comm, &dc, TLM_PRECISION_BF16);
+    accum = 1;
+    RCHECK(!f.timing.direct_bf16 && f.timing.cast_floats == n && !h.timing.direct_bf16 && h.timing.cast_floats == n &&
+               !a.timing.direct_bf16 && a.timing.cast_floats == n,
+           "bf16 reduction: fp32 and fp16 precision, and bf16 with 2 micro-batches, cast every gradient (%zu, %zu and "
+           "%zu of %zu)", f.timing.cast_floats, h.timing.cast_floats, a.timing.cast_floats, n);
+    free(f.params);
+    free(h.params);
+    free(a.params);
+    tlm_layout_free(&l);
+}
+
 /* gradient accumulation: N ranks with `micro` micro-batches of ROWS_PER_RANK rows a step against one process
  * with the whole global batch (micro x ROWS_PER_RANK x N rows) as one batch; the reduction once a step, in
  * the last micro-batch's backward (the collectives of the step: each bucket once), for every mode, ZeRO-1 and
@@ -526,6 +596,56 @@ static void test_update_in_backward(int upd, tlm_ddp_mode mode, double bucket_mb
     tlm_ddp_free(d);
     tlm_model_free(m);
     tlm_model_free(one);
+}
+
+/* the overlapped optimizer (each bucket's update after its average) with bf16 precision and the bf16 reduction,
+ * bucketed: 3 steps by hand with the weight gradients written into the staging buffer, or (cast) every gradient
+ * cast; this rank's weights after them */
+static float *overlapped_bf16(bool cast, tlm_ddp_timing *t) {
+    tlm_model *m = new_model(TLM_PRECISION_BF16, 2, 7 + rank, 1);
+    tlm_ddp *d = NULL;
+    tlm_ddp_config dc = tlm_ddp_defaults();
+    dc.bucket_mb = 0.05;
+    dc.reduce_dtype = TLM_DTYPE_BF16;
+    die_on(tlm_ddp_create(&d, m, comm, &dc), "ddp");
+    if (cast) tlm_model_set_grad_sink(m, NULL);
+    int32_t *x = malloc(sizeof(int32_t) * ROWS_PER_RANK * CTX), *y = malloc(sizeof(int32_t) * ROWS_PER_RANK * CTX);
+    const tlm_adamw_config opt = tlm_adamw_defaults();
+    for (int step = 0; step < 3; step++) {
+        const tlm_batch_draw mine = {5, step, rank, nranks};
+        die_on(tlm_tokens_get_batch(&data, ROWS_PER_RANK, CTX, mine, x, y), "batch");
+        float loss;
+        die_on(tlm_model_forward(m, x, y, ROWS_PER_RANK, CTX, &loss), "forward");
+        die_on(tlm_model_backward(m), "backward");
+        die_on(tlm_ddp_sync_grads(d), "sync");
+        die_on(tlm_ddp_adamw_step(d, &opt), "step");
+    }
+    die_on(tlm_ddp_last_timing(d, t), "timing");
+    float *p = host_params(m);
+    free(x);
+    free(y);
+    tlm_ddp_free(d);
+    tlm_model_free(m);
+    return p;
+}
+
+static void test_overlapped_bf16(void) {
+    tlm_ddp_timing td, tc;
+    float *direct = overlapped_bf16(false, &td), *cast = overlapped_bf16(true, &tc);
+    tlm_param_layout l;
+    const tlm_config cfg = tiny();
+    die_on(tlm_layout_build(&l, &cfg), "layout");
+    const char *where;
+    const double e = test_worst_tensor_error(&l, direct, cast, &where);
+    const bool same = memcmp(direct, cast, l.flat_numel * sizeof(float)) == 0;
+    RCHECK((on_cpu ? same : e <= 1e-4) && td.direct_bf16 && !tc.direct_bf16 && td.cast_floats < tc.cast_floats,
+           "the overlapped optimizer, bf16, bf16 reduction: the weight gradients written by their GEMMs (%zu floats "
+           "cast) = every gradient cast (%zu): weights %s (%.1e, %s; %s)", td.cast_floats, tc.cast_floats,
+           same ? "the same bits" : "differ", e, where && *where ? where : "every tensor",
+           on_cpu ? "the CPU: the same bits" : "GPU: limit 1e-4");
+    free(direct);
+    free(cast);
+    tlm_layout_free(&l);
 }
 
 static void test_refusals(void) {
@@ -648,12 +768,14 @@ int main(void) {
     if (nranks > 1) {
         die_on(tlm_comm_create(&comm, on_cpu ? TLM_COMM_MPI : TLM_COMM_NCCL, be, 60), "communicator");
         test_training();
+        test_direct_bf16();
         test_accumulation(2);
         test_accumulation(3);
         test_update_in_backward(1, TLM_DDP_BUCKETED, 25, "optimizer-in-backward");
         test_update_in_backward(2, TLM_DDP_BUCKETED, 0.05, "overlapped optimizer, bucketed 0.05 MiB");
         test_update_in_backward(2, TLM_DDP_OVERLAP, 25, "overlapped optimizer, overlap (per tensor)");
         test_update_in_backward(2, TLM_DDP_FLAT, 25, "overlapped optimizer, flat (after the backward)");
+        test_overlapped_bf16();
         test_refusals();
         test_moment_shards();
         tlm_comm_destroy(comm);

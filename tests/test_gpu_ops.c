@@ -463,20 +463,40 @@ static void case_matmul(const tcase *t) {
         tbuf dy = tb_rand((size_t)N * out, 1.0, 0.0, dt), dx = tb_poison((size_t)N * in, dt);
         tbuf dw = tb_poison((size_t)out * in, F32);
         snprintf(what, sizeof what, "matmul_backward %dx%d", in, out);
-        ON_BOTH(what, t->tag, tlm_matmul_backward(be_, P(dx), FP(dw), P(dy), P(x), P(w), N, in, out, pm));
+        ON_BOTH(what, t->tag, tlm_matmul_backward(be_, P(dx), FP(dw), TLM_DTYPE_F32, P(dy), P(x), P(w), N, in, out, pm));
         snprintf(what, sizeof what, "matmul_backward %dx%d (dx)", in, out);
         compare(what, t->tag, &dx, t->tol);
         snprintf(what, sizeof what, "matmul_backward %dx%d (dw)", in, out);
         compare(what, t->tag, &dw, t->tol);
+        if (dt == TLM_DTYPE_BF16) { /* a bf16 dW (ops.def's dw_dt, the data-parallel bf16 reduction's) */
+            tbuf dwb = tb_poison((size_t)out * in, TLM_DTYPE_BF16);
+            snprintf(what, sizeof what, "matmul_backward %dx%d (bf16 dw)", in, out);
+            ON_BOTH(what, t->tag,
+                    tlm_matmul_backward(be_, NULL, P(dwb), TLM_DTYPE_BF16, P(dy), P(x), P(w), N, in, out, pm));
+            compare(what, t->tag, &dwb, t->tol);
+            if (!perf_mode) { /* cuBLASLt's bf16 D against its fp32 D (dw.host, fetched by compare) rounded: equal
+                               * where both plans sum in the same order; a plan of another algorithm (the heuristic
+                               * picks per output type) may flip a rounding tie-break: one ulp, rarely */
+                size_t differ = 0, far = 0;
+                for (size_t e = 0; e < dwb.n; e++) {
+                    const int got = ((const uint16_t *)dwb.raw)[e], want = to_bf16(dw.host[e]);
+                    differ += got != want;
+                    far += abs(got - want) > 1;
+                }
+                check(far == 0, "%-36s %-33s bf16 dW vs bf16(fp32 dW): %zu of %zu differ, none by more than one ulp",
+                      what, t->tag, differ, dwb.n);
+            }
+            tb_free(&dwb);
+        }
         if (i == 0) { /* dx == NULL: only dw */
             tbuf dw2 = tb_poison((size_t)out * in, F32);
             snprintf(what, sizeof what, "matmul_backward %dx%d (dx NULL)", in, out);
-            ON_BOTH(what, t->tag, tlm_matmul_backward(be_, NULL, FP(dw2), P(dy), P(x), P(w), N, in, out, pm));
+            ON_BOTH(what, t->tag, tlm_matmul_backward(be_, NULL, FP(dw2), TLM_DTYPE_F32, P(dy), P(x), P(w), N, in, out, pm));
             compare(what, t->tag, &dw2, t->tol);
             tb_free(&dw2);
             tbuf dx2 = tb_poison((size_t)N * in, dt); /* dw == NULL: only dx (the side stream's split) */
             snprintf(what, sizeof what, "matmul_backward %dx%d (dw NULL)", in, out);
-            ON_BOTH(what, t->tag, tlm_matmul_backward(be_, P(dx2), NULL, P(dy), P(x), P(w), N, in, out, pm));
+            ON_BOTH(what, t->tag, tlm_matmul_backward(be_, P(dx2), NULL, TLM_DTYPE_F32, P(dy), P(x), P(w), N, in, out, pm));
             compare(what, t->tag, &dx2, t->tol);
             tb_free(&dx2);
         }

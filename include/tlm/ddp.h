@@ -38,7 +38,15 @@
  * reduce_dtype BF16 (PyTorch's bf16_compress_hook): each span is cast to bf16 in a staging buffer
  * (2 bytes per parameter, the flat layout), averaged in bf16 (NCCL and MPI add in float32 and round
  * each partial sum to bf16), and cast back into the float32 gradients; on NCCL both casts run on the
- * communication stream.
+ * communication stream. The staging buffer is the model's gradient sink (model.h,
+ * tlm_model_set_grad_sink): where the model says so (tlm_model_grads_to_sink: bf16 precision, no
+ * gradient accumulation, not optimizer-in-backward), the linear layers' weight-gradient GEMMs write
+ * their bf16 result there themselves (the bits of the cast), and only the rest of a span (RMSNorm
+ * gains, the embedding, padding) is cast in; with ZeRO-1 alike (the reduce-scatter reads the same
+ * buffer; outside this rank's pieces m->grads then holds no weight gradient, where the cast path left
+ * this rank's own). Otherwise (fp32, tf32 and fp16 precision, accumulation's float32 sums,
+ * optimizer-in-backward) the whole span is cast as above. The cast back stays: AdamW, the norm and
+ * the clip read the float32 gradients, which hold the weight gradients only from then on.
  *
  * ZeRO stage 1 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
  * Parameter Models", sec. 5.1, P_os): each bucket is reduce-scattered instead of all-reduced; rank r
@@ -187,6 +195,9 @@ typedef struct {
     double in_backward_ms, after_backward_ms, params_ms, exposed_ms;
     int collectives;        /* issued in the step */
     size_t bytes;           /* bytes per rank the step's collectives carried (counts x dtype size) */
+    size_t cast_floats;     /* bf16: gradients cast into the staging buffer (the whole layout, or with
+                               direct_bf16 only what lies outside the linear layers' weights) */
+    bool direct_bf16;       /* bf16: the weight-gradient GEMMs wrote into the staging buffer (above) */
 } tlm_ddp_timing;
 tlm_status tlm_ddp_last_timing(tlm_ddp *d, tlm_ddp_timing *t);
 

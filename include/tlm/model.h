@@ -174,6 +174,8 @@ typedef struct tlm_model {
                                       while m->grads is set, or during their group's callback) */
     tlm_grads_ready_fn grads_ready;
     void *grads_ready_user;
+    uint16_t *grad_sink;           /* (flat_numel) bf16 or NULL: where the weight gradients may go
+                                      (tlm_model_set_grad_sink) */
 
     tlm_adamw optimizer;
     tlm_loss_scaler scaler;        /* fp16; unused in the other modes */
@@ -268,6 +270,23 @@ const char *tlm_grad_nonfinite_tensor(tlm_model *m, void *scratch);
 
 /* Calls fn (NULL: none) each time a group of gradients is complete (tlm_grads_ready_fn). */
 void tlm_model_on_grads_ready(tlm_model *m, tlm_grads_ready_fn fn, void *user);
+
+/* A bf16 home for the weight gradients: a data-parallel reducer's bf16 buffer (ddp.h, reduce_dtype
+ * BF16), sink (flat_numel) bf16 backend memory in the flat layout; NULL: none. A backward pass for
+ * which tlm_model_grads_to_sink holds writes each linear layer's weight gradient (tlm_model_sink_tensor)
+ * by its GEMM rounded to bf16 at sink + the tensor's offset (ops.def, matmul_backward's dw_dt: the bits
+ * of casting the float32 gradient) and leaves that tensor's span of m->grads unwritten (it holds other
+ * bytes of the arena) until the reducer writes the average there; the other gradients (RMSNorm gains,
+ * the embedding) are float32 in m->grads as before. Set before a backward captured in a CUDA graph
+ * (a reducer's model runs without graphs: tlm_model_plan_data_parallel). */
+void tlm_model_set_grad_sink(tlm_model *m, uint16_t *sink);
+/* Whether the next backward pass writes the weight gradients into the sink: one is set, the precision
+ * is bf16 (cuBLASLt writes a bf16 GEMM output from bf16 operands only), no gradient accumulation (the
+ * micro-batches add in float32), and a flat gradient buffer exists (not optimizer-in-backward). */
+bool tlm_model_grads_to_sink(const tlm_model *m);
+/* Whether tensor t of m->layout is a linear layer's weight (every 2-D tensor but the token embeddings:
+ * the attention's qkv and output projections, w1/w3, w2, lm_head), whose gradient goes to the sink. */
+bool tlm_model_sink_tensor(const tlm_model *m, int t);
 
 /* The gradients of group i of m->layout.groups (groups[i].numel floats, backend memory, the group's
  * span of the flat layout): m->grads + groups[i].offset when the flat buffer exists, else (with

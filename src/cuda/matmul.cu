@@ -5,7 +5,8 @@
  * (CUBLAS_COMPUTE_32F, scale type fp32). Operands of dtype dt: fp32 (be->precision FP32: strict
  * IEEE, no TF32; TF32: CUBLAS_COMPUTE_32F_FAST_TF32), or bf16/fp16 on the tensor cores. Outputs
  * in dt, except the two that land in float32 tensors (PyTorch autocast): the residual stream
- * (C and D CUDA_R_32F with bf16/fp16 A and B, which cuBLASLt supports) and the weight gradient.
+ * (C and D CUDA_R_32F with bf16/fp16 A and B, which cuBLASLt supports) and the weight gradient
+ * (float32, or bf16 where a bf16 data-parallel reduction reads it: ops.def's dw_dt).
  *
  * Row-major to cuBLAS's column-major: a row-major (r,c) matrix with row stride ld is, read
  * column-major, its transpose (c,r) with leading dimension ld. So C = op(A) op(B) (row-major)
@@ -475,17 +476,18 @@ void tlm_cuda_matmul_forward(tlm_backend *be, void *y, const float *residual, co
                   residual, y, out, 0, residual ? TLM_DTYPE_F32 : dt, 1, tf32);
 }
 
-void tlm_cuda_matmul_backward(tlm_backend *be, void *dx, float *dw, const void *dy, const void *x, const void *w,
-                              int N, int in, int out, tlm_precision p) {
+void tlm_cuda_matmul_backward(tlm_backend *be, void *dx, void *dw, tlm_dtype dw_dt, const void *dy, const void *x,
+                              const void *w, int N, int in, int out, tlm_precision p) {
     const tlm_dtype dt = tlm_precision_act_dtype(p);
     const bool tf32 = p == TLM_PRECISION_TF32;
     /* dx (N,in) dt = dy (N,out) . W (out,in) */
     if (dx)
         tlm_cuda_gemm(be, "matmul_backward", false, false, N, in, out, 1.0f, dy, out, 0, w, in, 0, dt, 0.0f, NULL, dx,
                       in, 0, dt, 1, tf32);
-    /* dW (out,in) float32 = dy^T (out,N) . x (N,in) */
+    /* dW (out,in) dw_dt = dy^T (out,N) . x (N,in): float32, or bf16 from bf16 operands (D CUDA_R_16BF,
+     * fp32 accumulation rounded once as D is written; ops.def) */
     if (dw)
         tlm_cuda_gemm(be, "matmul_backward", true, false, out, in, N, 1.0f, dy, out, 0, x, in, 0, dt,
-                      be->accumulate_grads ? 1.0f : 0.0f, be->accumulate_grads ? dw : NULL, dw, in, 0, TLM_DTYPE_F32,
+                      be->accumulate_grads ? 1.0f : 0.0f, be->accumulate_grads ? dw : NULL, dw, in, 0, dw_dt,
                       1, tf32); /* += with be->accumulate_grads (beta 1: micro-batches, backend.h) */
 }

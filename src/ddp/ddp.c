@@ -28,18 +28,23 @@ struct tlm_ddp {
     size_t opt_numel;          /* ZeRO: floats per moment on this rank */
     tlm_adamw opt;             /* ZeRO: the shard's AdamW (moments of opt_numel floats) */
     double *sq;                /* ZeRO: [nb] backend float64: each piece's sum of squares (the norm) */
-    uint16_t *staging;         /* (flat_numel) bf16: the compressed gradients (reduce_dtype BF16) */
+    uint16_t *staging;         /* (flat_numel) bf16: the compressed gradients (reduce_dtype BF16); the
+                                  model's gradient sink (model.h: the weight gradients' GEMMs write there) */
+    size_t *cast_spans;        /* [2 n_cast] the spans [lo, hi) of the flat layout outside the sink's
+                                  tensors (RMSNorm gains, the embedding, padding), in ascending order */
+    int n_cast;
     tlm_stream *stream;        /* NCCL: the communication stream */
     tlm_event **averaged;      /* NCCL, plan.update OVERLAPPED: [nb] bucket k's average is complete */
     tlm_event *ev_ready, *ev_bwd_end, *ev_comm_done, *ev_joined, *ev_upd_end, *ev_ag_joined;
     /* the step */
     int next_bucket;           /* buckets issued so far */
     bool pending;              /* a backward ran: sync_grads is due */
+    bool direct;               /* the step's backward wrote the weight gradients into the staging buffer */
     bool timed_after, timed_params; /* NCCL: the step recorded those events */
     tlm_status status;         /* the first failure of a callback (returned by sync_grads) */
     double host_in_bwd, host_after, host_params; /* MPI: ms inside the collectives */
     int collectives;
-    size_t bytes;
+    size_t bytes, cast_floats;
 };
 
 static double now_ms(void) {
@@ -50,15 +55,33 @@ static double now_ms(void) {
 
 /* ---- one reduction -------------------------------------------------------------------------------------- */
 
+/* The span [off, off + n) of the gradients (held at g) into the staging buffer in bf16: all of it, or
+ * when the backward wrote the weight gradients there (d->direct) only the spans outside them */
+static void stage_span(tlm_ddp *d, const float *g, size_t off, size_t n, tlm_stream *s) {
+    if (!d->direct) {
+        tlm_ddp_cast(d->be, s, d->staging + off, g, n, true);
+        d->cast_floats += n;
+        return;
+    }
+    for (int i = 0; i < d->n_cast; i++) {
+        const size_t lo = d->cast_spans[2 * i] > off ? d->cast_spans[2 * i] : off;
+        const size_t hi = d->cast_spans[2 * i + 1] < off + n ? d->cast_spans[2 * i + 1] : off + n;
+        if (lo >= hi) continue;
+        tlm_ddp_cast(d->be, s, d->staging + lo, g + (lo - off), hi - lo, true);
+        d->cast_floats += hi - lo;
+    }
+}
+
 /* Averages the span [off, off + n) of the gradients, held at g (the flat buffer's place, or a group's
  * own with optimizer-in-backward), over the ranks, in place, on stream s: all-reduced, or (sharded)
- * reduce-scattered so that this rank's piece holds the average; bf16 through the staging buffer. */
+ * reduce-scattered so that this rank's piece holds the average; bf16 through the staging buffer (the
+ * span staged first, then the average cast back into g: this rank's piece when sharded). */
 static tlm_status reduce_span(tlm_ddp *d, float *g, size_t off, size_t n, bool sharded, tlm_stream *s) {
     const size_t piece = sharded ? n / (size_t)d->world : n, mine = sharded ? (size_t)d->rank * piece : 0;
     const bool bf16 = d->cfg.reduce_dtype == TLM_DTYPE_BF16;
     void *buf = bf16 ? (void *)(d->staging + off) : (void *)g;
     const size_t es = bf16 ? 2 : 4;
-    if (bf16) tlm_ddp_cast(d->be, s, buf, g, n, true);
+    if (bf16) stage_span(d, g, off, n, s);
     if (sharded)
         TLM_TRY(tlm_comm_reduce_scatter(d->c, buf, (char *)buf + mine * es, piece, d->cfg.reduce_dtype,
                                         TLM_REDUCE_AVG, s));
@@ -110,7 +133,7 @@ static void on_grads_ready(void *user, tlm_model *m, const tlm_param_group *g) {
         d->timed_after = d->timed_params = false;
         d->host_in_bwd = d->host_after = d->host_params = 0;
         d->collectives = 0;
-        d->bytes = 0;
+        d->bytes = d->cast_floats = 0;
     }
     /* gradient accumulation: the micro-batches before the last only add into the local gradients (PyTorch
      * DDP's no_sync); the last one's backward reduces their sum, bucket by bucket as without accumulation */
@@ -119,6 +142,7 @@ static void on_grads_ready(void *user, tlm_model *m, const tlm_param_group *g) {
         d->next_bucket = 0;
         d->pending = true;
         d->status = TLM_OK;
+        d->direct = d->staging && tlm_model_grads_to_sink(m);
     }
     const bool in_backward = m->plan.update == TLM_UPDATE_IN_BACKWARD;
     if (d->status != TLM_OK || (!d->overlapped && !in_backward)) return;
@@ -161,6 +185,26 @@ tlm_status tlm_ddp_agree(tlm_comm *c, tlm_status mine) {
     return s;
 }
 
+/* the spans of the flat layout that the backward leaves in float32 when it writes the weight gradients
+ * into the staging buffer (model.h, tlm_model_sink_tensor): what stage_span casts */
+static tlm_status plan_cast_spans(tlm_ddp *d) {
+    const tlm_param_layout *l = &d->m->layout;
+    d->cast_spans = malloc(((size_t)l->num_tensors + 1) * 2 * sizeof *d->cast_spans);
+    if (!d->cast_spans) return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the bf16 staging plan");
+    size_t at = 0; /* the end of the last sink tensor (the layout's tensors ascend) */
+    for (int t = 0; t <= l->num_tensors; t++) {
+        const bool end = t == l->num_tensors;
+        if (!end && !tlm_model_sink_tensor(d->m, t)) continue;
+        const size_t lo = end ? l->flat_numel : l->tensors[t].offset;
+        if (lo > at) {
+            d->cast_spans[2 * d->n_cast] = at;
+            d->cast_spans[2 * d->n_cast++ + 1] = lo;
+        }
+        if (!end) at = l->tensors[t].offset + l->tensors[t].numel;
+    }
+    return TLM_OK;
+}
+
 /* this rank's part: the plan, the shard's moments' places, the staging buffer, the stream and events */
 static tlm_status local_setup(tlm_ddp *d) {
     const tlm_param_layout *l = &d->m->layout;
@@ -182,6 +226,7 @@ static tlm_status local_setup(tlm_ddp *d) {
     if (cfg->reduce_dtype == TLM_DTYPE_BF16) {
         d->staging = tlm_alloc(d->be, l->flat_numel * sizeof(uint16_t), TLM_MEM_WORKSPACE, "ddp.bf16_staging");
         if (!d->staging) return TLM_ERR_OUT_OF_MEMORY;
+        TLM_TRY(plan_cast_spans(d));
     }
     return create_streams(d);
 }
@@ -208,6 +253,7 @@ static tlm_status setup(tlm_ddp *d) {
     tlm_model_params_changed(m, false);
     tlm_model_set_comm(m, d->c);
     tlm_model_on_grads_ready(m, on_grads_ready, d);
+    if (d->staging) tlm_model_set_grad_sink(m, d->staging); /* used where tlm_model_grads_to_sink says */
     return TLM_OK;
 }
 
@@ -236,6 +282,7 @@ void tlm_ddp_free(tlm_ddp *d) {
         tlm_model_on_grads_ready(d->m, NULL, NULL);
         tlm_model_set_comm(d->m, NULL);
     }
+    if (d->staging && d->m->grad_sink == d->staging) tlm_model_set_grad_sink(d->m, NULL);
     if (d->stream) (void)tlm_comm_synchronize(d->c, d->stream); /* nothing of ours still queued */
     tlm_event *ev[] = {d->ev_ready, d->ev_bwd_end, d->ev_comm_done, d->ev_joined, d->ev_upd_end, d->ev_ag_joined};
     for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++)
@@ -247,6 +294,7 @@ void tlm_ddp_free(tlm_ddp *d) {
     tlm_free(d->be, d->sq);
     tlm_adamw_free(&d->opt);
     free(d->moment_off);
+    free(d->cast_spans);
     free(d->buckets);
     free(d);
 }
@@ -364,7 +412,8 @@ tlm_status tlm_ddp_adamw_step(tlm_ddp *d, const tlm_adamw_config *opt) {
 
 tlm_status tlm_ddp_last_timing(tlm_ddp *d, tlm_ddp_timing *t) {
     *t = (tlm_ddp_timing){.in_backward_ms = d->host_in_bwd, .after_backward_ms = d->host_after,
-                          .params_ms = d->host_params, .collectives = d->collectives, .bytes = d->bytes};
+                          .params_ms = d->host_params, .collectives = d->collectives, .bytes = d->bytes,
+                          .cast_floats = d->cast_floats, .direct_bf16 = d->direct};
     if (d->timed_after) t->after_backward_ms = tlm_event_elapsed_ms(d->be, d->ev_bwd_end, d->ev_joined);
     if (d->timed_params) t->params_ms = tlm_event_elapsed_ms(d->be, d->ev_upd_end, d->ev_ag_joined);
     t->exposed_ms = t->in_backward_ms + t->after_backward_ms + t->params_ms;

@@ -5,26 +5,44 @@
  * ready: after the last op that writes them (and the side's work joined), the pass announces the
  * group (layout.h) to the model's grads_ready callback (model.h), then, with optimizer-in-backward,
  * takes the group's AdamW update. With recompute, a block's backward first re-runs what its
- * forward did not keep. */
+ * forward did not keep. With a bf16 gradient sink (model.h: a data-parallel bf16 reduction's
+ * buffer), the linear layers' weight gradients go there in bf16, written by their GEMMs. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/activations.h"
 #include "model/model_internal.h"
 
+void tlm_model_set_grad_sink(tlm_model *m, uint16_t *sink) { m->grad_sink = sink; }
+
+bool tlm_model_grads_to_sink(const tlm_model *m) {
+    return m->grad_sink && m->run.precision == TLM_PRECISION_BF16 && tlm_model_grad_accum_steps(m) == 1 &&
+           m->plan.update != TLM_UPDATE_IN_BACKWARD;
+}
+
+bool tlm_model_sink_tensor(const tlm_model *m, int t) {
+    const tlm_tensor_info *ti = &m->layout.tensors[t];
+    return ti->ndim == 2 && ti->offset != (size_t)(m->w.wte - m->params);
+}
+
 /* A linear layer's backward: dx = dy W on the compute stream, then, where the backend has a side
- * stream (backend.h), dW = dy^T x on it, off the critical path. Returns the mark the caller joins
- * before anything overwrites dy or x and before dW's group is announced (0: dW already done in place,
- * one op as before). */
-static tlm_side_mark linear_backward(tlm_backend *be, void *dx, float *dw, const void *dy, const void *x,
+ * stream (backend.h), dW = dy^T x on it, off the critical path. dw is the weight's float32 gradient
+ * in m->grads; with tlm_model_grads_to_sink the GEMM writes it in bf16 at the sink's same offset
+ * instead (model.h). Returns the mark the caller joins before anything overwrites dy or x and before
+ * dW's group is announced (0: dW already done in place, one op as before). */
+static tlm_side_mark linear_backward(tlm_model *m, void *dx, float *dw, const void *dy, const void *x,
                                      const void *w, int N, int in, int out, tlm_precision p) {
+    tlm_backend *be = m->backend;
+    const bool sink = tlm_model_grads_to_sink(m);
+    void *dwo = sink ? (void *)(m->grad_sink + (dw - m->grads)) : (void *)dw;
+    const tlm_dtype dw_dt = sink ? TLM_DTYPE_BF16 : TLM_DTYPE_F32;
     if (!tlm_side_available(be)) {
-        tlm_matmul_backward(be, dx, dw, dy, x, w, N, in, out, p);
+        tlm_matmul_backward(be, dx, dwo, dw_dt, dy, x, w, N, in, out, p);
         return 0;
     }
-    tlm_matmul_backward(be, dx, NULL, dy, x, w, N, in, out, p);
+    tlm_matmul_backward(be, dx, NULL, dw_dt, dy, x, w, N, in, out, p);
     tlm_side_begin(be);
-    tlm_matmul_backward(be, NULL, dw, dy, x, w, N, in, out, p);
+    tlm_matmul_backward(be, NULL, dwo, dw_dt, dy, x, w, N, in, out, p);
     return tlm_side_end(be);
 }
 
@@ -66,7 +84,7 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
     group_begins(m, group);
     /* loss = mean over N positions: dlogits = scale * (softmax - onehot) / N, in place */
     tlm_cross_entropy_backward(be, a->logits, a->logits, a->lse, a->targets, n, V, scale / (float)n, dt);
-    linear_backward(be, a->d_tmp, m->g.lm_head, a->logits, a->ln_f, tlm_gemm_w(m, m->w.lm_head), n, C, V, pm);
+    linear_backward(m, a->d_tmp, m->g.lm_head, a->logits, a->ln_f, tlm_gemm_w(m, m->w.lm_head), n, C, V, pm);
     tlm_memset_zero(be, a->d_resid, N * C * sizeof(float));
     tlm_rmsnorm_backward(be, a->d_resid, m->g.ln_final, a->d_tmp, a->x_final, m->w.ln_final, a->ln_f_rstd, n, C, NULL,
                          dt);
@@ -90,16 +108,16 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
          * the attention backward (d_qkv shares its bytes, activations.c); qkv's before the group is
          * announced */
         if (lowp && l == L - 1) tlm_cast(be, a->d_resid_lp, a->d_resid, N * C, dt);
-        const tlm_side_mark w2_done = linear_backward(be, a->d_g, g->w2, a->d_resid_lp, x->g, tlm_gemm_w(m, w->w2),
+        const tlm_side_mark w2_done = linear_backward(m, a->d_g, g->w2, a->d_resid_lp, x->g, tlm_gemm_w(m, w->w2),
                                                       n, F, C, pm);
         tlm_swiglu_backward(be, a->d_ab, a->d_g, x->ab, n, F, dt);
-        const tlm_side_mark w13_done = linear_backward(be, a->d_tmp, g->w13, a->d_ab, x->ln2, tlm_gemm_w(m, w->w13),
+        const tlm_side_mark w13_done = linear_backward(m, a->d_tmp, g->w13, a->d_ab, x->ln2, tlm_gemm_w(m, w->w13),
                                                        n, C, 2 * F, pm);
         tlm_side_join(be, w2_done);
         tlm_rmsnorm_backward(be, a->d_resid, g->ln2, a->d_tmp, x->h, w->ln2, x->ln2_rstd, n, C,
                              lowp ? a->d_resid_lp : NULL, dt);
         /* attention branch */
-        const tlm_side_mark out_done = linear_backward(be, a->d_tmp, g->out_proj, a->d_resid_lp, x->att,
+        const tlm_side_mark out_done = linear_backward(m, a->d_tmp, g->out_proj, a->d_resid_lp, x->att,
                                                        tlm_gemm_w(m, w->out_proj), n, C, C, pm);
         tlm_side_join(be, w13_done);
         if (m->run.attention == TLM_ATTENTION_FLASH) { /* recomputes P from the forward's out and lse */
@@ -117,7 +135,7 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
                                    B, T, H, D, pm);
         }
         tlm_rope_backward(be, a->d_qkv, m->rope_cos, m->rope_sin, B, T, 2 * H, D, 3 * C, dt);
-        linear_backward(be, a->d_tmp, g->qkv, a->d_qkv, x->ln1, tlm_gemm_w(m, w->qkv), n, C, 3 * C, pm);
+        linear_backward(m, a->d_tmp, g->qkv, a->d_qkv, x->ln1, tlm_gemm_w(m, w->qkv), n, C, 3 * C, pm);
         tlm_side_join(be, out_done);
         tlm_rmsnorm_backward(be, a->d_resid, g->ln1, a->d_tmp, x->x, w->ln1, x->ln1_rstd, n, C,
                              lowp && l > 0 ? a->d_resid_lp : NULL, dt); /* block l - 1's operand */

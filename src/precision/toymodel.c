@@ -252,8 +252,8 @@ tlm_status tlm_toymodel_backward(tlm_toymodel *m) {
     /* fc2: dW2 fp32; the gradient of its (cast) input in its dtype */
     TLM_ASSERT(m->dlogits.dtype == m->logits.dtype && m->dln_out.dtype == m->ln_out_gemm.dtype &&
                m->fc2_weight_grad.dtype == TLM_DTYPE_F32);
-    tlm_matmul_backward(be, m->dln_out.data, m->fc2_weight_grad.data, m->dlogits.data, m->ln_out_gemm.data,
-                        m->fc2_weight_gemm.data, B, H, out_f, m->cfg.precision);
+    tlm_matmul_backward(be, m->dln_out.data, m->fc2_weight_grad.data, TLM_DTYPE_F32, m->dlogits.data,
+                        m->ln_out_gemm.data, m->fc2_weight_gemm.data, B, H, out_f, m->cfg.precision);
 
     /* LayerNorm: the cast's backward widens dln_out exactly, so the op reads it in its dtype;
      * the gradient of the LayerNorm input in the input's dtype, dweight and dbias fp32 */
@@ -268,7 +268,7 @@ tlm_status tlm_toymodel_backward(tlm_toymodel *m) {
                        m->fc1_out.dtype);
 
     /* fc1: dW1 fp32; its input x needs no gradient */
-    tlm_matmul_backward(be, NULL, m->fc1_weight_grad.data, m->dfc1_out.data, m->x_gemm.data,
+    tlm_matmul_backward(be, NULL, m->fc1_weight_grad.data, TLM_DTYPE_F32, m->dfc1_out.data, m->x_gemm.data,
                         m->fc1_weight_gemm.data, B, in, H, m->cfg.precision);
     tlm_synchronize(be);
     return TLM_OK;
