@@ -2,7 +2,8 @@
  * weight_copy_in_arena; src/model/activations.h, WEIGHT_COPY): one buffer per parameter group but the
  * embedding's, alive from the step's start to the end of its group's backward, its bytes then taken
  * by the gradients of the groups completed after it; the update writes it again group by group in
- * reverse completion order. On the test's backend (CPU; built again as test_gpu_weight_copy for CUDA).
+ * reverse completion order. On the test's backend (CPU; built again as test_gpu_weight_copy for CUDA,
+ * where the passes run as CUDA graphs and naive attention keeps them deterministic: the same bits).
  *
  * Checks:
  * - the same step: 6 steps of two small models (every copy at a fixed offset; and a small vocabulary,
@@ -14,6 +15,7 @@
  *   weights and the decoder's logits are the bits of the same run with the copy in its own allocation
  *   (the plan before this one, forced through the model's internal state), and the copy after the last
  *   update is the weights rounded (the spans it has);
+ * - a decoder between a backward and its update (whose cast would overwrite the gradients) is refused;
  * - the plan: the copy in the arena for the plain update after the backward (alone and with a
  *   replicated data-parallel reducer), apart with optimizer-in-backward, the overlapped optimizer,
  *   accumulation, forward-only, ZeRO-1's sharded update, and none in fp32;
@@ -67,7 +69,9 @@ static long copy_off(const tlm_model *m, const float *p) {
 
 static run_out run(const tlm_config *c, tlm_precision p, tlm_recompute rc, bool apart) {
     run_out r = {0};
-    const tlm_run_config run = {.precision = p, .attention = TLM_ATTENTION_NAIVE, .recompute = rc};
+    /* CUDA graphs (on CUDA): the passes captured read the copy where it is when captured */
+    const tlm_run_config run = {.precision = p, .attention = TLM_ATTENTION_NAIVE, .recompute = rc,
+                                .cuda_graphs = true};
     tlm_model *m;
     tlm_mem_reset_peak(be);
     die_on(tlm_model_create(&m, c, &run, be), "model");
@@ -184,6 +188,26 @@ static void test_plan(void) {
           replicated, fp32, oib, overlap, accum, fwd, zero);
 }
 
+/* a decoder between a backward and its update would cast the copy over this step's gradients: refused */
+static void test_decode_before_update(void) {
+    tlm_config c;
+    die_on(tlm_config_preset("tiny", &c), "tiny");
+    const tlm_run_config r = {.precision = TLM_PRECISION_BF16, .attention = TLM_ATTENTION_NAIVE};
+    tlm_model *m;
+    die_on(tlm_model_create(&m, &c, &r, be), "model");
+    die_on(tlm_model_init_random(m, 1), "init");
+    die_on(tlm_model_forward(m, inputs[0], targets[0], B, T, NULL), "forward");
+    die_on(tlm_model_backward(m), "backward");
+    tlm_decoder *d = NULL;
+    check_status(tlm_decoder_create(&d, m, DEC), TLM_ERR_INVALID_ARGUMENT, "until the AdamW step",
+                 "a decoder between the backward and the AdamW step (the copy's bytes hold gradients)");
+    const tlm_adamw_config opt = tlm_adamw_defaults();
+    die_on(tlm_model_adamw_step(m, &opt), "adamw");
+    check_status(tlm_decoder_create(&d, m, DEC), TLM_OK, NULL, "a decoder after the AdamW step");
+    tlm_decoder_free(d);
+    tlm_model_free(m);
+}
+
 /* the largest group's copy (bf16) of config c */
 static size_t largest_copy(const tlm_config *c) {
     tlm_param_layout l;
@@ -253,6 +277,7 @@ int main(void) {
         }
     test_plan();
     test_same_step();
+    test_decode_before_update();
     test_memory();
     const int rc = test_finish();
     tlm_backend_destroy(be);

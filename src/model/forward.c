@@ -126,6 +126,7 @@ tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t 
     tlm_model_overlap_join(m); /* the last step's updates land before this forward reads the weights */
     tlm_phase_begin(be, TLM_PHASE_FORWARD); /* the activations are allocated in the forward phase */
     m->grads = NULL; /* this forward's buffers take the last gradients' bytes */
+    m->step->grads_pending = false;
     m->have_forward = false;
     m->step->updated_in_backward = false;
     tlm_status s = ensure_activations(m, B, T);

@@ -294,6 +294,10 @@ tlm_status tlm_model_refresh_lowp_weights(tlm_model *m) {
     const tlm_dtype dt = tlm_precision_act_dtype(m->run.precision);
     void *const *copy = tlm_model_arena_copy(m);
     if (copy) { /* each group's buffer in the arena (activations.h, WEIGHT_COPY) */
+        if (m->step->params_lp_stale && m->step->grads_pending)
+            return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the %s copy of the weights shares the step's arena with the "
+                            "gradients of the last backward until the AdamW step: run it (or a forward) first",
+                            tlm_precision_name(m->run.precision));
         for (int g = 0; g < m->layout.num_groups && m->step->params_lp_stale; g++)
             if (copy[g])
                 tlm_cast(be, copy[g], m->params + m->layout.groups[g].offset, m->layout.groups[g].numel, dt);
@@ -462,6 +466,7 @@ tlm_status tlm_model_adamw_step_by(tlm_model *m, tlm_status (*update)(void *user
     }
     if (s == TLM_OK && !skip) s = update(user, m);
     m->step->grads_clip = 1.0f;
+    m->step->grads_pending = false;
     tlm_activations_end_step(m->acts, be); /* the step ends: the gradients' bytes are free (their values
                                               stay until the next forward); the copy the update wrote lives */
     tlm_phase_end(be);

@@ -14,6 +14,8 @@ typedef struct tlm_step_state {
                                       to the gradients inside its pass (fp32, tf32, bf16; fp16 folds
                                       it into grads_scale's unscale); 1 after each backward */
     bool params_lp_stale;          /* params changed since the last cast of the GEMM copy */
+    bool grads_pending;            /* a backward's gradients await the AdamW step (until it ends or the
+                                      next forward): with the copy in the arena they hold its bytes */
     bool updated_in_backward;      /* updates in the backward (plan): the last backward took the step */
     struct tlm_stream *opt_stream; /* OVERLAPPED: where the updates run (made at the first) */
     struct tlm_event *opt_after, *opt_done; /* the compute stream's point an update follows; the end of them */
