@@ -21,7 +21,8 @@
  *   accumulation, forward-only, ZeRO-1's sharded update, and none in fp32;
  * - memory: for a shape whose peak is the gradients at the update (batch 1, short context), the planned
  *   total (tlm_model_memory_estimate) falls from the copy apart's by at least the whole copy less one
- *   group's, and the allocator's peak footprint of a real step (allocations plus arenas) likewise. */
+ *   group's, and the allocator's peak footprint of a real step (allocations plus arenas) likewise;
+ *   ZeRO-1's plan (tlm_ddp_memory_estimate) has the copy apart and the arena without it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@
 #include "core/convert.h"
 #include "model/model_internal.h"
 #include "test_check.h"
+#include "tlm/ddp.h"
 #include "tlm/decode.h"
 #include "tlm/model.h"
 #include "tlm/rng.h"
@@ -235,6 +237,17 @@ static void test_memory(void) {
           "memory plan, small bf16, batch 1 x context 8: %.1f MiB planned, %.1f MiB less than with the copy apart "
           "(the copy %.1f MiB, one group's %.1f MiB); the copy's %.1f MiB inside the arena", e.total / 1048576.0,
           (apart - e.total) / 1048576.0, copy / 1048576.0, one / 1048576.0, e.weight_copy_in_arena / 1048576.0);
+
+    /* ZeRO-1 keeps the copy apart: its memory plan has the copy's own allocation and the arena without it */
+    tlm_memory_estimate z = e;
+    tlm_ddp_config dz = tlm_ddp_defaults();
+    dz.zero = 1;
+    die_on(tlm_ddp_memory_estimate(&small, &r, &dz, 2, &z), "ddp estimate");
+    check(z.weight_copy == copy && z.weight_copy_in_arena == 0 && z.arena == e.arena_copy_apart &&
+              z.arena_live == e.arena_live_copy_apart && z.arena >= z.arena_live &&
+              z.total == z.parameters + z.weight_copy + z.optimizer + z.arena + z.workspace,
+          "memory plan, ZeRO-1 over 2 ranks: the copy apart (%.1f MiB) and the arena without it (%.1f MiB)",
+          z.weight_copy / 1048576.0, z.arena / 1048576.0);
 
     /* a real step: the allocator's peak footprint (allocations and arenas), the same shape on tiny */
     tlm_config deep;

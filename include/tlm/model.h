@@ -297,6 +297,7 @@ typedef struct {
     size_t arena_live;        /* the most bytes alive at one stage in it (no plan needs less) */
     size_t arena_copy_apart;  /* the arena when the copy is kept apart (ZeRO-1's sharded update keeps it
                                  so: tlm_ddp_memory_estimate); = arena where it is apart anyway */
+    size_t arena_live_copy_apart; /* arena_live of that plan */
     size_t workspace;         /* the RoPE tables and the step scalars */
     size_t total;             /* parameters + weight_copy + optimizer + arena + workspace */
 } tlm_memory_estimate;

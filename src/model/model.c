@@ -223,6 +223,7 @@ tlm_status tlm_model_memory_estimate(tlm_backend *be, const tlm_config *cfg, con
         out->arena = in ? in->arena_bytes : a->arena_bytes;
         out->arena_live = in ? in->live_bytes : a->live_bytes;
         out->arena_copy_apart = a->arena_bytes;
+        out->arena_live_copy_apart = a->live_bytes;
         out->workspace = 2 * (size_t)cfg->context_length * (size_t)(tlm_config_d_head(cfg) / 2) * sizeof(float) +
                          2 * sizeof(float);
         out->total = out->parameters + out->weight_copy + out->optimizer + out->arena + out->workspace;
