@@ -207,10 +207,12 @@ static void test_memory_events(void) {
     check(l->max_in_use == peak, "memory events: their highest bytes in use %zu = the allocator's peak %zu",
           l->max_in_use, peak);
     check(ph[TLM_PHASE_SETUP][TLM_MEM_PARAMETERS] == 1 && ph[TLM_PHASE_FORWARD][TLM_MEM_ACTIVATIONS] > 10 &&
-              ph[TLM_PHASE_FORWARD][TLM_MEM_PARAMETERS] == 1 &&
+              ph[TLM_PHASE_FORWARD][TLM_MEM_PARAMETERS] == cfg.num_layers + 1 &&
+              ph[TLM_PHASE_OPTIMIZER][TLM_MEM_PARAMETERS] == 2 * (cfg.num_layers + 1) &&
               ph[TLM_PHASE_BACKWARD][TLM_MEM_GRADIENTS] == 2 * (cfg.num_layers + 2) &&
               ph[TLM_PHASE_OPTIMIZER][TLM_MEM_OPTIMIZER] == 2 && ph[TLM_PHASE_SETUP][TLM_MEM_ACTIVATIONS] == 0,
-          "memory events: parameters at setup; activations and the bf16 weight copy in forward; each step's "
+          "memory events: parameters at setup; activations and the bf16 weight copy (a buffer per group but the "
+          "embedding's, in the arena) in the first forward, again in each update; each step's "
           "gradient groups (%d) in backward; the two AdamW moments in the optimizer phase", cfg.num_layers + 2);
     free(l);
 

@@ -165,7 +165,9 @@ typedef struct tlm_model {
     float *params;                 /* (flat_numel) backend memory, tag parameters */
     tlm_views w;                   /* views of params */
     void *params_lp;               /* (flat_numel) bf16/fp16 copy of params for the GEMMs, cast once
-                                      per step (the AdamW pass refreshes it); NULL in fp32/tf32 */
+                                      per step (the AdamW pass refreshes it); NULL in fp32/tf32, and
+                                      where the plan keeps the copy in the step's arena, one buffer per
+                                      group (step_plan.h: weight_copy_in_arena) */
 
     float *grads;                  /* (flat_numel) the gradients of the last backward, in the step's
                                       arena; set when a backward starts, NULL from the next forward
@@ -240,6 +242,12 @@ void tlm_model_grad_factors(const tlm_model *m, float *scale, float *clip);
 /* true when the bf16/fp16 GEMM copy exists and matches the parameters (the next forward casts nothing) */
 bool tlm_model_weight_copy_current(const tlm_model *m);
 
+/* The bf16/fp16 GEMM copy as the GEMMs read it, to host: flat_numel 2-byte elements in the flat layout
+ * (params_lp's, or each group's buffer in the arena); the span of a group without a copy (the
+ * embedding's, which no GEMM reads, when the copy is in the arena) is left as it was. INVALID_ARGUMENT
+ * when the copy is not current (tlm_model_weight_copy_current; fp32, tf32). */
+tlm_status tlm_model_weight_copy_to_host(const tlm_model *m, uint16_t *host);
+
 /* A checkpoint's optimizer state: AdamW's step count t (the moments are written by the caller into
  * m->optimizer.m / .v) and the loss scaler (its last step counts as not skipped). */
 void tlm_model_restore_optimizer_state(tlm_model *m, int64_t t, const tlm_loss_scaler *scaler);
@@ -299,10 +307,16 @@ float *tlm_model_group_grads(const tlm_model *m, int i);
  * (cuBLASLt's, the CUDA FlashAttention split-KV buffer, the CPU ops' scratch) are not included. */
 typedef struct {
     size_t parameters;        /* float32 master weights */
-    size_t weight_copy;       /* the bf16/fp16 GEMM copy of the weights; 0 in fp32/tf32 */
+    size_t weight_copy;       /* the bf16/fp16 GEMM copy of the weights in its own allocation; 0 in
+                                 fp32/tf32 and where the plan keeps the copy in the arena */
+    size_t weight_copy_in_arena; /* the copy's buffers in the arena (counted in arena), else 0 */
     size_t optimizer;         /* AdamW's first and second moments; 0 when forward_only */
-    size_t arena;             /* the step's arena: activations, backward scratch, gradients */
+    size_t arena;             /* the step's arena: activations, backward scratch, gradients (and the
+                                 copy, where the plan keeps it there: step_plan.h) */
     size_t arena_live;        /* the most bytes alive at one stage in it (no plan needs less) */
+    size_t arena_copy_apart;  /* the arena when the copy is kept apart (ZeRO-1's sharded update keeps it
+                                 so: tlm_ddp_memory_estimate); = arena where it is apart anyway */
+    size_t arena_live_copy_apart; /* arena_live of that plan */
     size_t workspace;         /* the RoPE tables and the step scalars */
     size_t total;             /* parameters + weight_copy + optimizer + arena + workspace */
 } tlm_memory_estimate;

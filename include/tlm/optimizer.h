@@ -55,6 +55,9 @@ tlm_status tlm_adamw_update_scaled(tlm_adamw *opt, float *params, const float *g
 tlm_status tlm_adamw_begin_step(tlm_adamw *opt);
 void tlm_adamw_update_span(tlm_adamw *opt, size_t offset, size_t n, float *params, const float *grads,
                            void *params_lp, tlm_dtype dt);
+/* The same with the span's gradients multiplied by grad_scale inside the pass (as update_scaled). */
+void tlm_adamw_update_span_scaled(tlm_adamw *opt, size_t offset, size_t n, float *params, const float *grads,
+                                  float grad_scale, void *params_lp, tlm_dtype dt);
 
 #ifdef __cplusplus
 }

@@ -13,8 +13,12 @@
  *     an overflow;
  *   gradient clipping by the global norm: on or off, and where its factor is applied (the AdamW
  *     pass's gradient multiplier, or in fp16 the unscale);
- *   the bf16/fp16 weight copy for the GEMMs: present or not, and who refreshes it (the update as it
- *     writes each span, else the next forward casts it whole);
+ *   the bf16/fp16 weight copy for the GEMMs: present or not, who refreshes it (the update as it
+ *     writes each span, else the next forward casts it whole), and where it lives: in its own
+ *     allocation, or (the plain update after the backward, one micro-batch) one buffer per parameter
+ *     group in the step's arena, alive until the group's backward has read it, its bytes then taken
+ *     by the gradients of the groups completed after it, and written anew by the update, which runs
+ *     group by group in reverse completion order (src/model/activations.h);
  *   gradient accumulation over micro-batches (run.grad_accum_steps): refused with updates in the
  *     backward (they would run before the last micro-batch's gradients are in);
  *   CUDA graphs for the forward and the backward (off with host callbacks every step, and the
@@ -53,6 +57,10 @@ typedef struct {
     bool weight_copy;         /* a bf16/fp16 copy of the weights feeds the GEMMs (bf16, fp16) */
     bool copy_in_update;      /* the update refreshes the copy's span it writes (every update place but
                                  SHARDED, whose update says what it refreshed: tlm_model_params_changed) */
+    bool weight_copy_in_arena; /* the copy is one buffer per parameter group in the step's arena, alive
+                                 from the step's start to the end of its group's backward (weight_copy,
+                                 update AFTER_BACKWARD, one micro-batch, not forward-only); else it is one
+                                 allocation of its own, alive throughout */
     bool data_parallel;       /* a data-parallel reducer is attached (tlm_model_plan_data_parallel) */
     bool forward_graph;       /* the forward pass is captured as a CUDA graph once and replayed */
     bool backward_graph;      /* the backward pass likewise (not with updates in the backward); with

@@ -125,6 +125,12 @@ tlm_status tlm_ddp_memory_estimate(const tlm_config *cfg, const tlm_run_config *
         if (s == TLM_OK) e->optimizer = 2 * tlm_ddp_shard_numel(b, n, world_size) * sizeof(float);
         free(b);
     }
+    if (c->zero && e->weight_copy_in_arena) { /* ZeRO-1 keeps the GEMM copy apart (step_plan.h) */
+        e->weight_copy = l.flat_numel * tlm_dtype_size(tlm_precision_act_dtype(run->precision));
+        e->weight_copy_in_arena = 0;
+        e->arena = e->arena_copy_apart;
+        e->arena_live = e->arena_live_copy_apart;
+    }
     if (c->reduce_dtype == TLM_DTYPE_BF16) e->workspace += l.flat_numel * sizeof(uint16_t);
     e->total = e->parameters + e->weight_copy + e->optimizer + e->arena + e->workspace;
     tlm_layout_free(&l);

@@ -246,12 +246,67 @@ static tlm_status find_padding(tlm_activations *a, const tlm_param_layout *l) {
     return TLM_OK;
 }
 
+/* The GEMM copy of every group but the embedding's (activations.h, WEIGHT_COPY), appended at b[*n]:
+ * from the head down, each at the top of the bytes below its group's gradients in the flat layout
+ * and below the copies placed before it, where it fits; else placed as any buffer. */
+static void list_weight_copies(tlm_activations *a, const tlm_param_layout *layout, const tlm_step_shape *s, int *n) {
+    const int L = a->num_layers;
+    const size_t es = tlm_dtype_size(s->dt);
+    size_t ceiling = layout->flat_numel * sizeof(float); /* the lowest copy placed so far */
+    for (int gi = 0; gi < layout->num_groups; gi++) {
+        const tlm_param_group *g = &layout->groups[gi];
+        if (g->layer == TLM_GROUP_EMBEDDING) continue; /* the embedding's forward reads float32 */
+        tlm_act_buffer *b = &a->buffers[(*n)++];
+        b->desc = -1;
+        b->layer = gi;
+        char group[48];
+        group_name(group, sizeof group, g);
+        snprintf(b->name, sizeof b->name, "parameters.%s.%s", s->dt == TLM_DTYPE_BF16 ? "bf16" : "fp16",
+                 group + strlen("gradients."));
+        b->tag = TLM_MEM_PARAMETERS; /* "parameters.<dtype>...": the weight copy's category (memory_timeline.h) */
+        b->life = TLM_ACT_WEIGHT_COPY;
+        b->plan.bytes = g->numel * es;
+        b->plan.first = TLM_STAGE_INPUT;
+        b->plan.last = group_stage(g, L);
+        const size_t size = (b->plan.bytes + TLM_PLAN_ALIGN - 1) / TLM_PLAN_ALIGN * TLM_PLAN_ALIGN;
+        size_t top = g->offset * sizeof(float);
+        if (top > ceiling) top = ceiling;
+        top = top / TLM_PLAN_ALIGN * TLM_PLAN_ALIGN;
+        b->plan.fixed = -1;
+        if (top >= size) {
+            b->plan.fixed = (int64_t)(top - size);
+            ceiling = top - size;
+        }
+    }
+}
+
+/* The update writes group g's copy after consuming the gradients of the groups completed after g, and
+ * nothing else lives from the update to the next step's INPUT: so the buffers in a copy's bytes that
+ * live at the update must be gradients of groups completed after it (layout.groups index > g). */
+static void check_weight_copies(const tlm_activations *a) {
+    const int opt = tlm_stage_optimizer(a->num_layers);
+    for (int i = 0; i < a->num_buffers; i++) {
+        const tlm_act_buffer *c = &a->buffers[i];
+        if (c->life != TLM_ACT_WEIGHT_COPY) continue;
+        for (int j = 0; j < a->num_buffers; j++) {
+            const tlm_act_buffer *b = &a->buffers[j];
+            if (j == i || b->plan.last < opt || !b->plan.bytes) continue;
+            const bool overlap = b->plan.offset < c->plan.offset + c->plan.bytes &&
+                                 c->plan.offset < b->plan.offset + b->plan.bytes;
+            if (overlap && !(b->life == TLM_ACT_GRADIENT && b->layer > c->layer))
+                tlm_fatal("memory plan: '%s' [%zu, +%zu) shares bytes with '%s' [%zu, +%zu), which the update "
+                          "of the groups in reverse completion order has not consumed when it writes the copy",
+                          c->name, c->plan.offset, c->plan.bytes, b->name, b->plan.offset, b->plan.bytes);
+        }
+    }
+}
+
 /* the buffers of shape s: every wanted table entry (per block or shared), then the gradient groups */
 static tlm_status list_buffers(tlm_activations *a, const tlm_config *c, const tlm_param_layout *layout,
                                const tlm_step_shape *s) {
     const int L = c->num_layers;
     const size_t es[] = {sizeof(float), tlm_dtype_size(s->dt), sizeof(int32_t)};
-    int n = layout->num_groups;
+    int n = layout->num_groups + (s->weight_copy ? layout->num_groups : 0);
     for (int i = 0; i < NUM_DESC; i++)
         if (wanted(&table[i], s) && host_of(i, c, s) < 0) n += table[i].per_layer && kept(&table[i], s) ? L : 1;
     a->buffers = calloc((size_t)n, sizeof *a->buffers);
@@ -294,6 +349,7 @@ static tlm_status list_buffers(tlm_activations *a, const tlm_config *c, const tl
             /* the flat buffer at the arena's start: the groups keep their layout offsets */
             b->plan.fixed = s->optimizer_in_backward ? -1 : (int64_t)(g->offset * sizeof(float));
         }
+    if (s->weight_copy) list_weight_copies(a, layout, s, &n);
     a->num_buffers = n;
     return TLM_OK;
 }
@@ -304,6 +360,10 @@ static tlm_status point(tlm_activations *a, const tlm_config *c, const tlm_param
     for (int i = 0; i < a->num_buffers; i++) {
         const tlm_act_buffer *b = &a->buffers[i];
         void *p = (char *)a->arena + b->plan.offset;
+        if (b->life == TLM_ACT_WEIGHT_COPY) {
+            a->weight_copy[b->layer] = p;
+            continue;
+        }
         if (b->desc < 0) {
             a->group_grads[b->layer] = p;
             continue;
@@ -333,8 +393,11 @@ tlm_status tlm_activations_plan(tlm_activations **out, tlm_backend *be, const tl
     tlm_activations *a = calloc(1, sizeof *a);
     if (a) a->layers = calloc((size_t)c->num_layers, sizeof *a->layers);
     if (a && a->layers) a->group_grads = calloc((size_t)layout->num_groups, sizeof *a->group_grads);
-    if (!a || !a->layers || !a->group_grads) {
+    if (a && a->group_grads && s->weight_copy)
+        a->weight_copy = calloc((size_t)layout->num_groups, sizeof *a->weight_copy);
+    if (!a || !a->layers || !a->group_grads || (s->weight_copy && !a->weight_copy)) {
         if (a) free(a->layers);
+        if (a) free(a->group_grads);
         free(a);
         return tlm_fail(TLM_ERR_OUT_OF_MEMORY, "out of host memory for the activation table");
     }
@@ -353,6 +416,7 @@ tlm_status tlm_activations_plan(tlm_activations **out, tlm_backend *be, const tl
         st = tlm_memory_plan(plan, a->num_buffers, &a->arena_bytes);
         a->live_bytes = tlm_memory_plan_lower_bound(plan, a->num_buffers);
         for (int i = 0; i < a->num_buffers && st == TLM_OK; i++) a->buffers[i].plan = plan[i];
+        if (st == TLM_OK) check_weight_copies(a);
     }
     free(plan);
     if (st == TLM_OK && reserve) {
@@ -380,9 +444,34 @@ void tlm_activations_leave_all(tlm_activations *a, tlm_backend *be) {
     }
 }
 
+void tlm_activations_end_step(tlm_activations *a, tlm_backend *be) {
+    for (int i = 0; a && i < a->num_buffers; i++) {
+        if (a->buffers[i].life == TLM_ACT_WEIGHT_COPY) continue; /* placed again by the update */
+        tlm_free(be, a->buffers[i].placed);
+        a->buffers[i].placed = NULL;
+    }
+}
+
+void tlm_activations_group_updated(tlm_activations *a, tlm_backend *be, int g) {
+    if (!a->arena) return;
+    for (int i = 0; i < a->num_buffers; i++) {
+        tlm_act_buffer *b = &a->buffers[i];
+        if (b->layer != g || b->desc >= 0) continue;
+        if (b->life == TLM_ACT_GRADIENT && b->placed) {
+            tlm_free(be, b->placed);
+            b->placed = NULL;
+        }
+    }
+    for (int i = 0; i < a->num_buffers; i++) { /* after the frees: the copy may start where they did */
+        tlm_act_buffer *b = &a->buffers[i];
+        if (b->layer == g && b->life == TLM_ACT_WEIGHT_COPY && !b->placed)
+            b->placed = tlm_alloc_in(be, a->arena, b->plan.offset, b->plan.bytes, b->tag, b->name);
+    }
+}
+
 void tlm_activations_enter(tlm_activations *a, tlm_backend *be, int stage) {
     if (!a->arena) return;
-    if (stage == TLM_STAGE_INPUT) tlm_activations_leave_all(a, be);
+    if (stage == TLM_STAGE_INPUT) tlm_activations_end_step(a, be); /* a copy the update wrote stays */
     for (int i = 0; i < a->num_buffers; i++) { /* the lives that ended */
         tlm_act_buffer *b = &a->buffers[i];
         if (b->placed && b->plan.last < stage) {
@@ -419,6 +508,7 @@ void tlm_activations_free(tlm_activations *a, tlm_backend *be) {
     tlm_views_free(&a->grad_views);
     free(a->buffers);
     free(a->group_grads);
+    free(a->weight_copy);
     free(a->pad);
     free(a->layers);
     free(a);

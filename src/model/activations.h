@@ -23,6 +23,18 @@
  *             buffers the forward does not keep (shared: one set for all blocks);
  *   GRADIENT  a group of gradients (layout.h), from the backward stage that writes it to the
  *             optimizer step; with optimizer-in-backward only its own stage.
+ *   WEIGHT_COPY  (step_plan.h's weight_copy_in_arena) the bf16/fp16 GEMM copy of a group's
+ *             parameters (not the embedding's: no GEMM reads it), from INPUT to the backward stage
+ *             of the group (its last reader: the group's input-gradient GEMMs, and with recompute
+ *             BLOCK the block's forward again); the gradients of the groups completed later may take
+ *             its bytes. The update writes it anew at OPTIMIZER, the groups in reverse completion
+ *             order (the embedding first, the head last), so every gradient in a copy's bytes is
+ *             consumed before the copy is written (the plan checks this: the buffers in a copy's
+ *             bytes that live at OPTIMIZER are gradients of groups completed after it); from there it
+ *             lives on into the next step (tlm_activations_group_updated, tlm_activations_end_step).
+ *             Where the copy of group g fits below its group's offset in the flat gradient layout,
+ *             clear of the copies above it, it sits there, at the top of the bytes of the groups
+ *             completed next (fixed offsets); others are placed as any buffer.
  * What is kept: training with recompute NONE keeps every block buffer; ATTENTION keeps all but naive
  * attention's probabilities (one shared buffer; the backward recomputes them); BLOCK keeps only the
  * block inputs (the backward re-runs the block's forward into the shared set). A forward-only pass
@@ -37,7 +49,7 @@
 #include "model/memory_plan.h"
 #include "tlm/model.h"
 
-typedef enum { TLM_ACT_SAVED = 0, TLM_ACT_STEP, TLM_ACT_SCRATCH, TLM_ACT_GRADIENT } tlm_act_lifetime;
+typedef enum { TLM_ACT_SAVED = 0, TLM_ACT_STEP, TLM_ACT_SCRATCH, TLM_ACT_GRADIENT, TLM_ACT_WEIGHT_COPY } tlm_act_lifetime;
 
 /* ---- stages ---------------------------------------------------------------------------------------- */
 enum { TLM_STAGE_INPUT = 0, TLM_STAGE_EMBED = 1 };
@@ -57,6 +69,7 @@ typedef struct {
     bool forward_only;
     bool optimizer_in_backward;
     bool accumulate;           /* gradient accumulation: the gradients live the whole step (from INPUT) */
+    bool weight_copy;          /* the GEMM copy of each group in the arena (WEIGHT_COPY above; dt not f32) */
 } tlm_step_shape;
 
 /* Block l's buffers (in forward-only and recompute modes some are one shared buffer) */
@@ -113,6 +126,9 @@ typedef struct tlm_activations {
     float *grads;              /* (flat_numel) the flat gradient buffer; NULL with optimizer-in-backward */
     float **group_grads;       /* [num_groups] each group's gradients (layout.h order) */
     tlm_views grad_views;      /* views of every gradient tensor */
+    /* WEIGHT_COPY (NULL unless shape.weight_copy) */
+    void **weight_copy;        /* [num_groups] group i's GEMM copy (groups[i].numel elements of dt, its
+                                  span of the flat layout), NULL for the embedding's group */
     /* the plan */
     void *arena;               /* NULL when only planned (tlm_activations_plan without reserve) */
     size_t arena_bytes;        /* the plan's arena */
@@ -139,8 +155,16 @@ void tlm_activations_free(tlm_activations *a, tlm_backend *be);
  * previous step. Accounting only: the bytes are the arena's throughout. */
 void tlm_activations_enter(tlm_activations *a, tlm_backend *be, int stage);
 
-/* Frees every placed buffer (the accounting of a step that ends; the arena stays). */
+/* Frees every placed buffer (the accounting; the arena stays). */
 void tlm_activations_leave_all(tlm_activations *a, tlm_backend *be);
+
+/* The step ends: frees every placed buffer but the weight copies the update placed again (they carry
+ * the copy to the next step's forward). */
+void tlm_activations_end_step(tlm_activations *a, tlm_backend *be);
+
+/* The update consumed group g's gradients and wrote its weight copy: the gradients are freed, the copy
+ * (if the group has one) placed again. */
+void tlm_activations_group_updated(tlm_activations *a, tlm_backend *be, int g);
 
 /* The bytes of the step's buffers of tag `tag`, each buffer counted once (before the plan lets
  * buffers of disjoint lifetimes share bytes, and those that share a host's bytes included). */

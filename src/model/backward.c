@@ -192,5 +192,9 @@ tlm_status tlm_model_backward(tlm_model *m) {
         m->step->updated_in_backward = true;
         m->step->params_lp_stale = false; /* each update refreshed its span of the GEMM copy */
     }
+    /* a copy in the arena lived until its group's backward: later gradients may hold its bytes now, until
+     * the update writes it again (a skipped or failed update leaves it to the next forward's cast) */
+    if (m->acts->weight_copy) m->step->params_lp_stale = true;
+    m->step->grads_pending = !updates;
     return TLM_OK;
 }

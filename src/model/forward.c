@@ -86,15 +86,22 @@ static tlm_status ensure_activations(tlm_model *m, int B, int T) {
                               .attention = m->run.attention, .recompute = m->run.recompute,
                               .forward_only = m->run.forward_only,
                               .optimizer_in_backward = m->plan.update == TLM_UPDATE_IN_BACKWARD,
-                              .accumulate = m->plan.grad_accum_steps > 1};
+                              .accumulate = m->plan.grad_accum_steps > 1,
+                              .weight_copy = m->plan.weight_copy_in_arena};
     const tlm_activations *a = m->acts;
     if (a && a->shape.B == s.B && a->shape.T == s.T && a->shape.dt == s.dt && a->shape.attention == s.attention &&
         a->shape.recompute == s.recompute && a->shape.forward_only == s.forward_only &&
-        a->shape.optimizer_in_backward == s.optimizer_in_backward && a->shape.accumulate == s.accumulate)
+        a->shape.optimizer_in_backward == s.optimizer_in_backward && a->shape.accumulate == s.accumulate &&
+        a->shape.weight_copy == s.weight_copy)
         return TLM_OK;
-    tlm_model_free_activations(m);
+    tlm_model_free_activations(m); /* an arena's copy goes with it (stale) */
     TLM_TRY(tlm_activations_plan(&m->acts, m->backend, &m->config, &m->layout, &s, true));
     m->g = m->acts->grad_views; /* views into the arena (owned by the activations) */
+    if (s.weight_copy) { /* the copy's new place: cast there; its own allocation, if any, no longer read */
+        m->step->params_lp_stale = true;
+        tlm_free(m->backend, m->params_lp);
+        m->params_lp = NULL;
+    }
     return TLM_OK;
 }
 
@@ -119,14 +126,15 @@ tlm_status tlm_model_forward(tlm_model *m, const int32_t *inputs, const int32_t 
     tlm_model_overlap_join(m); /* the last step's updates land before this forward reads the weights */
     tlm_phase_begin(be, TLM_PHASE_FORWARD); /* the activations are allocated in the forward phase */
     m->grads = NULL; /* this forward's buffers take the last gradients' bytes */
+    m->step->grads_pending = false;
     m->have_forward = false;
     m->step->updated_in_backward = false;
     tlm_status s = ensure_activations(m, B, T);
+    if (s == TLM_OK) tlm_activations_enter(m->acts, be, TLM_STAGE_INPUT); /* a new step */
     if (s == TLM_OK) s = tlm_model_refresh_lowp_weights(m);
     if (s == TLM_OK) {
         m->B = B;
         m->T = T;
-        tlm_activations_enter(m->acts, be, TLM_STAGE_INPUT); /* a new step */
         tlm_copy_to_backend(be, m->acts->inputs, inputs, N * sizeof(int32_t));
         if (targets) tlm_copy_to_backend(be, m->acts->targets, targets, N * sizeof(int32_t));
         tlm_graph_run(be, &m->graph_fwd, m->plan.forward_graph, forward_pass, m, targets != NULL);

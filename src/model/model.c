@@ -205,25 +205,31 @@ tlm_status tlm_model_memory_estimate(tlm_backend *be, const tlm_config *cfg, con
     tlm_param_layout layout;
     TLM_TRY(tlm_layout_build(&layout, cfg));
     const tlm_dtype dt = tlm_precision_act_dtype(r.precision);
-    const tlm_step_shape shape = {.B = B, .T = T, .dt = dt,
-                                  .attention = tlm_attention_resolve(be, cfg, r.precision, r.attention),
-                                  .recompute = r.recompute, .forward_only = r.forward_only,
-                                  .optimizer_in_backward = plan.update == TLM_UPDATE_IN_BACKWARD,
-                                  .accumulate = plan.grad_accum_steps > 1};
-    tlm_activations *a = NULL;
-    const tlm_status s = tlm_activations_plan(&a, NULL, cfg, &layout, &shape, false);
+    tlm_step_shape shape = {.B = B, .T = T, .dt = dt,
+                            .attention = tlm_attention_resolve(be, cfg, r.precision, r.attention),
+                            .recompute = r.recompute, .forward_only = r.forward_only,
+                            .optimizer_in_backward = plan.update == TLM_UPDATE_IN_BACKWARD,
+                            .accumulate = plan.grad_accum_steps > 1, .weight_copy = false};
+    tlm_activations *a = NULL, *in = NULL; /* the copy apart; in the arena (when the plan puts it there) */
+    tlm_status s = tlm_activations_plan(&a, NULL, cfg, &layout, &shape, false);
+    shape.weight_copy = true;
+    if (s == TLM_OK && plan.weight_copy_in_arena) s = tlm_activations_plan(&in, NULL, cfg, &layout, &shape, false);
     if (s == TLM_OK) {
         const size_t n = layout.flat_numel;
         out->parameters = n * sizeof(float);
-        out->weight_copy = dt == TLM_DTYPE_F32 ? 0 : n * tlm_dtype_size(dt);
+        out->weight_copy = dt == TLM_DTYPE_F32 || in ? 0 : n * tlm_dtype_size(dt);
+        out->weight_copy_in_arena = in ? tlm_activations_bytes(in, TLM_MEM_PARAMETERS) : 0;
         out->optimizer = r.forward_only ? 0 : 2 * n * sizeof(float);
-        out->arena = a->arena_bytes;
-        out->arena_live = a->live_bytes;
+        out->arena = in ? in->arena_bytes : a->arena_bytes;
+        out->arena_live = in ? in->live_bytes : a->live_bytes;
+        out->arena_copy_apart = a->arena_bytes;
+        out->arena_live_copy_apart = a->live_bytes;
         out->workspace = 2 * (size_t)cfg->context_length * (size_t)(tlm_config_d_head(cfg) / 2) * sizeof(float) +
                          2 * sizeof(float);
         out->total = out->parameters + out->weight_copy + out->optimizer + out->arena + out->workspace;
     }
     tlm_activations_free(a, NULL);
+    tlm_activations_free(in, NULL);
     tlm_layout_free(&layout);
     return s;
 }
@@ -231,6 +237,7 @@ tlm_status tlm_model_memory_estimate(tlm_backend *be, const tlm_config *cfg, con
 /* ---- what the passes share ------------------------------------------------------------------------- */
 
 void tlm_model_free_activations(tlm_model *m) {
+    if (m->acts && m->acts->weight_copy) m->step->params_lp_stale = true; /* the copy goes with the arena */
     tlm_graph_reset(m->backend, &m->graph_fwd); /* the captured passes use these buffers */
     tlm_graph_reset(m->backend, &m->graph_bwd);
     tlm_graph_reset(m->backend, &m->graph_bwd_acc);
@@ -241,10 +248,63 @@ void tlm_model_free_activations(tlm_model *m) {
     m->have_forward = false;
 }
 
+void *const *tlm_model_arena_copy(const tlm_model *m) { return m->acts ? m->acts->weight_copy : NULL; }
+
+/* the group of m->layout.groups holding flat element i (the groups tile the flat buffer, their offsets
+ * falling with the index) */
+static int group_at(const tlm_param_layout *l, size_t i) {
+    int lo = 0, hi = l->num_groups - 1;
+    while (lo < hi) { /* the first group whose offset is <= i */
+        const int mid = (lo + hi) / 2;
+        if (l->groups[mid].offset <= i) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
+const void *tlm_gemm_w(const tlm_model *m, const float *w) {
+    const tlm_dtype dt = tlm_precision_act_dtype(m->run.precision);
+    const size_t i = (size_t)(w - m->params);
+    void *const *copy = tlm_model_arena_copy(m);
+    if (copy) {
+        const int g = group_at(&m->layout, i);
+        return tlm_at(copy[g], i - m->layout.groups[g].offset, dt);
+    }
+    return m->params_lp ? tlm_at(m->params_lp, i, dt) : w;
+}
+
+tlm_status tlm_model_weight_copy_to_host(const tlm_model *m, uint16_t *host) {
+    if (!tlm_model_weight_copy_current(m))
+        return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "no current GEMM copy of the weights (%s%s)",
+                        tlm_precision_name(m->run.precision), m->plan.weight_copy ? ": stale" : "");
+    void *const *copy = tlm_model_arena_copy(m);
+    if (!copy) {
+        tlm_copy_to_host(m->backend, host, m->params_lp, m->layout.flat_numel * sizeof *host);
+        return TLM_OK;
+    }
+    for (int g = 0; g < m->layout.num_groups; g++)
+        if (copy[g])
+            tlm_copy_to_host(m->backend, host + m->layout.groups[g].offset, copy[g],
+                             m->layout.groups[g].numel * sizeof *host);
+    return TLM_OK;
+}
+
 tlm_status tlm_model_refresh_lowp_weights(tlm_model *m) {
     tlm_backend *be = m->backend;
     if (!m->plan.weight_copy) return TLM_OK; /* fp32, tf32 */
     const tlm_dtype dt = tlm_precision_act_dtype(m->run.precision);
+    void *const *copy = tlm_model_arena_copy(m);
+    if (copy) { /* each group's buffer in the arena (activations.h, WEIGHT_COPY) */
+        if (m->step->params_lp_stale && m->step->grads_pending)
+            return tlm_fail(TLM_ERR_INVALID_ARGUMENT, "the %s copy of the weights shares the step's arena with the "
+                            "gradients of the last backward until the AdamW step: run it (or a forward) first",
+                            tlm_precision_name(m->run.precision));
+        for (int g = 0; g < m->layout.num_groups && m->step->params_lp_stale; g++)
+            if (copy[g])
+                tlm_cast(be, copy[g], m->params + m->layout.groups[g].offset, m->layout.groups[g].numel, dt);
+        m->step->params_lp_stale = false;
+        return TLM_OK;
+    }
     if (!m->params_lp) {
         tlm_graph_reset(be, &m->graph_fwd);
         tlm_graph_reset(be, &m->graph_bwd);
@@ -310,14 +370,29 @@ void tlm_model_set_params(tlm_model *m, const float *host) {
 
 /* ---- the optimizer step ------------------------------------------------------------------------------- */
 
-/* the model's own update: one AdamW pass over the flat buffers */
+/* the model's own update: one AdamW pass over the flat buffers, or with the copy in the arena one per
+ * group, in reverse completion order: a group's copy may sit in the gradients' bytes of the groups
+ * completed after it, which are then already consumed (activations.h, WEIGHT_COPY; AdamW is elementwise:
+ * the same bits as one pass) */
 static tlm_status own_update(void *user, tlm_model *m) {
     m->optimizer.config = *(const tlm_adamw_config *)user;
-    /* the GEMM copy of the weights (bf16/fp16) is refreshed in the same pass */
-    const tlm_status s = tlm_adamw_update_scaled(&m->optimizer, m->params, m->grads, m->step->grads_clip, m->params_lp,
-                                                 tlm_precision_act_dtype(m->run.precision));
-    if (s == TLM_OK) m->step->params_lp_stale = m->params_lp == NULL;
-    return s;
+    const tlm_dtype dt = tlm_precision_act_dtype(m->run.precision);
+    void *const *copy = tlm_model_arena_copy(m);
+    if (!copy) { /* the GEMM copy of the weights (bf16/fp16) is refreshed in the same pass */
+        const tlm_status s = tlm_adamw_update_scaled(&m->optimizer, m->params, m->grads, m->step->grads_clip,
+                                                     m->params_lp, dt);
+        if (s == TLM_OK) m->step->params_lp_stale = m->params_lp == NULL;
+        return s;
+    }
+    TLM_TRY(tlm_adamw_begin_step(&m->optimizer));
+    for (int g = m->layout.num_groups - 1; g >= 0; g--) {
+        const tlm_param_group *pg = &m->layout.groups[g];
+        tlm_adamw_update_span_scaled(&m->optimizer, pg->offset, pg->numel, m->params + pg->offset,
+                                     m->grads + pg->offset, m->step->grads_clip, copy[g], dt);
+        tlm_activations_group_updated(m->acts, m->backend, g);
+    }
+    m->step->params_lp_stale = false;
+    return TLM_OK;
 }
 
 /* ---- the overlapped optimizer (plan.update OVERLAPPED) ------------------------------------------------------ */
@@ -371,7 +446,7 @@ tlm_status tlm_model_adamw_step(tlm_model *m, const tlm_adamw_config *opt) {
         tlm_phase_begin(be, TLM_PHASE_OPTIMIZER);
         tlm_model_overlap_join(m); /* overlapped: the compute stream waits for the updates (timed here) */
         tlm_activations_enter(m->acts, be, tlm_stage_optimizer(m->config.num_layers));
-        tlm_activations_leave_all(m->acts, be); /* the step ends */
+        tlm_activations_end_step(m->acts, be); /* the step ends */
         tlm_phase_end(be);
         return TLM_OK;
     }
@@ -392,8 +467,9 @@ tlm_status tlm_model_adamw_step_by(tlm_model *m, tlm_status (*update)(void *user
     }
     if (s == TLM_OK && !skip) s = update(user, m);
     m->step->grads_clip = 1.0f;
-    tlm_activations_leave_all(m->acts, be); /* the step ends: the gradients' bytes are free (their
-                                               values stay until the next forward) */
+    m->step->grads_pending = false;
+    tlm_activations_end_step(m->acts, be); /* the step ends: the gradients' bytes are free (their values
+                                              stay until the next forward); the copy the update wrote lives */
     tlm_phase_end(be);
     return s;
 }

@@ -14,6 +14,8 @@ typedef struct tlm_step_state {
                                       to the gradients inside its pass (fp32, tf32, bf16; fp16 folds
                                       it into grads_scale's unscale); 1 after each backward */
     bool params_lp_stale;          /* params changed since the last cast of the GEMM copy */
+    bool grads_pending;            /* a backward's gradients await the AdamW step (until it ends or the
+                                      next forward): with the copy in the arena they hold its bytes */
     bool updated_in_backward;      /* updates in the backward (plan): the last backward took the step */
     struct tlm_stream *opt_stream; /* OVERLAPPED: where the updates run (made at the first) */
     struct tlm_event *opt_after, *opt_done; /* the compute stream's point an update follows; the end of them */
@@ -21,6 +23,9 @@ typedef struct tlm_step_state {
     bool overlap_failed;           /* the last backward could not issue an update (its error set) */
     /* what was attached to the model, kept across a new plan when m->run changes */
     bool clipping, data_parallel, sharded;
+    bool weight_copy_apart;        /* the GEMM copy in its own allocation even where the plan could put
+                                      it in the arena (the plan before weight_copy_in_arena: tests compare
+                                      the two bit for bit) */
     int micro_batch;               /* accumulation: the micro-batch of the next backward (tlm_model_set_micro_batch) */
 } tlm_step_state;
 
@@ -39,9 +44,14 @@ void tlm_block_forward(tlm_model *m, int l, bool to_output);
  * (plan.update OVERLAPPED); nothing when none is pending */
 void tlm_model_overlap_join(tlm_model *m);
 
-/* model.c: casts the parameters to their bf16/fp16 GEMM copy when they changed (allocating it the
- * first time); nothing in fp32/tf32. OUT_OF_MEMORY. */
+/* model.c: casts the parameters to their bf16/fp16 GEMM copy when they changed: into the arena's
+ * buffers of each group when the activations hold them (plan.weight_copy_in_arena), else into
+ * m->params_lp (allocating it the first time); nothing in fp32/tf32. OUT_OF_MEMORY. */
 tlm_status tlm_model_refresh_lowp_weights(tlm_model *m);
+
+/* model.c: the arena's per-group GEMM copy ([num_groups] pointers, NULL for a group without one),
+ * or NULL when the copy is not in the arena (m->params_lp, or none) */
+void *const *tlm_model_arena_copy(const tlm_model *m);
 
 /* model_io.c: TLM_OK when the flat buffer (params or grads, backend memory) holds only finite
  * values; else INVALID_ARGUMENT naming `what`, the first tensor with a NaN/Inf, how many it holds
@@ -51,11 +61,8 @@ tlm_status tlm_model_check_finite(const tlm_model *m, const float *flat, const c
 /* element i of a dt buffer */
 static inline void *tlm_at(void *p, size_t i, tlm_dtype dt) { return (char *)p + i * tlm_dtype_size(dt); }
 
-/* The GEMM copy of a weight: its place in params_lp (bf16/fp16), or the weight itself. */
-static inline const void *tlm_gemm_w(const tlm_model *m, const float *w) {
-    if (!m->params_lp) return w;
-    return (const char *)m->params_lp +
-           (size_t)(w - m->params) * tlm_dtype_size(tlm_precision_act_dtype(m->run.precision));
-}
+/* The GEMM copy of weight w (a pointer into m->params): its place in the arena's copy of its group
+ * or in params_lp (bf16/fp16), or the weight itself (fp32, tf32). */
+const void *tlm_gemm_w(const tlm_model *m, const float *w);
 
 #endif

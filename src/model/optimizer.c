@@ -70,6 +70,11 @@ void tlm_adamw_update_span(tlm_adamw *opt, size_t offset, size_t n, float *param
     update_span(opt, offset, n, params, grads, 1.0f, params_lp, dt);
 }
 
+void tlm_adamw_update_span_scaled(tlm_adamw *opt, size_t offset, size_t n, float *params, const float *grads,
+                                  float grad_scale, void *params_lp, tlm_dtype dt) {
+    update_span(opt, offset, n, params, grads, grad_scale, params_lp, dt);
+}
+
 tlm_status tlm_adamw_update_scaled(tlm_adamw *opt, float *params, const float *grads, float grad_scale,
                                    void *params_lp, tlm_dtype dt) {
     TLM_TRY(tlm_adamw_begin_step(opt));

@@ -42,6 +42,12 @@ tlm_status tlm_step_plan_decide(tlm_step_plan *out, const tlm_run_config *r) {
     p.clip_in_unscale = p.loss_scaling;
     p.weight_copy = tlm_precision_act_dtype(r->precision) != TLM_DTYPE_F32;
     p.copy_in_update = true;
+    /* the copy of a group is dead once its backward has run: its bytes can hold the gradients of the
+     * groups completed later, when the update consumes those before it writes the copy again (the plain
+     * update, group by group). Not with updates in the backward (they write the copy while later groups'
+     * gradients are still being made), nor accumulation (every micro-batch's backward reads the copy) */
+    p.weight_copy_in_arena = p.weight_copy && p.update == TLM_UPDATE_AFTER_BACKWARD && p.grad_accum_steps == 1 &&
+                             !r->forward_only;
     p.forward_graph = r->cuda_graphs;
     /* with updates in the backward the pass runs eagerly: each step's updates take t from the host */
     p.backward_graph = r->cuda_graphs && !p.updates_in_backward;
@@ -57,7 +63,9 @@ static void attach(tlm_step_plan *p, const tlm_step_state *st) {
     if (st->sharded) {
         p->update = TLM_UPDATE_SHARDED;
         p->copy_in_update = false; /* the sharded update says what it refreshed */
+        p->weight_copy_in_arena = false; /* it writes and gathers the copy in the flat layout (ddp.c) */
     }
+    if (st->weight_copy_apart) p->weight_copy_in_arena = false;
 }
 
 tlm_status tlm_model_replan(tlm_model *m) {
@@ -117,7 +125,9 @@ void tlm_model_grad_factors(const tlm_model *m, float *scale, float *clip) {
     if (clip) *clip = m->step->grads_clip;
 }
 
-bool tlm_model_weight_copy_current(const tlm_model *m) { return m->params_lp && !m->step->params_lp_stale; }
+bool tlm_model_weight_copy_current(const tlm_model *m) {
+    return (m->params_lp || tlm_model_arena_copy(m)) && !m->step->params_lp_stale;
+}
 
 void tlm_model_restore_optimizer_state(tlm_model *m, int64_t t, const tlm_loss_scaler *scaler) {
     m->optimizer.t = (int)t;
