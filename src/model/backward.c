@@ -12,7 +12,7 @@
 #include "model/activations.h"
 #include "model/model_internal.h"
 
-/* A linear layer's backward: dx = dy W on the compute stream, then, where the backend has a side
+/* A linear layer's backward: dx = dy W on the compute stream (none when dx is NULL), then, where the backend has a side
  * stream (backend.h), dW = dy^T x on it, off the critical path. Returns the mark the caller joins
  * before anything overwrites dy or x and before dW's group is announced (0: dW already done in place,
  * one op as before). */
@@ -22,7 +22,7 @@ static tlm_side_mark linear_backward(tlm_backend *be, void *dx, float *dw, const
         tlm_matmul_backward(be, dx, dw, dy, x, w, N, in, out, p);
         return 0;
     }
-    tlm_matmul_backward(be, dx, NULL, dy, x, w, N, in, out, p);
+    if (dx) tlm_matmul_backward(be, dx, NULL, dy, x, w, N, in, out, p);
     tlm_side_begin(be);
     tlm_matmul_backward(be, NULL, dw, dy, x, w, N, in, out, p);
     return tlm_side_end(be);
@@ -90,9 +90,10 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
          * the attention backward (d_qkv shares its bytes, activations.c); qkv's before the group is
          * announced */
         if (lowp && l == L - 1) tlm_cast(be, a->d_resid_lp, a->d_resid, N * C, dt);
-        const tlm_side_mark w2_done = linear_backward(be, a->d_g, g->w2, a->d_resid_lp, x->g, tlm_gemm_w(m, w->w2),
-                                                      n, F, C, pm);
-        tlm_swiglu_backward(be, a->d_ab, a->d_g, x->ab, n, F, dt);
+        /* d_ab from d_g = d_resid_lp W2 and ab (d_g: the unfused path's scratch), then dW2 */
+        tlm_matmul_swiglu_backward(be, a->d_ab, a->d_g, a->d_resid_lp, tlm_gemm_w(m, w->w2), x->ab, n, C, F, pm);
+        const tlm_side_mark w2_done = linear_backward(be, NULL, g->w2, a->d_resid_lp, x->g, tlm_gemm_w(m, w->w2), n,
+                                                      F, C, pm);
         const tlm_side_mark w13_done = linear_backward(be, a->d_tmp, g->w13, a->d_ab, x->ln2, tlm_gemm_w(m, w->w13),
                                                        n, C, 2 * F, pm);
         tlm_side_join(be, w2_done);
