@@ -35,10 +35,11 @@ command -v slurmd >/dev/null 2>&1 || want+=(slurmd)
 
 # CUTLASS (NVIDIA's header-only CUDA GEMM library) for the fused SwiGLU GEMMs (src/cuda/gemm_swiglu.cu): the
 # C++ headers that PyPI's nvidia-cutlass wheel ships (cutlass_library/source/include), this pinned version,
-# unpacked into .devdeps/cutlass/include, where CMake looks (TLM_CUTLASS_INCLUDE_DIR). Optional: without it the
-# ops run unfused. Only with nvcc (nothing uses it otherwise); TLM_NO_CUTLASS=1 skips it.
+# unpacked into .cutlass/include, where CMake looks (TLM_CUTLASS_INCLUDE_DIR; tools/pack-device-deps.sh packs it
+# for the GPU machine). Optional: without it the ops run unfused. Only with nvcc (nothing uses it otherwise);
+# TLM_NO_CUTLASS=1 skips it.
 CUTLASS_VERSION=4.2.0.0
-cutlass_dir="$(cd "$(dirname "$0")/.." && pwd)/.devdeps/cutlass"
+cutlass_dir="$(cd "$(dirname "$0")/.." && pwd)/.cutlass"
 if command -v nvcc >/dev/null 2>&1 && [ "${TLM_NO_CUTLASS:-0}" != 1 ] &&
    [ "$(cat "$cutlass_dir/VERSION" 2>/dev/null)" != "$CUTLASS_VERSION" ]; then
   whl=$(mktemp -d)

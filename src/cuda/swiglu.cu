@@ -4,7 +4,11 @@
  * [da | db] = [dout * b * silu'(a), dout * silu(a)], silu'(a) = s (1 + a (1 - s)), s = sigmoid(a).
  * Tensors of the mode's dtype (fp32, bf16, fp16), computed in fp32 from the widened inputs and
  * rounded back to nearest even. Grid-stride over the N*F outputs, 16-byte accesses where F is a
- * multiple of the vector (4 fp32, 8 bf16/fp16). */
+ * multiple of the vector (4 fp32, 8 bf16/fp16).
+ * Also the ops matmul_swiglu_forward / matmul_swiglu_backward (the GEMMs around SwiGLU with the
+ * product): the fused CUTLASS kernels of gemm_swiglu.cu where they run (bf16, compute capability
+ * 9.0, C and F multiples of 8), else cuBLASLt (matmul.cu's tlm_cuda_gemm) and the kernels above.
+ * The arithmetic itself is in swiglu.cuh, shared with the fused epilogues. */
 #include "cuda/cuda_common.cuh"
 #include "cuda/gemm_swiglu.h"
 #include "cuda/swiglu.cuh"
