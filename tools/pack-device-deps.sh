@@ -48,7 +48,8 @@ packed=(include lib)
 if [ -f .cutlass/include/cutlass/cutlass.h ]; then  # lib.sh's dev_deps passes it to CMake (TLM_CUTLASS_INCLUDE_DIR)
   mkdir -p "$tmp/cutlass" && cp -r .cutlass/include "$tmp/cutlass/" && packed+=(cutlass)
 else
-  echo "pack-device-deps.sh: no CUTLASS headers in .cutlass (tools/install-deps.sh): the GPU build runs the SwiGLU GEMMs unfused"
+  echo "pack-device-deps.sh: no CUTLASS headers in .cutlass (tools/install-deps.sh):" \
+       "the GPU build runs the SwiGLU GEMMs unfused"
 fi
 tar cJf .devdeps/deps.tar.xz -C "$tmp" "${packed[@]}"
 echo "wrote .devdeps/deps.tar.xz ($(du -h .devdeps/deps.tar.xz | cut -f1))"

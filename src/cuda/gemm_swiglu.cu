@@ -152,27 +152,37 @@ bool run(tlm_backend *be, const char *op, typename G::Gemm::Arguments &args) {
     return true;
 }
 
-} // namespace
-
-bool tlm_cuda_cutlass_swiglu_forward(tlm_backend *be, void *g, void *ab, const void *x, const void *w3, int N, int C,
-                                     int F) {
-    using G = Forward;
-    const Elem *a = static_cast<const Elem *>(ab);
-    Elem *b = static_cast<Elem *>(ab) + F;
+/* The arguments of a fused GEMM (N,F) = x (N,C) . B, K = C: its operands, D (row stride ldd), no C;
+ * the epilogue's nodes are the caller's to fill. */
+template <class G>
+typename G::Gemm::Arguments gemm_arguments(const void *x, const void *w, typename G::StrideB dB, void *d, int64_t ldd,
+                                           int N, int C, int F) {
     typename G::Gemm::Arguments args{};
     args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
     args.problem_shape = {N, F, C, 1};
     args.mainloop.ptr_A = static_cast<const Elem *>(x);
     args.mainloop.dA = typename G::StrideA{(int64_t)C, _1{}, 0};
-    args.mainloop.ptr_B = static_cast<const Elem *>(w3);
-    args.mainloop.dB = typename G::StrideB{(int64_t)C, _1{}, 0}; /* (F,C): K contiguous */
-    auto &t = args.epilogue.thread; /* {aux a, {{{acc}, round}, store b}, swiglu} */
-    t.op_0 = {a, Elem(0), aux_stride(2 * (int64_t)F)};
-    t.op_1.op_1 = {b, aux_stride(2 * (int64_t)F)};
+    args.mainloop.ptr_B = static_cast<const Elem *>(w);
+    args.mainloop.dB = dB;
     args.epilogue.ptr_C = nullptr;
-    args.epilogue.ptr_D = static_cast<Elem *>(g);
-    args.epilogue.dD = typename G::StrideD{(int64_t)F, _1{}, 0};
+    args.epilogue.ptr_D = static_cast<Elem *>(d);
+    args.epilogue.dD = typename G::StrideD{ldd, _1{}, 0};
     args.epilogue.dC = args.epilogue.dD;
+    return args;
+}
+
+} // namespace
+
+bool tlm_cuda_cutlass_swiglu_forward(tlm_backend *be, void *g, void *ab, const void *x, const void *w3, int N, int C,
+                                     int F) {
+    using G = Forward;
+    const AuxStride ld = aux_stride(2 * (int64_t)F);
+    /* B (F,C) = W3 itself: K contiguous */
+    typename G::Gemm::Arguments args =
+        gemm_arguments<G>(x, w3, typename G::StrideB{(int64_t)C, _1{}, 0}, g, F, N, C, F);
+    auto &t = args.epilogue.thread; /* {aux a, {{{acc}, round}, store b}, swiglu} */
+    t.op_0 = {static_cast<const Elem *>(ab), Elem(0), ld};
+    t.op_1.op_1 = {static_cast<Elem *>(ab) + F, ld};
     return run<G>(be, "matmul_swiglu_forward", args);
 }
 
@@ -180,24 +190,13 @@ bool tlm_cuda_cutlass_swiglu_backward(tlm_backend *be, void *dab, const void *dy
                                       int C, int F) {
     using G = Backward;
     const Elem *a = static_cast<const Elem *>(ab);
-    const Elem *b = a + F;
-    Elem *da = static_cast<Elem *>(dab);
-    Elem *db = da + F;
     const AuxStride ld = aux_stride(2 * (int64_t)F);
-    typename G::Gemm::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-    args.problem_shape = {N, F, C, 1};
-    args.mainloop.ptr_A = static_cast<const Elem *>(dy);
-    args.mainloop.dA = typename G::StrideA{(int64_t)C, _1{}, 0};
-    args.mainloop.ptr_B = static_cast<const Elem *>(w2);
-    args.mainloop.dB = typename G::StrideB{_1{}, (int64_t)F, 0}; /* (F,C) read from W2 (C,F): N contiguous */
+    /* B (F,C) read from W2 (C,F): N contiguous; D = da at dab's row stride 2F */
+    typename G::Gemm::Arguments args =
+        gemm_arguments<G>(dy, w2, typename G::StrideB{_1{}, (int64_t)F, 0}, dab, 2 * (int64_t)F, N, C, F);
     auto &t = args.epilogue.thread; /* the DAG's nodes' arguments, in its order */
     cute::get<1>(t) = {a, Elem(0), ld};
-    cute::get<2>(t) = {b, Elem(0), ld};
-    cute::get<5>(t) = {db, ld};
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.ptr_D = da;
-    args.epilogue.dD = typename G::StrideD{2 * (int64_t)F, _1{}, 0};
-    args.epilogue.dC = args.epilogue.dD;
+    cute::get<2>(t) = {a + F, Elem(0), ld};
+    cute::get<5>(t) = {static_cast<Elem *>(dab) + F, ld}; /* db */
     return run<G>(be, "matmul_swiglu_backward", args);
 }
