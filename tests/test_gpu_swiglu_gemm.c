@@ -19,7 +19,9 @@
  * - shapes: the 2.7B model's feed-forward (N 1024 tokens, C 2560, F 10240), the small model's, one
  *   ragged against the 128 x 128 x 64 tiles, one with K < 64, and one with F not a multiple of 8 (the
  *   fused kernel refuses it: the op must take the unfused path, bit-identical to it).
- * The path each shape takes is printed (tlm_cuda_matmul_swiglu_refusal: NULL = fused). With CUDA but
+ * The path each shape takes is printed (tlm_cuda_matmul_swiglu_refusal: NULL = fused), and checked: the
+ * fused kernels must run every call they are chosen for (CUTLASS's can_implement may not decline one:
+ * tlm_cuda_matmul_swiglu_fused_calls counts them), none for the others. With CUDA but
  * no fused path (built without CUTLASS, or a GPU other than sm_90) the checks still run (the fallback)
  * and the test exits 77 (skipped) unless one failed, saying why. Also prints the fused and unfused
  * times of each shape (no assertion: bench/device's before/after stage measures the model).
@@ -43,6 +45,15 @@
 #define BF16_NAN 0xFFFFu
 
 static tlm_backend *gpu;
+
+/* matmul_swiglu calls the fused kernels ran so far (0 without CUDA) */
+static unsigned long long fused_calls(void) {
+#ifdef TLM_HAVE_CUDA
+    return tlm_cuda_matmul_swiglu_fused_calls();
+#else
+    return 0;
+#endif
+}
 static uint64_t rng = 0x5A1u;
 
 static float from_bf16(uint16_t h) {
@@ -181,9 +192,12 @@ static void run_shape(const shape *s, bool exact) {
     /* forward */
     tlm_matmul_forward(gpu, ab_ref.d, NULL, x.d, w13.d, N, C, 2 * F, pm);
     tlm_swiglu_forward(gpu, g_ref.d, ab_ref.d, N, F, dt);
+    const unsigned long long calls0 = fused_calls();
     tlm_matmul_swiglu_forward(gpu, g.d, ab.d, x.d, w13.d, N, C, F, pm);
     tlm_swiglu_forward(gpu, g_self.d, ab.d, N, F, dt); /* the elementwise kernel on the fused op's own ab */
     tlm_matmul_swiglu_forward(gpu, g2.d, ab2.d, x.d, w13.d, N, C, F, pm);
+    check(fused_calls() - calls0 == (refusal ? 0u : 2u), "%-34s %-22s the fused kernel ran %llu of 2 calls (want %d)",
+          "matmul_swiglu_forward path", tag, fused_calls() - calls0, refusal ? 0 : 2);
     b_down(&ab), b_down(&g), b_down(&ab_ref), b_down(&g_ref), b_down(&g_self), b_down(&g2), b_down(&ab2);
     check_written("matmul_swiglu_forward ab", tag, &ab);
     check_written("matmul_swiglu_forward g", tag, &g);
@@ -208,8 +222,11 @@ static void run_shape(const shape *s, bool exact) {
     buf dab2 = b_poisoned(nab);
     tlm_matmul_forward(gpu, dg_ref.d, NULL, dy.d, w2t.d, N, C, F, pm);
     tlm_swiglu_backward(gpu, dab_ref.d, dg_ref.d, ab.d, N, F, dt);
+    const unsigned long long calls1 = fused_calls();
     tlm_matmul_swiglu_backward(gpu, dab.d, dg.d, dy.d, w2.d, ab.d, N, C, F, pm);
     tlm_matmul_swiglu_backward(gpu, dab2.d, dg.d, dy.d, w2.d, ab.d, N, C, F, pm);
+    check(fused_calls() - calls1 == (refusal ? 0u : 2u), "%-34s %-22s the fused kernel ran %llu of 2 calls (want %d)",
+          "matmul_swiglu_backward path", tag, fused_calls() - calls1, refusal ? 0 : 2);
     b_down(&dab), b_down(&dab_ref), b_down(&dab2);
     check_written("matmul_swiglu_backward dab", tag, &dab);
     check_identical("matmul_swiglu_backward (2nd run)", tag, &dab2, &dab, "to the 1st run's dab");

@@ -19,6 +19,10 @@ extern "C" {
  * a dtype other than bf16, C or F not a multiple of 8 (TMA's 16-byte rows). */
 const char *tlm_cuda_matmul_swiglu_refusal(int C, int F, tlm_dtype dt);
 
+/* How many matmul_swiglu calls (forward and backward) the fused kernels have run in this process:
+ * the test's evidence that CUTLASS did not decline a call it was given (not synchronized: one thread). */
+unsigned long long tlm_cuda_matmul_swiglu_fused_calls(void);
+
 /* The fused GEMMs (gemm_swiglu.cu), bf16, on the backend's stream; semantics in gemm_swiglu.cu's
  * header. false, having launched nothing, when CUTLASS declines the arguments (or the build has
  * no CUTLASS): the caller then runs the unfused ops. w3 = W3 (F,C); w2 = W2 (C,F). */

@@ -103,6 +103,9 @@ const char *tlm_cuda_matmul_swiglu_refusal(int C, int F, tlm_dtype dt) {
 #endif
 }
 
+static unsigned long long fused_calls;
+unsigned long long tlm_cuda_matmul_swiglu_fused_calls(void) { return fused_calls; }
+
 /* the fused kernels take the call: tlm_cuda_matmul_swiglu_refusal says none, every tensor 16-byte aligned */
 static bool fused_ok(const void *p0, const void *p1, const void *p2, const void *p3, int C, int F, tlm_precision p) {
     if (((uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3) % 16 != 0) return false;
@@ -120,7 +123,10 @@ void tlm_cuda_matmul_swiglu_forward(tlm_backend *be, void *out, void *ab, const 
         /* a = x W1^T into ab's first half (cuBLASLt, row stride 2F), then b's GEMM with the product */
         tlm_cuda_gemm(be, op, false, true, N, F, C, 1.0f, x, C, 0, w13, C, 0, dt, 0.0f, NULL, ab, 2 * (int64_t)F, 0, dt,
                       1, tf32);
-        if (tlm_cuda_cutlass_swiglu_forward(be, out, ab, x, w3, N, C, F)) return;
+        if (tlm_cuda_cutlass_swiglu_forward(be, out, ab, x, w3, N, C, F)) {
+            fused_calls++;
+            return;
+        }
     }
     /* ab = x W13^T (as matmul_forward), then the elementwise product */
     tlm_cuda_gemm(be, op, false, true, N, 2 * F, C, 1.0f, x, C, 0, w13, C, 0, dt, 0.0f, NULL, ab, 2 * (int64_t)F, 0, dt,
@@ -132,7 +138,10 @@ void tlm_cuda_matmul_swiglu_backward(tlm_backend *be, void *dab, void *dg, const
                                      const void *ab, int N, int C, int F, tlm_precision p) {
     if (N <= 0 || F <= 0) return;
     const tlm_dtype dt = tlm_precision_act_dtype(p);
-    if (fused_ok(dab, dy, w2, ab, C, F, p) && tlm_cuda_cutlass_swiglu_backward(be, dab, dy, w2, ab, N, C, F)) return;
+    if (fused_ok(dab, dy, w2, ab, C, F, p) && tlm_cuda_cutlass_swiglu_backward(be, dab, dy, w2, ab, N, C, F)) {
+        fused_calls++;
+        return;
+    }
     /* d_g (N,F) = dy (N,C) W2 (C,F) (as matmul_backward's dx), then the elementwise backward */
     tlm_cuda_gemm(be, "matmul_swiglu_backward", false, false, N, F, C, 1.0f, dy, C, 0, w2, F, 0, dt, 0.0f, NULL, dg, F,
                   0, dt, 1, p == TLM_PRECISION_TF32);
