@@ -111,6 +111,7 @@ static bool fused_ok(const void *p0, const void *p1, const void *p2, const void 
     if (((uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3) % 16 != 0) return false;
     return tlm_cuda_matmul_swiglu_refusal(C, F, tlm_precision_act_dtype(p)) == NULL;
 }
+
 void tlm_cuda_matmul_swiglu_forward(tlm_backend *be, void *out, void *ab, const void *x, const void *w13, int N,
                                     int C, int F, tlm_precision p) {
     if (N <= 0 || F <= 0) return;
