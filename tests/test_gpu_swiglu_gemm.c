@@ -13,7 +13,8 @@
  *   the fp32 accumulators differ in their last bits and a bf16 output can differ by one unit in the
  *   last place. Exact: g equals swiglu_forward applied to the fused op's own ab (its b as rounded
  *   by the epilogue). Within rounding: ab, g, dab against the unfused path (normwise error <= 1e-2,
- *   and every element within 2 bf16 ulps (2^-6 relative) plus 1e-3 of the output's rms).
+ *   and every element within 2 bf16 ulps (ab: 2^-6 relative) or 4 (g, dab: computed from inputs an ulp
+ *   apart, which silu's slope can amplify) plus 1e-3 of the output's rms).
  * - every output written (poisoned with NaN before) and nothing past it (a guard of NaN after each
  *   output stays untouched: TMA's clipping of ragged tiles); two runs give the same bits.
  * - shapes: the 2.7B model's feed-forward (N 1024 tokens, C 2560, F 10240), the small model's, one
@@ -127,7 +128,8 @@ static void check_identical(const char *what, const char *tag, const buf *got, c
 }
 
 /* within bf16 rounding of the unfused path (the GEMMs sum in different orders): see the header */
-static void check_close(const char *what, const char *tag, const buf *got, const buf *want) {
+static void check_close(const char *what, const char *tag, const buf *got, const buf *want, int ulps) {
+    const double rel = ldexp(1.0, -7) * ulps; /* a bf16 ulp is at most 2^-7 of the value */
     double num = 0, den = 0;
     for (size_t i = 0; i < got->n; i++) {
         const double w = from_bf16(want->h[i]), d = (double)from_bf16(got->h[i]) - w;
@@ -139,11 +141,11 @@ static void check_close(const char *what, const char *tag, const buf *got, const
     for (size_t i = 0; i < got->n; i++) {
         const double g = from_bf16(got->h[i]), w = from_bf16(want->h[i]);
         same += got->h[i] == want->h[i];
-        if (fabs(g - w) > 0x1p-6 * fmax(fabs(g), fabs(w)) + 1e-3 * rms && !far++) first = i;
+        if (fabs(g - w) > rel * fmax(fabs(g), fabs(w)) + 1e-3 * rms && !far++) first = i;
     }
     check(err <= 1e-2 && far == 0,
-          "%-34s %-22s within bf16 rounding of the unfused path: normwise %.2e (<= 1e-2), %zu elements beyond 2 ulps "
-          "+ 1e-3 rms%s%.4g vs %.4g); %.1f%% bit-identical", what, tag, err, far, far ? " (the first: " : " (",
+          "%-34s %-22s within bf16 rounding of the unfused path: normwise %.2e (<= 1e-2), %zu elements beyond %d ulps "
+          "+ 1e-3 rms%s%.4g vs %.4g); %.1f%% bit-identical", what, tag, err, far, ulps, far ? " (the first: " : " (",
           far ? (double)from_bf16(got->h[first]) : 0.0, far ? (double)from_bf16(want->h[first]) : 0.0,
           100.0 * (double)same / (double)got->n);
 }
@@ -209,8 +211,8 @@ static void run_shape(const shape *s, bool exact) {
         check_identical("matmul_swiglu_forward ab", tag, &ab, &ab_ref, why);
         check_identical("matmul_swiglu_forward g", tag, &g, &g_ref, why);
     } else {
-        check_close("matmul_swiglu_forward ab", tag, &ab, &ab_ref);
-        check_close("matmul_swiglu_forward g", tag, &g, &g_ref);
+        check_close("matmul_swiglu_forward ab", tag, &ab, &ab_ref, 2);
+        check_close("matmul_swiglu_forward g", tag, &g, &g_ref, 4); /* from a and b an ulp apart: silu amplifies */
     }
 
     /* backward: d_g = dy W2, the reference through matmul_forward with W2^T (cuBLASLt) */
@@ -234,7 +236,7 @@ static void run_shape(const shape *s, bool exact) {
         check_identical("matmul_swiglu_backward dab", tag, &dab, &dab_ref,
                         "to cuBLASLt + swiglu_backward (exact sums)");
     else
-        check_close("matmul_swiglu_backward dab", tag, &dab, &dab_ref);
+        check_close("matmul_swiglu_backward dab", tag, &dab, &dab_ref, 4);
 
     if (!exact) { /* times (information only) */
         double f_ms, u_ms, fb_ms, ub_ms;
