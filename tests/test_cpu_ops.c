@@ -1319,6 +1319,31 @@ static void test_swiglu_lowp(int N, int F, tlm_dtype dt) {
     check_lowp(name, dab, dab32, n2, dt, true);
 }
 
+/* matmul_swiglu_forward/backward (the SwiGLU GEMMs with the product, fused on CUDA) against the ops
+ * they compose: the same bits on the CPU, in every dtype (N=C=F=0 would be no work; these shapes are
+ * small and ragged) */
+static void test_matmul_swiglu(int N, int C, int F, tlm_dtype dt) {
+    const tlm_precision pm = dt == F32 ? TLM_PRECISION_FP32 : dt == TLM_DTYPE_BF16 ? TLM_PRECISION_BF16
+                                                                                     : TLM_PRECISION_FP16;
+    const size_t es = tlm_dtype_size(dt), nab = (size_t)N * 2 * F, ng = (size_t)N * F;
+    void *x = randn_dt((size_t)N * C, 1.0f, dt), *w13 = randn_dt((size_t)2 * F * C, 0.2f, dt);
+    void *ab = alloc_dt(nab, dt), *g = alloc_dt(ng, dt), *ab_ref = alloc_dt(nab, dt), *g_ref = alloc_dt(ng, dt);
+    tlm_matmul_swiglu_forward(be, g, ab, x, w13, N, C, F, pm);
+    tlm_matmul_forward(be, ab_ref, NULL, x, w13, N, C, 2 * F, pm);
+    tlm_swiglu_forward(be, g_ref, ab_ref, N, F, dt);
+    check(memcmp(ab, ab_ref, nab * es) == 0 && memcmp(g, g_ref, ng * es) == 0 && all_finite_dt(g, ng, dt),
+          "%s matmul_swiglu_forward N=%d C=%d F=%d: ab and g bit-identical to matmul_forward + swiglu_forward",
+          dt_name(dt), N, C, F);
+    void *dy = randn_dt((size_t)N * C, 1.0f, dt), *w2 = randn_dt((size_t)C * F, 0.2f, dt);
+    void *dab = alloc_dt(nab, dt), *dg = alloc_dt(ng, dt), *dab_ref = alloc_dt(nab, dt), *dg_ref = alloc_dt(ng, dt);
+    tlm_matmul_swiglu_backward(be, dab, dg, dy, w2, ab, N, C, F, pm);
+    tlm_matmul_backward(be, dg_ref, NULL, dy, NULL, w2, N, F, C, pm);
+    tlm_swiglu_backward(be, dab_ref, dg_ref, ab, N, F, dt);
+    check(memcmp(dab, dab_ref, nab * es) == 0 && all_finite_dt(dab, nab, dt),
+          "%s matmul_swiglu_backward N=%d C=%d F=%d: dab bit-identical to matmul_backward (dx) + swiglu_backward",
+          dt_name(dt), N, C, F);
+}
+
 static void test_cross_entropy_lowp(int N, int V, tlm_dtype dt) {
     char name[96];
     size_t NV = (size_t)N * V;
@@ -1449,6 +1474,7 @@ static void test_lowp(tlm_dtype dt) {
     test_attention_lowp(2, 64, 3, 16, dt);
     test_swiglu_lowp(7, 5, dt);
     test_swiglu_lowp(64, 600, dt);
+    test_matmul_swiglu(13, 67, 35, dt);
     test_cross_entropy_lowp(7, 11, dt);
     test_cross_entropy_lowp(40, 1001, dt);
     test_relu_lowp(37, dt);
@@ -1638,6 +1664,8 @@ int main(void) {
     test_attention(1, 37, 3, 16);
     test_swiglu(7, 5);
     test_swiglu(3, 67);
+    test_matmul_swiglu(13, 67, 35, F32);
+    test_matmul_swiglu(64, 96, 256, F32);
     test_relu(37);
     test_relu(1001);
     test_layernorm(8, 10);

@@ -33,6 +33,32 @@ command -v gnuplot >/dev/null 2>&1 || want+=(gnuplot-nox)
 command -v slurmctld >/dev/null 2>&1 || want+=(slurmctld)
 command -v slurmd >/dev/null 2>&1 || want+=(slurmd)
 
+# CUTLASS (NVIDIA's header-only CUDA GEMM library) for the fused SwiGLU GEMMs (src/cuda/gemm_swiglu.cu): the
+# C++ headers that PyPI's nvidia-cutlass wheel ships (cutlass_library/source/include), this pinned version,
+# unpacked into .cutlass/include, where CMake looks (TLM_CUTLASS_INCLUDE_DIR; tools/pack-device-deps.sh packs it
+# for the GPU machine). Optional: without it the ops run unfused. Only with nvcc (nothing uses it otherwise);
+# TLM_NO_CUTLASS=1 skips it.
+CUTLASS_VERSION=4.2.0.0
+cutlass_dir="$(cd "$(dirname "$0")/.." && pwd)/.cutlass"
+if command -v nvcc >/dev/null 2>&1 && [ "${TLM_NO_CUTLASS:-0}" != 1 ] &&
+   [ "$(cat "$cutlass_dir/VERSION" 2>/dev/null)" != "$CUTLASS_VERSION" ]; then
+  whl=$(mktemp -d)
+  if python3 -m pip download --quiet --no-deps --dest "$whl" "nvidia-cutlass==$CUTLASS_VERSION" &&
+     rm -rf "$cutlass_dir" && mkdir -p "$cutlass_dir" &&
+     python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1]); pre = "cutlass_library/source/include/"
+for n in z.namelist():
+    if n.startswith(pre) and not n.endswith("/"):
+        z.extract(n, sys.argv[2])' "$whl"/nvidia_cutlass-*.whl "$cutlass_dir/wheel" &&
+     mv "$cutlass_dir/wheel/cutlass_library/source/include" "$cutlass_dir/include" && rm -rf "$cutlass_dir/wheel"; then
+    echo "$CUTLASS_VERSION" > "$cutlass_dir/VERSION"
+    echo "tlm: CUTLASS $CUTLASS_VERSION headers in $cutlass_dir/include"
+  else
+    echo "tlm: could not fetch nvidia-cutlass==$CUTLASS_VERSION from PyPI: the SwiGLU GEMMs will run unfused"
+  fi
+  rm -rf "$whl"
+fi
+
 if [ ${#need[@]} -eq 0 ] && [ ${#want[@]} -eq 0 ]; then
   exit 0
 fi

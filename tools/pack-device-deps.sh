@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # pack-device-deps.sh — the GPU machine has OpenBLAS but neither cJSON nor a network; this packs
 # this machine's OpenBLAS (OpenMP) and cJSON headers and libraries and xxHash's header (Debian packages
-# libopenblas-openmp-dev, libcjson-dev, libxxhash-dev) into .devdeps/deps.tar.xz, which a device call carries
-# (carry: [".devdeps"]) and bench/device/run.sh unpacks (bench/device/lib.sh: dev_deps) for its builds.
+# libopenblas-openmp-dev, libcjson-dev, libxxhash-dev) and CUTLASS's headers (.cutlass/include from
+# tools/install-deps.sh, for the fused SwiGLU GEMMs: as cutlass/include) into .devdeps/deps.tar.xz, which a
+# device call carries (carry: [".devdeps"]) and bench/device/run.sh unpacks (bench/device/lib.sh: dev_deps)
+# for its builds.
 #   --bin             also build tlm and every GPU test here (build-dev: Release, CUDA on, -DTLM_NATIVE=OFF so the
 #                     other machine's CPU runs them) into .devdeps/bin.tar.xz (bin/tlm, bin/libtlm_inject.so,
 #                     bin/tests/test_gpu_*), which bench/device/run.sh unpacks and uses instead of building when
@@ -42,7 +44,14 @@ ln -s libopenblas.so.0 "$tmp/lib/libopenblas.so"
 cp -L "$lib"/libcjson.so.1 "$tmp/lib/"
 ln -s libcjson.so.1 "$tmp/lib/libcjson.so"
 cp -L "$lib"/libgfortran.so.5 "$lib"/libquadmath.so.0 "$tmp/lib/"
-tar cJf .devdeps/deps.tar.xz -C "$tmp" include lib
+packed=(include lib)
+if [ -f .cutlass/include/cutlass/cutlass.h ]; then  # lib.sh's dev_deps passes it to CMake (TLM_CUTLASS_INCLUDE_DIR)
+  mkdir -p "$tmp/cutlass" && cp -r .cutlass/include "$tmp/cutlass/" && packed+=(cutlass)
+else
+  echo "pack-device-deps.sh: no CUTLASS headers in .cutlass (tools/install-deps.sh):" \
+       "the GPU build runs the SwiGLU GEMMs unfused"
+fi
+tar cJf .devdeps/deps.tar.xz -C "$tmp" "${packed[@]}"
 echo "wrote .devdeps/deps.tar.xz ($(du -h .devdeps/deps.tar.xz | cut -f1))"
 
 [ "$bin" = 1 ] || exit 0

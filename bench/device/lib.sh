@@ -88,6 +88,10 @@ dev_deps() {
     DEPS_FLAGS=(-DCBLAS_INCLUDE_DIR=/tmp/tlm-deps/include -DOPENBLAS_LIBRARY=/tmp/tlm-deps/lib/libopenblas.so
                 -DCJSON_INCLUDE_DIR=/tmp/tlm-deps/include -DCJSON_LIBRARY=/tmp/tlm-deps/lib/libcjson.so
                 "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,/tmp/tlm-deps/lib -Wl,-rpath,/tmp/tlm-deps/lib")
+    # CUTLASS's headers (tools/pack-device-deps.sh): the fused SwiGLU GEMMs; a tree without them ignores the flag
+    if dry || [ -f /tmp/tlm-deps/cutlass/include/cutlass/cutlass.h ]; then
+      DEPS_FLAGS+=(-DTLM_CUTLASS_INCLUDE_DIR=/tmp/tlm-deps/cutlass/include --no-warn-unused-cli)
+    fi
   else
     say "no .devdeps/deps.tar.xz carried: the build relies on this machine's cJSON and OpenBLAS"
   fi

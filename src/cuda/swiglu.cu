@@ -4,10 +4,14 @@
  * [da | db] = [dout * b * silu'(a), dout * silu(a)], silu'(a) = s (1 + a (1 - s)), s = sigmoid(a).
  * Tensors of the mode's dtype (fp32, bf16, fp16), computed in fp32 from the widened inputs and
  * rounded back to nearest even. Grid-stride over the N*F outputs, 16-byte accesses where F is a
- * multiple of the vector (4 fp32, 8 bf16/fp16). */
+ * multiple of the vector (4 fp32, 8 bf16/fp16).
+ * Also the ops matmul_swiglu_forward / matmul_swiglu_backward (the GEMMs around SwiGLU with the
+ * product): the fused CUTLASS kernels of gemm_swiglu.cu where they run (bf16, compute capability
+ * 9.0, C and F multiples of 8), else cuBLASLt (matmul.cu's tlm_cuda_gemm) and the kernels above.
+ * The arithmetic itself is in swiglu.cuh, shared with the fused epilogues. */
 #include "cuda/cuda_common.cuh"
-
-__device__ __forceinline__ float sigmoid(float a) { return 1.0f / (1.0f + __expf(-a)); }
+#include "cuda/gemm_swiglu.h"
+#include "cuda/swiglu.cuh"
 
 /* forward (dout == NULL): y (N,F) = silu(a) * b; backward: y (N,2F) = [da | db] from dout (N,F).
  * ab (N,2F) = [a | b]; total = N*F/VEC work items */
@@ -26,17 +30,15 @@ __global__ void swiglu_kernel(T *y, const T *dout, const T *ab, int F, size_t to
         if constexpr (!BACKWARD) {
             float o[VEC];
 #pragma unroll
-            for (int i = 0; i < VEC; i++) o[i] = a[i] * sigmoid(a[i]) * b[i];
+            for (int i = 0; i < VEC; i++) o[i] = tlm_swiglu_forward_elem(a[i], b[i]);
             tlm_store<VEC>(y + n * F + j, o);
         } else {
             float d[VEC], da[VEC], db[VEC];
             tlm_load<VEC>(d, dout + n * F + j);
 #pragma unroll
             for (int i = 0; i < VEC; i++) {
-                const float s = sigmoid(a[i]);
-                const float silu = a[i] * s;
-                da[i] = d[i] * b[i] * s * (1.0f + a[i] * (1.0f - s));
-                db[i] = d[i] * silu;
+                da[i] = tlm_swiglu_da(d[i], a[i], b[i]);
+                db[i] = tlm_swiglu_db(d[i], a[i]);
             }
             T *dan = y + n * 2 * F + j;
             tlm_store<VEC>(dan, da);
@@ -68,4 +70,83 @@ void tlm_cuda_swiglu_forward(tlm_backend *be, void *out, const void *ab, int N, 
 void tlm_cuda_swiglu_backward(tlm_backend *be, void *dab, const void *dout, const void *ab, int N, int F,
                               tlm_dtype dt) {
     swiglu_launch<true>(be, __func__, dab, dout, ab, N, F, dt);
+}
+
+/* ---- the SwiGLU feed-forward's GEMMs with the product (ops.def) -------------------------------- */
+
+#ifndef TLM_HAVE_CUTLASS
+bool tlm_cuda_cutlass_swiglu_forward(tlm_backend *, void *, void *, const void *, const void *, int, int, int) {
+    return false; /* built without CUTLASS (CMake says so at configure) */
+}
+bool tlm_cuda_cutlass_swiglu_backward(tlm_backend *, void *, const void *, const void *, const void *, int, int,
+                                      int) {
+    return false;
+}
+#endif
+
+const char *tlm_cuda_matmul_swiglu_refusal(int C, int F, tlm_dtype dt) {
+#ifndef TLM_HAVE_CUTLASS
+    (void)C, (void)F, (void)dt;
+    return "built without CUTLASS (CMake did not find its headers)";
+#else
+    if (dt != TLM_DTYPE_BF16) return "the dtype is not bf16";
+    if (C % 8 != 0 || F % 8 != 0) return "C or F is not a multiple of 8 (TMA's 16-byte rows)";
+    static int cc[64]; /* major * 10 + minor per device, 0 until asked */
+    int dev = 0;
+    TLM_CUDA_CHECK_OP("matmul_swiglu", cudaGetDevice(&dev));
+    if (dev < 0 || dev >= 64) return "device ordinal beyond 63";
+    if (!cc[dev]) {
+        int major = 0, minor = 0;
+        TLM_CUDA_CHECK_OP("matmul_swiglu", cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        TLM_CUDA_CHECK_OP("matmul_swiglu", cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        cc[dev] = major * 10 + minor;
+    }
+    return cc[dev] == 90 ? NULL : "the device is not compute capability 9.0 (the kernels are sm_90a code)";
+#endif
+}
+
+static unsigned long long fused_calls;
+unsigned long long tlm_cuda_matmul_swiglu_fused_calls(void) { return fused_calls; }
+
+/* the fused kernels take the call: tlm_cuda_matmul_swiglu_refusal says none, every tensor 16-byte aligned */
+static bool fused_ok(const void *p0, const void *p1, const void *p2, const void *p3, int C, int F, tlm_precision p) {
+    if (((uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3) % 16 != 0) return false;
+    return tlm_cuda_matmul_swiglu_refusal(C, F, tlm_precision_act_dtype(p)) == NULL;
+}
+
+void tlm_cuda_matmul_swiglu_forward(tlm_backend *be, void *out, void *ab, const void *x, const void *w13, int N,
+                                    int C, int F, tlm_precision p) {
+    if (N <= 0 || F <= 0) return;
+    const tlm_dtype dt = tlm_precision_act_dtype(p);
+    const bool tf32 = p == TLM_PRECISION_TF32;
+    const char *op = "matmul_swiglu_forward";
+    const size_t es = tlm_dtype_size(dt);
+    const void *w3 = (const char *)w13 + (size_t)F * C * es;
+    if (fused_ok(out, ab, x, w13, C, F, p)) {
+        /* a = x W1^T into ab's first half (cuBLASLt, row stride 2F), then b's GEMM with the product */
+        tlm_cuda_gemm(be, op, false, true, N, F, C, 1.0f, x, C, 0, w13, C, 0, dt, 0.0f, NULL, ab, 2 * (int64_t)F, 0, dt,
+                      1, tf32);
+        if (tlm_cuda_cutlass_swiglu_forward(be, out, ab, x, w3, N, C, F)) {
+            fused_calls++;
+            return;
+        }
+    }
+    /* ab = x W13^T (as matmul_forward), then the elementwise product */
+    tlm_cuda_gemm(be, op, false, true, N, 2 * F, C, 1.0f, x, C, 0, w13, C, 0, dt, 0.0f, NULL, ab, 2 * (int64_t)F, 0, dt,
+                  1, tf32);
+    tlm_cuda_swiglu_forward(be, out, ab, N, F, dt);
+}
+
+void tlm_cuda_matmul_swiglu_backward(tlm_backend *be, void *dab, void *dg, const void *dy, const void *w2,
+                                     const void *ab, int N, int C, int F, tlm_precision p) {
+    if (N <= 0 || F <= 0) return;
+    const tlm_dtype dt = tlm_precision_act_dtype(p);
+    if (fused_ok(dab, dy, w2, ab, C, F, p) && tlm_cuda_cutlass_swiglu_backward(be, dab, dy, w2, ab, N, C, F)) {
+        fused_calls++;
+        return;
+    }
+    /* d_g (N,F) = dy (N,C) W2 (C,F) (as matmul_backward's dx), then the elementwise backward */
+    tlm_cuda_gemm(be, "matmul_swiglu_backward", false, false, N, F, C, 1.0f, dy, C, 0, w2, F, 0, dt, 0.0f, NULL, dg, F,
+                  0, dt, 1, p == TLM_PRECISION_TF32);
+    tlm_cuda_swiglu_backward(be, dab, dg, ab, N, F, dt);
 }

@@ -28,8 +28,8 @@ bool tlm_model_sink_tensor(const tlm_model *m, int t) {
 /* A linear layer's backward: dx = dy W on the compute stream, then, where the backend has a side
  * stream (backend.h), dW = dy^T x on it, off the critical path. dw is the weight's float32 gradient
  * in m->grads; with tlm_model_grads_to_sink the GEMM writes it in bf16 at the sink's same offset
- * instead (model.h). Returns the mark the caller joins before anything overwrites dy or x and before
- * dW's group is announced (0: dW already done in place, one op as before). */
+ * instead (model.h). dx NULL: dW only. Returns the mark the caller joins before anything overwrites dy
+ * or x and before dW's group is announced (0: dW already done in place, one op as before). */
 static tlm_side_mark linear_backward(tlm_model *m, void *dx, float *dw, const void *dy, const void *x,
                                      const void *w, int N, int in, int out, tlm_precision p) {
     tlm_backend *be = m->backend;
@@ -40,7 +40,7 @@ static tlm_side_mark linear_backward(tlm_model *m, void *dx, float *dw, const vo
         tlm_matmul_backward(be, dx, dwo, dw_dt, dy, x, w, N, in, out, p);
         return 0;
     }
-    tlm_matmul_backward(be, dx, NULL, dw_dt, dy, x, w, N, in, out, p);
+    if (dx) tlm_matmul_backward(be, dx, NULL, dw_dt, dy, x, w, N, in, out, p);
     tlm_side_begin(be);
     tlm_matmul_backward(be, NULL, dwo, dw_dt, dy, x, w, N, in, out, p);
     return tlm_side_end(be);
@@ -108,9 +108,10 @@ static void backward_pass(void *ctx, uint32_t scale_bits) {
          * the attention backward (d_qkv shares its bytes, activations.c); qkv's before the group is
          * announced */
         if (lowp && l == L - 1) tlm_cast(be, a->d_resid_lp, a->d_resid, N * C, dt);
-        const tlm_side_mark w2_done = linear_backward(m, a->d_g, g->w2, a->d_resid_lp, x->g, tlm_gemm_w(m, w->w2),
-                                                      n, F, C, pm);
-        tlm_swiglu_backward(be, a->d_ab, a->d_g, x->ab, n, F, dt);
+        /* d_ab from d_g = d_resid_lp W2 and ab (d_g: the unfused path's scratch), then dW2 */
+        tlm_matmul_swiglu_backward(be, a->d_ab, a->d_g, a->d_resid_lp, tlm_gemm_w(m, w->w2), x->ab, n, C, F, pm);
+        const tlm_side_mark w2_done = linear_backward(m, NULL, g->w2, a->d_resid_lp, x->g, tlm_gemm_w(m, w->w2), n,
+                                                      F, C, pm);
         const tlm_side_mark w13_done = linear_backward(m, a->d_tmp, g->w13, a->d_ab, x->ln2, tlm_gemm_w(m, w->w13),
                                                        n, C, 2 * F, pm);
         tlm_side_join(be, w2_done);
