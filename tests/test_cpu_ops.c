@@ -1337,7 +1337,7 @@ static void test_matmul_swiglu(int N, int C, int F, tlm_dtype dt) {
     void *dy = randn_dt((size_t)N * C, 1.0f, dt), *w2 = randn_dt((size_t)C * F, 0.2f, dt);
     void *dab = alloc_dt(nab, dt), *dg = alloc_dt(ng, dt), *dab_ref = alloc_dt(nab, dt), *dg_ref = alloc_dt(ng, dt);
     tlm_matmul_swiglu_backward(be, dab, dg, dy, w2, ab, N, C, F, pm);
-    tlm_matmul_backward(be, dg_ref, NULL, dy, NULL, w2, N, F, C, pm);
+    tlm_matmul_backward(be, dg_ref, NULL, TLM_DTYPE_F32, dy, NULL, w2, N, F, C, pm);
     tlm_swiglu_backward(be, dab_ref, dg_ref, ab, N, F, dt);
     check(memcmp(dab, dab_ref, nab * es) == 0 && all_finite_dt(dab, nab, dt),
           "%s matmul_swiglu_backward N=%d C=%d F=%d: dab bit-identical to matmul_backward (dx) + swiglu_backward",
