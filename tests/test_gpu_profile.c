@@ -106,7 +106,7 @@ static void run(const tlm_config *cfg, tlm_attention att, bool graphs, profiled 
 
 static bool single_kernel_op(tlm_op_id op) {
     switch (op) {
-    case TLM_OP_EMBEDDING_FORWARD: case TLM_OP_RMSNORM_FORWARD: case TLM_OP_ROPE_FORWARD:
+    case TLM_OP_EMBEDDING_FORWARD: case TLM_OP_RMSNORM_FORWARD: case TLM_OP_ROPE_FORWARD: case TLM_OP_SWIGLU_FORWARD:
     case TLM_OP_CROSS_ENTROPY_FORWARD: case TLM_OP_REDUCE_MEAN: return true;
     default: return false;
     }
@@ -155,9 +155,9 @@ static double check_run(const tlm_config *cfg, tlm_attention att, bool graphs) {
             check(o->kernels_per_call >= 2 * B + 1, "%s %s: naive attention launches %.1f kernels per call (>= 2 B "
                   "batched GEMMs + softmax = %d)", an, what, o->kernels_per_call, 2 * B + 1);
     }
-    check(fabs(calls - (1 + 8 * L + 4)) < 1e-9 && every_op_launched,
-          "%s %s: the forward dispatches %.0f ops per step (1 + 8 L + 4 = %d), each launched kernels", an, what, calls,
-          1 + 8 * L + 4);
+    check(fabs(calls - (1 + 9 * L + 4)) < 1e-9 && every_op_launched,
+          "%s %s: the forward dispatches %.0f ops per step (1 + 9 L + 4 = %d), each launched kernels", an, what, calls,
+          1 + 9 * L + 4);
     check(singles, "%s %s: every non-GEMM forward op is exactly one kernel (flash: one, or two split)", an, what);
     double fwd_kernels = 0; /* kernels (not copies) in the forward per step, from the kernel table */
     for (size_t i = 0; i < s->n_kernels; i++)

@@ -522,9 +522,9 @@ static void test_cpu_run(tlm_backend *be, const char *trace_path) {
     double calls[TLM_PHASE_COUNT] = {0};
     for (size_t i = 0; i < s.n_ops; i++) calls[s.ops[i].phase] += s.ops[i].calls_per_step;
     const int L = c.config.num_layers;
-    check(near(calls[TLM_PHASE_FORWARD], 1 + 8 * L + 4) && near(calls[TLM_PHASE_BACKWARD], 3 + 9 * L + 1) &&
+    check(near(calls[TLM_PHASE_FORWARD], 1 + 9 * L + 4) && near(calls[TLM_PHASE_BACKWARD], 3 + 9 * L + 1) &&
               near(calls[TLM_PHASE_OPTIMIZER], 1),
-          "ops per step: forward %g (%d), backward %g (%d), optimizer %g", calls[TLM_PHASE_FORWARD], 1 + 8 * L + 4,
+          "ops per step: forward %g (%d), backward %g (%d), optimizer %g", calls[TLM_PHASE_FORWARD], 1 + 9 * L + 4,
           calls[TLM_PHASE_BACKWARD], 3 + 9 * L + 1, calls[TLM_PHASE_OPTIMIZER]);
     /* the CPU's naive attention announces its three stages (src/cpu/attention.c): one row each */
     const tlm_prof_op_row *at = orow(&s, TLM_PHASE_FORWARD, TLM_OP_ATTENTION_FORWARD);

@@ -76,14 +76,8 @@ void tlm_cpu_swiglu_backward(tlm_backend *be, void *dab, const void *dout, const
     }
 }
 
-/* The SwiGLU feed-forward's GEMMs with the product (ops.def): on the CPU the two ops composed, so
- * the numbers are those of the unfused sequence exactly. */
-void tlm_cpu_matmul_swiglu_forward(tlm_backend *be, void *out, void *ab, const void *x, const void *w13, int N,
-                                   int C, int F, tlm_precision p) {
-    tlm_cpu_matmul_forward(be, ab, NULL, x, w13, N, C, 2 * F, p);
-    tlm_cpu_swiglu_forward(be, out, ab, N, F, tlm_precision_act_dtype(p));
-}
-
+/* The SwiGLU feed-forward's backward GEMM with SwiGLU's backward (ops.def): on the CPU the two ops
+ * composed, so the numbers are those of the unfused sequence exactly. */
 void tlm_cpu_matmul_swiglu_backward(tlm_backend *be, void *dab, void *dg, const void *dy, const void *w2,
                                     const void *ab, int N, int C, int F, tlm_precision p) {
     tlm_cpu_matmul_backward(be, dg, NULL, TLM_DTYPE_F32, dy, NULL, w2, N, F, C, p); /* d_g = dy W2 */

@@ -1,18 +1,12 @@
-/* gemm_swiglu.cu — the SwiGLU product fused into the epilogues of the GEMMs around it, bf16 on
+/* gemm_swiglu.cu — SwiGLU's backward fused into the epilogue of the GEMM before it, bf16 on
  * Hopper (sm_90a), with CUTLASS's warp-specialized TMA + wgmma GEMM (NVIDIA CUTLASS 4.x,
  * include/cutlass/gemm/collective/collective_builder.hpp) and an epilogue visitor tree
  * (cutlass/epilogue/fusion/sm90_visitor_*.hpp). Built only when CMake finds CUTLASS's headers
- * (TLM_HAVE_CUTLASS); the ops in swiglu.cu call it and fall back to cuBLASLt + the elementwise
- * kernels when it declines a call.
+ * (TLM_HAVE_CUTLASS); the op matmul_swiglu_backward in swiglu.cu calls it and falls back to
+ * cuBLASLt + the elementwise kernel when it declines a call. (The forward's counterpart, b = x W3^T
+ * with the product in the epilogue, lost on one H100 and was removed: swiglu.cu says why.)
  *
- * Forward, b = x W3^T with the SwiGLU product in the epilogue:
- *   acc (N,F) fp32 = x (N,C) . W3^T (W3 (F,C) row-major: the B operand K-major);
- *   b = bf16(acc) stored into ab[:, F:2F) (aux store, row stride 2F);
- *   a loaded from ab[:, 0:F) (aux load, row stride 2F; the caller's GEMM wrote it before);
- *   g (N,F) = bf16(silu(a) * b), the product computed from the ROUNDED b, in fp32, by the same
- *   device function as swiglu.cu's kernel (swiglu.cuh): so g equals swiglu_forward applied to
- *   this GEMM's own rounded output, bit for bit.
- * Backward, d_g = dy W2 with SwiGLU's backward in the epilogue:
+ * d_g = dy W2 with SwiGLU's backward in the epilogue:
  *   acc (N,F) fp32 = dy (N,C) . W2 (W2 (C,F) row-major: the B operand N-major);
  *   d = bf16(acc) (the unfused path's bf16 d_g); a, b loaded from ab (two aux loads, stride 2F);
  *   da = bf16(d b silu'(a)) into dab[:, 0:F) (D, stride 2F), db = bf16(d silu(a)) into
@@ -24,8 +18,8 @@
  * persistent tile scheduler; epilogue subtiles of 128 x 16 so that the aux buffers (4 stages of
  * each load, 2 of each store) leave shared memory for a deep mainloop pipeline.
  * TMA's requirements, checked by the caller (swiglu.cu): every pointer 16-byte aligned, C and F
- * multiples of 8 elements; any N (TMA clips the ragged tile). One kernel per direction, bf16 only
- * (compile time: CI builds CUDA on 2 cores). */
+ * multiples of 8 elements; any N (TMA clips the ragged tile). One kernel, bf16 only (compile time:
+ * CI builds CUDA on 2 cores). */
 #include "cuda/cuda_common.cuh"
 #include "cuda/gemm_swiglu.h"
 #include "cuda/swiglu.cuh"
@@ -48,7 +42,6 @@ namespace epi_detail = cutlass::epilogue::collective::detail;
 using Elem = cutlass::bfloat16_t;
 using Acc = float;
 using RowMajor = cutlass::layout::RowMajor;
-using ColumnMajor = cutlass::layout::ColumnMajor;
 constexpr int kAlign = 8; /* elements per 16 bytes */
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
@@ -74,14 +67,6 @@ using AuxStride = typename LoadDesc::Stride; /* (row stride, _1, batch stride) *
 template <class T> struct RoundIdentity { /* the node's output conversion does the rounding */
     CUTLASS_HOST_DEVICE T operator()(T const &v) const { return v; }
 };
-template <class T> struct SwigluForward { /* (a, b) -> silu(a) b */
-    CUTLASS_DEVICE T operator()(T const &a, T const &b) const {
-        T o;
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < T::kElements; i++) o[i] = tlm_swiglu_forward_elem(a[i], b[i]);
-        return o;
-    }
-};
 template <class T> struct SwigluDa { /* (d, a, b) -> d b silu'(a) */
     CUTLASS_DEVICE T operator()(T const &d, T const &a, T const &b) const {
         T o;
@@ -100,11 +85,6 @@ template <class T> struct SwigluDb { /* (d, a) -> d silu(a) */
 };
 
 using RoundAcc = fusion::Sm90Compute<RoundIdentity, Elem, Acc, kRound>; /* bf16(acc) */
-
-/* forward: g = swiglu(aux a, auxstore_b(bf16(acc))) */
-using ForwardEVT =
-    fusion::Sm90EVT<fusion::Sm90Compute<SwigluForward, Elem, Acc, kRound>, AuxLoad,
-                    fusion::Sm90EVT<AuxStore, fusion::Sm90EVT<RoundAcc, fusion::Sm90AccFetch>>>;
 
 /* backward, in topological order: 0 acc, 1 a, 2 b, 3 d = bf16(acc), 4 db = bf16(d silu(a)),
  * 5 store db, 6 da = d b silu'(a) (the output D). Every node runs once per fragment. */
@@ -130,8 +110,7 @@ template <class LayoutB, class EVT> struct FusedGemm {
     using StrideB = typename Gemm::GemmKernel::StrideB;
     using StrideD = typename Gemm::GemmKernel::StrideD;
 };
-using Forward = FusedGemm<ColumnMajor, ForwardEVT>; /* B = W3^T: W3 (F,C) row-major is K-major */
-using Backward = FusedGemm<RowMajor, BackwardEVT>;  /* B = W2: (C,F) row-major is N-major */
+using Backward = FusedGemm<RowMajor, BackwardEVT>; /* B = W2: (C,F) row-major is N-major */
 
 AuxStride aux_stride(int64_t ld) { return AuxStride{ld, _1{}, 0}; }
 
@@ -172,19 +151,6 @@ typename G::Gemm::Arguments gemm_arguments(const void *x, const void *w, typenam
 }
 
 } // namespace
-
-bool tlm_cuda_cutlass_swiglu_forward(tlm_backend *be, void *g, void *ab, const void *x, const void *w3, int N, int C,
-                                     int F) {
-    using G = Forward;
-    const AuxStride ld = aux_stride(2 * (int64_t)F);
-    /* B (F,C) = W3 itself: K contiguous */
-    typename G::Gemm::Arguments args =
-        gemm_arguments<G>(x, w3, typename G::StrideB{(int64_t)C, _1{}, 0}, g, F, N, C, F);
-    auto &t = args.epilogue.thread; /* {aux a, {{{acc}, round}, store b}, swiglu} */
-    t.op_0 = {static_cast<const Elem *>(ab), Elem(0), ld};
-    t.op_1.op_1 = {static_cast<Elem *>(ab) + F, ld};
-    return run<G>(be, "matmul_swiglu_forward", args);
-}
 
 bool tlm_cuda_cutlass_swiglu_backward(tlm_backend *be, void *dab, const void *dy, const void *w2, const void *ab, int N,
                                       int C, int F) {

@@ -5,9 +5,11 @@
  * Tensors of the mode's dtype (fp32, bf16, fp16), computed in fp32 from the widened inputs and
  * rounded back to nearest even. Grid-stride over the N*F outputs, 16-byte accesses where F is a
  * multiple of the vector (4 fp32, 8 bf16/fp16).
- * Also the ops matmul_swiglu_forward / matmul_swiglu_backward (the GEMMs around SwiGLU with the
- * product): the fused CUTLASS kernels of gemm_swiglu.cu where they run (bf16, compute capability
- * 9.0, C and F multiples of 8), else cuBLASLt (matmul.cu's tlm_cuda_gemm) and the kernels above.
+ * Also the op matmul_swiglu_backward (d_g's GEMM with SwiGLU's backward): the fused CUTLASS kernel
+ * of gemm_swiglu.cu where it runs (bf16, compute capability 9.0, C and F multiples of 8), else
+ * cuBLASLt (matmul.cu's tlm_cuda_gemm) and the kernel above. (The forward's fusion, b's GEMM with
+ * the product in its epilogue, lost on one H100: it needs W1's and W3's GEMMs apart, and small's
+ * forward took 1.095x as long, 2.7B's 1.002x; bench/results/2026-11-28-speed.)
  * The arithmetic itself is in swiglu.cuh, shared with the fused epilogues. */
 #include "cuda/cuda_common.cuh"
 #include "cuda/gemm_swiglu.h"
@@ -72,15 +74,12 @@ void tlm_cuda_swiglu_backward(tlm_backend *be, void *dab, const void *dout, cons
     swiglu_launch<true>(be, __func__, dab, dout, ab, N, F, dt);
 }
 
-/* ---- the SwiGLU feed-forward's GEMMs with the product (ops.def) -------------------------------- */
+/* ---- the SwiGLU feed-forward's backward GEMM with SwiGLU's backward (ops.def) ------------------- */
 
 #ifndef TLM_HAVE_CUTLASS
-bool tlm_cuda_cutlass_swiglu_forward(tlm_backend *, void *, void *, const void *, const void *, int, int, int) {
-    return false; /* built without CUTLASS (CMake says so at configure) */
-}
 bool tlm_cuda_cutlass_swiglu_backward(tlm_backend *, void *, const void *, const void *, const void *, int, int,
                                       int) {
-    return false;
+    return false; /* built without CUTLASS (CMake says so at configure) */
 }
 #endif
 
@@ -112,29 +111,6 @@ unsigned long long tlm_cuda_matmul_swiglu_fused_calls(void) { return fused_calls
 static bool fused_ok(const void *p0, const void *p1, const void *p2, const void *p3, int C, int F, tlm_precision p) {
     if (((uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3) % 16 != 0) return false;
     return tlm_cuda_matmul_swiglu_refusal(C, F, tlm_precision_act_dtype(p)) == NULL;
-}
-
-void tlm_cuda_matmul_swiglu_forward(tlm_backend *be, void *out, void *ab, const void *x, const void *w13, int N,
-                                    int C, int F, tlm_precision p) {
-    if (N <= 0 || F <= 0) return;
-    const tlm_dtype dt = tlm_precision_act_dtype(p);
-    const bool tf32 = p == TLM_PRECISION_TF32;
-    const char *op = "matmul_swiglu_forward";
-    const size_t es = tlm_dtype_size(dt);
-    const void *w3 = (const char *)w13 + (size_t)F * C * es;
-    if (fused_ok(out, ab, x, w13, C, F, p)) {
-        /* a = x W1^T into ab's first half (cuBLASLt, row stride 2F), then b's GEMM with the product */
-        tlm_cuda_gemm(be, op, false, true, N, F, C, 1.0f, x, C, 0, w13, C, 0, dt, 0.0f, NULL, ab, 2 * (int64_t)F, 0, dt,
-                      1, tf32);
-        if (tlm_cuda_cutlass_swiglu_forward(be, out, ab, x, w3, N, C, F)) {
-            fused_calls++;
-            return;
-        }
-    }
-    /* ab = x W13^T (as matmul_forward), then the elementwise product */
-    tlm_cuda_gemm(be, op, false, true, N, 2 * F, C, 1.0f, x, C, 0, w13, C, 0, dt, 0.0f, NULL, ab, 2 * (int64_t)F, 0, dt,
-                  1, tf32);
-    tlm_cuda_swiglu_forward(be, out, ab, N, F, dt);
 }
 
 void tlm_cuda_matmul_swiglu_backward(tlm_backend *be, void *dab, void *dg, const void *dy, const void *w2,

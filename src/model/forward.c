@@ -44,7 +44,8 @@ void tlm_block_forward(tlm_model *m, int l, bool to_output) {
     tlm_matmul_forward(be, x->h, x->x, x->att, tlm_gemm_w(m, w->out_proj), n, C, C, pm);
     /* feed-forward branch: x_next = h + w2(silu(w1 ln2(h)) * w3 ln2(h)) */
     tlm_rmsnorm_forward(be, x->ln2, x->ln2_rstd, x->h, w->ln2, n, C, c->rmsnorm_eps, dt);
-    tlm_matmul_swiglu_forward(be, x->g, x->ab, x->ln2, tlm_gemm_w(m, w->w13), n, C, F, pm); /* ab, then g */
+    tlm_matmul_forward(be, x->ab, NULL, x->ln2, tlm_gemm_w(m, w->w13), n, C, 2 * F, pm);
+    tlm_swiglu_forward(be, x->g, x->ab, n, F, dt);
     if (!to_output) return;
     float *x_next = l + 1 < c->num_layers ? a->layers[l + 1].x : a->x_final;
     tlm_matmul_forward(be, x_next, x->h, x->g, tlm_gemm_w(m, w->w2), n, F, C, pm);

@@ -10,8 +10,8 @@ check "table run exits 0" test $? -eq 0
 echo "$out" | head -60
 check "the kernel table has forward, backward and optimizer rows" \
   test "$(grep -cE '^tiny ctx16 fp32 naive b2 +(forward|backward|optimizer) ' <<<"$out")" -ge 20
-check "matmul_forward leads the forward with 7 calls per step (3 per block x 2 + lm_head; w13's in matmul_swiglu_forward)" \
-  grep -qE '^tiny ctx16 fp32 naive b2 +forward +matmul_forward +gemm +7\.0 ' <<<"$out"
+check "matmul_forward leads the forward with 9 calls per step (4 per block x 2 + lm_head)" \
+  grep -qE '^tiny ctx16 fp32 naive b2 +forward +matmul_forward +gemm +9\.0 ' <<<"$out"
 check "the op table has the roofline columns" grep -qE 'TFLOP/s +GB/s +peak +peak +roofl\. +bound' <<<"$out"
 check "the ceilings and their measurement follow the op table" \
   grep -qE '^- ceilings, measured on this device before any row ran .*GEMM fp32 [0-9.e+-]+ TFLOP/s' <<<"$out"
@@ -36,7 +36,7 @@ assert run['overhead_pct'] is not None and run['step_ms_unprofiled'] > 0
 lay = [l for l in d['layers'] if l['phase'] == 'forward']
 assert sorted(l['layer'] for l in lay if l['layer'] is not None) == [0, 1] and sum(l['layer'] is None for l in lay) == 1, lay
 assert abs(sum(l['per_step_us'] for l in lay) / 1e3 - run['fwd_kernel_ms']) < 1e-5 * run['fwd_kernel_ms']
-assert sum(o['calls_per_step'] for o in ops if o['phase'] == 'forward') == 1 + 8 * 2 + 4
+assert sum(o['calls_per_step'] for o in ops if o['phase'] == 'forward') == 1 + 9 * 2 + 4
 assert any('leads forward + backward' in f for f in d['findings'])
 "
   check "the trace is trace-event JSON: every event has ph, ts, pid, tid; B/E nest" python3 -c "
