@@ -37,14 +37,9 @@ void tlm_cuda_embedding_forward(tlm_backend *be, float *out, const int32_t *toke
                                 int C) {
     if (N <= 0) return;
     cudaStream_t st = tlm_cuda_stream(be);
-    if (C % 4 == 0 && tlm_aligned16(out) && tlm_aligned16(wte)) {
-        tlm_cuda_launch("embedding_forward", be, embedding_forward_kernel<4>, dim3(N),
-                        dim3(tlm_cuda_row_threads(C / 4, 256)), 0, st, out, tokens, wte, C);
-    } else {
-        tlm_cuda_launch("embedding_forward", be, embedding_forward_kernel<1>, dim3(N),
-                        dim3(tlm_cuda_row_threads(C, 256)), 0, st, out, tokens, wte, C);
-    }
-    TLM_CUDA_CHECK_LAUNCH();
+    const bool vec = C % 4 == 0 && tlm_aligned16(out) && tlm_aligned16(wte); /* 16-byte rows */
+    tlm_cuda_launch("embedding_forward", be, vec ? embedding_forward_kernel<4> : embedding_forward_kernel<1>, dim3(N),
+                    dim3(tlm_cuda_row_threads(vec ? C / 4 : C, 256)), 0, st, out, tokens, wte, C);
 }
 
 void tlm_cuda_embedding_backward(tlm_backend *be, float *dwte, const float *dout, const int32_t *tokens, int N,
@@ -53,12 +48,7 @@ void tlm_cuda_embedding_backward(tlm_backend *be, float *dwte, const float *dout
     /* dwte = 0 first, unless accumulating over micro-batches (backend.h) */
     if (!be->accumulate_grads) TLM_CUDA_CHECK(cudaMemsetAsync(dwte, 0, (size_t)V * C * sizeof(float), st));
     if (N <= 0) return;
-    if (C % 4 == 0 && tlm_aligned16(dout)) {
-        tlm_cuda_launch("embedding_backward", be, embedding_backward_kernel<4>, dim3(N),
-                        dim3(tlm_cuda_row_threads(C / 4, 256)), 0, st, dwte, dout, tokens, C);
-    } else {
-        tlm_cuda_launch("embedding_backward", be, embedding_backward_kernel<1>, dim3(N),
-                        dim3(tlm_cuda_row_threads(C, 256)), 0, st, dwte, dout, tokens, C);
-    }
-    TLM_CUDA_CHECK_LAUNCH();
+    const bool vec = C % 4 == 0 && tlm_aligned16(dout);
+    tlm_cuda_launch("embedding_backward", be, vec ? embedding_backward_kernel<4> : embedding_backward_kernel<1>,
+                    dim3(N), dim3(tlm_cuda_row_threads(vec ? C / 4 : C, 256)), 0, st, dwte, dout, tokens, C);
 }

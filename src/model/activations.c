@@ -506,10 +506,6 @@ void tlm_activations_free(tlm_activations *a, tlm_backend *be) {
     tlm_activations_leave_all(a, be);
     tlm_arena_release(be, a->arena);
     tlm_views_free(&a->grad_views);
-    free(a->buffers);
-    free(a->group_grads);
-    free(a->weight_copy);
-    free(a->pad);
-    free(a->layers);
-    free(a);
+    void *owned[] = {a->buffers, a->group_grads, a->weight_copy, a->pad, a->layers, a};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
 }

@@ -36,20 +36,23 @@ ba_run() { # version round [dir]
   fi
   grep -hvE '^#|^ *$' "$out/$v"-*-"$r".txt 2>/dev/null | sed "s/^/$v $r: /"
 }
-stage_before_after() {
+ba_rounds() { # [dir]: ROUNDS rounds of ba_run, the order of before and after swapped every round
   local r t0 est=${ROUND_S:-90} first second
-  [ -n "${BASE_TLM:-}" ] || { warn "no baseline tlm (BASE=${BASE:-.baseline})"; return 1; }
-  mkdir -p "$R/ba"
-  keep before-after.md
   for r in $(seq 1 "${ROUNDS:-3}"); do
     fits "$est" "round $r of ${ROUNDS:-3}" || break
     t0=$SECONDS
     first=before second=after
     [ $((r % 2)) = 0 ] && first=after second=before
-    ba_run $first "$r"
-    ba_run $second "$r"
+    ba_run $first "$r" ${1:+"$1"}
+    ba_run $second "$r" ${1:+"$1"}
     est=$((SECONDS - t0 + 5))
   done
+}
+stage_before_after() {
+  [ -n "${BASE_TLM:-}" ] || { warn "no baseline tlm (BASE=${BASE:-.baseline})"; return 1; }
+  mkdir -p "$R/ba"
+  keep before-after.md
+  ba_rounds
   {
     echo "before: ${BASE:-.baseline} ($(cat "${BASE:-.baseline}/.commit" 2>/dev/null || cat .devdeps/base/.commit 2>/dev/null || echo 'commit not recorded'));" \
          "after: the working tree ($(grep '^# tree' "$R/info.txt" | cut -d' ' -f3-))"
@@ -58,19 +61,10 @@ stage_before_after() {
   cat "$R/before-after.md"
 }
 stage_before_after_knob() {
-  local r t0 est=${ROUND_S:-90} first second
   [ -n "${KNOB_BEFORE:-}${KNOB_AFTER:-}" ] || { warn "before-after-knob: set KNOB_BEFORE or KNOB_AFTER"; return 1; }
   mkdir -p "$R/ba-knob"
   keep knob-ab.md
-  for r in $(seq 1 "${ROUNDS:-3}"); do
-    fits "$est" "knob round $r of ${ROUNDS:-3}" || break
-    t0=$SECONDS
-    first=before second=after
-    [ $((r % 2)) = 0 ] && first=after second=before
-    ba_run $first "$r" "$R/ba-knob"
-    ba_run $second "$r" "$R/ba-knob"
-    est=$((SECONDS - t0 + 5))
-  done
+  ba_rounds "$R/ba-knob"
   {
     echo "before: the working tree with ${KNOB_BEFORE:-every knob at its default}; after: the same binary with" \
          "${KNOB_AFTER:-every knob at its default} ($(grep '^# tree' "$R/info.txt" | cut -d' ' -f3-))"
