@@ -1,8 +1,7 @@
 # tlm — top-level commands. The build itself is CMake; this file only strings steps together.
 #   make bench   build, then run the default benchmark (GPU if present, else the CPU backend)
-#   make test    build, then run the CPU tests, then the same tests under ASan+UBSan (clang when present,
-#                float-cast-overflow included), then each fuzz
-#                harness of the file readers 60 s (tests/fuzz; skipped without clang)
+#   make test    build, then run the CPU tests, then the same tests under ASan+UBSan (float-cast-overflow
+#                included), then each fuzz harness of the file readers 60 s (tests/fuzz; skipped without clang)
 #   make test-gpu  build, then run the GPU-labelled tests (needs a GPU)
 #   make fuzz    run each fuzz harness FUZZ_SECONDS (default 600); make fuzz-coverage: the line
 #                coverage of src/io reached by the seed corpus and the corpus the fuzzing grew
@@ -37,14 +36,13 @@ test: test-cpu test-asan test-fuzz
 test-cpu: build
 	ctest --test-dir $(BUILD) -L cpu --output-on-failure -j $(JOBS)
 
-# The sanitizer build skips the CUDA code (nvcc objects are not instrumented) and -march=native. It is
-# compiled with clang when clang and LLVM's OpenMP (libomp-dev) are installed (ASAN_CC, else the default
-# compiler: gcc), with
-# -fsanitize=address,undefined,float-cast-overflow either way (CMakeLists.txt).
-ASAN_CC ?= $(shell find /usr/lib/llvm-* /usr/lib/x86_64-linux-gnu -maxdepth 2 -name libomp.so -print -quit 2>/dev/null | \
-              grep -q . && command -v clang 2>/dev/null)
+# The sanitizer build skips the CUDA code (nvcc objects are not instrumented) and -march=native, with
+# -fsanitize=address,undefined,float-cast-overflow (CMakeLists.txt). It uses the default compiler (gcc), whose
+# OpenMP runtime (libgomp) is the one Debian's OpenBLAS links: a clang build would load LLVM's libomp beside it,
+# and OpenBLAS's start-up would then call into libomp, which reads /dev/shm/__KMP_REGISTERED_LIB_<pid>_<uid>
+# files left by processes that did not exit cleanly and, when a pid is reused, may crash before main.
 test-asan: deps
-	@cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DTLM_SANITIZE=ON -DTLM_CUDA=OFF $(if $(ASAN_CC),-DCMAKE_C_COMPILER=$(ASAN_CC)) $(CMAKE_FLAGS) > $(BUILD_ASAN).configure.log || (cat $(BUILD_ASAN).configure.log; exit 1)
+	@cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DTLM_SANITIZE=ON -DTLM_CUDA=OFF $(CMAKE_FLAGS) > $(BUILD_ASAN).configure.log || (cat $(BUILD_ASAN).configure.log; exit 1)
 	@grep 'tlm: sanitizers' $(BUILD_ASAN).configure.log || true
 	@cmake --build $(BUILD_ASAN) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -23,7 +23,7 @@ command -v mpicc >/dev/null 2>&1 || need+=(libopenmpi-dev)
 want=()
 command -v clang >/dev/null 2>&1 || want+=(clang)
 [ -n "$(find /usr/lib/llvm-* -name 'libclang_rt.fuzzer-*.a' -print -quit 2>/dev/null)" ] || want+=(libclang-rt-dev)
-# optional: LLVM's OpenMP runtime, for the sanitizer build of `make test` with clang (else it uses gcc)
+# optional: LLVM's OpenMP runtime, for the fuzz harnesses' clang build of the library
 [ -n "$(find /usr/lib/llvm-* /usr/lib/x86_64-linux-gnu -maxdepth 2 -name 'libomp.so' -print -quit 2>/dev/null)" ] ||
   want+=(libomp-dev)
 # optional: gnuplot draws `tlm plot`'s pictures (PNG, SVG); without it tlm plot says so and its tests skip

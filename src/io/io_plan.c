@@ -78,7 +78,12 @@ static void canonical(const char *path, bool whole, char *out, size_t n) {
     char *slash = strrchr(dir, '/');
     const char *base = slash ? slash + 1 : dir;
     char name[NAME_MAX + 1];
-    snprintf(name, sizeof name, "%s", base);
+    const size_t name_len = strlen(base);
+    if (name_len > NAME_MAX) { /* no file can have this name: as spelled */
+        snprintf(out, n, "%s", path);
+        return;
+    }
+    memcpy(name, base, name_len + 1);
     if (slash == dir) snprintf(dir, sizeof dir, "/");
     else if (slash) *slash = '\0';
     else snprintf(dir, sizeof dir, ".");
