@@ -38,9 +38,9 @@ test-cpu: build
 
 # The sanitizer build skips the CUDA code (nvcc objects are not instrumented) and -march=native, with
 # -fsanitize=address,undefined,float-cast-overflow (CMakeLists.txt). It uses the default compiler (gcc), whose
-# OpenMP runtime (libgomp) is the one Debian's OpenBLAS links: a clang build would load LLVM's libomp beside it,
-# and OpenBLAS's start-up would then call into libomp, which reads /dev/shm/__KMP_REGISTERED_LIB_<pid>_<uid>
-# files left by processes that did not exit cleanly and, when a pid is reused, may crash before main.
+# OpenMP runtime (libgomp) is the one Debian's OpenBLAS links: a clang build loads LLVM's libomp beside it, and
+# libomp's start-up maps /dev/shm/__KMP_REGISTERED_LIB_<pid>_<uid>; an empty one, left by a process of the same
+# pid killed while it started, kills the new process with SIGBUS before main (tests/fuzz/run.sh removes those).
 test-asan: deps
 	@cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DTLM_SANITIZE=ON -DTLM_CUDA=OFF $(CMAKE_FLAGS) > $(BUILD_ASAN).configure.log || (cat $(BUILD_ASAN).configure.log; exit 1)
 	@grep 'tlm: sanitizers' $(BUILD_ASAN).configure.log || true

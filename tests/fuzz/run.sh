@@ -83,6 +83,14 @@ if [ $coverage = 1 ]; then
 fi
 
 # ---- fuzzing --------------------------------------------------------------------------------------
+# The harnesses load LLVM's libomp, whose start-up maps /dev/shm/__KMP_REGISTERED_LIB_<pid>_<uid>: an empty one,
+# left by a libomp process killed while it started, kills with SIGBUS a new process given the same pid. Those of
+# processes no longer running go first.
+for f in /dev/shm/__KMP_REGISTERED_LIB_*_"$(id -u)"; do
+  [ -f "$f" ] && [ ! -s "$f" ] || continue
+  pid=${f#/dev/shm/__KMP_REGISTERED_LIB_} && pid=${pid%_*}
+  kill -0 "$pid" 2>/dev/null || rm -f "$f"
+done
 mkdir -p "$build/artifacts"
 # each input is written to a file before it is read (fuzz_common.h): on tmpfs that is 7x faster
 tmp=/dev/shm
